@@ -1,0 +1,1 @@
+//! AuthorizationPolicy evaluation: compiled CIDR sets and rule matching. Pure, no I/O.

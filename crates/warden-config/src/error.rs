@@ -1,0 +1,54 @@
+//! Config errors and warnings: every one names the file, the document and the field path.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where a problem is: file, 1-based document index, `kind/name`, and a dotted field path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Location {
+    pub file: PathBuf,
+    pub document: usize,
+    /// `Kind/name`, or empty when the envelope itself could not be read.
+    pub object: String,
+    /// Field path such as `spec.http[0].route[1].weight`; empty for whole-document problems.
+    pub field: String,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file.display(), self.document)?;
+        if !self.object.is_empty() {
+            write!(f, " ({})", self.object)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ", field {}", self.field)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub location: Location,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// All errors of one load, reported together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<Problem>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} config error(s):", self.0.len())?;
+        for p in &self.0 {
+            write!(f, "\n  {p}")?;
+        }
+        Ok(())
+    }
+}

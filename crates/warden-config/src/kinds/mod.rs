@@ -1,0 +1,9 @@
+//! Serde shapes of every supported kind, field names exactly as users write them.
+
+pub mod authorization_policy;
+pub mod destination_rule;
+pub mod envoy_filter;
+pub mod gateway;
+pub mod rate_limit_policy;
+pub mod service_entry;
+pub mod virtual_service;

@@ -1,0 +1,35 @@
+//! YAML documents (Istio kinds and warden kinds) turned into a validated, typed model.
+//!
+//! Each kind's serde shape lives in `kinds/`; the loader (`load`) reads multi-document YAML from
+//! files or directories, dispatches on `kind`, and reports every error of a load at once with
+//! file, document (kind/name) and field path. Unknown fields become warnings, never silent drops.
+
+pub mod document;
+pub mod kinds;
+
+pub use document::{Doc, Metadata};
+pub use kinds::authorization_policy::AuthorizationPolicy;
+pub use kinds::destination_rule::DestinationRule;
+pub use kinds::envoy_filter::EnvoyFilter;
+pub use kinds::gateway::Gateway;
+pub use kinds::rate_limit_policy::RateLimitPolicy;
+pub use kinds::service_entry::ServiceEntry;
+pub use kinds::virtual_service::VirtualService;
+
+/// Everything one load produced, in file/document order.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ConfigSet {
+    pub gateways: Vec<Doc<Gateway>>,
+    pub virtual_services: Vec<Doc<VirtualService>>,
+    pub service_entries: Vec<Doc<ServiceEntry>>,
+    pub destination_rules: Vec<Doc<DestinationRule>>,
+    pub authorization_policies: Vec<Doc<AuthorizationPolicy>>,
+    pub rate_limit_policies: Vec<Doc<RateLimitPolicy>>,
+    pub envoy_filters: Vec<Doc<EnvoyFilter>>,
+}
+
+pub mod error;
+pub mod load;
+
+pub use error::{ConfigErrors, Location, Problem};
+pub use load::{load_paths, load_str, Loaded};

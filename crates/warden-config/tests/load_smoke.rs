@@ -1,0 +1,46 @@
+//! Smoke test of the loader contract: errors name file, document and field; unknown fields warn.
+
+#[test]
+fn reports_type_errors_unknown_kinds_and_unsupported_fields() {
+    let yaml = r#"
+apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata: {name: vs1}
+spec:
+  hosts: ["*"]
+  http:
+  - directResponse: {status: "abc"}
+    mirror: {host: x}
+---
+apiVersion: foo/v1
+kind: Bar
+metadata: {name: b}
+"#;
+    let err = warden_config::load_str("t.yaml", yaml).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "t.yaml: document 1 (VirtualService/vs1), field spec.http[0].directResponse.status"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("t.yaml: document 2 (Bar/b), field kind: unknown kind"),
+        "{text}"
+    );
+
+    let ok = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs1}
+spec:
+  hosts: ["*"]
+  http:
+  - directResponse: {status: 333, body: {string: test}}
+    mirror: {host: x}
+"#;
+    let loaded = warden_config::load_str("t.yaml", ok).unwrap();
+    assert_eq!(loaded.set.virtual_services.len(), 1);
+    assert_eq!(loaded.warnings.len(), 1);
+    assert_eq!(loaded.warnings[0].location.field, "spec.http.0.mirror");
+}

@@ -1,0 +1,66 @@
+//! The `warden` binary: CLI parsing and wiring only. Every subcommand's logic lives in a library
+//! crate so it can be tested without spawning processes.
+
+mod demo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "warden",
+    version,
+    about = "Service-mesh data plane: ingress proxy with native rate limiting and IP authorization"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway proxy from Istio Gateway/VirtualService/ServiceEntry (and warden) YAML.
+    Proxy(warden_proxy::cli::ProxyArgs),
+    /// Validate config files and print what would run; exit 1 on errors.
+    Check(warden_proxy::cli::CheckArgs),
+    /// Run the seeds' scenarios end to end on loopback with embedded defaults.
+    Demo(demo::DemoArgs),
+    /// Envoy RLS v3 rate limit service (drop-in for envoyproxy/ratelimit).
+    Ratelimit(warden_ratelimit::cli::RatelimitArgs),
+    /// Write the envoyproxy/ratelimit config derived from RateLimitPolicy documents.
+    RatelimitConfig(warden_proxy::cli::RatelimitConfigArgs),
+    /// HTTP/1.1, HTTP/2 (h2c) and TCP load generator.
+    Load(warden_load::cli::LoadArgs),
+    /// HTTP (h1 + h2c) and TCP echo server.
+    Echo(warden_load::cli::EchoArgs),
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Proxy(args) => warden_proxy::cli::run_proxy(args),
+        Command::Check(args) => warden_proxy::cli::run_check(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Ratelimit(args) => warden_ratelimit::cli::run(args),
+        Command::RatelimitConfig(args) => warden_proxy::cli::run_ratelimit_config(args),
+        Command::Load(args) => warden_load::cli::run_load(args),
+        Command::Echo(args) => warden_load::cli::run_echo(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need, then runs formatting, lint and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+if ((${#missing[@]})); then
+  echo "test.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Tests start their own redis-server on a free loopback port; a system one is not needed.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
