@@ -28,8 +28,10 @@ pub struct ConfigSet {
     pub envoy_filters: Vec<Doc<EnvoyFilter>>,
 }
 
+pub mod duration;
 pub mod error;
 pub mod load;
 
+pub use duration::parse_duration;
 pub use error::{ConfigErrors, Location, Problem};
 pub use load::{load_paths, load_str, Loaded};
