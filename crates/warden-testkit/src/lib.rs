@@ -1,0 +1,9 @@
+//! Dev-only helpers shared by warden's integration tests.
+//!
+//! [`RedisServer`] starts a private `redis-server` on a free loopback port (no persistence), waits
+//! until it answers `PING`, can be stopped and restarted on the same port (to simulate an outage),
+//! and kills the process when dropped.
+
+mod redis_server;
+
+pub use redis_server::{RedisServer, RedisServerError};
