@@ -2,3 +2,16 @@
 //! stores (memory, Redis), gRPC/HTTP servers, and the client the proxy uses.
 
 pub mod cli;
+pub mod clock;
+pub mod config;
+mod local_cache;
+pub mod limiter;
+pub mod matcher;
+pub mod stats;
+pub mod store;
+mod wildcard;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{parse_config, to_yaml, ConfigError, ConfigSet, ConfigSource, RlsConfig};
+pub use limiter::{LimiterSettings, RateLimiter, RlsError};
+pub use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};

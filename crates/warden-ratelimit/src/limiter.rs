@@ -1,0 +1,584 @@
+//! The decision logic of `ShouldRateLimit`, shared by the gRPC server, the HTTP `/json` endpoint
+//! and in-process callers (the proxy's embedded default): matching, `replaces`, hit counts,
+//! cache keys, store round trip, per-descriptor statuses, overall code and response headers.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Algorithm, ConfigSet, Unit};
+use crate::local_cache::OverLimitCache;
+use crate::matcher::{Limit, Snapshot};
+use crate::stats::{LimitStats, Stats};
+use crate::store::{CounterOp, MemoryStore, Store, StoreError};
+use arc_swap::ArcSwapOption;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::{Entry, RateLimitOverride},
+    RateLimitDescriptor,
+};
+
+/// Errors a decision can end with; the text is what the reference sends as gRPC UNKNOWN.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RlsError {
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    #[error("rate limit descriptor list must not be empty")]
+    EmptyDescriptors,
+    #[error("no rate limit configuration loaded")]
+    NoConfig,
+    /// The reference panics here; we answer with an error instead.
+    #[error("rate limit override has an invalid unit {0}")]
+    InvalidOverrideUnit(i32),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RlsError {
+    /// The reference's error stat name.
+    pub fn stat_name(&self) -> &'static str {
+        match self {
+            RlsError::Store(_) => "redis_error",
+            _ => "service_error",
+        }
+    }
+}
+
+/// Names of the `LIMIT_RESPONSE_HEADERS_ENABLED` headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl Default for ResponseHeaderNames {
+    fn default() -> Self {
+        ResponseHeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// Behaviour settings of the limiter (the reference's env vars of the same meaning).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimiterSettings {
+    /// `CACHE_KEY_PREFIX`.
+    pub cache_key_prefix: String,
+    /// `EXPIRATION_JITTER_MAX_SECONDS` (default 300).
+    pub expiration_jitter_max_seconds: u64,
+    /// `NEAR_LIMIT_RATIO` (default 0.8).
+    pub near_limit_ratio: f32,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (0 = off).
+    pub local_cache_size_in_bytes: usize,
+    /// `SHADOW_MODE`: overall code forced to OK.
+    pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor is a quota descriptor.
+    pub quota_mode: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: when a request is rejected, do not charge the
+    /// descriptors that were still within their limits.
+    pub stop_increment_when_overlimit: bool,
+    /// warden extension (`RATE_LIMIT_ALGORITHM`): algorithm for limits that do not name one.
+    pub default_algorithm: Algorithm,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` and the header names.
+    pub response_headers: Option<ResponseHeaderNames>,
+    /// Bound on live counters of the memory store.
+    pub memory_max_keys: usize,
+}
+
+impl Default for LimiterSettings {
+    fn default() -> Self {
+        LimiterSettings {
+            cache_key_prefix: String::new(),
+            expiration_jitter_max_seconds: 300,
+            near_limit_ratio: 0.8,
+            local_cache_size_in_bytes: 0,
+            shadow_mode: false,
+            quota_mode: false,
+            stop_increment_when_overlimit: false,
+            default_algorithm: Algorithm::FixedWindow,
+            response_headers: None,
+            memory_max_keys: 1_000_000,
+        }
+    }
+}
+
+/// A descriptor that has a limit to check.
+struct Checked {
+    index: usize,
+    limit: Arc<Limit>,
+    stats: LimitStats,
+    hits: u64,
+    unit: Unit,
+    algorithm: Algorithm,
+    key: String,
+    /// Answered from the over-limit local cache; no store op.
+    cached_over: bool,
+}
+
+/// The rate limiter: config snapshot + store + clock. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    snapshot: ArcSwapOption<Snapshot>,
+    store: Store,
+    clock: Arc<dyn Clock>,
+    settings: LimiterSettings,
+    stats: Arc<Stats>,
+    local_cache: Option<OverLimitCache>,
+}
+
+impl RateLimiter {
+    /// A limiter over `store`, with no config loaded yet (see [`RateLimiter::set_config`]).
+    pub fn new(
+        store: Store,
+        settings: LimiterSettings,
+        clock: Arc<dyn Clock>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        let local_cache = (settings.local_cache_size_in_bytes > 0)
+            .then(|| OverLimitCache::new(settings.local_cache_size_in_bytes));
+        RateLimiter {
+            snapshot: ArcSwapOption::empty(),
+            store,
+            clock,
+            settings,
+            stats,
+            local_cache,
+        }
+    }
+
+    /// The embedded default: an in-memory limiter over `config` with the system clock and the
+    /// reference's default settings. The proxy calls [`RateLimiter::decide`] on it directly.
+    pub fn in_memory(config: ConfigSet) -> Self {
+        let settings = LimiterSettings::default();
+        let store = Store::Memory(Arc::new(MemoryStore::new(settings.memory_max_keys)));
+        let limiter = RateLimiter::new(store, settings, Arc::new(SystemClock), Arc::new(Stats::new()));
+        limiter.set_config(config);
+        limiter
+    }
+
+    /// Compiles and swaps in a new config; in-flight decisions finish on the old one.
+    /// Counters live in the store, so they survive the swap.
+    pub fn set_config(&self, config: ConfigSet) {
+        let snapshot = Snapshot::compile(config, &self.stats);
+        self.snapshot.store(Some(Arc::new(snapshot)));
+    }
+
+    /// The active compiled config, if any.
+    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.snapshot.load_full()
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &LimiterSettings {
+        &self.settings
+    }
+
+    /// `ShouldRateLimit`.
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+        let result = self.decide_inner(request).await;
+        if let Err(e) = &result {
+            self.stats.error(e.stat_name());
+        }
+        result
+    }
+
+    async fn decide_inner(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+        if request.domain.is_empty() {
+            return Err(RlsError::EmptyDomain);
+        }
+        if request.descriptors.is_empty() {
+            return Err(RlsError::EmptyDescriptors);
+        }
+        let snapshot = self.snapshot.load_full().ok_or(RlsError::NoConfig)?;
+        let now_millis = self.clock.now_millis();
+        let now = now_millis / 1000;
+        let domain = request.domain.as_str();
+        let domain_known = snapshot.has_domain(domain);
+        if !domain_known {
+            self.stats.domain_not_found(domain);
+        }
+
+        // 1. Match every descriptor.
+        let mut limits: Vec<Option<Arc<Limit>>> = Vec::with_capacity(request.descriptors.len());
+        for descriptor in &request.descriptors {
+            limits.push(self.resolve(&snapshot, domain, domain_known, descriptor)?);
+        }
+
+        // 2. `replaces`: drop matched limits whose name another matched limit replaces.
+        let replaced: HashSet<String> = limits
+            .iter()
+            .flatten()
+            .flat_map(|l| l.replaces.iter().cloned())
+            .collect();
+        if !replaced.is_empty() {
+            for slot in limits.iter_mut() {
+                if slot
+                    .as_ref()
+                    .and_then(|l| l.name.as_deref())
+                    .is_some_and(|n| replaced.contains(n))
+                {
+                    *slot = None;
+                }
+            }
+        }
+
+        // 3. Build the checks (unlimited limits are answered without the store).
+        let mut statuses = vec![ok_status(); request.descriptors.len()];
+        let mut checks = Vec::new();
+        for (index, (descriptor, limit)) in request.descriptors.iter().zip(limits).enumerate() {
+            let Some(limit) = limit else { continue };
+            let Some(unit) = limit.unit.filter(|_| !limit.unlimited) else {
+                statuses[index].limit_remaining = u32::MAX;
+                continue;
+            };
+            let hits = match &descriptor.hits_addend {
+                Some(h) => h.value,
+                None => u64::from(request.hits_addend.max(1)),
+            };
+            let algorithm = limit.algorithm.unwrap_or(self.settings.default_algorithm);
+            let key = self.cache_key(domain, descriptor, &limit, unit, now);
+            let cached_over = self
+                .local_cache
+                .as_ref()
+                .is_some_and(|c| c.contains(&key, now_millis));
+            let stats = self.stats_for(domain, descriptor, &limit);
+            stats.total_hits.inc_by(hits);
+            checks.push(Checked {
+                index,
+                limit,
+                stats,
+                hits,
+                unit,
+                algorithm,
+                key,
+                cached_over,
+            });
+        }
+
+        // 4. One store round trip for all descriptors still to count.
+        let mut ops: Vec<CounterOp> = checks
+            .iter()
+            .filter(|c| !c.cached_over)
+            .map(|c| self.counter_op(c, now))
+            .collect();
+        if self.settings.stop_increment_when_overlimit && !ops.is_empty() {
+            let before = self.store.get(&ops, now_millis).await?;
+            let live: Vec<&Checked> = checks.iter().filter(|c| !c.cached_over).collect();
+            let any_over = checks.iter().any(|c| c.cached_over)
+                || live.iter().zip(&before).any(|(c, b)| {
+                    b.saturating_add(c.hits) > u64::from(c.limit.requests_per_unit)
+                });
+            if any_over {
+                for ((op, c), b) in ops.iter_mut().zip(&live).zip(&before) {
+                    if b.saturating_add(c.hits) <= u64::from(c.limit.requests_per_unit) {
+                        op.hits = 0;
+                    }
+                }
+            }
+        }
+        let charged: Vec<u64> = ops.iter().map(|op| op.hits).collect();
+        let results = if ops.is_empty() {
+            Vec::new()
+        } else {
+            self.store.apply(&ops, now_millis).await?
+        };
+
+        // 5. Statuses.
+        let mut results = results.into_iter().zip(charged);
+        for check in &checks {
+            let div = check.unit.divider();
+            let reset = div - now % div;
+            let rpu = check.limit.requests_per_unit;
+            let status = &mut statuses[check.index];
+            status.current_limit = Some(current_limit(&check.limit, check.unit));
+            status.duration_until_reset = Some(PbDuration {
+                seconds: reset as i64,
+                nanos: 0,
+            });
+            let over = if check.cached_over {
+                check.stats.over_limit.inc_by(check.hits);
+                check.stats.over_limit_with_local_cache.inc_by(check.hits);
+                true
+            } else {
+                let (result, hits) = results.next().unwrap_or_default();
+                let after = match check.algorithm {
+                    Algorithm::FixedWindow => result.after,
+                    Algorithm::SlidingWindow => {
+                        let div_ms = div * 1000;
+                        let elapsed = now_millis % div_ms;
+                        let weight = (div_ms - elapsed) as f64 / div_ms as f64;
+                        result.after + (result.prev as f64 * weight).floor() as u64
+                    }
+                };
+                let before = after.saturating_sub(hits);
+                let over = self.count_stats(&check.stats, rpu, before, after, hits);
+                if over {
+                    if let (Some(cache), Algorithm::FixedWindow) = (&self.local_cache, check.algorithm) {
+                        cache.insert(&check.key, now_millis + div * 1000, now_millis);
+                    }
+                } else {
+                    status.limit_remaining = (u64::from(rpu) - after) as u32;
+                }
+                over
+            };
+            if over {
+                status.limit_remaining = 0;
+                if check.limit.shadow_mode {
+                    check.stats.shadow_mode.inc_by(check.hits);
+                } else {
+                    status.code = Code::OverLimit as i32;
+                }
+            }
+        }
+
+        // 6. Overall code: non-quota over-limit, or every quota descriptor over limit.
+        let mut overall = Code::Ok;
+        let (mut quota_total, mut quota_over) = (0, 0);
+        for check in &checks {
+            let over = statuses[check.index].code == Code::OverLimit as i32;
+            if check.limit.quota_mode || self.settings.quota_mode {
+                quota_total += 1;
+                quota_over += usize::from(over);
+            } else if over {
+                overall = Code::OverLimit;
+            }
+        }
+        if quota_total > 0 && quota_over == quota_total {
+            overall = Code::OverLimit;
+        }
+        let headers = self.response_headers(&checks, &statuses);
+        if overall == Code::OverLimit && self.settings.shadow_mode {
+            self.stats.global_shadow_mode.inc();
+            overall = Code::Ok;
+        }
+        Ok(RateLimitResponse {
+            overall_code: overall as i32,
+            statuses,
+            response_headers_to_add: headers,
+            ..Default::default()
+        })
+    }
+
+    fn resolve(
+        &self,
+        snapshot: &Snapshot,
+        domain: &str,
+        domain_known: bool,
+        descriptor: &RateLimitDescriptor,
+    ) -> Result<Option<Arc<Limit>>, RlsError> {
+        if descriptor.entries.is_empty() || !domain_known {
+            return Ok(None);
+        }
+        if let Some(over) = &descriptor.limit {
+            let unit =
+                Unit::from_override(over.unit).ok_or(RlsError::InvalidOverrideUnit(over.unit))?;
+            let full_key = request_stats_key(domain, descriptor);
+            return Ok(Some(Arc::new(Limit {
+                stats: self.stats.limit_stats(domain, &full_key),
+                full_key,
+                requests_per_unit: over.requests_per_unit,
+                unit: Some(unit),
+                unlimited: false,
+                name: None,
+                replaces: Vec::new(),
+                shadow_mode: false,
+                quota_mode: false,
+                detailed_metric: false,
+                value_to_metric: false,
+                algorithm: None,
+                metadata: None,
+                levels: Vec::new(),
+            })));
+        }
+        let entries: Vec<(&str, &str)> = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        Ok(snapshot.get_limit(domain, &entries))
+    }
+
+    /// Counters for this request: the limit's own, or per-value ones for `detailed_metric` /
+    /// `value_to_metric`.
+    fn stats_for(&self, domain: &str, descriptor: &RateLimitDescriptor, limit: &Limit) -> LimitStats {
+        if limit.detailed_metric {
+            return self.stats.limit_stats(domain, &request_stats_key(domain, descriptor));
+        }
+        if limit.value_to_metric {
+            let mut key = domain.to_owned();
+            for (entry, level) in descriptor.entries.iter().zip(&limit.levels) {
+                key.push('.');
+                key.push_str(&entry.key);
+                key.push('_');
+                match &level.config_value {
+                    Some(v) if !level.wildcard => key.push_str(v),
+                    _ => key.push_str(&entry.value),
+                }
+            }
+            return self.stats.limit_stats(domain, &key);
+        }
+        limit.stats.clone()
+    }
+
+    /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`.
+    fn cache_key(
+        &self,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+        limit: &Limit,
+        unit: Unit,
+        now: u64,
+    ) -> String {
+        let div = unit.divider();
+        let mut key = String::with_capacity(64);
+        key.push_str(&self.settings.cache_key_prefix);
+        key.push_str(domain);
+        key.push('_');
+        for (i, entry) in descriptor.entries.iter().enumerate() {
+            key.push_str(&entry.key);
+            key.push('_');
+            let shared = limit
+                .levels
+                .get(i)
+                .filter(|l| l.share_threshold && l.wildcard)
+                .and_then(|l| l.config_value.as_deref());
+            key.push_str(shared.unwrap_or(&entry.value));
+            key.push('_');
+        }
+        key.push_str(&((now / div) * div).to_string());
+        key
+    }
+
+    fn counter_op(&self, check: &Checked, now: u64) -> CounterOp {
+        let div = check.unit.divider();
+        let jitter = match self.settings.expiration_jitter_max_seconds {
+            0 => 0,
+            max => fastrand::u64(0..max),
+        };
+        let (ttl_secs, prev_key) = match check.algorithm {
+            Algorithm::FixedWindow => (div + jitter, None),
+            Algorithm::SlidingWindow => {
+                // The previous window's key: same prefix, window start one divider earlier.
+                let start = (now / div) * div;
+                let stem = check
+                    .key
+                    .strip_suffix(&start.to_string())
+                    .unwrap_or(&check.key);
+                let prev = format!("{stem}{}", start.saturating_sub(div));
+                (2 * div + jitter, Some(prev))
+            }
+        };
+        CounterOp {
+            key: check.key.clone(),
+            hits: check.hits,
+            ttl_secs,
+            prev_key,
+            per_second: check.unit == Unit::Second,
+        }
+    }
+
+    /// The reference's over/near/within accounting (`base_limiter.go`); true when over limit.
+    fn count_stats(&self, stats: &LimitStats, rpu: u32, before: u64, after: u64, hits: u64) -> bool {
+        let over_threshold = u64::from(rpu);
+        let near_threshold = (rpu as f32 * self.settings.near_limit_ratio).floor() as u64;
+        if after > over_threshold {
+            if before >= over_threshold {
+                stats.over_limit.inc_by(hits);
+            } else {
+                stats.over_limit.inc_by(after - over_threshold);
+                stats
+                    .near_limit
+                    .inc_by(over_threshold - near_threshold.max(before));
+            }
+            true
+        } else {
+            if after > near_threshold {
+                if before >= near_threshold {
+                    stats.near_limit.inc_by(hits);
+                } else {
+                    stats.near_limit.inc_by(after - near_threshold);
+                }
+            }
+            stats.within_limit.inc_by(hits);
+            false
+        }
+    }
+
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`: from the last over-limit non-quota descriptor, else the
+    /// descriptor with the lowest remaining.
+    fn response_headers(&self, checks: &[Checked], statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+        let Some(names) = &self.settings.response_headers else {
+            return Vec::new();
+        };
+        let quota = |c: &Checked| c.limit.quota_mode || self.settings.quota_mode;
+        let chosen = checks
+            .iter()
+            .rev()
+            .find(|c| !quota(c) && statuses[c.index].code == Code::OverLimit as i32)
+            .or_else(|| {
+                checks
+                    .iter()
+                    .min_by_key(|c| statuses[c.index].limit_remaining)
+            });
+        let Some(check) = chosen else {
+            return Vec::new();
+        };
+        let status = &statuses[check.index];
+        let reset = status
+            .duration_until_reset
+            .as_ref()
+            .map_or(0, |d| d.seconds);
+        let header = |key: &str, value: String| HeaderValue {
+            key: key.to_owned(),
+            value,
+            ..Default::default()
+        };
+        vec![
+            header(&names.limit, check.limit.requests_per_unit.to_string()),
+            header(&names.remaining, status.limit_remaining.to_string()),
+            header(&names.reset, reset.to_string()),
+        ]
+    }
+}
+
+fn ok_status() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+fn current_limit(limit: &Limit, unit: Unit) -> RateLimit {
+    RateLimit {
+        name: limit.name.clone().unwrap_or_default(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: unit.proto(),
+    }
+}
+
+/// `domain.k1_v1.k2_v2` from the request's values.
+fn request_stats_key(domain: &str, descriptor: &RateLimitDescriptor) -> String {
+    let mut key = domain.to_owned();
+    for e in &descriptor.entries {
+        key.push('.');
+        key.push_str(&e.key);
+        key.push('_');
+        key.push_str(&e.value);
+    }
+    key
+}
