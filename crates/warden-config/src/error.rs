@@ -3,10 +3,13 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// Where a problem is: file, 1-based document index, `kind/name`, and a dotted field path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// Where a problem is: file, line, 1-based document index, `kind/name`, and a field path.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Location {
     pub file: PathBuf,
+    /// 1-based line of the field (or of the nearest enclosing node), when known.
+    pub line: Option<usize>,
+    /// 1-based index of the (non-empty) document within its file; 0 for whole-file problems.
     pub document: usize,
     /// `Kind/name`, or empty when the envelope itself could not be read.
     pub object: String,
@@ -16,7 +19,13 @@ pub struct Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: document {}", self.file.display(), self.document)?;
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if self.document > 0 {
+            write!(f, ": document {}", self.document)?;
+        }
         if !self.object.is_empty() {
             write!(f, " ({})", self.object)?;
         }
@@ -27,6 +36,7 @@ impl fmt::Display for Location {
     }
 }
 
+/// One error or warning.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
     pub location: Location,
@@ -36,6 +46,17 @@ pub struct Problem {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+impl Location {
+    /// A problem with a whole file (unreadable, not YAML).
+    pub fn file(file: impl Into<PathBuf>, line: Option<usize>) -> Self {
+        Self {
+            file: file.into(),
+            line,
+            ..Self::default()
+        }
     }
 }
 

@@ -35,3 +35,16 @@ pub mod load;
 pub use duration::parse_duration;
 pub use error::{ConfigErrors, Location, Problem};
 pub use load::{load_paths, load_str, Loaded};
+pub mod field_path;
+pub mod gateway_ref;
+pub mod hosts;
+mod lookup;
+mod validate;
+pub mod yaml_source;
+
+pub use field_path::FieldPath;
+pub use gateway_ref::{gateway_matches, GatewayRef};
+pub use kinds::destination_rule::LbPolicy;
+pub use kinds::gateway::ListenerProtocol;
+pub use kinds::service_entry::Resolution;
+pub use kinds::virtual_service::{anchored_regex, effective_weights, StringMatchKind};

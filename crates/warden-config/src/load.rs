@@ -1,10 +1,18 @@
-//! Reading multi-document YAML from files and directories into a [`ConfigSet`].
+//! Reading multi-document YAML from files and directories into a validated [`ConfigSet`].
+//!
+//! Stages: YAML text -> [`SourceDoc`]s (value + line index) -> envelope (apiVersion, kind,
+//! metadata) -> typed spec per kind (unknown fields become warnings) -> cross-document validation
+//! (`validate`). Every problem of every stage is collected; the load fails if any is an error.
 
 use crate::document::{Doc, Metadata};
 use crate::error::{ConfigErrors, Location, Problem};
+use crate::field_path::FieldPath;
+use crate::validate::{self, DocLines, Report};
+use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
 use crate::ConfigSet;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// A successful load: the typed documents and the warnings (unsupported fields) found on the way.
@@ -27,11 +35,29 @@ struct Envelope {
     spec: serde_json::Value,
 }
 
-/// Load every path (files, or directories whose `*.yaml`/`*.yml` files are read in name order).
+/// The kinds warden reads, their API groups and the versions accepted for them.
+const KINDS: &[(&str, &str, &[&str])] = &[
+    ("Gateway", "networking.istio.io", ISTIO_NET_VERSIONS),
+    ("VirtualService", "networking.istio.io", ISTIO_NET_VERSIONS),
+    ("ServiceEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
+    ("DestinationRule", "networking.istio.io", ISTIO_NET_VERSIONS),
+    ("EnvoyFilter", "networking.istio.io", &["v1alpha3"]),
+    (
+        "AuthorizationPolicy",
+        "security.istio.io",
+        &["v1beta1", "v1"],
+    ),
+    // The warden group's versions are owned by the RateLimitPolicy kind; any is accepted here.
+    ("RateLimitPolicy", "warden.dev", &[]),
+];
+const ISTIO_NET_VERSIONS: &[&str] = &["v1alpha3", "v1beta1", "v1"];
+
+/// Load every path (files, or directories whose `*.yaml`/`*.yml` files are read in name order;
+/// dotfiles and subdirectories are skipped).
 pub fn load_paths(paths: &[PathBuf]) -> Result<Loaded, ConfigErrors> {
     let mut loader = Loader::default();
     for path in paths {
-        loader.add_path(path);
+        loader.add_path(path, true);
     }
     loader.finish()
 }
@@ -47,146 +73,194 @@ pub fn load_str(name: &str, text: &str) -> Result<Loaded, ConfigErrors> {
 struct Loader {
     loaded: Loaded,
     errors: Vec<Problem>,
+    lines: DocLines,
+    /// Files in load order, so problems are reported in the order the user gave the files.
+    files: Vec<PathBuf>,
+    /// Kinds of which a document failed to decode: references to them are not checked, since
+    /// the missing document would produce a second, misleading error.
+    failed_kinds: BTreeSet<String>,
 }
 
 impl Loader {
-    fn add_path(&mut self, path: &Path) {
+    fn add_path(&mut self, path: &Path, explicit: bool) {
         if path.is_dir() {
+            if !explicit {
+                return; // only the directories the user named are read, not nested ones
+            }
             let entries = match std::fs::read_dir(path) {
                 Ok(e) => e,
-                Err(e) => return self.file_error(path, format!("cannot read directory: {e}")),
+                Err(e) => {
+                    return self.file_error(path, None, format!("cannot read directory: {e}"))
+                }
             };
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    let hidden = p
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with('.'));
-                    let yaml = matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("yaml") | Some("yml")
-                    );
-                    yaml && !hidden && p.is_file()
-                })
+                .filter(|p| is_config_file(p) && p.is_file())
                 .collect();
             files.sort();
             for f in files {
-                self.add_path(&f);
+                self.add_path(&f, false);
             }
             return;
         }
         match std::fs::read_to_string(path) {
             Ok(text) => self.add_text(path, &text),
-            Err(e) => self.file_error(path, format!("cannot read file: {e}")),
+            Err(e) => self.file_error(path, None, format!("cannot read file: {e}")),
         }
     }
 
-    fn file_error(&mut self, path: &Path, message: String) {
+    fn file_error(&mut self, path: &Path, line: Option<usize>, message: String) {
+        self.files.push(path.to_path_buf());
         self.errors.push(Problem {
-            location: Location {
-                file: path.to_path_buf(),
-                document: 0,
-                object: String::new(),
-                field: String::new(),
-            },
+            location: Location::file(path, line),
             message,
         });
     }
 
     fn add_text(&mut self, file: &Path, text: &str) {
-        let options = serde_saphyr::options! { budget: None };
-        let docs: Vec<serde_json::Value> =
-            match serde_saphyr::from_multiple_with_options(text, options) {
-                Ok(d) => d,
-                Err(e) => return self.file_error(file, format!("invalid YAML: {e}")),
-            };
-        for (i, value) in docs.into_iter().enumerate() {
-            self.add_document(file, i + 1, value);
+        let docs = match parse_documents(text) {
+            Ok(d) => d,
+            Err(e) => return self.file_error(file, e.line, format!("invalid YAML: {}", e.message)),
+        };
+        self.files.push(file.to_path_buf());
+        for (i, doc) in docs.into_iter().enumerate() {
+            self.add_document(file, i + 1, doc);
         }
     }
 
-    fn add_document(&mut self, file: &Path, index: usize, value: serde_json::Value) {
+    fn add_document(&mut self, file: &Path, index: usize, source: SourceDoc) {
+        let SourceDoc { value, lines } = source;
         let mut loc = Location {
             file: file.to_path_buf(),
+            line: lines.line_of(&FieldPath::root()),
             document: index,
-            object: String::new(),
-            field: String::new(),
+            ..Location::default()
         };
-        let env: Envelope = match serde_path_to_error::deserialize(value) {
+        if !value.is_object() {
+            self.errors.push(Problem {
+                location: loc,
+                message: "a document must be a mapping with apiVersion, kind, metadata and spec"
+                    .into(),
+            });
+            return;
+        }
+        let mut ignored = Vec::new();
+        let env: Result<Envelope, _> = {
+            let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
+            serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut record))
+        };
+        let env = match env {
             Ok(env) => env,
             Err(e) => {
-                loc.field = e.path().to_string();
-                let message = e.into_inner().to_string();
-                self.errors.push(Problem {
-                    location: loc,
-                    message,
-                });
+                let message = e.inner().to_string();
+                let path = error_path(&FieldPath::root(), e.path(), &message);
+                self.errors.push(problem_at(&loc, &lines, &path, message));
                 return;
             }
         };
         loc.object = format!("{}/{}", env.kind, env.metadata.name);
-        let group = env.api_version.split('/').next().unwrap_or("");
+        for path in ignored {
+            // Kubernetes bookkeeping (status, metadata.uid...) carries no config; stay quiet.
+            let top = match path.segments().first() {
+                Some(crate::field_path::Segment::Key(k)) => k.as_str(),
+                _ => "",
+            };
+            if top != "status" && top != "metadata" {
+                self.loaded.warnings.push(problem_at(
+                    &loc,
+                    &lines,
+                    &path,
+                    "field not supported by warden; ignored".into(),
+                ));
+            }
+        }
+        let kind_field = FieldPath::keys(&["kind"]);
+        let Some((_, group, versions)) = KINDS.iter().find(|(k, _, _)| *k == env.kind) else {
+            let message = if env.kind.is_empty() {
+                "missing kind".to_owned()
+            } else {
+                let names: Vec<&str> = KINDS.iter().map(|(k, _, _)| *k).collect();
+                format!(
+                    "unknown kind {:?} (supported: {})",
+                    env.kind,
+                    names.join(", ")
+                )
+            };
+            self.errors
+                .push(problem_at(&loc, &lines, &kind_field, message));
+            return;
+        };
+        let (doc_group, doc_version) = env.api_version.split_once('/').unwrap_or(("", ""));
+        if doc_group != *group || !(versions.is_empty() || versions.contains(&doc_version)) {
+            let expected = if versions.is_empty() {
+                format!("{group}/<version>")
+            } else {
+                versions
+                    .iter()
+                    .map(|v| format!("{group}/{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            self.errors.push(problem_at(
+                &loc,
+                &lines,
+                &FieldPath::keys(&["apiVersion"]),
+                format!(
+                    "apiVersion {:?} is not valid for kind {} (expected {expected})",
+                    env.api_version, env.kind
+                ),
+            ));
+            self.failed_kinds.insert(env.kind);
+            return;
+        }
         let set = &mut self.loaded.set;
         macro_rules! typed {
-            ($field:ident, $groups:expr) => {{
-                if !$groups.contains(&group) {
-                    self.errors.push(Problem {
-                        location: Location {
-                            field: "apiVersion".into(),
-                            ..loc
-                        },
-                        message: format!(
-                            "apiVersion {:?} is not one of the groups {:?} for kind {}",
-                            env.api_version, $groups, env.kind
-                        ),
-                    });
-                    return;
-                }
-                if let Some(spec) =
-                    decode(env.spec, &loc, &mut self.errors, &mut self.loaded.warnings)
-                {
-                    set.$field.push(Doc {
+            ($field:ident) => {{
+                match decode(env.spec, &loc, &lines, &mut self.loaded.warnings) {
+                    Ok(spec) => set.$field.push(Doc {
                         file: file.to_path_buf(),
                         index,
                         api_version: env.api_version,
                         kind: env.kind,
                         metadata: env.metadata,
                         spec,
-                    });
+                    }),
+                    Err(problem) => {
+                        self.errors.push(problem);
+                        self.failed_kinds.insert(env.kind);
+                    }
                 }
             }};
         }
-        const ISTIO_NET: &[&str] = &["networking.istio.io"];
         match env.kind.as_str() {
-            "Gateway" => typed!(gateways, ISTIO_NET),
-            "VirtualService" => typed!(virtual_services, ISTIO_NET),
-            "ServiceEntry" => typed!(service_entries, ISTIO_NET),
-            "DestinationRule" => typed!(destination_rules, ISTIO_NET),
-            "EnvoyFilter" => typed!(envoy_filters, ISTIO_NET),
-            "AuthorizationPolicy" => typed!(authorization_policies, &["security.istio.io"]),
-            "RateLimitPolicy" => typed!(rate_limit_policies, &["warden.dev"]),
-            "" => self.errors.push(Problem {
-                location: Location {
-                    field: "kind".into(),
-                    ..loc
-                },
-                message: "missing kind".into(),
-            }),
-            other => self.errors.push(Problem {
-                location: Location {
-                    field: "kind".into(),
-                    ..loc
-                },
-                message: format!(
-                    "unknown kind {other:?} (supported: Gateway, VirtualService, ServiceEntry, \
-                     DestinationRule, AuthorizationPolicy, EnvoyFilter, RateLimitPolicy)"
-                ),
-            }),
+            "Gateway" => typed!(gateways),
+            "VirtualService" => typed!(virtual_services),
+            "ServiceEntry" => typed!(service_entries),
+            "DestinationRule" => typed!(destination_rules),
+            "EnvoyFilter" => typed!(envoy_filters),
+            "AuthorizationPolicy" => typed!(authorization_policies),
+            "RateLimitPolicy" => typed!(rate_limit_policies),
+            _ => return,
         }
+        self.lines.insert((file.to_path_buf(), index), lines);
     }
 
-    fn finish(self) -> Result<Loaded, ConfigErrors> {
+    fn finish(mut self) -> Result<Loaded, ConfigErrors> {
+        let mut report = Report::new(&self.lines);
+        validate::validate(&self.loaded.set, &self.failed_kinds, &mut report);
+        let (errors, warnings) = report.into_parts();
+        self.errors.extend(errors);
+        self.loaded.warnings.extend(warnings);
+        let files = self.files;
+        let order = |p: &Problem| {
+            let file = files
+                .iter()
+                .position(|f| *f == p.location.file)
+                .unwrap_or(usize::MAX);
+            (file, p.location.document, p.location.line)
+        };
+        self.errors.sort_by_key(order);
+        self.loaded.warnings.sort_by_key(order);
         if self.errors.is_empty() {
             Ok(self.loaded)
         } else {
@@ -195,48 +269,71 @@ impl Loader {
     }
 }
 
+/// `*.yaml` / `*.yml`, not a dotfile (editors' swap files, `..data` of ConfigMap mounts).
+fn is_config_file(p: &Path) -> bool {
+    let hidden = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    let yaml = matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml") | Some("yml")
+    );
+    yaml && !hidden
+}
+
+fn problem_at(loc: &Location, lines: &LineIndex, path: &FieldPath, message: String) -> Problem {
+    Problem {
+        location: Location {
+            line: lines.line_of(path).or(loc.line),
+            field: path.to_string(),
+            ..loc.clone()
+        },
+        message,
+    }
+}
+
+/// The path of a serde error below `base`; "missing field `x`" names `x` itself.
+fn error_path(base: &FieldPath, path: &serde_path_to_error::Path, message: &str) -> FieldPath {
+    let mut full = base.join(&FieldPath::from_path_to_error(path));
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some(name) = rest.split('`').next() {
+            full = full.key(name);
+        }
+    }
+    full
+}
+
 /// Deserialize a spec, recording a warning per ignored (unsupported) field and an error with the
-/// field path on a type mismatch.
+/// field path on a type mismatch or a missing required field.
 fn decode<T: DeserializeOwned>(
     spec: serde_json::Value,
     loc: &Location,
-    errors: &mut Vec<Problem>,
+    lines: &LineIndex,
     warnings: &mut Vec<Problem>,
-) -> Option<T> {
+) -> Result<T, Problem> {
     let spec = if spec.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
         spec
     };
+    let base = FieldPath::keys(&["spec"]);
     let mut ignored = Vec::new();
-    let mut record = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
-    let de = serde_ignored::Deserializer::new(spec, &mut record);
-    let result: Result<T, _> = serde_path_to_error::deserialize(de);
+    let result: Result<T, _> = {
+        let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(spec, &mut record))
+    };
     for path in ignored {
-        warnings.push(Problem {
-            location: Location {
-                field: format!("spec.{path}"),
-                ..loc.clone()
-            },
-            message: "field not supported by warden; ignored".into(),
-        });
+        warnings.push(problem_at(
+            loc,
+            lines,
+            &base.join(&path),
+            "field not supported by warden; ignored".into(),
+        ));
     }
-    match result {
-        Ok(v) => Some(v),
-        Err(e) => {
-            let path = e.path().to_string();
-            errors.push(Problem {
-                location: Location {
-                    field: if path == "." {
-                        "spec".into()
-                    } else {
-                        format!("spec.{path}")
-                    },
-                    ..loc.clone()
-                },
-                message: e.into_inner().to_string(),
-            });
-            None
-        }
-    }
+    result.map_err(|e| {
+        let message = e.inner().to_string();
+        let path = error_path(&base, e.path(), &message);
+        problem_at(loc, lines, &path, message)
+    })
 }

@@ -20,12 +20,12 @@ metadata: {name: b}
     let text = err.to_string();
     assert!(
         text.contains(
-            "t.yaml: document 1 (VirtualService/vs1), field spec.http[0].directResponse.status"
+            "t.yaml:8: document 1 (VirtualService/vs1), field spec.http[0].directResponse.status"
         ),
         "{text}"
     );
     assert!(
-        text.contains("t.yaml: document 2 (Bar/b), field kind: unknown kind"),
+        text.contains("t.yaml:12: document 2 (Bar/b), field kind: unknown kind"),
         "{text}"
     );
 
@@ -35,12 +35,20 @@ kind: VirtualService
 metadata: {name: vs1}
 spec:
   hosts: ["*"]
+  gateways: [gw]
   http:
   - directResponse: {status: 333, body: {string: test}}
     mirror: {host: x}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  servers: [{port: {number: 80, protocol: HTTP, name: http}, hosts: ["*"]}]
 "#;
     let loaded = warden_config::load_str("t.yaml", ok).unwrap();
     assert_eq!(loaded.set.virtual_services.len(), 1);
     assert_eq!(loaded.warnings.len(), 1);
-    assert_eq!(loaded.warnings[0].location.field, "spec.http.0.mirror");
+    assert_eq!(loaded.warnings[0].location.field, "spec.http[0].mirror");
+    assert_eq!(loaded.warnings[0].location.line, Some(10));
 }

@@ -60,3 +60,38 @@ pub struct HttpSettings {
     #[serde(default)]
     pub h2_upgrade_policy: Option<String>,
 }
+
+/// Load balancing policy of `trafficPolicy.loadBalancer.simple`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum LbPolicy {
+    /// `ROUND_ROBIN`, and the default when unset or `UNSPECIFIED`.
+    #[default]
+    RoundRobin,
+    /// `LEAST_REQUEST` (also the deprecated `LEAST_CONN`).
+    LeastRequest,
+    Random,
+}
+
+impl LbPolicy {
+    /// Parse a `simple` value; `None` for values validation rejects.
+    pub fn parse(simple: &str) -> Option<Self> {
+        match simple {
+            "ROUND_ROBIN" | "UNSPECIFIED" => Some(LbPolicy::RoundRobin),
+            "LEAST_REQUEST" | "LEAST_CONN" => Some(LbPolicy::LeastRequest),
+            "RANDOM" => Some(LbPolicy::Random),
+            _ => None,
+        }
+    }
+}
+
+impl DestinationRule {
+    /// The configured policy (round robin when unset).
+    pub fn lb_policy(&self) -> LbPolicy {
+        self.traffic_policy
+            .as_ref()
+            .and_then(|t| t.load_balancer.as_ref())
+            .and_then(|lb| lb.simple.as_deref())
+            .and_then(LbPolicy::parse)
+            .unwrap_or_default()
+    }
+}

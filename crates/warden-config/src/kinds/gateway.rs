@@ -33,3 +33,25 @@ pub struct Port {
     #[serde(default)]
     pub target_port: Option<u16>,
 }
+
+/// What a listener speaks, from `port.protocol` (case-insensitive; `GRPC` is HTTP/2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum ListenerProtocol {
+    /// HTTP/1.1 (the proxy may also accept HTTP/2 prior knowledge, as Envoy does).
+    Http,
+    /// HTTP/2 (`HTTP2`, `GRPC`).
+    Http2,
+    Tcp,
+}
+
+impl Port {
+    /// The listener protocol, or `None` for a value validation rejects (HTTPS, TLS, unknown).
+    pub fn listener_protocol(&self) -> Option<ListenerProtocol> {
+        match self.protocol.to_ascii_uppercase().as_str() {
+            "HTTP" => Some(ListenerProtocol::Http),
+            "HTTP2" | "GRPC" => Some(ListenerProtocol::Http2),
+            "TCP" => Some(ListenerProtocol::Tcp),
+            _ => None,
+        }
+    }
+}

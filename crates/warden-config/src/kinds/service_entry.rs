@@ -43,3 +43,59 @@ pub struct WorkloadEntry {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
 }
+
+/// How a ServiceEntry's endpoints are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Resolution {
+    /// Endpoints are IP addresses given in `endpoints`.
+    Static,
+    /// Endpoint addresses (or the hosts themselves, without endpoints) are resolved by DNS
+    /// (`DNS`, `DNS_ROUND_ROBIN`).
+    Dns,
+}
+
+impl ServiceEntry {
+    /// The resolution, or `None` for a value validation rejects (unset/NONE, unknown).
+    pub fn resolution_kind(&self) -> Option<Resolution> {
+        match self.resolution.as_deref() {
+            Some("STATIC") => Some(Resolution::Static),
+            Some("DNS") | Some("DNS_ROUND_ROBIN") => Some(Resolution::Dns),
+            _ => None,
+        }
+    }
+
+    /// The port a destination selects: `number` if given, else the only port.
+    pub fn port(&self, number: Option<u16>) -> Option<&ServicePort> {
+        match number {
+            Some(n) => self.ports.iter().find(|p| p.number == n),
+            None if self.ports.len() == 1 => self.ports.first(),
+            None => None,
+        }
+    }
+}
+
+impl WorkloadEntry {
+    /// The port to connect to on this endpoint for `port`: the endpoint's own mapping for the
+    /// port's name, else the port's `targetPort`, else its number (Istio's rule).
+    pub fn port_for(&self, port: &ServicePort) -> u16 {
+        port.name
+            .as_deref()
+            .and_then(|name| self.ports.get(name).copied())
+            .or(port.target_port)
+            .unwrap_or(port.number)
+    }
+}
+
+impl ServicePort {
+    /// The protocol spoken to the upstream, `None` when unset (the route decides: HTTP routes
+    /// speak HTTP/1.1, TCP routes copy bytes). Invalid values are rejected by validation.
+    pub fn app_protocol(&self) -> Option<crate::kinds::gateway::ListenerProtocol> {
+        use crate::kinds::gateway::ListenerProtocol;
+        match self.protocol.as_deref()?.to_ascii_uppercase().as_str() {
+            "HTTP" => Some(ListenerProtocol::Http),
+            "HTTP2" | "GRPC" => Some(ListenerProtocol::Http2),
+            "TCP" => Some(ListenerProtocol::Tcp),
+            _ => None,
+        }
+    }
+}

@@ -170,3 +170,90 @@ pub struct RouteDestination {
     #[serde(default)]
     pub weight: Option<u32>,
 }
+
+/// The one condition a valid [`StringMatch`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StringMatchKind<'a> {
+    Exact(&'a str),
+    Prefix(&'a str),
+    /// An RE2-style pattern that must match the whole value; compile [`anchored_regex`] of it.
+    Regex(&'a str),
+}
+
+impl StringMatch {
+    /// The condition, or `None` unless exactly one of exact/prefix/regex is set.
+    pub fn kind(&self) -> Option<StringMatchKind<'_>> {
+        match (&self.exact, &self.prefix, &self.regex) {
+            (Some(e), None, None) => Some(StringMatchKind::Exact(e)),
+            (None, Some(p), None) => Some(StringMatchKind::Prefix(p)),
+            (None, None, Some(r)) => Some(StringMatchKind::Regex(r)),
+            _ => None,
+        }
+    }
+}
+
+/// Istio regexes are RE2 with full-match semantics (Envoy `safe_regex`): `a.c` matches `abc`
+/// but not `xabcx`. Compile this anchored form with the `regex` crate to get the same result.
+pub fn anchored_regex(pattern: &str) -> String {
+    format!("^(?:{pattern})$")
+}
+
+/// Split weights for destinations with these `weight` values: a single destination takes all
+/// traffic whatever its weight; with none set, traffic is split equally; otherwise the values
+/// are relative (they need not sum to 100).
+pub fn effective_weights(weights: &[Option<u32>]) -> Vec<u32> {
+    if weights.len() == 1 || weights.iter().all(Option::is_none) {
+        return vec![1; weights.len()];
+    }
+    weights.iter().map(|w| w.unwrap_or(0)).collect()
+}
+
+impl HttpRoute {
+    /// [`effective_weights`] of `route[]`.
+    pub fn weights(&self) -> Vec<u32> {
+        effective_weights(&self.route.iter().map(|r| r.weight).collect::<Vec<_>>())
+    }
+}
+
+impl TcpRoute {
+    /// [`effective_weights`] of `route[]`.
+    pub fn weights(&self) -> Vec<u32> {
+        effective_weights(&self.route.iter().map(|r| r.weight).collect::<Vec<_>>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchored_regex_is_a_full_match() {
+        let re = regex::Regex::new(&anchored_regex("a.c|/x")).unwrap();
+        assert!(re.is_match("abc"));
+        assert!(re.is_match("/x"));
+        assert!(!re.is_match("xabcx"));
+        assert!(!re.is_match("/xy"));
+    }
+
+    #[test]
+    fn weights_single_equal_and_relative() {
+        assert_eq!(effective_weights(&[Some(0)]), vec![1]);
+        assert_eq!(effective_weights(&[None, None]), vec![1, 1]);
+        assert_eq!(effective_weights(&[Some(3), Some(1)]), vec![3, 1]);
+    }
+
+    #[test]
+    fn string_match_kind_needs_exactly_one() {
+        let m = StringMatch {
+            prefix: Some("/".into()),
+            ..StringMatch::default()
+        };
+        assert_eq!(m.kind(), Some(StringMatchKind::Prefix("/")));
+        let two = StringMatch {
+            exact: Some("a".into()),
+            ..m
+        };
+        assert_eq!(two.kind(), None);
+        assert_eq!(StringMatch::default().kind(), None);
+    }
+}

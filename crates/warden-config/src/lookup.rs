@@ -1,0 +1,88 @@
+//! Lookups the proxy needs when it compiles a [`ConfigSet`]: which ServiceEntry serves a host,
+//! which DestinationRule applies, which Gateways a VirtualService binds to.
+
+use crate::document::Doc;
+use crate::gateway_ref::gateway_matches;
+use crate::hosts::{host_matches, server_host_admits};
+use crate::kinds::destination_rule::{DestinationRule, LbPolicy};
+use crate::kinds::gateway::Gateway;
+use crate::kinds::service_entry::ServiceEntry;
+use crate::kinds::virtual_service::VirtualService;
+use crate::ConfigSet;
+
+impl ConfigSet {
+    /// The ServiceEntry defining `host`: an exact host (case-insensitive) first, else the most
+    /// specific (longest) wildcard host that matches it.
+    pub fn service_entry_for_host(&self, host: &str) -> Option<&Doc<ServiceEntry>> {
+        let exact = self
+            .service_entries
+            .iter()
+            .find(|se| se.spec.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)));
+        exact.or_else(|| {
+            self.service_entries
+                .iter()
+                .flat_map(|se| se.spec.hosts.iter().map(move |h| (h, se)))
+                .filter(|(h, _)| h.starts_with('*') && host_matches(h, host))
+                .max_by_key(|(h, _)| h.len())
+                .map(|(_, se)| se)
+        })
+    }
+
+    /// The DestinationRule whose `host` is `host` (exact, case-insensitive; else the longest
+    /// matching wildcard).
+    pub fn destination_rule_for_host(&self, host: &str) -> Option<&Doc<DestinationRule>> {
+        let exact = self
+            .destination_rules
+            .iter()
+            .find(|dr| dr.spec.host.eq_ignore_ascii_case(host));
+        exact.or_else(|| {
+            self.destination_rules
+                .iter()
+                .filter(|dr| dr.spec.host.starts_with('*') && host_matches(&dr.spec.host, host))
+                .max_by_key(|dr| dr.spec.host.len())
+        })
+    }
+
+    /// The load balancing policy for upstream `host` (round robin without a DestinationRule).
+    pub fn lb_policy_for_host(&self, host: &str) -> LbPolicy {
+        self.destination_rule_for_host(host)
+            .map(|dr| dr.spec.lb_policy())
+            .unwrap_or_default()
+    }
+
+    /// Gateways named by the VirtualService's `gateways:` (unresolved names and `mesh` skipped).
+    pub fn gateways_of(&self, vs: &Doc<VirtualService>) -> Vec<&Doc<Gateway>> {
+        let ns = vs.metadata.namespace_or_default();
+        self.gateways
+            .iter()
+            .filter(|g| vs.spec.gateways.iter().any(|r| gateway_matches(ns, r, g)))
+            .collect()
+    }
+
+    /// VirtualServices bound to `gateway`, in load order: those naming it in `gateways:` with a
+    /// host admitted by one of its servers' hosts.
+    pub fn virtual_services_for_gateway(
+        &self,
+        gateway: &Doc<Gateway>,
+    ) -> Vec<&Doc<VirtualService>> {
+        let gw_ns = gateway.metadata.namespace_or_default();
+        self.virtual_services
+            .iter()
+            .filter(|vs| {
+                let ns = vs.metadata.namespace_or_default();
+                vs.spec
+                    .gateways
+                    .iter()
+                    .any(|r| gateway_matches(ns, r, gateway))
+                    && gateway.spec.servers.iter().any(|s| {
+                        s.hosts.iter().any(|sh| {
+                            vs.spec
+                                .hosts
+                                .iter()
+                                .any(|h| server_host_admits(sh, gw_ns, ns, h))
+                        })
+                    })
+            })
+            .collect()
+    }
+}

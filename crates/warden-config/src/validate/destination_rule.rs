@@ -1,0 +1,124 @@
+//! DestinationRule: load balancing and connection pool settings of an upstream host.
+
+use super::{check_duration, spec, References, Report};
+use crate::document::Doc;
+use crate::hosts::check_host_pattern;
+use crate::kinds::destination_rule::{DestinationRule, LbPolicy};
+use std::collections::HashMap;
+
+pub(super) fn check(doc: &Doc<DestinationRule>, refs: &References, report: &mut Report) {
+    let dr = &doc.spec;
+    let host = spec().key("host");
+    if dr.host.is_empty() {
+        report.error(doc, &host, "host is required");
+    } else if let Err(e) = check_host_pattern(&dr.host) {
+        report.error(doc, &host, e);
+    } else if refs.check_service_entries && refs.set.service_entry_for_host(&dr.host).is_none() {
+        report.warn(
+            doc,
+            &host,
+            format!(
+                "no ServiceEntry defines host {:?}; this rule applies to nothing",
+                dr.host
+            ),
+        );
+    }
+    let Some(policy) = &dr.traffic_policy else {
+        return;
+    };
+    let tp = spec().key("trafficPolicy");
+    if let Some(simple) = policy
+        .load_balancer
+        .as_ref()
+        .and_then(|lb| lb.simple.as_deref())
+    {
+        if LbPolicy::parse(simple).is_none() {
+            let message = if simple == "PASSTHROUGH" {
+                "PASSTHROUGH is not supported (it needs the original destination); use \
+                 ROUND_ROBIN, LEAST_REQUEST or RANDOM"
+                    .to_owned()
+            } else {
+                format!("unknown load balancer {simple:?} (ROUND_ROBIN, LEAST_REQUEST or RANDOM)")
+            };
+            report.error(doc, &tp.key("loadBalancer").key("simple"), message);
+        }
+    }
+    let Some(pool) = &policy.connection_pool else {
+        return;
+    };
+    let cp = tp.key("connectionPool");
+    let positive = |report: &mut Report, field: &str, path: &crate::FieldPath, v: Option<u32>| {
+        if v == Some(0) {
+            report.error(doc, path, format!("{field} must be greater than 0"));
+        }
+    };
+    if let Some(tcp) = &pool.tcp {
+        let at = cp.key("tcp");
+        positive(
+            report,
+            "maxConnections",
+            &at.key("maxConnections"),
+            tcp.max_connections,
+        );
+        if let Some(t) = &tcp.connect_timeout {
+            let path = at.key("connectTimeout");
+            if check_duration(doc, &path, t, report).is_some_and(|d| d.is_zero()) {
+                report.error(doc, &path, "connectTimeout must be greater than 0");
+            }
+        }
+    }
+    if let Some(http) = &pool.http {
+        let at = cp.key("http");
+        positive(
+            report,
+            "http1MaxPendingRequests",
+            &at.key("http1MaxPendingRequests"),
+            http.http1_max_pending_requests,
+        );
+        positive(
+            report,
+            "http2MaxRequests",
+            &at.key("http2MaxRequests"),
+            http.http2_max_requests,
+        );
+        // maxRequestsPerConnection 0 means unlimited, as in Istio.
+        if let Some(t) = &http.idle_timeout {
+            let path = at.key("idleTimeout");
+            if check_duration(doc, &path, t, report).is_some_and(|d| d.is_zero()) {
+                report.error(doc, &path, "idleTimeout must be greater than 0");
+            }
+        }
+        if let Some(p) = &http.h2_upgrade_policy {
+            if !matches!(p.as_str(), "DEFAULT" | "DO_NOT_UPGRADE" | "UPGRADE") {
+                report.error(
+                    doc,
+                    &at.key("h2UpgradePolicy"),
+                    format!("unknown h2UpgradePolicy {p:?} (DEFAULT, DO_NOT_UPGRADE or UPGRADE)"),
+                );
+            }
+        }
+    }
+}
+
+/// Two rules for one host would make its policy ambiguous.
+pub(super) fn check_duplicate_hosts(rules: &[Doc<DestinationRule>], report: &mut Report) {
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for doc in rules {
+        let key = doc.spec.host.to_ascii_lowercase();
+        if key.is_empty() {
+            continue;
+        }
+        if let Some(first) = seen.get(&key) {
+            report.error(
+                doc,
+                &spec().key("host"),
+                format!(
+                    "host {:?} already has DestinationRule {first}",
+                    doc.spec.host
+                ),
+            );
+        } else {
+            seen.insert(key, doc.id());
+        }
+    }
+}

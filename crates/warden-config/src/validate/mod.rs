@@ -1,0 +1,136 @@
+//! Semantic validation after decoding: values, and references between documents.
+//!
+//! The contract towards the proxy: when a load returns `Ok`, every reference resolves and every
+//! value it reads is valid, so routes compile without re-validating. One module per kind;
+//! AuthorizationPolicy, RateLimitPolicy and EnvoyFilter are checked by the crates that compile
+//! them (only their metadata is checked here).
+
+mod destination_rule;
+mod gateway;
+mod metadata;
+mod service_entry;
+mod virtual_service;
+
+use crate::document::Doc;
+use crate::error::{Location, Problem};
+use crate::field_path::FieldPath;
+use crate::yaml_source::LineIndex;
+use crate::ConfigSet;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+/// Line index of every decoded document, by (file, document index).
+pub(crate) type DocLines = HashMap<(PathBuf, usize), LineIndex>;
+
+/// Collects errors and warnings, locating each one in its document.
+pub(crate) struct Report<'a> {
+    lines: &'a DocLines,
+    errors: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl<'a> Report<'a> {
+    pub(crate) fn new(lines: &'a DocLines) -> Self {
+        Self {
+            lines,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (Vec<Problem>, Vec<Problem>) {
+        (self.errors, self.warnings)
+    }
+
+    fn locate<T>(&self, doc: &Doc<T>, path: &FieldPath) -> Location {
+        let line = self
+            .lines
+            .get(&(doc.file.clone(), doc.index))
+            .and_then(|l| l.line_of(path));
+        Location {
+            file: doc.file.clone(),
+            line,
+            document: doc.index,
+            object: doc.id(),
+            field: path.to_string(),
+        }
+    }
+
+    pub(crate) fn error<T>(&mut self, doc: &Doc<T>, path: &FieldPath, message: impl Into<String>) {
+        let location = self.locate(doc, path);
+        self.errors.push(Problem {
+            location,
+            message: message.into(),
+        });
+    }
+
+    pub(crate) fn warn<T>(&mut self, doc: &Doc<T>, path: &FieldPath, message: impl Into<String>) {
+        let location = self.locate(doc, path);
+        self.warnings.push(Problem {
+            location,
+            message: message.into(),
+        });
+    }
+}
+
+/// Run every check over a decoded set. `failed_kinds` are kinds of which some document did not
+/// decode; references to those kinds are not checked (the decode error already explains).
+pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report: &mut Report) {
+    metadata::check(set, report);
+    for doc in &set.gateways {
+        gateway::check(doc, report);
+    }
+    gateway::check_port_conflicts(&set.gateways, report);
+    for doc in &set.service_entries {
+        service_entry::check(doc, report);
+    }
+    service_entry::check_duplicate_hosts(&set.service_entries, report);
+    let refs = References {
+        set,
+        check_gateways: !failed_kinds.contains("Gateway"),
+        check_service_entries: !failed_kinds.contains("ServiceEntry"),
+    };
+    for doc in &set.virtual_services {
+        virtual_service::check(doc, &refs, report);
+    }
+    for doc in &set.destination_rules {
+        destination_rule::check(doc, &refs, report);
+    }
+    destination_rule::check_duplicate_hosts(&set.destination_rules, report);
+}
+
+/// What cross-document checks may rely on.
+pub(crate) struct References<'a> {
+    pub set: &'a ConfigSet,
+    pub check_gateways: bool,
+    pub check_service_entries: bool,
+}
+
+fn spec() -> FieldPath {
+    FieldPath::keys(&["spec"])
+}
+
+/// `name: value` header names are HTTP tokens (RFC 9110), compared case-insensitively.
+fn check_header_name(name: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(format!("{name:?} is not a valid HTTP header name"));
+    }
+    Ok(())
+}
+
+/// Durations as Istio writes them; zero is rejected where a timeout must be positive.
+fn check_duration<T>(
+    doc: &Doc<T>,
+    path: &FieldPath,
+    value: &str,
+    report: &mut Report,
+) -> Option<std::time::Duration> {
+    match crate::duration::parse_duration(value) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            report.error(doc, path, e);
+            None
+        }
+    }
+}

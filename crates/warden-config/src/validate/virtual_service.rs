@@ -1,0 +1,522 @@
+//! VirtualService: hosts, gateway bindings, HTTP and TCP routes and their destinations.
+
+use super::{check_duration, check_header_name, spec, References, Report};
+use crate::anchored_regex;
+use crate::document::Doc;
+use crate::field_path::FieldPath;
+use crate::gateway_ref::{gateway_matches, GatewayRef};
+use crate::hosts::{check_host_pattern, server_host_admits};
+use crate::kinds::gateway::{Gateway, ListenerProtocol};
+use crate::kinds::virtual_service::{
+    Destination, HeaderOperations, Headers, HttpBody, HttpMatchRequest, HttpRoute, StringMatch,
+    TcpRoute, VirtualService,
+};
+use base64::Engine;
+
+type VsDoc = Doc<VirtualService>;
+
+pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
+    let vs = &doc.spec;
+    let hosts = spec().key("hosts");
+    if vs.hosts.is_empty() {
+        report.error(doc, &hosts, "a VirtualService needs at least one host");
+    }
+    for (i, host) in vs.hosts.iter().enumerate() {
+        let result = if host.contains('/') {
+            Err(format!(
+                "host {host:?}: VirtualService hosts take no namespace"
+            ))
+        } else {
+            check_host_pattern(host)
+        };
+        if let Err(e) = result {
+            report.error(doc, &hosts.index(i), e);
+        }
+    }
+
+    let gateways = check_gateway_refs(doc, &vs.gateways, &spec().key("gateways"), refs, report);
+    if vs.gateways.is_empty() {
+        report.warn(
+            doc,
+            &spec().key("gateways"),
+            "no gateways: this VirtualService applies to sidecars (mesh) only, which warden \
+             does not serve yet; ignored",
+        );
+    }
+    check_host_binding(doc, &gateways, report);
+
+    let has_protocol = |p: &dyn Fn(ListenerProtocol) -> bool| {
+        gateways.iter().any(|g| {
+            g.spec
+                .servers
+                .iter()
+                .any(|s| s.port.listener_protocol().is_some_and(p))
+        })
+    };
+    if !vs.http.is_empty() && !gateways.is_empty() && !has_protocol(&|p| p != ListenerProtocol::Tcp)
+    {
+        report.warn(
+            doc,
+            &spec().key("http"),
+            "http routes are used only on HTTP/HTTP2 servers, and none of the bound gateways \
+             has one; ignored",
+        );
+    }
+    if !vs.tcp.is_empty() && !gateways.is_empty() && !has_protocol(&|p| p == ListenerProtocol::Tcp)
+    {
+        report.warn(
+            doc,
+            &spec().key("tcp"),
+            "tcp routes are used only on TCP servers, and none of the bound gateways has one; \
+             ignored",
+        );
+    }
+
+    for (i, route) in vs.http.iter().enumerate() {
+        check_http_route(
+            doc,
+            &spec().key("http").index(i),
+            route,
+            &gateways,
+            refs,
+            report,
+        );
+    }
+    for (i, route) in vs.tcp.iter().enumerate() {
+        check_tcp_route(
+            doc,
+            &spec().key("tcp").index(i),
+            route,
+            &gateways,
+            refs,
+            report,
+        );
+    }
+}
+
+/// Resolve `gateways:` entries; unknown names are errors, `mesh` a warning. Returns the
+/// Gateways found.
+fn check_gateway_refs<'a>(
+    doc: &VsDoc,
+    list: &[String],
+    path: &FieldPath,
+    refs: &References<'a>,
+    report: &mut Report,
+) -> Vec<&'a Doc<Gateway>> {
+    let ns = doc.metadata.namespace_or_default();
+    let mut found = Vec::new();
+    for (i, reference) in list.iter().enumerate() {
+        let at = path.index(i);
+        match GatewayRef::parse(ns, reference) {
+            GatewayRef::Mesh => report.warn(
+                doc,
+                &at,
+                "gateway \"mesh\" (sidecar routing) is not supported yet; ignored",
+            ),
+            GatewayRef::Named { namespace, name } if namespace.is_empty() || name.is_empty() => {
+                report.error(
+                    doc,
+                    &at,
+                    format!("{reference:?} is not a gateway reference (name or namespace/name)"),
+                );
+            }
+            named => {
+                let matches: Vec<_> = refs
+                    .set
+                    .gateways
+                    .iter()
+                    .filter(|g| gateway_matches(ns, reference, g))
+                    .collect();
+                if matches.is_empty() && refs.check_gateways {
+                    let known: Vec<String> = refs
+                        .set
+                        .gateways
+                        .iter()
+                        .map(|g| {
+                            format!("{}/{}", g.metadata.namespace_or_default(), g.metadata.name)
+                        })
+                        .collect();
+                    report.error(
+                        doc,
+                        &at,
+                        format!(
+                            "no Gateway {named} (defined: {})",
+                            if known.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    );
+                }
+                found.extend(matches);
+            }
+        }
+    }
+    found
+}
+
+/// A VirtualService binds to a Gateway only for hosts the Gateway's servers admit.
+fn check_host_binding(doc: &VsDoc, gateways: &[&Doc<Gateway>], report: &mut Report) {
+    let ns = doc.metadata.namespace_or_default();
+    for g in gateways {
+        let gw_ns = g.metadata.namespace_or_default();
+        let admitted = g.spec.servers.iter().any(|s| {
+            s.hosts.iter().any(|sh| {
+                doc.spec
+                    .hosts
+                    .iter()
+                    .any(|h| server_host_admits(sh, gw_ns, ns, h))
+            })
+        });
+        if !admitted && !doc.spec.hosts.is_empty() {
+            let server_hosts: Vec<&str> = g
+                .spec
+                .servers
+                .iter()
+                .flat_map(|s| s.hosts.iter().map(String::as_str))
+                .collect();
+            report.warn(
+                doc,
+                &spec().key("hosts"),
+                format!(
+                    "no host is served by Gateway {gw_ns}/{} (server hosts: {}); not bound to it",
+                    g.metadata.name,
+                    server_hosts.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+fn check_http_route(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &HttpRoute,
+    gateways: &[&Doc<Gateway>],
+    refs: &References,
+    report: &mut Report,
+) {
+    for (i, m) in route.matches.iter().enumerate() {
+        check_http_match(doc, &at.key("match").index(i), m, gateways, refs, report);
+    }
+    match (&route.direct_response, route.route.is_empty()) {
+        (Some(_), false) => report.error(
+            doc,
+            &at.key("directResponse"),
+            "directResponse cannot be combined with route",
+        ),
+        (None, true) => report.error(
+            doc,
+            at,
+            "an http route needs `route` (destinations) or `directResponse`",
+        ),
+        _ => {}
+    }
+    if let Some(dr) = &route.direct_response {
+        let path = at.key("directResponse");
+        if !(200..=599).contains(&dr.status) {
+            report.error(
+                doc,
+                &path.key("status"),
+                format!("status {} is not in 200..=599", dr.status),
+            );
+        }
+        if let Some(body) = &dr.body {
+            check_body(doc, &path.key("body"), body, report);
+        }
+    }
+    let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
+    check_weights(doc, &at.key("route"), &weights, report);
+    for (i, dest) in route.route.iter().enumerate() {
+        let d = at.key("route").index(i);
+        check_destination(doc, &d.key("destination"), &dest.destination, refs, report);
+        if let Some(h) = &dest.headers {
+            check_headers(doc, &d.key("headers"), h, report);
+        }
+    }
+    if let Some(h) = &route.headers {
+        check_headers(doc, &at.key("headers"), h, report);
+    }
+    if let Some(t) = &route.timeout {
+        check_duration(doc, &at.key("timeout"), t, report);
+    }
+    if let Some(r) = &route.retries {
+        let path = at.key("retries");
+        if let Some(t) = &r.per_try_timeout {
+            let p = path.key("perTryTimeout");
+            if check_duration(doc, &p, t, report).is_some_and(|d| d.is_zero()) {
+                report.error(doc, &p, "perTryTimeout must be greater than 0");
+            }
+        }
+        if let Some(on) = &r.retry_on {
+            for cond in on.split(',').map(str::trim) {
+                let known = RETRY_ON.contains(&cond)
+                    || cond.parse::<u16>().is_ok_and(|c| (100..=599).contains(&c));
+                if !known {
+                    report.error(
+                        doc,
+                        &path.key("retryOn"),
+                        format!(
+                            "unknown retry condition {cond:?} (an HTTP status or one of {})",
+                            RETRY_ON.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Envoy `retry_on` policies Istio accepts in `retries.retryOn`.
+const RETRY_ON: &[&str] = &[
+    "5xx",
+    "gateway-error",
+    "reset",
+    "reset-before-request",
+    "connect-failure",
+    "envoy-ratelimited",
+    "retriable-4xx",
+    "refused-stream",
+    "retriable-status-codes",
+    "retriable-headers",
+    "http3-post-connect-failure",
+    "cancelled",
+    "deadline-exceeded",
+    "internal",
+    "resource-exhausted",
+    "unavailable",
+];
+
+fn check_http_match(
+    doc: &VsDoc,
+    at: &FieldPath,
+    m: &HttpMatchRequest,
+    gateways: &[&Doc<Gateway>],
+    refs: &References,
+    report: &mut Report,
+) {
+    for (field, sm) in [
+        ("uri", &m.uri),
+        ("method", &m.method),
+        ("authority", &m.authority),
+    ] {
+        if let Some(sm) = sm {
+            check_string_match(doc, &at.key(field), sm, report);
+        }
+    }
+    for (name, sm) in &m.headers {
+        let path = at.key("headers").key(name.clone());
+        if let Err(e) = check_header_name(name) {
+            report.error(doc, &path, e);
+        }
+        check_string_match(doc, &path, sm, report);
+    }
+    let own = check_gateway_refs(doc, &m.gateways, &at.key("gateways"), refs, report);
+    check_match_port(doc, &at.key("port"), m.port, gateways, &own, report);
+}
+
+/// A `match.port` selects a listener port; one no bound gateway listens on never matches.
+fn check_match_port(
+    doc: &VsDoc,
+    at: &FieldPath,
+    port: Option<u16>,
+    gateways: &[&Doc<Gateway>],
+    own: &[&Doc<Gateway>],
+    report: &mut Report,
+) {
+    let Some(port) = port else { return };
+    if port == 0 {
+        report.error(doc, at, "port must be 1..=65535");
+        return;
+    }
+    let scope = if own.is_empty() { gateways } else { own };
+    let listened = scope
+        .iter()
+        .any(|g| g.spec.servers.iter().any(|s| s.port.number == port));
+    if !scope.is_empty() && !listened {
+        report.warn(
+            doc,
+            at,
+            format!(
+                "no server of the bound gateways listens on port {port}; this match never applies"
+            ),
+        );
+    }
+}
+
+fn check_string_match(doc: &VsDoc, at: &FieldPath, sm: &StringMatch, report: &mut Report) {
+    let set = [&sm.exact, &sm.prefix, &sm.regex]
+        .iter()
+        .filter(|v| v.is_some())
+        .count();
+    if set != 1 {
+        report.error(
+            doc,
+            at,
+            format!("needs exactly one of exact, prefix or regex ({set} set)"),
+        );
+    }
+    if let Some(re) = &sm.regex {
+        if let Err(e) = regex::Regex::new(&anchored_regex(re)) {
+            report.error(doc, &at.key("regex"), format!("invalid regex {re:?}: {e}"));
+        }
+    }
+}
+
+fn check_body(doc: &VsDoc, at: &FieldPath, body: &HttpBody, report: &mut Report) {
+    match (&body.string, &body.bytes) {
+        (Some(_), Some(_)) | (None, None) => {
+            report.error(doc, at, "body needs exactly one of string or bytes")
+        }
+        (None, Some(b)) => {
+            if let Err(e) = base64::engine::general_purpose::STANDARD.decode(b) {
+                report.error(
+                    doc,
+                    &at.key("bytes"),
+                    format!("bytes is not valid base64: {e}"),
+                );
+            }
+        }
+        (Some(_), None) => {}
+    }
+}
+
+fn check_headers(doc: &VsDoc, at: &FieldPath, headers: &Headers, report: &mut Report) {
+    for (field, ops) in [
+        ("request", &headers.request),
+        ("response", &headers.response),
+    ] {
+        if let Some(ops) = ops {
+            check_header_ops(doc, &at.key(field), ops, report);
+        }
+    }
+}
+
+fn check_header_ops(doc: &VsDoc, at: &FieldPath, ops: &HeaderOperations, report: &mut Report) {
+    for (field, map) in [("set", &ops.set), ("add", &ops.add)] {
+        for (name, value) in map {
+            let path = at.key(field).key(name.clone());
+            if let Err(e) = check_header_name(name) {
+                report.error(doc, &path, e);
+            }
+            if value.contains(['\r', '\n', '\0']) {
+                report.error(doc, &path, "a header value must not contain CR, LF or NUL");
+            }
+        }
+    }
+    for (i, name) in ops.remove.iter().enumerate() {
+        if let Err(e) = check_header_name(name) {
+            report.error(doc, &at.key("remove").index(i), e);
+        }
+    }
+}
+
+/// One destination takes all traffic; with several, each needs a weight and the sum must be
+/// positive (weights are relative, like Envoy's weighted clusters; they need not sum to 100).
+fn check_weights(doc: &VsDoc, at: &FieldPath, weights: &[Option<u32>], report: &mut Report) {
+    if weights.len() < 2 {
+        return;
+    }
+    let mut complete = true;
+    for (i, w) in weights.iter().enumerate() {
+        if w.is_none() {
+            complete = false;
+            report.error(
+                doc,
+                &at.index(i).key("weight"),
+                "with several destinations, every destination needs a weight",
+            );
+        }
+    }
+    let sum: u64 = weights.iter().flatten().map(|w| u64::from(*w)).sum();
+    if complete && sum == 0 {
+        report.error(doc, at, "the destinations' weights sum to 0");
+    }
+}
+
+fn check_destination(
+    doc: &VsDoc,
+    at: &FieldPath,
+    dest: &Destination,
+    refs: &References,
+    report: &mut Report,
+) {
+    if dest.host.is_empty() {
+        report.error(doc, &at.key("host"), "host is required");
+        return;
+    }
+    if let Some(subset) = &dest.subset {
+        report.error(
+            doc,
+            &at.key("subset"),
+            format!("subset {subset:?}: subsets are not supported yet"),
+        );
+    }
+    if dest.port.as_ref().is_some_and(|p| p.number == 0) {
+        report.error(doc, &at.key("port").key("number"), "port must be 1..=65535");
+        return;
+    }
+    if !refs.check_service_entries {
+        return;
+    }
+    let Some(se) = refs.set.service_entry_for_host(&dest.host) else {
+        report.error(
+            doc,
+            &at.key("host"),
+            format!("no ServiceEntry defines host {:?}", dest.host),
+        );
+        return;
+    };
+    let numbers: Vec<String> = se.spec.ports.iter().map(|p| p.number.to_string()).collect();
+    match &dest.port {
+        Some(p) if se.spec.port(Some(p.number)).is_none() => report.error(
+            doc,
+            &at.key("port").key("number"),
+            format!(
+                "ServiceEntry {} has no port {} (ports: {})",
+                se.id(),
+                p.number,
+                numbers.join(", ")
+            ),
+        ),
+        None if se.spec.ports.len() > 1 => report.error(
+            doc,
+            &at.key("port"),
+            format!(
+                "ServiceEntry {} has several ports ({}); set port.number",
+                se.id(),
+                numbers.join(", ")
+            ),
+        ),
+        _ => {}
+    }
+}
+
+fn check_tcp_route(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &TcpRoute,
+    gateways: &[&Doc<Gateway>],
+    refs: &References,
+    report: &mut Report,
+) {
+    for (i, m) in route.matches.iter().enumerate() {
+        let path = at.key("match").index(i);
+        let own = check_gateway_refs(doc, &m.gateways, &path.key("gateways"), refs, report);
+        check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
+    }
+    if route.route.is_empty() {
+        report.error(
+            doc,
+            &at.key("route"),
+            "a tcp route needs at least one destination",
+        );
+    }
+    let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
+    check_weights(doc, &at.key("route"), &weights, report);
+    for (i, dest) in route.route.iter().enumerate() {
+        let path = at.key("route").index(i).key("destination");
+        check_destination(doc, &path, &dest.destination, refs, report);
+    }
+}
