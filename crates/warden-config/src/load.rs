@@ -90,7 +90,7 @@ impl Loader {
             let entries = match std::fs::read_dir(path) {
                 Ok(e) => e,
                 Err(e) => {
-                    return self.file_error(path, None, format!("cannot read directory: {e}"))
+                    return self.file_error(path, None, format!("cannot read directory: {e}"));
                 }
             };
             let mut files: Vec<PathBuf> = entries

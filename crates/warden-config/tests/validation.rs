@@ -1,0 +1,872 @@
+//! Table-driven tests of every validation error and warning: each names the file, the line, the
+//! document, its kind/name and the field path.
+
+use warden_config::{load_str, Problem};
+
+const GW: &str = "\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: istio-system}
+spec:
+  servers:
+  - port: {number: 8080, protocol: HTTP, name: http}
+    hosts: ['*']
+  - port: {number: 9000, protocol: TCP, name: tcp}
+    hosts: ['*']
+";
+
+const SE: &str = "\
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: backend}
+spec:
+  hosts: [backend.local]
+  ports: [{number: 8081, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1}]
+";
+
+/// A VirtualService `vs` bound to the gateway, with `body` appended under `spec:`.
+fn vs(body: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs}}\n\
+         spec:\n  hosts: ['*']\n  gateways: [istio-system/gw]\n{body}"
+    )
+}
+
+fn se(body: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: se2}}\n\
+         spec:\n{body}"
+    )
+}
+
+fn dr(body: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: dr}}\n\
+         spec:\n{body}"
+    )
+}
+
+/// The base documents plus `extra`, as one file.
+fn with_base(extra: &str) -> String {
+    format!("{GW}---\n{SE}---\n{extra}")
+}
+
+const ROUTE_OK: &str = "  http:\n  - route: [{destination: {host: backend.local}}]\n";
+
+#[derive(Clone, Copy, Debug)]
+enum Severity {
+    Error,
+    Warning,
+}
+use Severity::{Error, Warning};
+
+struct Case {
+    name: &'static str,
+    yaml: String,
+    severity: Severity,
+    /// `Kind/name`
+    object: &'static str,
+    field: &'static str,
+    message: &'static str,
+}
+
+fn case(
+    name: &'static str,
+    yaml: String,
+    severity: Severity,
+    object: &'static str,
+    field: &'static str,
+    message: &'static str,
+) -> Case {
+    Case {
+        name,
+        yaml,
+        severity,
+        object,
+        field,
+        message,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let http = |r: &str| vs(&format!("  http:\n{r}"));
+    vec![
+        // Gateway
+        case(
+            "https not supported",
+            with_base(
+                &GW.replace("name: gw,", "name: gw2,")
+                    .replace("protocol: HTTP,", "protocol: HTTPS,")
+                    .replace("8080", "8443"),
+            ),
+            Error,
+            "Gateway/gw2",
+            "spec.servers[0].port.protocol",
+            "protocol HTTPS is not supported yet",
+        ),
+        case(
+            "unknown gateway protocol",
+            with_base(
+                &GW.replace("name: gw,", "name: gw2,")
+                    .replace("protocol: HTTP,", "protocol: MONGO,")
+                    .replace("8080", "27017"),
+            ),
+            Error,
+            "Gateway/gw2",
+            "spec.servers[0].port.protocol",
+            "unknown protocol \"MONGO\"",
+        ),
+        case(
+            "port with two protocols",
+            with_base(
+                &GW.replace("name: gw,", "name: gw2,")
+                    .replace("protocol: HTTP,", "protocol: TCP,"),
+            ),
+            Error,
+            "Gateway/gw2",
+            "spec.servers[0].port.protocol",
+            "port 8080 is TCP here but HTTP in Gateway/gw",
+        ),
+        case(
+            "server without hosts",
+            with_base(
+                &GW.replace("name: gw,", "name: gw2,")
+                    .replace("8080", "8082")
+                    .replace(
+                        "    hosts: ['*']\n  - port: {number: 9000",
+                        "    hosts: []\n  - port: {number: 9000",
+                    ),
+            ),
+            Error,
+            "Gateway/gw2",
+            "spec.servers[0].hosts",
+            "at least one host",
+        ),
+        case(
+            "bad server host",
+            with_base(
+                &GW.replace("name: gw,", "name: gw2,")
+                    .replace("8080", "8082")
+                    .replace(
+                        "    hosts: ['*']\n  - port: {number: 9000",
+                        "    hosts: ['a*.com']\n  - port: {number: 9000",
+                    ),
+            ),
+            Error,
+            "Gateway/gw2",
+            "spec.servers[0].hosts[0]",
+            "wildcard is only allowed",
+        ),
+        case(
+            "gateway without servers",
+            with_base(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: empty}\nspec: {}\n",
+            ),
+            Error,
+            "Gateway/empty",
+            "spec.servers",
+            "at least one server",
+        ),
+        // VirtualService
+        case(
+            "no hosts",
+            with_base(&vs(ROUTE_OK).replace("  hosts: ['*']\n", "")),
+            Error,
+            "VirtualService/vs",
+            "spec.hosts",
+            "at least one host",
+        ),
+        case(
+            "host with namespace",
+            with_base(&vs(ROUTE_OK).replace("hosts: ['*']", "hosts: ['ns/a.com']")),
+            Error,
+            "VirtualService/vs",
+            "spec.hosts[0]",
+            "take no namespace",
+        ),
+        case(
+            "unknown gateway",
+            with_base(&vs(ROUTE_OK).replace("istio-system/gw", "istio-system/nope")),
+            Error,
+            "VirtualService/vs",
+            "spec.gateways[0]",
+            "no Gateway istio-system/nope (defined: istio-system/gw)",
+        ),
+        case(
+            "short gateway name resolves in the VirtualService's namespace",
+            with_base(&vs(ROUTE_OK).replace("istio-system/gw", "gw")),
+            Error,
+            "VirtualService/vs",
+            "spec.gateways[0]",
+            "no Gateway default/gw",
+        ),
+        case(
+            "two string match conditions",
+            with_base(&http(
+                "  - match: [{uri: {exact: /a, prefix: /}}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].uri",
+            "exactly one of exact, prefix or regex (2 set)",
+        ),
+        case(
+            "empty string match",
+            with_base(&http(
+                "  - match: [{method: {}}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].method",
+            "(0 set)",
+        ),
+        case(
+            "invalid regex",
+            with_base(&http(
+                "  - match: [{uri: {regex: '(/a'}}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].uri.regex",
+            "invalid regex \"(/a\"",
+        ),
+        case(
+            "bad header name in match",
+            with_base(&http(
+                "  - match: [{headers: {'bad header': {exact: x}}}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].headers[\"bad header\"]",
+            "not a valid HTTP header name",
+        ),
+        case(
+            "match port 0",
+            with_base(&http(
+                "  - match: [{port: 0}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].port",
+            "1..=65535",
+        ),
+        case(
+            "direct response with route",
+            with_base(&http(
+                "  - directResponse: {status: 200}\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].directResponse",
+            "cannot be combined with route",
+        ),
+        case(
+            "neither route nor direct response",
+            with_base(&http("  - name: empty\n    timeout: 1s\n")),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0]",
+            "needs `route` (destinations) or `directResponse`",
+        ),
+        case(
+            "status out of range",
+            with_base(&http("  - directResponse: {status: 99}\n")),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].directResponse.status",
+            "status 99 is not in 200..=599",
+        ),
+        case(
+            "body with string and bytes",
+            with_base(&http(
+                "  - directResponse: {status: 200, body: {string: a, bytes: YQ==}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].directResponse.body",
+            "exactly one of string or bytes",
+        ),
+        case(
+            "body bytes not base64",
+            with_base(&http(
+                "  - directResponse: {status: 200, body: {bytes: '***'}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].directResponse.body.bytes",
+            "not valid base64",
+        ),
+        case(
+            "missing weight",
+            with_base(&http(
+                "  - route:\n    - {destination: {host: backend.local}, weight: 90}\n    - {destination: {host: backend.local}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[1].weight",
+            "every destination needs a weight",
+        ),
+        case(
+            "weights sum to zero",
+            with_base(&http(
+                "  - route:\n    - {destination: {host: backend.local}, weight: 0}\n    - {destination: {host: backend.local}, weight: 0}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route",
+            "weights sum to 0",
+        ),
+        case(
+            "bad timeout",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    timeout: 5x\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].timeout",
+            "unknown unit \"x\"",
+        ),
+        case(
+            "bad per-try timeout",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    retries: {attempts: 2, perTryTimeout: soon}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].retries.perTryTimeout",
+            "invalid duration",
+        ),
+        case(
+            "unknown retry condition",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    retries: {attempts: 2, retryOn: '5xx,sometimes'}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].retries.retryOn",
+            "unknown retry condition \"sometimes\"",
+        ),
+        case(
+            "header value with newline",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    headers: {response: {set: {x-a: \"a\\nb\"}}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].headers.response.set.x-a",
+            "must not contain CR, LF or NUL",
+        ),
+        case(
+            "destination without service entry",
+            with_base(&http("  - route: [{destination: {host: nowhere.local}}]\n")),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.host",
+            "no ServiceEntry defines host \"nowhere.local\"",
+        ),
+        case(
+            "destination port not in service entry",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local, port: {number: 9}}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.port.number",
+            "ServiceEntry/backend has no port 9 (ports: 8081)",
+        ),
+        case(
+            "destination port needed with several ports",
+            with_base(&format!(
+                "{}---\n{}",
+                se(
+                    "  hosts: [multi.local]\n  ports: [{number: 1, name: a}, {number: 2, name: b}]\n  resolution: DNS\n"
+                ),
+                http("  - route: [{destination: {host: multi.local}}]\n")
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.port",
+            "has several ports (1, 2); set port.number",
+        ),
+        case(
+            "subset",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local, subset: v1}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.subset",
+            "subsets are not supported yet",
+        ),
+        case(
+            "missing destination host",
+            with_base(&http(
+                "  - route: [{destination: {port: {number: 8081}}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.host",
+            "missing field `host`",
+        ),
+        case(
+            "tcp route without destinations",
+            with_base(&vs("  tcp:\n  - match: [{port: 9000}]\n")),
+            Error,
+            "VirtualService/vs",
+            "spec.tcp[0].route",
+            "at least one destination",
+        ),
+        case(
+            "tcp route with several unweighted destinations",
+            with_base(&vs(
+                "  tcp:\n  - route: [{destination: {host: backend.local}}, {destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.tcp[0].route[0].weight",
+            "every destination needs a weight",
+        ),
+        // ServiceEntry
+        case(
+            "resolution NONE",
+            with_base(&se(
+                "  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: NONE\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.resolution",
+            "resolution must be STATIC or DNS",
+        ),
+        case(
+            "resolution missing",
+            with_base(&se("  hosts: [x.local]\n  ports: [{number: 80}]\n")),
+            Error,
+            "ServiceEntry/se2",
+            "spec.resolution",
+            "resolution must be STATIC or DNS",
+        ),
+        case(
+            "static endpoint is a host name",
+            with_base(&se(
+                "  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: STATIC\n  endpoints: [{address: example.com}]\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.endpoints[0].address",
+            "is not an IP address",
+        ),
+        case(
+            "static without endpoints",
+            with_base(&se(
+                "  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: STATIC\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.endpoints",
+            "needs endpoints",
+        ),
+        case(
+            "no ports",
+            with_base(&se("  hosts: [x.local]\n  resolution: DNS\n")),
+            Error,
+            "ServiceEntry/se2",
+            "spec.ports",
+            "at least one port",
+        ),
+        case(
+            "dns wildcard without endpoints",
+            with_base(&se(
+                "  hosts: ['*.x.local']\n  ports: [{number: 80}]\n  resolution: DNS\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.hosts[0]",
+            "cannot be resolved by DNS",
+        ),
+        case(
+            "endpoint port name unknown",
+            with_base(&se(
+                "  hosts: [x.local]\n  ports: [{number: 80, name: http}]\n  resolution: STATIC\n  endpoints: [{address: 127.0.0.1, ports: {web: 8080}}]\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.endpoints[0].ports.web",
+            "not the name of a port",
+        ),
+        case(
+            "upstream https",
+            with_base(&se(
+                "  hosts: [x.local]\n  ports: [{number: 443, protocol: HTTPS}]\n  resolution: DNS\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.ports[0].protocol",
+            "not supported yet (no upstream TLS)",
+        ),
+        case(
+            "host defined twice",
+            with_base(&se(
+                "  hosts: [backend.local]\n  ports: [{number: 80}]\n  resolution: DNS\n",
+            )),
+            Error,
+            "ServiceEntry/se2",
+            "spec.hosts[0]",
+            "already defined by ServiceEntry/backend",
+        ),
+        // DestinationRule
+        case(
+            "passthrough",
+            with_base(&dr(
+                "  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: PASSTHROUGH}}\n",
+            )),
+            Error,
+            "DestinationRule/dr",
+            "spec.trafficPolicy.loadBalancer.simple",
+            "PASSTHROUGH is not supported",
+        ),
+        case(
+            "unknown lb",
+            with_base(&dr(
+                "  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n",
+            )),
+            Error,
+            "DestinationRule/dr",
+            "spec.trafficPolicy.loadBalancer.simple",
+            "unknown load balancer \"FASTEST\"",
+        ),
+        case(
+            "zero max connections",
+            with_base(&dr(
+                "  host: backend.local\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 0}}}\n",
+            )),
+            Error,
+            "DestinationRule/dr",
+            "spec.trafficPolicy.connectionPool.tcp.maxConnections",
+            "greater than 0",
+        ),
+        case(
+            "bad connect timeout",
+            with_base(&dr(
+                "  host: backend.local\n  trafficPolicy: {connectionPool: {tcp: {connectTimeout: '10'}}}\n",
+            )),
+            Error,
+            "DestinationRule/dr",
+            "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
+            "lacks a unit",
+        ),
+        case(
+            "two rules for one host",
+            with_base(&format!(
+                "{}---\n{}",
+                dr("  host: backend.local\n"),
+                dr("  host: backend.local\n").replace("name: dr", "name: dr2")
+            )),
+            Error,
+            "DestinationRule/dr2",
+            "spec.host",
+            "already has DestinationRule DestinationRule/dr",
+        ),
+        case(
+            "negative number",
+            with_base(&dr(
+                "  host: backend.local\n  trafficPolicy: {connectionPool: {http: {http2MaxRequests: -1}}}\n",
+            )),
+            Error,
+            "DestinationRule/dr",
+            "spec.trafficPolicy.connectionPool.http.http2MaxRequests",
+            "invalid value: integer `-1`",
+        ),
+        // Envelope
+        case(
+            "empty name",
+            with_base(&vs(ROUTE_OK).replace("{name: vs}", "{name: ''}")),
+            Error,
+            "VirtualService/",
+            "metadata.name",
+            "metadata.name is required",
+        ),
+        case(
+            "duplicate name",
+            with_base(&format!("{}---\n{}", vs(ROUTE_OK), vs(ROUTE_OK))),
+            Error,
+            "VirtualService/vs",
+            "metadata.name",
+            "duplicate VirtualService default/vs: already defined in t.yaml document 3",
+        ),
+        case(
+            "unknown api version",
+            with_base(&vs(ROUTE_OK).replace("networking.istio.io/v1", "networking.istio.io/v2")),
+            Error,
+            "VirtualService/vs",
+            "apiVersion",
+            "expected networking.istio.io/v1alpha3, networking.istio.io/v1beta1, networking.istio.io/v1",
+        ),
+        case(
+            "missing kind",
+            with_base("apiVersion: v1\nmetadata: {name: x}\n"),
+            Error,
+            "/x",
+            "kind",
+            "missing kind",
+        ),
+        // Warnings
+        case(
+            "unsupported field",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local}\n",
+            )),
+            Warning,
+            "VirtualService/vs",
+            "spec.http[0].mirror",
+            "field not supported by warden; ignored",
+        ),
+        case(
+            "unsupported top-level field",
+            with_base(&format!("{}extra: 1\n", vs(ROUTE_OK))),
+            Warning,
+            "VirtualService/vs",
+            "extra",
+            "field not supported by warden; ignored",
+        ),
+        case(
+            "mesh gateway",
+            with_base(&vs(ROUTE_OK).replace("[istio-system/gw]", "[istio-system/gw, mesh]")),
+            Warning,
+            "VirtualService/vs",
+            "spec.gateways[1]",
+            "sidecar routing) is not supported yet",
+        ),
+        case(
+            "no gateways",
+            with_base(&vs(ROUTE_OK).replace("  gateways: [istio-system/gw]\n", "")),
+            Warning,
+            "VirtualService/vs",
+            "spec.gateways",
+            "applies to sidecars (mesh) only",
+        ),
+        case(
+            "host not served by gateway",
+            with_base(&format!(
+                "{}---\n{}",
+                GW.replace("name: gw,", "name: gw2,")
+                    .replace("'*'", "a.com")
+                    .replace("8080", "8082")
+                    .replace("9000", "9002"),
+                vs(ROUTE_OK)
+                    .replace("istio-system/gw", "istio-system/gw2")
+                    .replace("'*'", "b.com")
+            )),
+            Warning,
+            "VirtualService/vs",
+            "spec.hosts",
+            "no host is served by Gateway istio-system/gw2 (server hosts: a.com, a.com)",
+        ),
+        case(
+            "match port no server listens on",
+            with_base(&http(
+                "  - match: [{port: 1234}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Warning,
+            "VirtualService/vs",
+            "spec.http[0].match[0].port",
+            "listens on port 1234",
+        ),
+        case(
+            "tcp routes on http-only gateway",
+            with_base(&format!(
+                "{}---\n{}",
+                GW.replace("name: gw,", "name: web,")
+                    .replace("8080", "8083")
+                    .replace("protocol: TCP", "protocol: HTTP")
+                    .replace("9000", "8084"),
+                vs("  tcp:\n  - route: [{destination: {host: backend.local}}]\n")
+                    .replace("istio-system/gw", "istio-system/web")
+            )),
+            Warning,
+            "VirtualService/vs",
+            "spec.tcp",
+            "tcp routes are used only on TCP servers",
+        ),
+        case(
+            "destination rule for unknown host",
+            with_base(&dr("  host: other.local\n")),
+            Warning,
+            "DestinationRule/dr",
+            "spec.host",
+            "no ServiceEntry defines host \"other.local\"",
+        ),
+        case(
+            "destination rule subsets",
+            with_base(&dr("  host: backend.local\n  subsets: [{name: v1}]\n")),
+            Warning,
+            "DestinationRule/dr",
+            "spec.subsets",
+            "field not supported by warden; ignored",
+        ),
+    ]
+}
+
+fn find<'a>(problems: &'a [Problem], c: &Case) -> Option<&'a Problem> {
+    problems.iter().find(|p| {
+        p.location.object == c.object
+            && p.location.field == c.field
+            && p.message.contains(c.message)
+    })
+}
+
+#[test]
+fn every_error_and_warning_names_file_line_document_object_and_field() {
+    let mut failures = Vec::new();
+    for c in cases() {
+        let (problems, others): (Vec<Problem>, String) =
+            match (load_str("t.yaml", &c.yaml), c.severity) {
+                (Err(e), Error) => (e.0.clone(), e.to_string()),
+                (Ok(l), Warning) => (l.warnings.clone(), format!("{:#?}", l.warnings)),
+                (Ok(l), Error) => {
+                    failures.push(format!(
+                        "{}: loaded without errors; warnings {:#?}",
+                        c.name, l.warnings
+                    ));
+                    continue;
+                }
+                (Err(e), Warning) => {
+                    failures.push(format!("{}: expected a warning, got errors:\n{e}", c.name));
+                    continue;
+                }
+            };
+        let Some(p) = find(&problems, &c) else {
+            failures.push(format!(
+                "{}: no {:?} at {} {}: {:?} in\n{others}",
+                c.name, c.severity, c.object, c.field, c.message
+            ));
+            continue;
+        };
+        let text = p.to_string();
+        let want_prefix = format!(
+            "t.yaml:{}: document {} ({}), field {}: ",
+            p.location.line.unwrap_or(0),
+            p.location.document,
+            c.object,
+            c.field
+        );
+        if p.location.line.is_none() || p.location.document == 0 || !text.starts_with(&want_prefix)
+        {
+            failures.push(format!("{}: badly located: {text}", c.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_base_config_is_valid_and_silent() {
+    let loaded = load_str("t.yaml", &with_base(&vs(ROUTE_OK))).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
+    assert_eq!(loaded.set.gateways.len(), 1);
+    assert_eq!(loaded.set.virtual_services.len(), 1);
+}
+
+#[test]
+fn lines_point_at_the_offending_field() {
+    let yaml = with_base(&http_lines());
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    let p = &err.0[0];
+    let line = yaml.lines().position(|l| l.contains("status: 99")).unwrap() + 1;
+    assert_eq!(p.location.line, Some(line), "{err}");
+}
+
+fn http_lines() -> String {
+    vs("  http:\n  - directResponse:\n      status: 99\n")
+}
+
+#[test]
+fn all_errors_of_a_load_are_reported_at_once() {
+    let yaml = with_base(&format!(
+        "{}---\n{}---\n{}",
+        vs(
+            "  http:\n  - directResponse: {status: 99}\n  - route: [{destination: {host: nowhere}}]\n"
+        ),
+        se("  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: NONE\n"),
+        dr("  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n"),
+    ));
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    let fields: Vec<&str> = err.0.iter().map(|p| p.location.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.http[0].directResponse.status",
+            "spec.http[1].route[0].destination.host",
+            "spec.resolution",
+            "spec.trafficPolicy.loadBalancer.simple",
+        ],
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("4 config error(s):"), "{err}");
+}
+
+#[test]
+fn a_kind_that_failed_to_decode_does_not_cause_dangling_reference_errors() {
+    // The ServiceEntry has a type error; the VirtualService's destination would otherwise be
+    // reported as unresolved too.
+    let yaml = format!(
+        "{GW}---\n{}---\n{}",
+        SE.replace("number: 8081", "number: eighty"),
+        vs(ROUTE_OK)
+    );
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert_eq!(err.0[0].location.field, "spec.ports[0].number");
+    assert_eq!(err.0[0].location.object, "ServiceEntry/backend");
+}
+
+#[test]
+fn yaml_syntax_errors_name_file_and_line() {
+    let err = load_str("bad.yaml", "kind: Gateway\nspec:\n  servers: [1, 2\n").unwrap_err();
+    let p = &err.0[0];
+    assert!(p.location.line.is_some(), "{err}");
+    let text = p.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "bad.yaml:{}: invalid YAML",
+            p.location.line.unwrap()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_document_that_is_not_a_mapping_is_an_error() {
+    let err = load_str("t.yaml", "- a\n- b\n").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("t.yaml:1: document 1: a document must be a mapping"),
+        "{err}"
+    );
+}
+
+#[test]
+fn grpc_servers_are_http2_and_weights_need_not_sum_to_100() {
+    let yaml = format!(
+        "{}---\n{SE}---\n{}",
+        GW.replace("protocol: HTTP,", "protocol: GRPC,"),
+        vs(
+            "  http:\n  - route:\n    - {destination: {host: backend.local}, weight: 3}\n    - {destination: {host: backend.local}, weight: 1}\n"
+        )
+    );
+    let loaded = load_str("t.yaml", &yaml).unwrap();
+    let port = &loaded.set.gateways[0].spec.servers[0].port;
+    assert_eq!(
+        port.listener_protocol(),
+        Some(warden_config::ListenerProtocol::Http2)
+    );
+    assert_eq!(
+        loaded.set.virtual_services[0].spec.http[0].weights(),
+        vec![3, 1]
+    );
+}
