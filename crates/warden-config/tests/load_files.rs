@@ -95,7 +95,7 @@ fn documents_in_different_files_reference_each_other() {
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: vs}\n\
          spec:\n  hosts: ['*']\n  gateways: [gw]\n  http:\n  - directResponse: {status: 204}\n",
     );
-    assert!(load_paths(&[vs.clone()]).is_err());
+    assert!(load_paths(std::slice::from_ref(&vs)).is_err());
     let loaded = load_paths(&[vs, gw]).unwrap();
     let set = &loaded.set;
     let bound = set.gateways_of(&set.virtual_services[0]);
