@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Gateway bench (issue 2): warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
+# reverse proxy to the same backend and as a direct responder (status 333, body "test", as in
+# shared/seeds/001). One run, loopback only, wrk -t1 -c64. Env: DURATION (s, default 8), CONNS.
+source "$(dirname "$0")/lib/common.sh"
+ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
+build_warden
+
+BACKEND=$(free_port); W_PROXY=$(free_port); W_DIRECT=$(free_port); W_ADMIN=$(free_port)
+N_PROXY=$(free_port); N_DIRECT=$(free_port); H_PROXY=$(free_port); H_DIRECT=$(free_port)
+
+# Backend: nginx, one worker, `return 200` with a small body. Shared by all three proxies.
+mkdir -p "$WORK/nginx-backend" "$WORK/nginx-proxy"
+cat >"$WORK/nginx-backend/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx-backend/pid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BACKEND reuseport; location / { return 200 "hello from backend\n"; } } }
+NGX
+bg nginx -p "$WORK/nginx-backend" -c "$WORK/nginx-backend/nginx.conf"
+
+cat >"$WORK/nginx-proxy/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx-proxy/pid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.1:$BACKEND; keepalive 128; }
+  server { listen 127.0.0.1:$N_PROXY;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$N_DIRECT; location / { default_type text/plain; return 333 "test"; } } }
+NGX
+bg nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
+
+cat >"$WORK/haproxy.cfg" <<HAP
+global
+  nbthread 1
+  maxconn 10000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend proxy
+  bind 127.0.0.1:$H_PROXY
+  default_backend be
+frontend direct
+  bind 127.0.0.1:$H_DIRECT
+  http-request return status 333 content-type text/plain string test
+backend be
+  server s1 127.0.0.1:$BACKEND
+HAP
+bg haproxy -f "$WORK/haproxy.cfg"
+
+cat >"$WORK/warden.yaml" <<YAML
+apiVersion: networking.istio.io/v1beta1
+kind: Gateway
+metadata: {name: bench, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: $W_PROXY, name: http-proxy, protocol: HTTP}
+    hosts: ["*"]
+  - port: {number: $W_DIRECT, name: http-direct, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: ServiceEntry
+metadata: {name: backend, namespace: istio-system}
+spec:
+  hosts: [backend.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {http: $BACKEND}}]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata: {name: proxy, namespace: istio-system}
+spec:
+  hosts: ["*"]
+  gateways: [bench]
+  http:
+  - match: [{port: $W_PROXY}]
+    route: [{destination: {host: backend.local, port: {number: 80}}}]
+  - match: [{port: $W_DIRECT}]
+    directResponse: {status: 333, body: {string: test}}
+YAML
+bg "$WARDEN" proxy -c "$WORK/warden.yaml" --concurrency 1 --listen-host 127.0.0.1 --admin "127.0.0.1:$W_ADMIN"
+WPID=$LAST_PID
+
+for url in "http://127.0.0.1:$BACKEND/" "http://127.0.0.1:$N_PROXY/" "http://127.0.0.1:$H_PROXY/" \
+           "http://127.0.0.1:$W_PROXY/" "http://127.0.0.1:$W_DIRECT/"; do wait_http "$url"; done
+sleep 0.5
+IDLE_RSS=$(rss_kb "$WPID")
+for url in "http://127.0.0.1:$W_PROXY/" "http://127.0.0.1:$W_DIRECT/"; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$url"); echo "warden $url -> $code" >&2
+done
+
+echo "running wrk -t1 -c$CONNS -d${DURATION}s for each case" >&2
+wrk_run "backend direct"          "http://127.0.0.1:$BACKEND/"
+wrk_run "proxy: nginx"            "http://127.0.0.1:$N_PROXY/"
+wrk_run "proxy: haproxy"          "http://127.0.0.1:$H_PROXY/"
+wrk_run "proxy: warden"           "http://127.0.0.1:$W_PROXY/"
+wrk_run "direct 333: nginx"       "http://127.0.0.1:$N_DIRECT/"
+wrk_run "direct 333: haproxy"     "http://127.0.0.1:$H_DIRECT/"
+wrk_run "direct 333: warden"      "http://127.0.0.1:$W_DIRECT/"
+LOADED_RSS=$(rss_kb "$WPID")
+
+python3 - "$RESULTS" "$IDLE_RSS" "$LOADED_RSS" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+res = {r[0]: (float(r[1] or 0), r[2], r[3]) for r in rows}
+print(f"{'case':<24}{'req/s':>12}{'p99':>12}{'non-2xx/3xx':>14}")
+for name, (rps, p99, non) in res.items():
+    print(f"{name:<24}{rps:>12.0f}{p99:>12}{non:>14}")
+def ratio(kind):
+    w = res[f"{kind}: warden"][0]; best = max(res[f"{kind}: nginx"][0], res[f"{kind}: haproxy"][0])
+    verdict = "PASS" if w >= best else "FAIL"
+    print(f"{kind:<10} warden / best(nginx, haproxy) = {w/best:.3f}  [{verdict}]")
+print()
+ratio("proxy"); ratio("direct 333")
+idle = int(sys.argv[2]) / 1024
+print(f"warden RSS idle {idle:.1f} MiB [{'PASS' if idle < 20 else 'FAIL'} < 20 MiB], after load {int(sys.argv[3])/1024:.1f} MiB")
+PY
