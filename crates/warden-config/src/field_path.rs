@@ -60,6 +60,35 @@ impl FieldPath {
         next
     }
 
+    /// Parse the rendered form back: `spec.http[0]["a.b"].x`. Unparseable text becomes a
+    /// single key, so lookups fall back to the document.
+    pub fn parse(text: &str) -> Self {
+        let mut segments = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix("[\"") {
+                let Some(end) = after.find("\"]") else { break };
+                segments.push(Segment::Key(after[..end].to_owned()));
+                rest = &after[end + 2..];
+            } else if let Some(after) = rest.strip_prefix('[') {
+                let Some(end) = after.find(']') else { break };
+                match after[..end].parse() {
+                    Ok(i) => segments.push(Segment::Index(i)),
+                    Err(_) => segments.push(Segment::Key(after[..end].to_owned())),
+                }
+                rest = &after[end + 1..];
+            } else {
+                let body = rest.strip_prefix('.').unwrap_or(rest);
+                let end = body.find(['.', '[']).unwrap_or(body.len());
+                if end > 0 {
+                    segments.push(Segment::Key(body[..end].to_owned()));
+                }
+                rest = &body[end..];
+            }
+        }
+        Self(segments)
+    }
+
     /// Convert a serde_ignored path (which prints `a.0.b`).
     pub fn from_ignored(path: &serde_ignored::Path<'_>) -> Self {
         let mut segments = Vec::new();
@@ -144,5 +173,16 @@ mod tests {
         assert_eq!(h.to_string(), "headers[\":authority\"]");
         assert_eq!(FieldPath::root().to_string(), "");
         assert_eq!(p.parent().to_string(), "spec.http[0].route[1]");
+        for text in [
+            "spec.http[0].route[1].weight",
+            "headers[\":authority\"].x",
+            "a",
+        ] {
+            assert_eq!(FieldPath::parse(text).to_string(), text);
+        }
+        assert_eq!(
+            FieldPath::parse("spec.http[0]"),
+            FieldPath::keys(&["spec", "http"]).index(0)
+        );
     }
 }

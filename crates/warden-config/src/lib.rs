@@ -26,6 +26,24 @@ pub struct ConfigSet {
     pub authorization_policies: Vec<Doc<AuthorizationPolicy>>,
     pub rate_limit_policies: Vec<Doc<RateLimitPolicy>>,
     pub envoy_filters: Vec<Doc<EnvoyFilter>>,
+    /// Where each document's fields are, so later stages can report lines too.
+    #[serde(skip)]
+    pub source_lines: yaml_source::SourceLines,
+}
+
+impl ConfigSet {
+    /// The location of `field` (e.g. `spec.rules[0].from`) in `doc`, with its line when known:
+    /// for problems found by the crates that compile the documents.
+    pub fn locate<T>(&self, doc: &Doc<T>, field: &str) -> Location {
+        let path = FieldPath::parse(field);
+        Location {
+            file: doc.file.clone(),
+            line: self.source_lines.line_of(&doc.file, doc.index, &path),
+            document: doc.index,
+            object: doc.id(),
+            field: field.to_owned(),
+        }
+    }
 }
 
 pub mod duration;

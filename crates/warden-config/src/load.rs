@@ -7,7 +7,7 @@
 use crate::document::{Doc, Metadata};
 use crate::error::{ConfigErrors, Location, Problem};
 use crate::field_path::FieldPath;
-use crate::validate::{self, DocLines, Report};
+use crate::validate::{self, Report};
 use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
 use crate::ConfigSet;
 use serde::de::DeserializeOwned;
@@ -73,7 +73,6 @@ pub fn load_str(name: &str, text: &str) -> Result<Loaded, ConfigErrors> {
 struct Loader {
     loaded: Loaded,
     errors: Vec<Problem>,
-    lines: DocLines,
     /// Files in load order, so problems are reported in the order the user gave the files.
     files: Vec<PathBuf>,
     /// Kinds of which a document failed to decode: references to them are not checked, since
@@ -242,11 +241,14 @@ impl Loader {
             "RateLimitPolicy" => typed!(rate_limit_policies),
             _ => return,
         }
-        self.lines.insert((file.to_path_buf(), index), lines);
+        self.loaded
+            .set
+            .source_lines
+            .insert(file.to_path_buf(), index, lines);
     }
 
     fn finish(mut self) -> Result<Loaded, ConfigErrors> {
-        let mut report = Report::new(&self.lines);
+        let mut report = Report::new(&self.loaded.set.source_lines);
         validate::validate(&self.loaded.set, &self.failed_kinds, &mut report);
         let (errors, warnings) = report.into_parts();
         self.errors.extend(errors);

@@ -8,6 +8,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// One YAML document: its value, the line it starts on and the line of each node.
 #[derive(Debug, Clone)]
@@ -34,6 +35,23 @@ impl LineIndex {
             }
             p = p.parent();
         }
+    }
+}
+
+/// Line indexes of every loaded document, by file and 1-based document index.
+#[derive(Debug, Clone, Default)]
+pub struct SourceLines(HashMap<(PathBuf, usize), LineIndex>);
+
+impl SourceLines {
+    pub(crate) fn insert(&mut self, file: PathBuf, document: usize, lines: LineIndex) {
+        self.0.insert((file, document), lines);
+    }
+
+    /// The line of `path` in document `document` of `file` (or of its nearest ancestor).
+    pub fn line_of(&self, file: &Path, document: usize, path: &FieldPath) -> Option<usize> {
+        self.0
+            .get(&(file.to_path_buf(), document))
+            .and_then(|l| l.line_of(path))
     }
 }
 

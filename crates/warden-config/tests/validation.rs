@@ -870,3 +870,23 @@ fn grpc_servers_are_http2_and_weights_need_not_sum_to_100() {
         vec![3, 1]
     );
 }
+
+#[test]
+fn later_stages_can_locate_fields_with_lines() {
+    let yaml = with_base(&vs(ROUTE_OK));
+    let set = load_str("t.yaml", &yaml).unwrap().set;
+    let loc = set.locate(
+        &set.virtual_services[0],
+        "spec.http[0].route[0].destination.host",
+    );
+    let line = yaml
+        .lines()
+        .position(|l| l.contains("backend.local}}]"))
+        .unwrap()
+        + 1;
+    assert_eq!(loc.line, Some(line));
+    assert_eq!(
+        loc.to_string(),
+        format!("t.yaml:{line}: document 3 (VirtualService/vs), field spec.http[0].route[0].destination.host")
+    );
+}

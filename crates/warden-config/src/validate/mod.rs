@@ -14,23 +14,19 @@ mod virtual_service;
 use crate::document::Doc;
 use crate::error::{Location, Problem};
 use crate::field_path::FieldPath;
-use crate::yaml_source::LineIndex;
+use crate::yaml_source::SourceLines;
 use crate::ConfigSet;
-use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
-
-/// Line index of every decoded document, by (file, document index).
-pub(crate) type DocLines = HashMap<(PathBuf, usize), LineIndex>;
+use std::collections::BTreeSet;
 
 /// Collects errors and warnings, locating each one in its document.
 pub(crate) struct Report<'a> {
-    lines: &'a DocLines,
+    lines: &'a SourceLines,
     errors: Vec<Problem>,
     warnings: Vec<Problem>,
 }
 
 impl<'a> Report<'a> {
-    pub(crate) fn new(lines: &'a DocLines) -> Self {
+    pub(crate) fn new(lines: &'a SourceLines) -> Self {
         Self {
             lines,
             errors: Vec::new(),
@@ -43,10 +39,7 @@ impl<'a> Report<'a> {
     }
 
     fn locate<T>(&self, doc: &Doc<T>, path: &FieldPath) -> Location {
-        let line = self
-            .lines
-            .get(&(doc.file.clone(), doc.index))
-            .and_then(|l| l.line_of(path));
+        let line = self.lines.line_of(&doc.file, doc.index, path);
         Location {
             file: doc.file.clone(),
             line,
