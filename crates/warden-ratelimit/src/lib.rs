@@ -4,9 +4,12 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod json;
 mod local_cache;
 pub mod limiter;
 pub mod matcher;
+pub mod server;
+pub mod settings;
 pub mod stats;
 pub mod store;
 mod wildcard;
@@ -15,3 +18,5 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{parse_config, to_yaml, ConfigError, ConfigSet, ConfigSource, RlsConfig};
 pub use limiter::{LimiterSettings, RateLimiter, RlsError};
 pub use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+pub use server::{RunningServer, Server, ServerError};
+pub use settings::{Backend, Settings};

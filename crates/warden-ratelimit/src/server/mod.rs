@@ -1,0 +1,252 @@
+//! The whole service in-process: gRPC (RLS v3 + grpc.health.v1), HTTP (`/json`,
+//! `/healthcheck`), debug (`/rlconfig`, `/metrics`), config reload and health probing.
+
+mod grpc;
+mod health;
+mod http;
+mod reload;
+
+pub use reload::load_into;
+
+use crate::clock::{Clock, SystemClock};
+use crate::limiter::RateLimiter;
+use crate::settings::{Backend, Settings};
+use crate::stats::Stats;
+use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use health::Health;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("redis settings: {0}")]
+    Redis(#[from] StoreError),
+}
+
+/// Starts the service; see [`RunningServer`].
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// Binds every listener, loads the config (an invalid first config leaves the service
+    /// answering `no rate limit configuration loaded`, like the reference) and starts serving.
+    pub async fn start(settings: Settings) -> Result<RunningServer, ServerError> {
+        Server::start_with_clock(settings, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Server::start`] with a custom clock (tests move time by hand).
+    pub async fn start_with_clock(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<RunningServer, ServerError> {
+        let stats = Arc::new(Stats::new());
+        let store = match settings.backend {
+            Backend::Memory => {
+                Store::Memory(Arc::new(MemoryStore::new(settings.limiter.memory_max_keys)))
+            }
+            Backend::Redis => Store::Redis(Arc::new(RedisStore::new(
+                &settings.redis,
+                settings.redis_per_second.as_ref(),
+            )?)),
+        };
+        let limiter = Arc::new(RateLimiter::new(
+            store.clone(),
+            settings.limiter.clone(),
+            clock,
+            stats.clone(),
+        ));
+        let source = settings.config_source.clone();
+        let merge = settings.merge_domain_config;
+        let initial_error = {
+            let (l, s) = (limiter.clone(), source.clone());
+            tokio::task::spawn_blocking(move || reload::load_into(&l, &s, merge).err())
+                .await
+                .unwrap_or_else(|e| Some(e.to_string()))
+        };
+
+        let bind = |what: &'static str, addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind { what, addr, source })
+        };
+        let grpc_listener = bind("gRPC", settings.grpc_addr).await?;
+        let http_listener = bind("HTTP", settings.http_addr).await?;
+        let debug_listener = bind("debug", settings.debug_addr).await?;
+        let prometheus_listener = match &settings.prometheus {
+            Some((addr, _)) => Some(bind("Prometheus", *addr).await?),
+            None => None,
+        };
+        let local = |l: &TcpListener, fallback: SocketAddr| l.local_addr().unwrap_or(fallback);
+        let grpc_addr = local(&grpc_listener, settings.grpc_addr);
+        let http_addr = local(&http_listener, settings.http_addr);
+        let debug_addr = local(&debug_listener, settings.debug_addr);
+        let prometheus_addr = prometheus_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok());
+
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let health = Arc::new(Health {
+            store,
+            shutting_down: Default::default(),
+        });
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let mut tasks = Vec::new();
+
+        tasks.push(tokio::spawn(health::run_probe(
+            health.clone(),
+            reporter,
+            settings.health_probe_interval,
+            stats.clone(),
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(reload::watch_config(
+            limiter.clone(),
+            source,
+            merge,
+            settings.config_poll_interval,
+            shutdown_rx.clone(),
+        )));
+
+        let rls = RateLimitServiceServer::new(grpc::RlsService {
+            limiter: limiter.clone(),
+        });
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener)
+            .with_nodelay(Some(true));
+        let mut grpc_shutdown = shutdown_rx.clone();
+        let grpc = tonic::transport::Server::builder()
+            .max_connection_age(settings.grpc_max_connection_age)
+            .max_connection_age_grace(settings.grpc_max_connection_age_grace)
+            .add_service(health_service)
+            .add_service(rls)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = grpc_shutdown.changed().await;
+            });
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = grpc.await {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        }));
+
+        let ctx = |listener| http::HttpCtx {
+            limiter: limiter.clone(),
+            health: health.clone(),
+            listener,
+            metrics_path: settings
+                .prometheus
+                .as_ref()
+                .map(|(_, p)| p.clone())
+                .unwrap_or_else(|| "/metrics".into()),
+        };
+        tasks.push(tokio::spawn(http::serve(
+            http_listener,
+            ctx(http::Listener::Service),
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(http::serve(
+            debug_listener,
+            ctx(http::Listener::Debug),
+            shutdown_rx.clone(),
+        )));
+        if let Some(l) = prometheus_listener {
+            tasks.push(tokio::spawn(http::serve(
+                l,
+                ctx(http::Listener::Prometheus),
+                shutdown_rx.clone(),
+            )));
+        }
+
+        Ok(RunningServer {
+            grpc_addr,
+            http_addr,
+            debug_addr,
+            prometheus_addr,
+            limiter,
+            health,
+            initial_config_error: initial_error,
+            shutdown: shutdown_tx,
+            tasks,
+        })
+    }
+}
+
+/// A started service. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
+/// until the runtime ends.
+#[derive(Debug)]
+pub struct RunningServer {
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    debug_addr: SocketAddr,
+    prometheus_addr: Option<SocketAddr>,
+    limiter: Arc<RateLimiter>,
+    health: Arc<Health>,
+    initial_config_error: Option<String>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// Bound gRPC address (RLS v3 and grpc.health.v1).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+    /// Bound HTTP address (`/json`, `/healthcheck`).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+    /// Bound debug address (`/`, `/rlconfig`, `/metrics`, `/stats`).
+    pub fn debug_addr(&self) -> SocketAddr {
+        self.debug_addr
+    }
+    /// Bound Prometheus address when `USE_PROMETHEUS` is set.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus_addr
+    }
+    /// The limiter the listeners share (call `decide` on it in-process).
+    pub fn limiter(&self) -> &Arc<RateLimiter> {
+        &self.limiter
+    }
+    /// The error of the first config load, if it failed.
+    pub fn initial_config_error(&self) -> Option<&str> {
+        self.initial_config_error.as_deref()
+    }
+    /// Whether `/healthcheck` currently answers 200.
+    pub fn healthy(&self) -> bool {
+        self.health.healthy()
+    }
+
+    /// Marks the service unhealthy, stops accepting, and waits for the tasks to end.
+    pub async fn shutdown(self) {
+        self.health.shutting_down.store(true, Ordering::Relaxed);
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// Resolves when the process receives SIGTERM or Ctrl-C (for the CLI).
+    pub async fn wait_for_signal() {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            if let Ok(mut term) = signal(SignalKind::terminate()) {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                return;
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
