@@ -43,7 +43,8 @@ impl ConfigSet {
         })
     }
 
-    /// The load balancing policy for upstream `host` (round robin without a DestinationRule).
+    /// The load balancing policy for upstream `host` (least request without a DestinationRule,
+    /// as in Istio).
     pub fn lb_policy_for_host(&self, host: &str) -> LbPolicy {
         self.destination_rule_for_host(host)
             .map(|dr| dr.spec.lb_policy())

@@ -890,3 +890,12 @@ fn later_stages_can_locate_fields_with_lines() {
         format!("t.yaml:{line}: document 3 (VirtualService/vs), field spec.http[0].route[0].destination.host")
     );
 }
+
+#[test]
+fn http_and_http2_servers_share_a_port() {
+    let gw2 = GW
+        .replace("name: gw,", "name: gw2,")
+        .replace("protocol: HTTP,", "protocol: HTTP2,");
+    let loaded = load_str("t.yaml", &format!("{}---\n{gw2}", with_base(&vs(ROUTE_OK))));
+    assert!(loaded.is_ok(), "{}", loaded.unwrap_err());
+}

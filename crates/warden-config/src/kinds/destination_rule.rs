@@ -64,10 +64,10 @@ pub struct HttpSettings {
 /// Load balancing policy of `trafficPolicy.loadBalancer.simple`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub enum LbPolicy {
-    /// `ROUND_ROBIN`, and the default when unset or `UNSPECIFIED`.
-    #[default]
     RoundRobin,
-    /// `LEAST_REQUEST` (also the deprecated `LEAST_CONN`).
+    /// `LEAST_REQUEST` (also the deprecated `LEAST_CONN`); Istio's default when unset or
+    /// `UNSPECIFIED`.
+    #[default]
     LeastRequest,
     Random,
 }
@@ -76,8 +76,8 @@ impl LbPolicy {
     /// Parse a `simple` value; `None` for values validation rejects.
     pub fn parse(simple: &str) -> Option<Self> {
         match simple {
-            "ROUND_ROBIN" | "UNSPECIFIED" => Some(LbPolicy::RoundRobin),
-            "LEAST_REQUEST" | "LEAST_CONN" => Some(LbPolicy::LeastRequest),
+            "ROUND_ROBIN" => Some(LbPolicy::RoundRobin),
+            "LEAST_REQUEST" | "LEAST_CONN" | "UNSPECIFIED" => Some(LbPolicy::LeastRequest),
             "RANDOM" => Some(LbPolicy::Random),
             _ => None,
         }
@@ -85,7 +85,7 @@ impl LbPolicy {
 }
 
 impl DestinationRule {
-    /// The configured policy (round robin when unset).
+    /// The configured policy (least request, Istio's default, when unset).
     pub fn lb_policy(&self) -> LbPolicy {
         self.traffic_policy
             .as_ref()

@@ -171,6 +171,26 @@ pub struct RouteDestination {
     pub weight: Option<u32>,
 }
 
+impl HttpBody {
+    /// The body's bytes: `string` as UTF-8, or `bytes` decoded from standard base64 (padding
+    /// optional, as protobuf JSON accepts). Validation guarantees `Ok` for loaded configs.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+        use base64::Engine;
+        const STANDARD_ANY_PADDING: GeneralPurpose = GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+        );
+        match (&self.string, &self.bytes) {
+            (Some(s), None) => Ok(s.clone().into_bytes()),
+            (None, Some(b)) => STANDARD_ANY_PADDING
+                .decode(b)
+                .map_err(|e| format!("bytes is not valid base64: {e}")),
+            _ => Err("body needs exactly one of string or bytes".into()),
+        }
+    }
+}
+
 /// The one condition a valid [`StringMatch`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StringMatchKind<'a> {
@@ -233,6 +253,17 @@ mod tests {
         assert!(re.is_match("/x"));
         assert!(!re.is_match("xabcx"));
         assert!(!re.is_match("/xy"));
+    }
+
+    #[test]
+    fn body_bytes_accept_base64_with_or_without_padding() {
+        let body = |b: &str| HttpBody {
+            bytes: Some(b.into()),
+            string: None,
+        };
+        assert_eq!(body("dGVzdA==").to_bytes(), Ok(b"test".to_vec()));
+        assert_eq!(body("dGVzdA").to_bytes(), Ok(b"test".to_vec()));
+        assert!(body("dGV*dA").to_bytes().is_err());
     }
 
     #[test]

@@ -45,8 +45,9 @@ pub(super) fn check(doc: &Doc<Gateway>, report: &mut Report) {
     }
 }
 
-/// One listener per port: two servers (in any Gateways) on the same port must speak the same
-/// protocol. Port 0 (a free port per server) never conflicts.
+/// One listener per port: two servers (in any Gateways) on the same port must both be HTTP
+/// (HTTP, HTTP2 and GRPC share one HTTP listener) or both TCP. Port 0 (a free port per server)
+/// never conflicts.
 pub(super) fn check_port_conflicts(gateways: &[Doc<Gateway>], report: &mut Report) {
     let mut first: HashMap<u16, (ListenerProtocol, String)> = HashMap::new();
     for doc in gateways {
@@ -60,12 +61,12 @@ pub(super) fn check_port_conflicts(gateways: &[Doc<Gateway>], report: &mut Repor
             }
             let here: FieldPath = spec().key("servers").index(i).key("port");
             match first.get(&number) {
-                Some((p, _)) if *p == protocol => {}
+                Some((p, _)) if is_tcp(*p) == is_tcp(protocol) => {}
                 Some((p, where_)) => report.error(
                     doc,
                     &here.key("protocol"),
                     format!(
-                        "port {number} is {} here but {} in {where_}; one port has one protocol",
+                        "port {number} is {} here but {} in {where_}; a port serves either HTTP or TCP",
                         server.port.protocol,
                         protocol_name(*p)
                     ),
@@ -77,6 +78,10 @@ pub(super) fn check_port_conflicts(gateways: &[Doc<Gateway>], report: &mut Repor
             }
         }
     }
+}
+
+fn is_tcp(p: ListenerProtocol) -> bool {
+    p == ListenerProtocol::Tcp
 }
 
 fn protocol_name(p: ListenerProtocol) -> &'static str {

@@ -11,7 +11,6 @@ use crate::kinds::virtual_service::{
     Destination, HeaderOperations, Headers, HttpBody, HttpMatchRequest, HttpRoute, StringMatch,
     TcpRoute, VirtualService,
 };
-use base64::Engine;
 
 type VsDoc = Doc<VirtualService>;
 
@@ -365,20 +364,13 @@ fn check_string_match(doc: &VsDoc, at: &FieldPath, sm: &StringMatch, report: &mu
 }
 
 fn check_body(doc: &VsDoc, at: &FieldPath, body: &HttpBody, report: &mut Report) {
-    match (&body.string, &body.bytes) {
-        (Some(_), Some(_)) | (None, None) => {
-            report.error(doc, at, "body needs exactly one of string or bytes")
-        }
-        (None, Some(b)) => {
-            if let Err(e) = base64::engine::general_purpose::STANDARD.decode(b) {
-                report.error(
-                    doc,
-                    &at.key("bytes"),
-                    format!("bytes is not valid base64: {e}"),
-                );
-            }
-        }
-        (Some(_), None) => {}
+    if let Err(e) = body.to_bytes() {
+        let path = if body.string.is_none() && body.bytes.is_some() {
+            at.key("bytes")
+        } else {
+            at.clone()
+        };
+        report.error(doc, &path, e);
     }
 }
 
