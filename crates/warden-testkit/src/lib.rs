@@ -5,5 +5,7 @@
 //! and kills the process when dropped.
 
 mod redis_server;
+mod temp_dir;
 
 pub use redis_server::{RedisServer, RedisServerError};
+pub use temp_dir::TempDir;
