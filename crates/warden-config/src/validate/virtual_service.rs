@@ -466,7 +466,7 @@ fn check_destination(
             doc,
             &at.key("port").key("number"),
             format!(
-                "ServiceEntry {} has no port {} (ports: {})",
+                "{} has no port {} (ports: {})",
                 se.id(),
                 p.number,
                 numbers.join(", ")
@@ -476,7 +476,7 @@ fn check_destination(
             doc,
             &at.key("port"),
             format!(
-                "ServiceEntry {} has several ports ({}); set port.number",
+                "{} has several ports ({}); set port.number",
                 se.id(),
                 numbers.join(", ")
             ),
