@@ -48,6 +48,15 @@ fn dr(body: &str) -> String {
     )
 }
 
+/// A second Gateway `gw2`: the base one with text replacements applied.
+fn gw2(edits: &[(&str, &str)]) -> String {
+    edits
+        .iter()
+        .fold(GW.replace("name: gw,", "name: gw2,"), |s, (a, b)| {
+            s.replace(a, b)
+        })
+}
+
 /// The base documents plus `extra`, as one file.
 fn with_base(extra: &str) -> String {
     format!("{GW}---\n{SE}---\n{extra}")
@@ -97,9 +106,7 @@ fn cases() -> Vec<Case> {
         case(
             "https not supported",
             with_base(
-                &GW.replace("name: gw,", "name: gw2,")
-                    .replace("protocol: HTTP,", "protocol: HTTPS,")
-                    .replace("8080", "8443"),
+                &gw2(&[("protocol: HTTP,", "protocol: HTTPS,"), ("8080", "8443")]),
             ),
             Error,
             "Gateway/gw2",
@@ -109,9 +116,7 @@ fn cases() -> Vec<Case> {
         case(
             "unknown gateway protocol",
             with_base(
-                &GW.replace("name: gw,", "name: gw2,")
-                    .replace("protocol: HTTP,", "protocol: MONGO,")
-                    .replace("8080", "27017"),
+                &gw2(&[("protocol: HTTP,", "protocol: MONGO,"), ("8080", "27017")]),
             ),
             Error,
             "Gateway/gw2",
@@ -121,8 +126,7 @@ fn cases() -> Vec<Case> {
         case(
             "port with two protocols",
             with_base(
-                &GW.replace("name: gw,", "name: gw2,")
-                    .replace("protocol: HTTP,", "protocol: TCP,"),
+                &gw2(&[("protocol: HTTP,", "protocol: TCP,")]),
             ),
             Error,
             "Gateway/gw2",
@@ -132,8 +136,7 @@ fn cases() -> Vec<Case> {
         case(
             "server without hosts",
             with_base(
-                &GW.replace("name: gw,", "name: gw2,")
-                    .replace("8080", "8082")
+                &gw2(&[("8080", "8082")])
                     .replace(
                         "    hosts: ['*']\n  - port: {number: 9000",
                         "    hosts: []\n  - port: {number: 9000",
@@ -147,8 +150,7 @@ fn cases() -> Vec<Case> {
         case(
             "bad server host",
             with_base(
-                &GW.replace("name: gw,", "name: gw2,")
-                    .replace("8080", "8082")
+                &gw2(&[("8080", "8082")])
                     .replace(
                         "    hosts: ['*']\n  - port: {number: 9000",
                         "    hosts: ['a*.com']\n  - port: {number: 9000",
@@ -650,10 +652,7 @@ fn cases() -> Vec<Case> {
             "host not served by gateway",
             with_base(&format!(
                 "{}---\n{}",
-                GW.replace("name: gw,", "name: gw2,")
-                    .replace("'*'", "a.com")
-                    .replace("8080", "8082")
-                    .replace("9000", "9002"),
+                gw2(&[("'*'", "a.com"), ("8080", "8082"), ("9000", "9002")]),
                 vs(ROUTE_OK)
                     .replace("istio-system/gw", "istio-system/gw2")
                     .replace("'*'", "b.com")

@@ -1,6 +1,6 @@
 //! DestinationRule: load balancing and connection pool settings of an upstream host.
 
-use super::{check_duration, spec, References, Report};
+use super::{check_positive_duration, spec, References, Report};
 use crate::document::Doc;
 use crate::hosts::check_host_pattern;
 use crate::kinds::destination_rule::{DestinationRule, LbPolicy};
@@ -47,46 +47,31 @@ pub(super) fn check(doc: &Doc<DestinationRule>, refs: &References, report: &mut 
         return;
     };
     let cp = tp.key("connectionPool");
-    let positive = |report: &mut Report, field: &str, path: &crate::FieldPath, v: Option<u32>| {
+    // Counts of 0 would block all traffic; Istio rejects them too.
+    let positive = |report: &mut Report, at: &crate::FieldPath, field: &str, v: Option<u32>| {
         if v == Some(0) {
-            report.error(doc, path, format!("{field} must be greater than 0"));
+            report.error(
+                doc,
+                &at.key(field),
+                format!("{field} must be greater than 0"),
+            );
         }
     };
     if let Some(tcp) = &pool.tcp {
         let at = cp.key("tcp");
-        positive(
-            report,
-            "maxConnections",
-            &at.key("maxConnections"),
-            tcp.max_connections,
-        );
+        positive(report, &at, "maxConnections", tcp.max_connections);
         if let Some(t) = &tcp.connect_timeout {
-            let path = at.key("connectTimeout");
-            if check_duration(doc, &path, t, report).is_some_and(|d| d.is_zero()) {
-                report.error(doc, &path, "connectTimeout must be greater than 0");
-            }
+            check_positive_duration(doc, &at.key("connectTimeout"), "connectTimeout", t, report);
         }
     }
     if let Some(http) = &pool.http {
         let at = cp.key("http");
-        positive(
-            report,
-            "http1MaxPendingRequests",
-            &at.key("http1MaxPendingRequests"),
-            http.http1_max_pending_requests,
-        );
-        positive(
-            report,
-            "http2MaxRequests",
-            &at.key("http2MaxRequests"),
-            http.http2_max_requests,
-        );
+        let pending = http.http1_max_pending_requests;
+        positive(report, &at, "http1MaxPendingRequests", pending);
+        positive(report, &at, "http2MaxRequests", http.http2_max_requests);
         // maxRequestsPerConnection 0 means unlimited, as in Istio.
         if let Some(t) = &http.idle_timeout {
-            let path = at.key("idleTimeout");
-            if check_duration(doc, &path, t, report).is_some_and(|d| d.is_zero()) {
-                report.error(doc, &path, "idleTimeout must be greater than 0");
-            }
+            check_positive_duration(doc, &at.key("idleTimeout"), "idleTimeout", t, report);
         }
         if let Some(p) = &http.h2_upgrade_policy {
             if !matches!(p.as_str(), "DEFAULT" | "DO_NOT_UPGRADE" | "UPGRADE") {

@@ -112,7 +112,20 @@ fn check_header_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Durations as Istio writes them; zero is rejected where a timeout must be positive.
+/// A duration that must parse and be greater than zero (`name` is the field, for the message).
+fn check_positive_duration<T>(
+    doc: &Doc<T>,
+    path: &FieldPath,
+    name: &str,
+    value: &str,
+    report: &mut Report,
+) {
+    if check_duration(doc, path, value, report).is_some_and(|d| d.is_zero()) {
+        report.error(doc, path, format!("{name} must be greater than 0"));
+    }
+}
+
+/// Durations as Istio writes them (`5s`, `250ms`, `1m30s`).
 fn check_duration<T>(
     doc: &Doc<T>,
     path: &FieldPath,

@@ -1,6 +1,6 @@
 //! VirtualService: hosts, gateway bindings, HTTP and TCP routes and their destinations.
 
-use super::{check_duration, check_header_name, spec, References, Report};
+use super::{check_duration, check_header_name, check_positive_duration, spec, References, Report};
 use crate::anchored_regex;
 use crate::document::Doc;
 use crate::field_path::FieldPath;
@@ -244,9 +244,7 @@ fn check_http_route(
         let path = at.key("retries");
         if let Some(t) = &r.per_try_timeout {
             let p = path.key("perTryTimeout");
-            if check_duration(doc, &p, t, report).is_some_and(|d| d.is_zero()) {
-                report.error(doc, &p, "perTryTimeout must be greater than 0");
-            }
+            check_positive_duration(doc, &p, "perTryTimeout", t, report);
         }
         if let Some(on) = &r.retry_on {
             for cond in on.split(',').map(str::trim) {
