@@ -1,0 +1,447 @@
+//! Envoy route `rate_limits[].actions[]` and the descriptors they produce for a request.
+//!
+//! One entry yields zero or one descriptor: its actions append entries in order and the first
+//! action that cannot produce its entry drops the whole descriptor (except `request_headers`
+//! with `skip_if_absent`, which only omits its own entry). Both the local limiter (descriptor
+//! buckets) and the global one (RLS descriptors) use these.
+
+use super::proto_json::Uint;
+use crate::request::RequestAttrs;
+use crate::selector::canonical;
+use ipnet::IpNet;
+use regex::Regex;
+use serde::Deserialize;
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct RateLimitEntry {
+    #[serde(default)]
+    pub stage: u32,
+    #[serde(default, alias = "disableKey")]
+    pub disable_key: Option<String>,
+    pub actions: Vec<Action>,
+    /// Dynamic-metadata limit override; kept for the global limiter.
+    #[serde(default)]
+    pub limit: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    SourceCluster {},
+    DestinationCluster {},
+    RequestHeaders {
+        #[serde(alias = "headerName")]
+        header_name: String,
+        #[serde(alias = "descriptorKey")]
+        descriptor_key: String,
+        #[serde(default, alias = "skipIfAbsent")]
+        skip_if_absent: bool,
+    },
+    RemoteAddress {},
+    GenericKey {
+        #[serde(alias = "descriptorValue")]
+        descriptor_value: String,
+        #[serde(default, alias = "descriptorKey")]
+        descriptor_key: Option<String>,
+    },
+    HeaderValueMatch {
+        #[serde(alias = "descriptorValue")]
+        descriptor_value: String,
+        #[serde(default, alias = "descriptorKey")]
+        descriptor_key: Option<String>,
+        #[serde(default, alias = "expectMatch")]
+        expect_match: Option<bool>,
+        headers: Vec<HeaderMatcher>,
+    },
+    MaskedRemoteAddress {
+        #[serde(default, alias = "v4PrefixMaskLen")]
+        v4_prefix_mask_len: Option<Uint>,
+        #[serde(default, alias = "v6PrefixMaskLen")]
+        v6_prefix_mask_len: Option<Uint>,
+    },
+}
+
+/// `envoy.config.route.v3.HeaderMatcher` (the common forms).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct HeaderMatcher {
+    pub name: String,
+    #[serde(default, alias = "exactMatch")]
+    pub exact_match: Option<String>,
+    #[serde(default, alias = "prefixMatch")]
+    pub prefix_match: Option<String>,
+    #[serde(default, alias = "suffixMatch")]
+    pub suffix_match: Option<String>,
+    #[serde(default, alias = "containsMatch")]
+    pub contains_match: Option<String>,
+    #[serde(default, alias = "presentMatch")]
+    pub present_match: Option<bool>,
+    #[serde(default, alias = "safeRegexMatch")]
+    pub safe_regex_match: Option<RegexMatcher>,
+    #[serde(default, alias = "stringMatch")]
+    pub string_match: Option<StringMatcher>,
+    #[serde(default, alias = "invertMatch")]
+    pub invert_match: bool,
+    #[serde(default, alias = "treatMissingHeaderAsEmpty")]
+    pub treat_missing_header_as_empty: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct RegexMatcher {
+    pub regex: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct StringMatcher {
+    #[serde(default)]
+    pub exact: Option<String>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub suffix: Option<String>,
+    #[serde(default)]
+    pub contains: Option<String>,
+    #[serde(default, alias = "safeRegex")]
+    pub safe_regex: Option<RegexMatcher>,
+    #[serde(default, alias = "ignoreCase")]
+    pub ignore_case: bool,
+}
+
+/// A descriptor: ordered (key, value) entries.
+pub type Descriptor = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
+enum ValueTest {
+    Present,
+    Exact(String, bool),
+    Prefix(String, bool),
+    Suffix(String, bool),
+    Contains(String, bool),
+    Regex(Regex),
+}
+
+#[derive(Debug, Clone)]
+struct CompiledHeaderMatcher {
+    name: http::HeaderName,
+    test: ValueTest,
+    invert: bool,
+    missing_as_empty: bool,
+}
+
+impl CompiledHeaderMatcher {
+    fn compile(m: &HeaderMatcher) -> Result<Self, String> {
+        let name = http::HeaderName::from_bytes(m.name.to_ascii_lowercase().as_bytes())
+            .map_err(|_| format!("{:?} is not a valid header name", m.name))?;
+        let regex =
+            |r: &str| Regex::new(&format!("^(?:{r})$")).map_err(|e| format!("invalid regex: {e}"));
+        let test = if let Some(v) = &m.exact_match {
+            ValueTest::Exact(v.clone(), false)
+        } else if let Some(v) = &m.prefix_match {
+            ValueTest::Prefix(v.clone(), false)
+        } else if let Some(v) = &m.suffix_match {
+            ValueTest::Suffix(v.clone(), false)
+        } else if let Some(v) = &m.contains_match {
+            ValueTest::Contains(v.clone(), false)
+        } else if let Some(r) = &m.safe_regex_match {
+            ValueTest::Regex(regex(&r.regex)?)
+        } else if let Some(s) = &m.string_match {
+            let ic = s.ignore_case;
+            let fold = |v: &String| if ic { v.to_lowercase() } else { v.clone() };
+            if let Some(v) = &s.exact {
+                ValueTest::Exact(fold(v), ic)
+            } else if let Some(v) = &s.prefix {
+                ValueTest::Prefix(fold(v), ic)
+            } else if let Some(v) = &s.suffix {
+                ValueTest::Suffix(fold(v), ic)
+            } else if let Some(v) = &s.contains {
+                ValueTest::Contains(fold(v), ic)
+            } else if let Some(r) = &s.safe_regex {
+                ValueTest::Regex(regex(&r.regex)?)
+            } else {
+                return Err(
+                    "string_match needs one of exact, prefix, suffix, contains, safe_regex".into(),
+                );
+            }
+        } else {
+            // present_match, or no matcher at all: Envoy treats both as "header present".
+            ValueTest::Present
+        };
+        let invert = m.invert_match ^ (m.present_match == Some(false));
+        Ok(Self {
+            name,
+            test,
+            invert,
+            missing_as_empty: m.treat_missing_header_as_empty,
+        })
+    }
+
+    fn matches(&self, headers: &http::HeaderMap) -> bool {
+        let value = headers.get(&self.name).map(|v| v.to_str().unwrap_or(""));
+        let value = match (value, self.missing_as_empty) {
+            (Some(v), _) => v,
+            (None, true) => "",
+            // Envoy: a missing header only matches an (inverted) presence test.
+            (None, false) => return matches!(self.test, ValueTest::Present) && self.invert,
+        };
+        let fold = |ic: bool| {
+            if ic {
+                std::borrow::Cow::Owned(value.to_lowercase())
+            } else {
+                std::borrow::Cow::Borrowed(value)
+            }
+        };
+        let hit = match &self.test {
+            ValueTest::Present => true,
+            ValueTest::Exact(v, ic) => fold(*ic) == v.as_str(),
+            ValueTest::Prefix(v, ic) => fold(*ic).starts_with(v.as_str()),
+            ValueTest::Suffix(v, ic) => fold(*ic).ends_with(v.as_str()),
+            ValueTest::Contains(v, ic) => fold(*ic).contains(v.as_str()),
+            ValueTest::Regex(r) => r.is_match(value),
+        };
+        hit != self.invert
+    }
+}
+
+#[derive(Debug, Clone)]
+enum CompiledAction {
+    SourceCluster,
+    DestinationCluster,
+    RequestHeader {
+        name: http::HeaderName,
+        key: String,
+        skip_if_absent: bool,
+    },
+    RemoteAddress,
+    Generic {
+        key: String,
+        value: String,
+    },
+    HeaderValueMatch {
+        key: String,
+        value: String,
+        expect: bool,
+        headers: Vec<CompiledHeaderMatcher>,
+    },
+    Masked {
+        v4: u8,
+        v6: u8,
+    },
+}
+
+/// A `rate_limits` entry ready to evaluate.
+#[derive(Debug, Clone)]
+pub struct CompiledEntry {
+    pub stage: u32,
+    actions: Vec<CompiledAction>,
+}
+
+impl CompiledEntry {
+    /// Compile; errors are `(field path relative to the entry, message)`.
+    pub fn compile(entry: &RateLimitEntry) -> Result<Self, (String, String)> {
+        let mut actions = Vec::with_capacity(entry.actions.len());
+        for (i, a) in entry.actions.iter().enumerate() {
+            let at = |f: &str, m: String| (format!("actions[{i}]{f}"), m);
+            actions.push(match a {
+                Action::SourceCluster {} => CompiledAction::SourceCluster,
+                Action::DestinationCluster {} => CompiledAction::DestinationCluster,
+                Action::RemoteAddress {} => CompiledAction::RemoteAddress,
+                Action::RequestHeaders {
+                    header_name,
+                    descriptor_key,
+                    skip_if_absent,
+                } => CompiledAction::RequestHeader {
+                    name: http::HeaderName::from_bytes(header_name.to_ascii_lowercase().as_bytes())
+                        .map_err(|_| {
+                            at(
+                                ".request_headers.header_name",
+                                format!("{header_name:?} is not a valid header name"),
+                            )
+                        })?,
+                    key: descriptor_key.clone(),
+                    skip_if_absent: *skip_if_absent,
+                },
+                Action::GenericKey {
+                    descriptor_value,
+                    descriptor_key,
+                } => CompiledAction::Generic {
+                    key: descriptor_key
+                        .clone()
+                        .unwrap_or_else(|| "generic_key".into()),
+                    value: descriptor_value.clone(),
+                },
+                Action::HeaderValueMatch {
+                    descriptor_value,
+                    descriptor_key,
+                    expect_match,
+                    headers,
+                } => CompiledAction::HeaderValueMatch {
+                    key: descriptor_key
+                        .clone()
+                        .unwrap_or_else(|| "header_match".into()),
+                    value: descriptor_value.clone(),
+                    expect: expect_match.unwrap_or(true),
+                    headers: headers
+                        .iter()
+                        .enumerate()
+                        .map(|(j, h)| {
+                            CompiledHeaderMatcher::compile(h)
+                                .map_err(|m| at(&format!(".header_value_match.headers[{j}]"), m))
+                        })
+                        .collect::<Result<_, _>>()?,
+                },
+                Action::MaskedRemoteAddress {
+                    v4_prefix_mask_len,
+                    v6_prefix_mask_len,
+                } => {
+                    let v4 = v4_prefix_mask_len.map_or(32, |u| u.0);
+                    let v6 = v6_prefix_mask_len.map_or(128, |u| u.0);
+                    if v4 > 32 {
+                        return Err(at(
+                            ".masked_remote_address.v4_prefix_mask_len",
+                            "must be at most 32".into(),
+                        ));
+                    }
+                    if v6 > 128 {
+                        return Err(at(
+                            ".masked_remote_address.v6_prefix_mask_len",
+                            "must be at most 128".into(),
+                        ));
+                    }
+                    CompiledAction::Masked {
+                        v4: v4 as u8,
+                        v6: v6 as u8,
+                    }
+                }
+            });
+        }
+        Ok(Self {
+            stage: entry.stage,
+            actions,
+        })
+    }
+
+    /// The descriptor this entry produces for the request, or None if an action dropped it.
+    /// `source_cluster` is the local service cluster name.
+    pub fn descriptor(&self, req: &RequestAttrs<'_>, source_cluster: &str) -> Option<Descriptor> {
+        let mut out = Vec::with_capacity(self.actions.len());
+        for a in &self.actions {
+            match a {
+                CompiledAction::SourceCluster => {
+                    out.push(("source_cluster".into(), source_cluster.into()))
+                }
+                CompiledAction::DestinationCluster => out.push((
+                    "destination_cluster".into(),
+                    req.destination_cluster?.to_string(),
+                )),
+                CompiledAction::RequestHeader {
+                    name,
+                    key,
+                    skip_if_absent,
+                } => match req.headers.get(name).and_then(|v| v.to_str().ok()) {
+                    Some(v) => out.push((key.clone(), v.to_string())),
+                    None if *skip_if_absent => {}
+                    None => return None,
+                },
+                CompiledAction::RemoteAddress => out.push((
+                    "remote_address".into(),
+                    canonical(req.client_ip).to_string(),
+                )),
+                CompiledAction::Generic { key, value } => out.push((key.clone(), value.clone())),
+                CompiledAction::HeaderValueMatch {
+                    key,
+                    value,
+                    expect,
+                    headers,
+                } => {
+                    let all = headers.iter().all(|h| h.matches(req.headers));
+                    if all != *expect {
+                        return None;
+                    }
+                    out.push((key.clone(), value.clone()))
+                }
+                CompiledAction::Masked { v4, v6 } => {
+                    let ip = canonical(req.client_ip);
+                    let len = if ip.is_ipv4() { *v4 } else { *v6 };
+                    let net = IpNet::new(ip, len).ok()?.trunc();
+                    out.push(("masked_remote_address".into(), net.to_string()))
+                }
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+}
+
+/// Convenience for callers holding a plain address.
+pub fn remote_address_value(ip: IpAddr) -> String {
+    canonical(ip).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(yaml_json: serde_json::Value) -> CompiledEntry {
+        let e: RateLimitEntry = serde_json::from_value(yaml_json).unwrap();
+        CompiledEntry::compile(&e).unwrap()
+    }
+
+    #[test]
+    fn seed_actions_produce_remote_address_and_path() {
+        let e = entry(serde_json::json!({"actions": [
+            {"remote_address": {}},
+            {"request_headers": {"header_name": "x-envoy-original-limit-rate-path", "descriptor_key": "PATH"}}
+        ]}));
+        let empty = http::HeaderMap::new();
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "x-envoy-original-limit-rate-path",
+            "GET/api/healthz".parse().unwrap(),
+        );
+        let method = http::Method::GET;
+        let mut req = RequestAttrs {
+            client_ip: "127.0.0.2".parse().unwrap(),
+            method: &method,
+            path: "/api/healthz",
+            headers: &empty,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+        };
+        assert_eq!(e.descriptor(&req, "local"), None, "absent header drops it");
+        req.headers = &headers;
+        assert_eq!(
+            e.descriptor(&req, "local"),
+            Some(vec![
+                ("remote_address".into(), "127.0.0.2".into()),
+                ("PATH".into(), "GET/api/healthz".into())
+            ])
+        );
+    }
+
+    #[test]
+    fn masked_and_header_value_match() {
+        let e = entry(serde_json::json!({"actions": [
+            {"masked_remote_address": {"v4_prefix_mask_len": 24}},
+            {"header_value_match": {"descriptor_value": "admin", "expect_match": false,
+                "headers": [{"name": "x-user", "exact_match": "admin"}]}}
+        ]}));
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let req = RequestAttrs {
+            client_ip: "10.1.2.3".parse().unwrap(),
+            method: &method,
+            path: "/",
+            headers: &headers,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+        };
+        assert_eq!(
+            e.descriptor(&req, ""),
+            Some(vec![
+                ("masked_remote_address".into(), "10.1.2.0/24".into()),
+                ("header_match".into(), "admin".into())
+            ])
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! The `spec.global.rules[]` of RateLimitPolicy, validated and compiled (selectors, limits,
+//! shadow mode) for the global limiter (RLS client, issue 6). No engine here.
+
+use crate::group::Scope;
+use crate::problem::DocSite;
+use crate::request::RequestAttrs;
+use crate::selector::{CompiledSelector, DistinctKey};
+use warden_config::kinds::rate_limit_policy::RateLimitValue;
+use warden_config::{Doc, Problem, RateLimitPolicy};
+
+#[derive(Debug, Clone)]
+pub struct GlobalRule {
+    /// `RateLimitPolicy/<name>`.
+    pub policy: String,
+    /// Index in `spec.global.rules`.
+    pub index: usize,
+    /// Empty = the rule applies to every request in scope.
+    pub selectors: Vec<CompiledSelector>,
+    pub limit: RateLimitValue,
+    pub shadow_mode: bool,
+    pub shared: bool,
+    scope: Scope,
+}
+
+impl GlobalRule {
+    pub fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
+        self.scope.applies(gateway, virtual_service)
+    }
+
+    /// The distinct values the request contributes, or None if the rule does not select it.
+    pub fn select<'r>(&self, req: &RequestAttrs<'r>) -> Option<DistinctKey<'r>> {
+        if self.selectors.is_empty() {
+            return Some(DistinctKey::Shared);
+        }
+        self.selectors.iter().find_map(|s| s.matches(req))
+    }
+}
+
+/// Compile every policy's global rules; all problems are reported together.
+pub fn compile_global_rules(
+    policies: &[Doc<RateLimitPolicy>],
+) -> Result<Vec<GlobalRule>, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    for doc in policies {
+        let Some(global) = &doc.spec.global else {
+            continue;
+        };
+        let site = DocSite::of(doc);
+        let scope = crate::compile::scope_of(doc, &site, &mut problems);
+        for (i, rule) in global.rules.iter().enumerate() {
+            let field = format!("spec.global.rules[{i}]");
+            crate::compile::check_limit(&rule.limit, &site, &field, &mut problems);
+            let selectors = rule
+                .client_selectors
+                .iter()
+                .enumerate()
+                .filter_map(|(j, s)| {
+                    CompiledSelector::compile(
+                        s,
+                        &site,
+                        &format!("{field}.clientSelectors[{j}]"),
+                        &mut problems,
+                    )
+                })
+                .collect();
+            out.push(GlobalRule {
+                policy: doc.id(),
+                index: i,
+                selectors,
+                limit: rule.limit,
+                shadow_mode: rule.shadow_mode,
+                shared: rule.shared,
+                scope: scope.clone(),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}

@@ -1,0 +1,251 @@
+//! One limiter group = one Envoy `local_ratelimit` filter instance (or one RateLimitPolicy):
+//! its buckets, how requests select them, and Envoy's consumption order.
+//!
+//! Matched buckets are consumed from the strictest (lowest fill rate) to the loosest; the first
+//! empty one denies and tokens already taken are not refunded. The default bucket is consumed
+//! when nothing matched, or always when `always_consume_default_token_bucket` is set.
+
+use crate::envoy::actions::CompiledEntry;
+use crate::fraction::Fraction;
+use crate::key_table::{KeyRef, KeyTable};
+use crate::request::RequestAttrs;
+use crate::selector::{CompiledSelector, DistinctKey};
+use crate::stats::GroupCounters;
+use crate::token_bucket::{BucketSpec, Consumed};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Which requests a group applies to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scope {
+    /// Empty (with `virtual_services` empty) = every request.
+    pub gateways: Vec<String>,
+    pub virtual_services: Vec<String>,
+}
+
+impl Scope {
+    #[inline]
+    pub(crate) fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
+        if self.gateways.is_empty() && self.virtual_services.is_empty() {
+            return true;
+        }
+        self.gateways.iter().any(|g| g == gateway)
+            || virtual_service.is_some_and(|vs| self.virtual_services.iter().any(|v| v == vs))
+    }
+}
+
+/// A bucket definition with its state: one shared atomic, plus per-key state in the table
+/// (under `state_id`) for requests that carry distinct values.
+#[derive(Debug)]
+pub(crate) struct LimitBucket {
+    pub spec: BucketSpec,
+    pub shared: Arc<AtomicU64>,
+    pub state_id: u32,
+    /// Human-readable rule name for metrics and access logs.
+    pub label: Arc<str>,
+}
+
+impl LimitBucket {
+    #[inline]
+    pub(crate) fn consume(&self, table: &KeyTable, key: &DistinctKey<'_>, now: u64) -> Consumed {
+        let key = match key {
+            DistinctKey::Shared => return self.spec.try_consume(&self.shared, now),
+            DistinctKey::Ip(ip) => KeyRef::ip(*ip),
+            DistinctKey::Header(h) => KeyRef::Bytes(h),
+            DistinctKey::Composite(c) => KeyRef::Bytes(c),
+        };
+        table.with_bucket(self.state_id, key, now, |tat| {
+            self.spec.try_consume(tat, now)
+        })
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct SelectorRule {
+    pub selectors: Vec<CompiledSelector>,
+    pub bucket: LimitBucket,
+}
+
+/// A local_ratelimit descriptor: entries with `None` values are wildcards.
+#[derive(Debug)]
+pub(crate) struct DescriptorBucket {
+    pub entries: Vec<(String, Option<String>)>,
+    pub bucket: LimitBucket,
+}
+
+#[derive(Debug)]
+pub(crate) enum Rules {
+    /// RateLimitPolicy rules, pre-sorted from strictest to loosest.
+    Selectors(Vec<SelectorRule>),
+    /// Envoy descriptors matched against what the route's `rate_limits` actions produce.
+    Descriptors {
+        entries: Vec<CompiledEntry>,
+        descriptors: Vec<DescriptorBucket>,
+        source_cluster: String,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub name: Arc<str>,
+    pub scope: Scope,
+    pub enabled: Fraction,
+    pub enforced: Fraction,
+    pub status: http::StatusCode,
+    pub grpc_status: u8,
+    pub response_headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub request_headers_not_enforced: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub x_ratelimit_headers: bool,
+    pub default: Option<LimitBucket>,
+    pub always_consume_default: bool,
+    pub rules: Rules,
+    pub counters: Arc<GroupCounters>,
+}
+
+/// What a consulted group decided.
+pub(crate) struct Verdict<'g> {
+    pub limited: bool,
+    pub enforced: bool,
+    /// The bucket whose numbers go into x-ratelimit-* (the denying one, else the first matched,
+    /// else the default) and what it said.
+    pub context: Option<(&'g LimitBucket, Consumed)>,
+}
+
+impl Group {
+    /// None when the group does not apply or is not enabled for this request (no stats).
+    #[inline]
+    pub(crate) fn check(
+        &self,
+        req: &RequestAttrs<'_>,
+        table: &KeyTable,
+        now: u64,
+    ) -> Option<Verdict<'_>> {
+        if !self.scope.applies(req.gateway, req.virtual_service) || !self.enabled.sample() {
+            return None;
+        }
+        let (allowed, context) = self.consume(req, table, now);
+        if allowed {
+            GroupCounters::bump(&self.counters.ok);
+            return Some(Verdict {
+                limited: false,
+                enforced: false,
+                context,
+            });
+        }
+        GroupCounters::bump(&self.counters.rate_limited);
+        let enforced = self.enforced.sample();
+        if enforced {
+            GroupCounters::bump(&self.counters.enforced);
+        }
+        Some(Verdict {
+            limited: true,
+            enforced,
+            context,
+        })
+    }
+
+    fn consume(
+        &self,
+        req: &RequestAttrs<'_>,
+        table: &KeyTable,
+        now: u64,
+    ) -> (bool, Option<(&LimitBucket, Consumed)>) {
+        let mut first: Option<(&LimitBucket, Consumed)> = None;
+        let mut matched_any = false;
+        match &self.rules {
+            Rules::Selectors(rules) => {
+                for rule in rules {
+                    let Some(key) = rule.selectors.iter().find_map(|s| s.matches(req)) else {
+                        continue;
+                    };
+                    matched_any = true;
+                    let c = rule.bucket.consume(table, &key, now);
+                    if !c.allowed {
+                        return (false, Some((&rule.bucket, c)));
+                    }
+                    first.get_or_insert((&rule.bucket, c));
+                }
+            }
+            Rules::Descriptors {
+                entries,
+                descriptors,
+                source_cluster,
+            } => {
+                let mut matched: Vec<(&DescriptorBucket, Option<Vec<u8>>)> = Vec::new();
+                for entry in entries {
+                    let Some(desc) = entry.descriptor(req, source_cluster) else {
+                        continue;
+                    };
+                    if let Some(m) = match_descriptor(descriptors, &desc) {
+                        matched.push(m);
+                    }
+                }
+                matched.sort_by(|a, b| {
+                    a.0.bucket
+                        .spec
+                        .rate_per_sec()
+                        .total_cmp(&b.0.bucket.spec.rate_per_sec())
+                });
+                for (d, key) in matched {
+                    matched_any = true;
+                    let key = match &key {
+                        None => DistinctKey::Shared,
+                        Some(bytes) => DistinctKey::Header(bytes),
+                    };
+                    let c = d.bucket.consume(table, &key, now);
+                    if !c.allowed {
+                        return (false, Some((&d.bucket, c)));
+                    }
+                    first.get_or_insert((&d.bucket, c));
+                }
+            }
+        }
+        if !matched_any || self.always_consume_default {
+            if let Some(default) = &self.default {
+                let c = default.consume(table, &DistinctKey::Shared, now);
+                if !c.allowed {
+                    return (false, Some((default, c)));
+                }
+                first.get_or_insert((default, c));
+            }
+        }
+        (true, first)
+    }
+}
+
+/// Exact match first (same keys and values, no wildcards), then a wildcard match (same keys,
+/// non-wildcard values equal); a wildcard match keys its bucket by the wildcard values.
+fn match_descriptor<'d>(
+    descriptors: &'d [DescriptorBucket],
+    desc: &[(String, String)],
+) -> Option<(&'d DescriptorBucket, Option<Vec<u8>>)> {
+    let same_keys = |d: &DescriptorBucket| {
+        d.entries.len() == desc.len() && d.entries.iter().zip(desc).all(|(c, r)| c.0 == r.0)
+    };
+    let exact = descriptors.iter().find(|d| {
+        same_keys(d)
+            && d.entries
+                .iter()
+                .zip(desc)
+                .all(|(c, r)| c.1.as_deref() == Some(r.1.as_str()))
+    });
+    if let Some(d) = exact {
+        return Some((d, None));
+    }
+    let wild = descriptors.iter().find(|d| {
+        same_keys(d)
+            && d.entries.iter().any(|c| c.1.is_none())
+            && d.entries
+                .iter()
+                .zip(desc)
+                .all(|(c, r)| c.1.as_deref().is_none_or(|v| v == r.1))
+    })?;
+    let mut key = Vec::new();
+    for (c, r) in wild.entries.iter().zip(desc) {
+        if c.1.is_none() {
+            key.extend_from_slice(&(r.1.len() as u32).to_le_bytes());
+            key.extend_from_slice(r.1.as_bytes());
+        }
+    }
+    Some((wild, Some(key)))
+}

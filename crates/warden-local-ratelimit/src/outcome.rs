@@ -1,0 +1,120 @@
+//! What `check()` tells the proxy: pass or 429, which headers to add where, who decided.
+
+/// The limiter's decision for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No consulted bucket was empty (or no limiter applied).
+    Allowed,
+    /// A bucket was empty. `enforced: false` is shadow mode: count, add the
+    /// not-enforced request headers, and pass the request on.
+    Limited { enforced: bool },
+}
+
+/// Envoy's DRAFT_VERSION_03 `x-ratelimit-*` values, added to every response (upstream or 429)
+/// of a request the limiter consulted, when the group enables them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitHeaders {
+    /// `x-ratelimit-limit`: the bucket's max tokens.
+    pub limit: u64,
+    /// `x-ratelimit-remaining`: whole tokens left.
+    pub remaining: u64,
+    /// `x-ratelimit-reset`: whole seconds until the next token.
+    pub reset: u64,
+}
+
+pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
+pub const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
+pub const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
+
+impl RateLimitHeaders {
+    /// Set the three headers on a response.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        headers.insert(X_RATELIMIT_LIMIT, self.limit.into());
+        headers.insert(X_RATELIMIT_REMAINING, self.remaining.into());
+        headers.insert(X_RATELIMIT_RESET, self.reset.into());
+    }
+}
+
+/// Body of Envoy's local 429 (18 bytes).
+pub const LIMITED_BODY: &str = "local_rate_limited";
+
+/// The local reply for an enforced limit.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitedResponse<'a> {
+    /// 429 unless configured otherwise (values below 400 become 429, as in Envoy).
+    pub status: http::StatusCode,
+    /// gRPC status for gRPC requests: 14 (UNAVAILABLE) or 8 (RESOURCE_EXHAUSTED).
+    pub grpc_status: u8,
+    /// `response_headers_to_add`: only ever on the 429.
+    pub headers: &'a [(http::HeaderName, http::HeaderValue)],
+}
+
+impl LimitedResponse<'_> {
+    /// Build the reply: `text/plain` body `local_rate_limited`; for gRPC (`grpc = true`) a
+    /// trailers-only 200 with `grpc-status`/`grpc-message`. `body` turns the text into the
+    /// proxy's body type. `x-ratelimit-*` headers are added separately from the outcome.
+    pub fn build<B>(&self, grpc: bool, body: impl FnOnce(&'static str) -> B) -> http::Response<B> {
+        let mut resp = if grpc {
+            let mut r = http::Response::new(body(""));
+            let h = r.headers_mut();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            h.insert("grpc-status", u64::from(self.grpc_status).into());
+            h.insert("grpc-message", http::HeaderValue::from_static(LIMITED_BODY));
+            r
+        } else {
+            let mut r = http::Response::new(body(LIMITED_BODY));
+            *r.status_mut() = self.status;
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain"),
+            );
+            r
+        };
+        for (name, value) in self.headers {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
+        resp
+    }
+}
+
+/// Which group and rule decided, for metrics and the access log (`RL` flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecidedBy<'a> {
+    /// `RateLimitPolicy/<name>` or the EnvoyFilter's `stat_prefix`.
+    pub group: &'a str,
+    /// E.g. `RateLimitPolicy/per-ip spec.local.rules[0]`.
+    pub rule: &'a str,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome<'a> {
+    pub decision: Decision,
+    /// Present when a consulted group enables x-ratelimit headers; the tightest one wins.
+    pub rate_limit_headers: Option<RateLimitHeaders>,
+    /// The limited request's group/rule (None when allowed).
+    pub decided_by: Option<DecidedBy<'a>>,
+    /// Set exactly when `decision` is `Limited { enforced: true }`.
+    pub response: Option<LimitedResponse<'a>>,
+    /// `request_headers_to_add_when_not_enforced`, for a shadow-limited request.
+    pub request_headers_to_add: &'a [(http::HeaderName, http::HeaderValue)],
+}
+
+impl Outcome<'_> {
+    pub const fn allowed() -> Self {
+        Outcome {
+            decision: Decision::Allowed,
+            rate_limit_headers: None,
+            decided_by: None,
+            response: None,
+            request_headers_to_add: &[],
+        }
+    }
+
+    /// True when the proxy must answer with `response` instead of forwarding.
+    pub fn is_rejected(&self) -> bool {
+        self.response.is_some()
+    }
+}

@@ -1,0 +1,19 @@
+//! What the limiter needs to know about a request; built by the proxy once per request.
+
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, Copy)]
+pub struct RequestAttrs<'a> {
+    /// The trusted client address (XFF trust rules already applied), never a raw header.
+    pub client_ip: IpAddr,
+    pub method: &'a http::Method,
+    /// The path without query string.
+    pub path: &'a str,
+    pub headers: &'a http::HeaderMap,
+    /// Name of the Gateway whose listener accepted the request.
+    pub gateway: &'a str,
+    /// Name of the VirtualService whose route matched, if any.
+    pub virtual_service: Option<&'a str>,
+    /// The upstream cluster (service host) the route picked, for Envoy's `destination_cluster`.
+    pub destination_cluster: Option<&'a str>,
+}
