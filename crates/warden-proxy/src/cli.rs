@@ -1,13 +1,57 @@
 //! Command-line arguments of `warden proxy`, `warden check` and `warden ratelimit-config`.
 
+use crate::check;
+use crate::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+use crate::proxy::Proxy;
+use crate::snapshot::{ProxyIdentity, Snapshot};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct ProxyArgs {
     /// Config file or directory (repeatable).
     #[arg(short = 'c', long = "config", required = true)]
     pub config: Vec<PathBuf>,
+    /// Worker threads (default: number of cores).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Admin endpoint address (`/ready`, `/stats/prometheus`, `/config_dump`, `/listeners`).
+    #[arg(long, default_value = "127.0.0.1:15000")]
+    pub admin: SocketAddr,
+    /// Host the Gateway listeners bind on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub listen_host: IpAddr,
+    /// Trusted proxies in front of the gateway (x-forwarded-for hops to trust).
+    #[arg(long, default_value_t = 0)]
+    pub num_trusted_proxies: u32,
+    /// The proxy's namespace (for policy selectors).
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The proxy's labels, `k=v` (repeatable; for policy workload selectors).
+    #[arg(long = "label", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// JSON-lines access log: a file path, or `-` for stdout. Off by default.
+    #[arg(long)]
+    pub access_log: Option<String>,
+    /// How long SIGTERM waits for in-flight requests, e.g. `5s`.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// Do not reload when config files change (SIGHUP still reloads).
+    #[arg(long)]
+    pub no_watch: bool,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("label {text:?} must be k=v"))
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    warden_config::parse_duration(text)
 }
 
 #[derive(clap::Args, Debug)]
@@ -15,6 +59,12 @@ pub struct CheckArgs {
     /// Config file or directory (repeatable).
     #[arg(short = 'c', long = "config", required = true)]
     pub config: Vec<PathBuf>,
+    /// The proxy's namespace (for policy selectors).
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The proxy's labels, `k=v` (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -24,14 +74,72 @@ pub struct RatelimitConfigArgs {
     pub config: Vec<PathBuf>,
 }
 
-pub fn run_proxy(_args: ProxyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("proxy: not implemented yet")
+pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let mut opts = ProxyOptions::new(ConfigSource::Paths(args.config));
+    if let Some(n) = args.concurrency {
+        opts.concurrency = n.max(1);
+    }
+    opts.admin = Some(args.admin);
+    opts.listen_host = args.listen_host;
+    opts.num_trusted_proxies = args.num_trusted_proxies;
+    opts.namespace = args.namespace;
+    opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
+    opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
+    opts.watch_config = !args.no_watch;
+    let proxy = Proxy::start(opts)?;
+    for l in proxy.listeners() {
+        tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");
+    }
+    if let Some(a) = proxy.admin_addr() {
+        tracing::info!(addr = %a, "admin endpoint");
+    }
+    // Signals are handled on a tiny runtime of their own; the proxy runs on its own threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading config");
+                    let _ = proxy.reload();
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    tracing::info!(deadline = ?args.drain_timeout, "draining");
+    proxy.shutdown(args.drain_timeout);
+    Ok(ExitCode::SUCCESS)
 }
 
-pub fn run_check(_args: CheckArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("check: not implemented yet")
+pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let source = ConfigSource::Paths(args.config);
+    let identity = ProxyIdentity {
+        namespace: args.namespace,
+        labels: args.labels.into_iter().collect(),
+    };
+    let built =
+        crate::config_source::load(&source).and_then(|l| Snapshot::build(l, &identity, None));
+    match built {
+        Ok(snapshot) => {
+            print!("{}", check::describe(&snapshot));
+            println!("config OK");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 pub fn run_ratelimit_config(_args: RatelimitConfigArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("ratelimit-config: not implemented yet")
+    anyhow::bail!("ratelimit-config: not implemented yet (lands with the global rate limit issue)")
 }

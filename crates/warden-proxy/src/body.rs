@@ -1,0 +1,57 @@
+//! One body type for both directions, so nothing is boxed per request: a streamed hyper body,
+//! a pre-built `Bytes` (direct and local replies) or nothing.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+#[derive(Debug)]
+pub enum ProxyBody {
+    Streamed(Incoming),
+    Full(Option<Bytes>),
+    Empty,
+}
+
+impl ProxyBody {
+    pub fn full(bytes: Bytes) -> Self {
+        if bytes.is_empty() {
+            ProxyBody::Empty
+        } else {
+            ProxyBody::Full(Some(bytes))
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Streamed(b) => Pin::new(b).poll_frame(cx),
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Streamed(b) => b.is_end_stream(),
+            ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Streamed(b) => b.size_hint(),
+            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ProxyBody::Full(None) | ProxyBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! `warden check`: what a config would run, as text (listeners, routes, upstreams, policies).
+
+use crate::routing::RouteAction;
+use crate::snapshot::{PortRoutes, Snapshot};
+use std::fmt::Write;
+
+/// A human-readable summary of a compiled snapshot.
+pub fn describe(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "listeners ({}):", s.listeners.len());
+    for (l, routes) in s.listeners.iter().zip(&s.ports) {
+        match routes {
+            PortRoutes::Http(t) => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} HTTP (h1 + h2c): {} virtual host(s), {} route(s)",
+                    l.name,
+                    l.port,
+                    t.vhosts.len(),
+                    t.route_count()
+                );
+            }
+            PortRoutes::Tcp(r) => {
+                let target =
+                    r.as_ref()
+                        .map_or("no tcp route (connections are closed)".to_string(), |r| {
+                            let names: Vec<&str> =
+                                r.clusters.iter().map(|(c, _)| c.name.as_str()).collect();
+                            format!("{} -> {}", r.name, names.join(", "))
+                        });
+                let _ = writeln!(out, "  {} port {} TCP: {}", l.name, l.port, target);
+            }
+        }
+    }
+    let _ = writeln!(out, "routes:");
+    for (l, routes) in s.listeners.iter().zip(&s.ports) {
+        let PortRoutes::Http(t) = routes else {
+            continue;
+        };
+        for vh in &t.vhosts {
+            let _ = writeln!(out, "  port {} host {}:", l.port, vh.domains.join(", "));
+            for r in &vh.routes {
+                let action = match &r.action {
+                    RouteAction::Direct { status, body, .. } => {
+                        format!("direct response {} ({} bytes)", status.as_u16(), body.len())
+                    }
+                    RouteAction::Forward {
+                        clusters, timeout, ..
+                    } => {
+                        let targets: Vec<String> = clusters
+                            .iter()
+                            .map(|c| format!("{} ({}%)", c.cluster.name, c.weight))
+                            .collect();
+                        let t = timeout.map_or(String::new(), |t| format!(", timeout {t:?}"));
+                        format!("-> {}{t}", targets.join(", "))
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "    {} [{} match(es)] {}",
+                    r.name,
+                    r.matches.len(),
+                    action
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "upstreams ({}):", s.clusters.len());
+    for c in s.clusters.values() {
+        let eps: Vec<String> = c
+            .endpoints
+            .iter()
+            .map(|e| e.authority.to_string())
+            .collect();
+        let limit = if c.max_requests == u32::MAX {
+            String::new()
+        } else {
+            format!(", max {} in flight", c.max_requests)
+        };
+        let _ = writeln!(
+            out,
+            "  {} {:?} {:?} {} endpoint(s) [{}]{}",
+            c.name,
+            c.protocol,
+            c.lb,
+            eps.len(),
+            eps.join(", "),
+            limit
+        );
+    }
+    let _ = writeln!(
+        out,
+        "policies: {} AuthorizationPolicy, {} RateLimitPolicy, {} EnvoyFilter; active stages: [{}]",
+        s.config.authorization_policies.len(),
+        s.config.rate_limit_policies.len(),
+        s.config.envoy_filters.len(),
+        s.filters.stage_names().join(", ")
+    );
+    if !s.warnings.is_empty() {
+        let _ = writeln!(out, "warnings ({}):", s.warnings.len());
+        for w in &s.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
+    out
+}

@@ -1,0 +1,209 @@
+//! Upstream clusters built from ServiceEntry (+ DestinationRule): endpoints, load balancing and
+//! the connection-pool limit (Envoy's circuit breaker on in-flight requests).
+
+use http::uri::Authority;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LbPolicy {
+    RoundRobin,
+    LeastRequest,
+    Random,
+}
+
+impl LbPolicy {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "ROUND_ROBIN" => Ok(LbPolicy::RoundRobin),
+            "LEAST_REQUEST" | "LEAST_CONN" => Ok(LbPolicy::LeastRequest),
+            "RANDOM" => Ok(LbPolicy::Random),
+            other => Err(format!(
+                "unsupported load balancer {other:?} (ROUND_ROBIN, LEAST_REQUEST, RANDOM)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum UpstreamProtocol {
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c).
+    Http2,
+}
+
+#[derive(Debug)]
+pub struct Endpoint {
+    /// `ip:port` or `dns-name:port`, pre-parsed for building upstream URIs without parsing.
+    pub authority: Authority,
+    active: AtomicU32,
+}
+
+impl Endpoint {
+    pub fn new(authority: Authority) -> Self {
+        Endpoint {
+            authority,
+            active: AtomicU32::new(0),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    /// Envoy-style `outbound|port||host`.
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    pub lb: LbPolicy,
+    pub protocol: UpstreamProtocol,
+    /// Maximum in-flight requests; `u32::MAX` means unlimited.
+    pub max_requests: u32,
+    rr: AtomicUsize,
+    in_flight: AtomicU32,
+}
+
+/// Held for the duration of one upstream request; releases the counters it took.
+pub struct Lease<'a> {
+    cluster: &'a Cluster,
+    endpoint: &'a Endpoint,
+}
+
+impl Lease<'_> {
+    pub fn endpoint(&self) -> &Endpoint {
+        self.endpoint
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.cluster.lb == LbPolicy::LeastRequest {
+            self.endpoint.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.cluster.max_requests != u32::MAX {
+            self.cluster.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum PickError {
+    NoHealthyUpstream,
+    Overflow,
+}
+
+impl Cluster {
+    pub fn new(
+        name: String,
+        endpoints: Vec<Endpoint>,
+        lb: LbPolicy,
+        protocol: UpstreamProtocol,
+        max_requests: u32,
+    ) -> Self {
+        Cluster {
+            name,
+            endpoints,
+            lb,
+            protocol,
+            max_requests,
+            rr: AtomicUsize::new(0),
+            in_flight: AtomicU32::new(0),
+        }
+    }
+
+    /// Choose an endpoint; `exclude` (an endpoint index) is avoided on retries when possible.
+    pub fn pick(&self, exclude: Option<usize>) -> Result<(usize, Lease<'_>), PickError> {
+        let n = self.endpoints.len();
+        if n == 0 {
+            return Err(PickError::NoHealthyUpstream);
+        }
+        if self.max_requests != u32::MAX
+            && self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.max_requests
+        {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return Err(PickError::Overflow);
+        }
+        let mut index = match self.lb {
+            _ if n == 1 => 0,
+            LbPolicy::RoundRobin => self.rr.fetch_add(1, Ordering::Relaxed) % n,
+            LbPolicy::Random => fastrand::usize(..n),
+            LbPolicy::LeastRequest => {
+                // Power of two choices, as Envoy's default.
+                let a = fastrand::usize(..n);
+                let b = fastrand::usize(..n);
+                let load = |i: usize| self.endpoints[i].active.load(Ordering::Relaxed);
+                if load(b) < load(a) {
+                    b
+                } else {
+                    a
+                }
+            }
+        };
+        if exclude == Some(index) && n > 1 {
+            index = (index + 1) % n;
+        }
+        let endpoint = &self.endpoints[index];
+        if self.lb == LbPolicy::LeastRequest {
+            endpoint.active.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok((
+            index,
+            Lease {
+                cluster: self,
+                endpoint,
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(n: usize, lb: LbPolicy, max: u32) -> Cluster {
+        let eps = (0..n)
+            .map(|i| Endpoint::new(format!("127.0.0.1:{}", 1000 + i).parse().unwrap()))
+            .collect();
+        Cluster::new("c".into(), eps, lb, UpstreamProtocol::Http1, max)
+    }
+
+    #[test]
+    fn round_robin_cycles() {
+        let c = cluster(3, LbPolicy::RoundRobin, u32::MAX);
+        let picks: Vec<usize> = (0..6).map(|_| c.pick(None).unwrap().0).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn empty_cluster_has_no_healthy_upstream() {
+        let c = cluster(0, LbPolicy::RoundRobin, u32::MAX);
+        assert_eq!(c.pick(None).err(), Some(PickError::NoHealthyUpstream));
+    }
+
+    #[test]
+    fn overflow_when_limit_reached_and_released_on_drop() {
+        let c = cluster(1, LbPolicy::Random, 1);
+        let lease = c.pick(None).unwrap();
+        assert_eq!(c.pick(None).err(), Some(PickError::Overflow));
+        drop(lease);
+        assert!(c.pick(None).is_ok());
+    }
+
+    #[test]
+    fn least_request_prefers_idle_endpoint() {
+        let c = cluster(2, LbPolicy::LeastRequest, u32::MAX);
+        let (first, _held) = c.pick(None).unwrap();
+        // With one endpoint busy, every pick that sees both must choose the idle one.
+        for _ in 0..50 {
+            let (i, _) = c.pick(None).unwrap();
+            let _ = i;
+        }
+        let busy = &c.endpoints[first];
+        assert_eq!(busy.active.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn retry_avoids_excluded_endpoint() {
+        let c = cluster(2, LbPolicy::Random, u32::MAX);
+        for _ in 0..20 {
+            assert_eq!(c.pick(Some(0)).unwrap().0, 1);
+        }
+    }
+}

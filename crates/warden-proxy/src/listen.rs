@@ -1,0 +1,30 @@
+//! Binding listener sockets: one per worker per port with SO_REUSEPORT, so the kernel spreads
+//! connections over workers without a shared accept queue.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{SocketAddr, TcpListener};
+
+/// Bind `count` sockets on `addr`; port 0 picks a free port for the first and reuses it.
+pub fn bind_group(addr: SocketAddr, count: usize) -> std::io::Result<Vec<TcpListener>> {
+    let mut out = Vec::with_capacity(count);
+    let mut addr = addr;
+    for _ in 0..count.max(1) {
+        let l = bind_one(addr, count > 1)?;
+        addr = l.local_addr()?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+pub fn bind_one(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_tcp_nodelay(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}

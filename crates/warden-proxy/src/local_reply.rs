@@ -1,0 +1,129 @@
+//! Responses the proxy makes itself, with Envoy's status codes, bodies and response flags.
+//! Every error that reaches the client is turned into a response here.
+
+use crate::body::ProxyBody;
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+/// Envoy's response flags as they appear in access logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFlag {
+    /// No route (`NR`).
+    NoRoute,
+    /// No healthy upstream (`UH`).
+    NoHealthyUpstream,
+    /// Upstream connection failure (`UF`).
+    UpstreamConnectFailure,
+    /// Upstream request timeout (`UT`).
+    UpstreamTimeout,
+    /// Upstream overflow / circuit breaker (`UO`).
+    UpstreamOverflow,
+    /// Upstream connection termination (`UC`).
+    UpstreamReset,
+    /// Downstream protocol error (`DPE`).
+    DownstreamProtocolError,
+    /// Local rate limited (`RL`).
+    RateLimited,
+    /// Unauthorized by an external service or RBAC (`UAEX`).
+    Unauthorized,
+    /// Rate limit service error (`RLSE`).
+    RateLimitServiceError,
+}
+
+impl ResponseFlag {
+    pub fn code(self) -> &'static str {
+        match self {
+            ResponseFlag::NoRoute => "NR",
+            ResponseFlag::NoHealthyUpstream => "UH",
+            ResponseFlag::UpstreamConnectFailure => "UF",
+            ResponseFlag::UpstreamTimeout => "UT",
+            ResponseFlag::UpstreamOverflow => "UO",
+            ResponseFlag::UpstreamReset => "UC",
+            ResponseFlag::DownstreamProtocolError => "DPE",
+            ResponseFlag::RateLimited => "RL",
+            ResponseFlag::Unauthorized => "UAEX",
+            ResponseFlag::RateLimitServiceError => "RLSE",
+        }
+    }
+}
+
+/// A response decided by the proxy (no upstream involved).
+#[derive(Debug, Clone)]
+pub struct LocalReply {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub flag: Option<ResponseFlag>,
+}
+
+impl LocalReply {
+    pub fn new(status: StatusCode, body: &'static str, flag: Option<ResponseFlag>) -> Self {
+        LocalReply {
+            status,
+            body: Bytes::from_static(body.as_bytes()),
+            flag,
+        }
+    }
+
+    pub fn no_route() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "", Some(ResponseFlag::NoRoute))
+    }
+
+    pub fn no_healthy_upstream() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no healthy upstream",
+            Some(ResponseFlag::NoHealthyUpstream),
+        )
+    }
+
+    pub fn connect_failure() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure",
+            Some(ResponseFlag::UpstreamConnectFailure),
+        )
+    }
+
+    pub fn upstream_reset() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream connect error or disconnect/reset before headers. reset reason: connection termination",
+            Some(ResponseFlag::UpstreamReset),
+        )
+    }
+
+    pub fn overflow() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream connect error or disconnect/reset before headers. reset reason: overflow",
+            Some(ResponseFlag::UpstreamOverflow),
+        )
+    }
+
+    pub fn timeout() -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream request timeout",
+            Some(ResponseFlag::UpstreamTimeout),
+        )
+    }
+
+    pub fn bad_request() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "Bad Request",
+            Some(ResponseFlag::DownstreamProtocolError),
+        )
+    }
+
+    /// Build the HTTP response (`text/plain` when there is a body, as Envoy does).
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut resp = Response::new(ProxyBody::full(self.body.clone()));
+        *resp.status_mut() = self.status;
+        if !self.body.is_empty() {
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        }
+        resp
+    }
+}

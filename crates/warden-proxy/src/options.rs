@@ -1,0 +1,87 @@
+//! What a caller hands to [`crate::Proxy::start`]: config source, addresses, identity, logging.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the YAML comes from. Paths are re-read on every reload; inline text is fixed.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// Files or directories (`*.yaml`/`*.yml` read in name order).
+    Paths(Vec<PathBuf>),
+    /// Embedded YAML, named for error messages (e.g. `<demo>`).
+    Inline { name: String, text: String },
+}
+
+/// Where access log lines (JSON, one per request) go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    Stdout,
+    File(PathBuf),
+}
+
+impl AccessLogTarget {
+    /// `-` is stdout, anything else a file path (appended to).
+    pub fn parse(text: &str) -> Self {
+        if text == "-" {
+            AccessLogTarget::Stdout
+        } else {
+            AccessLogTarget::File(PathBuf::from(text))
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    pub config: ConfigSource,
+    /// Host every Gateway listener binds on.
+    pub listen_host: IpAddr,
+    /// Admin endpoint; `None` disables it. Port 0 binds a free port.
+    pub admin: Option<SocketAddr>,
+    /// Worker threads, each with its own single-threaded runtime and SO_REUSEPORT listeners.
+    pub concurrency: usize,
+    /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
+    pub num_trusted_proxies: u32,
+    /// The proxy's own namespace and labels (workload selectors of later policy kinds).
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub access_log: Option<AccessLogTarget>,
+    /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
+    pub watch_config: bool,
+    /// Upstream connect timeout (Istio's default is 10s).
+    pub connect_timeout: Duration,
+}
+
+impl ProxyOptions {
+    /// Defaults as `warden proxy` uses them, except that the admin endpoint and listeners go on
+    /// loopback with free ports only when the config says port 0.
+    pub fn new(config: ConfigSource) -> Self {
+        ProxyOptions {
+            config,
+            listen_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 15000))),
+            concurrency: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            num_trusted_proxies: 0,
+            namespace: "default".into(),
+            labels: BTreeMap::new(),
+            access_log: None,
+            watch_config: true,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Options for tests and embedding: loopback listeners, admin on a free loopback port,
+    /// one worker, no file watching.
+    pub fn loopback(config: ConfigSource) -> Self {
+        ProxyOptions {
+            listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            concurrency: 1,
+            watch_config: false,
+            ..ProxyOptions::new(config)
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! The HTTP request pipeline: every request goes through these stages, in this order.
+//!
+//! 1. **decode**   framing checks (Content-Length with Transfer-Encoding -> 400) and
+//!    [`RequestAttrs`] (trusted client address per Envoy's XFF rules)
+//! 2. **route**    VirtualService match, first match wins; none -> 404 `NR`
+//! 3. **authz**             [`Filters::authz`]             -> 403 `RBAC: access denied`
+//! 4. **local rate limit**  [`Filters::local_rate_limit`]  -> 429 `local_rate_limited`
+//! 5. **global rate limit** [`Filters::global_rate_limit`] -> 429 / 500 (RLS)
+//! 6. **action**   direct response (pre-built bytes) or upstream (pool, LB, timeout, retries)
+//! 7. **respond**  route response headers, filter response headers, metrics, access log
+//!
+//! Stages 3-5 are engines compiled into the [`Snapshot`](crate::snapshot::Snapshot) from the
+//! ConfigSet; an empty slot costs one branch.
+
+use crate::access_log::{now_rfc3339, Entry};
+use crate::body::ProxyBody;
+use crate::client_addr::trusted_client_addr;
+use crate::forwarding_headers::{add_forwarding, strip_hop_by_hop, X_FORWARDED_FOR, X_REQUEST_ID};
+use crate::local_reply::{LocalReply, ResponseFlag};
+use crate::routing::{host_of, Route, RouteAction, RouteInput};
+use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
+use crate::state::{ConnCtx, WorkerCtx};
+use crate::upstream::forward;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
+use hyper::body::Incoming;
+use std::fmt;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+use warden_config::{ConfigSet, Problem};
+
+/// What the policy stages see of a request.
+pub struct RequestAttrs<'a> {
+    /// The TCP peer (Envoy's direct remote address; `ipBlocks`).
+    pub peer_ip: IpAddr,
+    /// The trusted client address (`remoteIpBlocks`, rate-limit `remote_address`).
+    pub client_ip: IpAddr,
+    pub method: &'a Method,
+    pub authority: &'a str,
+    /// Path without the query string.
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    /// The listener's configured port.
+    pub port: u16,
+}
+
+/// A policy stage's decision.
+pub enum Verdict {
+    Continue,
+    /// Continue, adding these headers to the response (e.g. `x-ratelimit-*`).
+    ContinueWithHeaders(HeaderMap),
+    Reply(LocalReply),
+}
+
+/// A synchronous policy stage (authz, local rate limit).
+pub trait RequestFilter: Send + Sync + fmt::Debug {
+    fn check(&self, req: &RequestAttrs<'_>, route: &Route) -> Verdict;
+}
+
+pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
+
+/// An asynchronous policy stage (global rate limit via the RLS).
+pub trait AsyncRequestFilter: Send + Sync + fmt::Debug {
+    fn check<'a>(&'a self, req: &'a RequestAttrs<'a>, route: &'a Route) -> VerdictFuture<'a>;
+}
+
+/// The compiled policy engines of a snapshot. Later issues fill these slots in
+/// [`Filters::build`].
+#[derive(Debug, Default)]
+pub struct Filters {
+    pub authz: Option<Box<dyn RequestFilter>>,
+    pub local_rate_limit: Option<Box<dyn RequestFilter>>,
+    pub global_rate_limit: Option<Box<dyn AsyncRequestFilter>>,
+}
+
+impl Filters {
+    /// Compile the policy kinds (`authorization_policies`, `rate_limit_policies`,
+    /// `envoy_filters`) that apply to this proxy; `previous` hands over state (limiter buckets)
+    /// across reloads. Nothing is compiled yet: those engines land with their issues.
+    pub fn build(
+        _set: &ConfigSet,
+        _identity: &ProxyIdentity,
+        _previous: Option<&Filters>,
+    ) -> Result<Filters, Vec<Problem>> {
+        Ok(Filters::default())
+    }
+
+    pub fn stage_names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.authz.is_some() {
+            v.push("authz");
+        }
+        if self.local_rate_limit.is_some() {
+            v.push("local_rate_limit");
+        }
+        if self.global_rate_limit.is_some() {
+            v.push("global_rate_limit");
+        }
+        v
+    }
+}
+
+/// Per-request outcome for metrics and the access log.
+#[derive(Default)]
+struct Outcome {
+    route: Option<Arc<Route>>,
+    upstream: Option<http::uri::Authority>,
+    flag: Option<ResponseFlag>,
+}
+
+/// What the access log needs of the request, captured only when logging is on.
+struct LogFields {
+    method: Method,
+    authority: String,
+    path: String,
+    protocol: &'static str,
+    request_id: Option<String>,
+    client_ip: IpAddr,
+}
+
+pub async fn handle(
+    req: Request<Incoming>,
+    conn: &ConnCtx,
+    worker: &WorkerCtx,
+) -> Response<ProxyBody> {
+    let start = Instant::now();
+    let shared = &*worker.shared;
+    let snapshot = shared.snapshot.load_full();
+    let mut outcome = Outcome::default();
+    let mut log = None;
+    let mut response = run(req, conn, worker, &snapshot, &mut outcome, &mut log).await;
+    if let Some(reply_flag) = outcome.flag {
+        if reply_flag == ResponseFlag::DownstreamProtocolError {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    let status = response.status().as_u16();
+    let elapsed = start.elapsed();
+    let metrics = &shared.metrics;
+    metrics.requests.inc();
+    metrics.duration.observe(elapsed.as_secs_f64());
+    match &outcome.route {
+        Some(route) => {
+            if let Some(c) = route
+                .counters
+                .get(status, || metrics.route_code_counter(&route.name, status))
+            {
+                c.inc();
+            }
+        }
+        None => {
+            metrics.route_code_counter("none", status).inc();
+        }
+    }
+    if let (Some(access_log), Some(fields)) = (&shared.access_log, log) {
+        let upstream = outcome.upstream.as_ref().map(|a| a.to_string());
+        access_log.log(&Entry {
+            time: now_rfc3339(),
+            client_ip: fields.client_ip.to_string(),
+            peer: conn.peer.ip().to_string(),
+            protocol: fields.protocol,
+            method: fields.method.as_str(),
+            authority: &fields.authority,
+            path: &fields.path,
+            status,
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            upstream: upstream.as_deref(),
+            route: outcome.route.as_ref().map(|r| &*r.name),
+            response_flags: outcome.flag.map_or("-", |f| f.code()),
+            request_id: fields.request_id.as_deref(),
+        });
+    }
+    response
+}
+
+fn local(reply: LocalReply, outcome: &mut Outcome) -> Response<ProxyBody> {
+    outcome.flag = reply.flag;
+    reply.into_response()
+}
+
+async fn run(
+    req: Request<Incoming>,
+    conn: &ConnCtx,
+    worker: &WorkerCtx,
+    snapshot: &Snapshot,
+    outcome: &mut Outcome,
+    log: &mut Option<LogFields>,
+) -> Response<ProxyBody> {
+    let shared = &*worker.shared;
+    let (mut parts, body) = req.into_parts();
+    let peer_ip = conn.peer.ip();
+    let client_ip = trusted_client_addr(
+        peer_ip,
+        parts
+            .headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.as_bytes()),
+        true,
+        shared.num_trusted_proxies,
+    );
+    let authority: &str = match parts.uri.authority() {
+        Some(a) => a.as_str(),
+        None => parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or(""),
+    };
+    if shared.access_log.is_some() {
+        *log = Some(LogFields {
+            method: parts.method.clone(),
+            authority: authority.to_string(),
+            path: parts.uri.path().to_string(),
+            protocol: match parts.version {
+                http::Version::HTTP_2 => "HTTP/2",
+                http::Version::HTTP_10 => "HTTP/1.0",
+                _ => "HTTP/1.1",
+            },
+            request_id: parts
+                .headers
+                .get(&X_REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .map(Into::into),
+            client_ip,
+        });
+    }
+
+    // 1. decode
+    if conn.take_framing_violation() {
+        return local(LocalReply::bad_request(), outcome);
+    }
+
+    // 2. route
+    let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(conn.port) else {
+        return local(LocalReply::no_route(), outcome);
+    };
+    let attrs = RequestAttrs {
+        peer_ip,
+        client_ip,
+        method: &parts.method,
+        authority,
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        port: conn.port,
+    };
+    let input = RouteInput {
+        method: attrs.method,
+        host: host_of(authority),
+        authority,
+        path: attrs.path,
+        headers: attrs.headers,
+        port: conn.port,
+    };
+    let Some(route) = table.find(&input) else {
+        return local(LocalReply::no_route(), outcome);
+    };
+    outcome.route = Some(route.clone());
+    let route = route.clone();
+
+    // 3-5. policies
+    let mut extra_headers: Option<HeaderMap> = None;
+    let filters = &snapshot.filters;
+    for f in [&filters.authz, &filters.local_rate_limit]
+        .into_iter()
+        .flatten()
+    {
+        match f.check(&attrs, &route) {
+            Verdict::Continue => {}
+            Verdict::ContinueWithHeaders(h) => {
+                extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
+            }
+            Verdict::Reply(r) => return local(r, outcome),
+        }
+    }
+    if let Some(f) = &filters.global_rate_limit {
+        match f.check(&attrs, &route).await {
+            Verdict::Continue => {}
+            Verdict::ContinueWithHeaders(h) => {
+                extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
+            }
+            Verdict::Reply(r) => return local(r, outcome),
+        }
+    }
+
+    // 6. action
+    let mut response = match &route.action {
+        RouteAction::Direct {
+            status,
+            body,
+            content_type,
+        } => {
+            let mut resp = Response::new(ProxyBody::full(body.clone()));
+            *resp.status_mut() = *status;
+            if let Some(ct) = content_type {
+                resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
+            }
+            resp
+        }
+        RouteAction::Forward {
+            timeout, retries, ..
+        } => {
+            let Some(target) = route.pick_cluster() else {
+                return local(LocalReply::no_healthy_upstream(), outcome);
+            };
+            if parts.version == http::Version::HTTP_2 && !parts.headers.contains_key(header::HOST) {
+                if let Ok(v) = HeaderValue::from_str(authority) {
+                    parts.headers.insert(header::HOST, v);
+                }
+            }
+            strip_hop_by_hop(&mut parts.headers);
+            add_forwarding(
+                &mut parts.headers,
+                peer_ip,
+                client_ip,
+                shared.num_trusted_proxies,
+            );
+            route.request_headers.apply(&mut parts.headers);
+            target.request_headers.apply(&mut parts.headers);
+            match forward(
+                &worker.upstream,
+                &shared.metrics,
+                target,
+                parts,
+                body,
+                *timeout,
+                retries,
+            )
+            .await
+            {
+                Ok(up) => {
+                    outcome.upstream = Some(up.endpoint);
+                    let (mut head, body) = up.response.into_parts();
+                    strip_hop_by_hop(&mut head.headers);
+                    target.response_headers.apply(&mut head.headers);
+                    Response::from_parts(head, ProxyBody::Streamed(body))
+                }
+                Err(failure) => {
+                    outcome.upstream = failure.endpoint;
+                    return local(failure.reply, outcome);
+                }
+            }
+        }
+    };
+
+    // 7. respond
+    route.response_headers.apply(response.headers_mut());
+    if let Some(h) = extra_headers {
+        response.headers_mut().extend(h);
+    }
+    response
+}

@@ -1,0 +1,300 @@
+//! Starting and stopping a proxy in-process: [`Proxy::start`] returns a [`RunningProxy`].
+//!
+//! The proxy owns its threads (N workers with one single-threaded runtime each, plus one admin
+//! thread that also watches config files), so it works the same from `main`, from a
+//! `#[tokio::test]` of any flavor, or from a plain `#[test]`. Its methods are synchronous;
+//! `shutdown` blocks until the drain finishes, so call it through `spawn_blocking` when the
+//! calling runtime must keep serving clients meanwhile.
+
+use crate::access_log::AccessLog;
+use crate::admin;
+use crate::config_source;
+use crate::error::ProxyError;
+use crate::listen;
+use crate::metrics::MetricsView;
+use crate::options::{ConfigSource, ProxyOptions};
+use crate::snapshot::{ProxyIdentity, Snapshot};
+use crate::state::{ListenerInfo, Shared};
+use crate::worker::{self, WorkerListener};
+use notify::Watcher;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
+use warden_config::ConfigErrors;
+
+/// Entry point of the in-process API.
+pub struct Proxy;
+
+impl Proxy {
+    /// Load and compile the config, bind every listener and the admin endpoint, and start the
+    /// worker threads. Errors (bad config, port in use) are reported before anything runs.
+    pub fn start(opts: ProxyOptions) -> Result<RunningProxy, ProxyError> {
+        let loaded = config_source::load(&opts.config)?;
+        let identity = ProxyIdentity {
+            namespace: opts.namespace.clone(),
+            labels: opts.labels.clone(),
+        };
+        let snapshot = Snapshot::build(loaded, &identity, None)?;
+        for w in &snapshot.warnings {
+            tracing::warn!("{w}");
+        }
+        let workers = opts.concurrency.max(1);
+        let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut infos = Vec::new();
+        for spec in &snapshot.listeners {
+            let addr = SocketAddr::new(opts.listen_host, spec.port);
+            let bind_err = |source| ProxyError::Bind {
+                what: format!("listener {}", spec.name),
+                addr,
+                source,
+            };
+            let group = listen::bind_group(addr, workers).map_err(bind_err)?;
+            let bound = group
+                .first()
+                .map(|s| s.local_addr())
+                .transpose()
+                .map_err(bind_err)?
+                .unwrap_or(addr);
+            infos.push(ListenerInfo {
+                name: spec.name.clone(),
+                port_in_config: spec.port,
+                protocol: spec.protocol,
+                addr: bound,
+            });
+            for (i, socket) in group.into_iter().enumerate() {
+                per_worker[i].push(WorkerListener {
+                    socket,
+                    spec: spec.clone(),
+                });
+            }
+        }
+        let admin_listener = match opts.admin {
+            Some(addr) => {
+                Some(
+                    listen::bind_one(addr, false).map_err(|source| ProxyError::Bind {
+                        what: "admin endpoint".into(),
+                        addr,
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let access_log = opts.access_log.as_ref().map(AccessLog::open).transpose()?;
+        let shared = Arc::new(Shared::new(
+            snapshot,
+            access_log,
+            opts.num_trusted_proxies,
+            opts.config.clone(),
+            identity,
+            infos,
+        ));
+
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let mut running = RunningProxy {
+            shared: shared.clone(),
+            workers: Vec::new(),
+            stop_tx,
+            admin_thread: None,
+            admin_stop: None,
+            admin_addr,
+            _watcher: None,
+        };
+        for (id, listeners) in per_worker.into_iter().enumerate() {
+            let handle = worker::spawn(
+                id,
+                listeners,
+                shared.clone(),
+                stop_rx.clone(),
+                opts.connect_timeout,
+            )
+            .map_err(|source| ProxyError::Thread {
+                what: "worker thread",
+                source,
+            })?;
+            running.workers.push(handle);
+        }
+
+        let (changes_tx, changes_rx) = mpsc::unbounded_channel::<()>();
+        if let (true, ConfigSource::Paths(paths)) = (opts.watch_config, &opts.config) {
+            running._watcher = Some(watch_files(paths, changes_tx)?);
+        }
+        let (admin_stop_tx, admin_stop_rx) = oneshot::channel::<()>();
+        let admin_shared = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("warden-admin".into())
+            .spawn(move || admin_thread(admin_listener, admin_shared, changes_rx, admin_stop_rx))
+            .map_err(|source| ProxyError::Thread {
+                what: "admin thread",
+                source,
+            })?;
+        running.admin_thread = Some(handle);
+        running.admin_stop = Some(admin_stop_tx);
+        Ok(running)
+    }
+}
+
+fn admin_thread(
+    listener: Option<std::net::TcpListener>,
+    shared: Arc<Shared>,
+    mut changes: mpsc::UnboundedReceiver<()>,
+    stop: oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build admin runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let reload_shared = shared.clone();
+        let reloads = async move {
+            while changes.recv().await.is_some() {
+                // Editors write files in several steps: let them settle, then reload once.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                while changes.try_recv().is_ok() {}
+                let _ = reload_shared.reload();
+            }
+            std::future::pending::<()>().await;
+        };
+        let stop = async {
+            let _ = stop.await;
+        };
+        match listener {
+            Some(l) => {
+                tokio::select! {
+                    _ = admin::serve(l, shared, stop) => {}
+                    _ = reloads => {}
+                }
+            }
+            None => {
+                tokio::select! {
+                    _ = stop => {}
+                    _ = reloads => {}
+                }
+            }
+        }
+    });
+}
+
+/// Watch config files (through their directories, so editors that replace files are seen)
+/// and directories; send a tick on every change.
+fn watch_files(
+    paths: &[PathBuf],
+    tx: mpsc::UnboundedSender<()>,
+) -> Result<notify::RecommendedWatcher, ProxyError> {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
+    let dirs: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
+    let watched_dirs = dirs.clone();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        // Our own reads show up as access events; only completed writes count.
+        if let EventKind::Access(kind) = event.kind {
+            if kind != AccessKind::Close(AccessMode::Write) {
+                return;
+            }
+        }
+        let relevant = event.paths.iter().any(|p| {
+            files
+                .iter()
+                .any(|f| p.file_name() == f.file_name() && p.parent().is_some())
+                || watched_dirs.iter().any(|d| p.starts_with(d))
+        });
+        if relevant {
+            let _ = tx.send(());
+        }
+    })?;
+    for p in paths {
+        if p.is_dir() {
+            watcher.watch(p, notify::RecursiveMode::Recursive)?;
+        } else {
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            watcher.watch(&parent, notify::RecursiveMode::NonRecursive)?;
+        }
+    }
+    let _ = dirs;
+    Ok(watcher)
+}
+
+/// A started proxy. Dropping it stops it immediately (no drain); use [`RunningProxy::shutdown`]
+/// for a graceful stop.
+pub struct RunningProxy {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    stop_tx: watch::Sender<Option<Instant>>,
+    admin_thread: Option<JoinHandle<()>>,
+    admin_stop: Option<oneshot::Sender<()>>,
+    admin_addr: Option<SocketAddr>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl RunningProxy {
+    /// The bound listeners (actual addresses, also for port 0 in config).
+    pub fn listeners(&self) -> Vec<ListenerInfo> {
+        self.shared.listeners.clone()
+    }
+
+    /// The bound address of the listener whose config port is `port`.
+    pub fn listener_addr(&self, port_in_config: u16) -> Option<SocketAddr> {
+        self.shared
+            .listeners
+            .iter()
+            .find(|l| l.port_in_config == port_in_config)
+            .map(|l| l.addr)
+    }
+
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// Re-read the config source and swap the snapshot; on error the running config stays.
+    pub fn reload(&self) -> Result<(), ConfigErrors> {
+        self.shared.reload()
+    }
+
+    pub fn metrics(&self) -> MetricsView {
+        self.shared.metrics.view()
+    }
+
+    /// The Prometheus text exposition, as `/stats/prometheus` serves it.
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics.encode()
+    }
+
+    /// Stop accepting, let in-flight requests and connections finish until `deadline` has
+    /// passed, then close what is left. Blocks until all threads have exited.
+    pub fn shutdown(mut self, deadline: Duration) {
+        self.stop(Instant::now() + deadline);
+    }
+
+    fn stop(&mut self, deadline: Instant) {
+        let _ = self.stop_tx.send(Some(deadline));
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        if let Some(tx) = self.admin_stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.admin_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        self.stop(Instant::now());
+    }
+}

@@ -1,0 +1,342 @@
+//! Compiled HTTP routing of one listener port: virtual hosts by domain, then routes in order,
+//! first match wins (Envoy/Istio semantics). Nothing on this path allocates for exact/prefix.
+
+use crate::cluster::Cluster;
+use crate::header_ops::HeaderOps;
+use crate::matcher::StringMatcher;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// What routing looks at in a request.
+pub struct RouteInput<'a> {
+    pub method: &'a Method,
+    /// Host without port, as received.
+    pub host: &'a str,
+    /// `:authority`/Host as received (with port if any), for `authority` matches.
+    pub authority: &'a str,
+    /// Path without the query string.
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub port: u16,
+}
+
+#[derive(Debug)]
+pub struct RequestMatch {
+    pub uri: Option<StringMatcher>,
+    pub ignore_uri_case: bool,
+    pub method: Option<StringMatcher>,
+    pub authority: Option<StringMatcher>,
+    pub headers: Vec<(http::HeaderName, StringMatcher)>,
+    pub port: Option<u16>,
+}
+
+impl RequestMatch {
+    fn matches(&self, input: &RouteInput<'_>) -> bool {
+        if let Some(p) = self.port {
+            if p != input.port {
+                return false;
+            }
+        }
+        if let Some(m) = &self.uri {
+            let ok = if self.ignore_uri_case {
+                m.matches(&input.path.to_ascii_lowercase())
+            } else {
+                m.matches(input.path)
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if let Some(m) = &self.method {
+            if !m.matches(input.method.as_str()) {
+                return false;
+            }
+        }
+        if let Some(m) = &self.authority {
+            if !m.matches(input.authority) {
+                return false;
+            }
+        }
+        self.headers.iter().all(|(name, m)| {
+            input
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| m.matches(v))
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct WeightedCluster {
+    pub cluster: Arc<Cluster>,
+    pub weight: u32,
+    pub request_headers: HeaderOps,
+    pub response_headers: HeaderOps,
+}
+
+#[derive(Debug)]
+pub struct RetryPolicy {
+    /// Extra attempts after the first.
+    pub attempts: u32,
+    pub per_try_timeout: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub enum RouteAction {
+    Direct {
+        status: StatusCode,
+        body: Bytes,
+        content_type: Option<HeaderValue>,
+    },
+    Forward {
+        clusters: Vec<WeightedCluster>,
+        total_weight: u32,
+        timeout: Option<Duration>,
+        retries: RetryPolicy,
+    },
+}
+
+/// Per-route request counters by status code, created on first use and shared with the
+/// metrics registry (so reloads keep counting into the same series).
+#[derive(Debug)]
+pub struct RouteCounters {
+    by_code: Box<[OnceLock<prometheus_client::metrics::counter::Counter>]>,
+}
+
+impl Default for RouteCounters {
+    fn default() -> Self {
+        RouteCounters {
+            by_code: (0..600).map(|_| OnceLock::new()).collect(),
+        }
+    }
+}
+
+impl RouteCounters {
+    pub fn get(
+        &self,
+        code: u16,
+        create: impl FnOnce() -> prometheus_client::metrics::counter::Counter,
+    ) -> Option<&prometheus_client::metrics::counter::Counter> {
+        self.by_code
+            .get(code as usize)
+            .map(|c| c.get_or_init(create))
+    }
+}
+
+#[derive(Debug)]
+pub struct Route {
+    /// `namespace/virtualservice/route-name-or-index`, the `route` label in metrics and logs.
+    pub name: Arc<str>,
+    pub matches: Vec<RequestMatch>,
+    pub action: RouteAction,
+    pub request_headers: HeaderOps,
+    pub response_headers: HeaderOps,
+    pub counters: RouteCounters,
+}
+
+impl Route {
+    fn matches(&self, input: &RouteInput<'_>) -> bool {
+        self.matches.is_empty() || self.matches.iter().any(|m| m.matches(input))
+    }
+
+    /// Weighted choice among the route's clusters.
+    pub fn pick_cluster(&self) -> Option<&WeightedCluster> {
+        let RouteAction::Forward {
+            clusters,
+            total_weight,
+            ..
+        } = &self.action
+        else {
+            return None;
+        };
+        if clusters.len() <= 1 || *total_weight == 0 {
+            return clusters.first();
+        }
+        let mut ticket = fastrand::u32(..*total_weight);
+        for c in clusters {
+            if ticket < c.weight {
+                return Some(c);
+            }
+            ticket -= c.weight;
+        }
+        clusters.last()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct VirtualHost {
+    pub domains: Vec<String>,
+    pub routes: Vec<Arc<Route>>,
+}
+
+/// All virtual hosts of one listener port.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    pub vhosts: Vec<VirtualHost>,
+    exact: HashMap<Box<str>, usize>,
+    /// `*.example.com` stored as `.example.com`, longest first.
+    suffixes: Vec<(Box<str>, usize)>,
+    any: Option<usize>,
+}
+
+impl RouteTable {
+    /// Add routes for a domain (lowercase); routes for an existing domain are appended, as Istio
+    /// merges VirtualServices bound to a gateway for the same host.
+    pub fn add(&mut self, domain: &str, routes: &[Arc<Route>]) {
+        let domain = domain.to_ascii_lowercase();
+        let existing = if domain == "*" {
+            self.any
+        } else if let Some(suffix) = domain.strip_prefix('*') {
+            self.suffixes
+                .iter()
+                .find(|(s, _)| &**s == suffix)
+                .map(|(_, i)| *i)
+        } else {
+            self.exact.get(domain.as_str()).copied()
+        };
+        let index = match existing {
+            Some(i) => i,
+            None => {
+                let i = self.vhosts.len();
+                self.vhosts.push(VirtualHost {
+                    domains: vec![domain.clone()],
+                    routes: Vec::new(),
+                });
+                if domain == "*" {
+                    self.any = Some(i);
+                } else if let Some(suffix) = domain.strip_prefix('*') {
+                    self.suffixes.push((suffix.into(), i));
+                    self.suffixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                } else {
+                    self.exact.insert(domain.into(), i);
+                }
+                i
+            }
+        };
+        self.vhosts[index].routes.extend(routes.iter().cloned());
+    }
+
+    fn vhost(&self, host: &str) -> Option<&VirtualHost> {
+        let lowered;
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lowered = host.to_ascii_lowercase();
+            lowered.as_str()
+        } else {
+            host
+        };
+        let index = self
+            .exact
+            .get(host)
+            .copied()
+            .or_else(|| {
+                self.suffixes
+                    .iter()
+                    .find(|(s, _)| host.len() > s.len() && host.ends_with(&**s))
+                    .map(|(_, i)| *i)
+            })
+            .or(self.any)?;
+        self.vhosts.get(index)
+    }
+
+    /// First matching route of the virtual host for `input.host`; `None` is a 404 (`NR`).
+    pub fn find(&self, input: &RouteInput<'_>) -> Option<&Arc<Route>> {
+        self.vhost(input.host)?
+            .routes
+            .iter()
+            .find(|r| r.matches(input))
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.vhosts.iter().map(|v| v.routes.len()).sum()
+    }
+}
+
+/// Split `host[:port]` (including `[v6]:port`) and return the host part.
+pub fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return match rest.find(']') {
+            Some(end) => &authority[..end + 2],
+            None => authority,
+        };
+    }
+    match authority.rfind(':') {
+        Some(i) if authority[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &authority[..i],
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn direct(name: &str, prefix: &str) -> Arc<Route> {
+        Arc::new(Route {
+            name: name.into(),
+            matches: vec![RequestMatch {
+                uri: Some(StringMatcher::Prefix(prefix.into())),
+                ignore_uri_case: false,
+                method: None,
+                authority: None,
+                headers: vec![],
+                port: None,
+            }],
+            action: RouteAction::Direct {
+                status: StatusCode::OK,
+                body: Bytes::new(),
+                content_type: None,
+            },
+            request_headers: HeaderOps::default(),
+            response_headers: HeaderOps::default(),
+            counters: RouteCounters::default(),
+        })
+    }
+
+    fn find<'a>(t: &'a RouteTable, host: &str, path: &str) -> Option<&'a str> {
+        let headers = HeaderMap::new();
+        let input = RouteInput {
+            method: &Method::GET,
+            host: host_of(host),
+            authority: host,
+            path,
+            headers: &headers,
+            port: 80,
+        };
+        t.find(&input).map(|r| &*r.name)
+    }
+
+    #[test]
+    fn exact_then_suffix_then_any() {
+        let mut t = RouteTable::default();
+        t.add("*", &[direct("any", "/")]);
+        t.add("*.example.com", &[direct("wild", "/")]);
+        t.add("*.api.example.com", &[direct("wild-long", "/")]);
+        t.add("www.example.com", &[direct("exact", "/")]);
+        assert_eq!(find(&t, "www.example.com:8080", "/"), Some("exact"));
+        assert_eq!(find(&t, "WWW.Example.com", "/"), Some("exact"));
+        assert_eq!(find(&t, "x.example.com", "/"), Some("wild"));
+        assert_eq!(find(&t, "v1.api.example.com", "/"), Some("wild-long"));
+        assert_eq!(find(&t, "other.org", "/"), Some("any"));
+    }
+
+    #[test]
+    fn first_match_wins_and_no_route_is_none() {
+        let mut t = RouteTable::default();
+        t.add("a.com", &[direct("api", "/api"), direct("root", "/")]);
+        t.add("a.com", &[direct("late", "/api/v2")]);
+        assert_eq!(find(&t, "a.com", "/api/v2"), Some("api"));
+        assert_eq!(find(&t, "a.com", "/x"), Some("root"));
+        assert_eq!(find(&t, "b.com", "/x"), None);
+    }
+
+    #[test]
+    fn host_of_strips_ports() {
+        assert_eq!(host_of("a.com:80"), "a.com");
+        assert_eq!(host_of("a.com"), "a.com");
+        assert_eq!(host_of("[::1]:80"), "[::1]");
+        assert_eq!(host_of("10.0.0.1:8080"), "10.0.0.1");
+    }
+}

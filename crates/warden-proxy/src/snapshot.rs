@@ -1,0 +1,715 @@
+//! The immutable, precompiled view of a config that every request reads through one `ArcSwap`
+//! load: listeners, route tables per port, upstream clusters and the pipeline's engines.
+//! Built off the hot path; a failed build leaves the running snapshot in place.
+
+use crate::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
+use crate::header_ops::HeaderOps;
+use crate::matcher::StringMatcher;
+use crate::pipeline::Filters;
+use crate::routing::{
+    RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable, WeightedCluster,
+};
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use warden_config::gateway_matches;
+use warden_config::hosts::server_host_admits;
+use warden_config::kinds::virtual_service::{HttpRoute, VirtualService};
+use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
+
+/// The proxy's own identity, used by policies with workload selectors.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ProxyIdentity {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ListenerProtocol {
+    /// HTTP/1.1 and h2c on the same port.
+    Http,
+    Tcp,
+}
+
+/// A port some Gateway server asks for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ListenerSpec {
+    pub name: String,
+    pub port: u16,
+    pub protocol: ListenerProtocol,
+}
+
+#[derive(Debug)]
+pub struct TcpRoute {
+    pub name: Arc<str>,
+    pub clusters: Vec<(Arc<Cluster>, u32)>,
+    pub total_weight: u32,
+}
+
+impl TcpRoute {
+    pub fn pick_cluster(&self) -> Option<&Arc<Cluster>> {
+        if self.clusters.len() <= 1 || self.total_weight == 0 {
+            return self.clusters.first().map(|(c, _)| c);
+        }
+        let mut ticket = fastrand::u32(..self.total_weight);
+        for (c, w) in &self.clusters {
+            if ticket < *w {
+                return Some(c);
+            }
+            ticket -= w;
+        }
+        self.clusters.last().map(|(c, _)| c)
+    }
+}
+
+#[derive(Debug)]
+pub enum PortRoutes {
+    Http(RouteTable),
+    Tcp(Option<TcpRoute>),
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub listeners: Vec<ListenerSpec>,
+    /// Same order as `listeners`.
+    pub ports: Vec<PortRoutes>,
+    pub clusters: BTreeMap<String, Arc<Cluster>>,
+    pub filters: Filters,
+    pub config: ConfigSet,
+    pub warnings: Vec<Problem>,
+    pub identity: ProxyIdentity,
+}
+
+impl Snapshot {
+    pub fn routes_for_port(&self, port: u16) -> Option<&PortRoutes> {
+        let i = self.listeners.iter().position(|l| l.port == port)?;
+        self.ports.get(i)
+    }
+
+    /// Compile a loaded config. `previous` lets engines adopt state (limiter buckets) that must
+    /// survive a reload.
+    pub fn build(
+        loaded: warden_config::Loaded,
+        identity: &ProxyIdentity,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, ConfigErrors> {
+        let mut b = Builder {
+            set: &loaded.set,
+            errors: Vec::new(),
+            warnings: loaded.warnings.clone(),
+            clusters: BTreeMap::new(),
+        };
+        let listeners = b.listeners();
+        let mut ports = Vec::with_capacity(listeners.len());
+        for l in &listeners {
+            ports.push(match l.protocol {
+                ListenerProtocol::Http => PortRoutes::Http(b.http_routes(l.port)),
+                ListenerProtocol::Tcp => PortRoutes::Tcp(b.tcp_route(l.port)),
+            });
+        }
+        let filters = match Filters::build(&loaded.set, identity, previous.map(|p| &p.filters)) {
+            Ok(f) => f,
+            Err(mut problems) => {
+                b.errors.append(&mut problems);
+                Filters::default()
+            }
+        };
+        if !b.errors.is_empty() {
+            return Err(ConfigErrors(b.errors));
+        }
+        let clusters = b.clusters;
+        let warnings = b.warnings;
+        Ok(Snapshot {
+            listeners,
+            ports,
+            clusters,
+            filters,
+            config: loaded.set,
+            warnings,
+            identity: identity.clone(),
+        })
+    }
+}
+
+struct Builder<'a> {
+    set: &'a ConfigSet,
+    errors: Vec<Problem>,
+    warnings: Vec<Problem>,
+    clusters: BTreeMap<String, Arc<Cluster>>,
+}
+
+/// The hosts of `vs` admitted by a server on `port` of a Gateway that `vs` references
+/// (Istio's binding: `gateways:` plus overlapping, namespace-admitted `hosts`).
+fn admitted_hosts<'s>(set: &'s ConfigSet, vs: &'s Doc<VirtualService>, port: u16) -> Vec<&'s str> {
+    let ns = vs.metadata.namespace_or_default();
+    let servers: Vec<(&str, &warden_config::kinds::gateway::Server)> = set
+        .gateways
+        .iter()
+        .filter(|gw| vs.spec.gateways.iter().any(|r| gateway_matches(ns, r, gw)))
+        .flat_map(|gw| {
+            gw.spec
+                .servers
+                .iter()
+                .filter(|s| s.port.number == port)
+                .map(move |s| (gw.metadata.namespace_or_default(), s))
+        })
+        .collect();
+    vs.spec
+        .hosts
+        .iter()
+        .filter(|h| {
+            servers.iter().any(|(gw_ns, server)| {
+                server
+                    .hosts
+                    .iter()
+                    .any(|sh| server_host_admits(sh, gw_ns, ns, h))
+            })
+        })
+        .map(|h| h.as_str())
+        .collect()
+}
+
+impl Builder<'_> {
+    fn error<T>(&mut self, doc: &Doc<T>, field: String, message: impl Into<String>) {
+        self.errors.push(Problem {
+            location: self.set.locate(doc, &field),
+            message: message.into(),
+        });
+    }
+
+    fn warn<T>(&mut self, doc: &Doc<T>, field: String, message: impl Into<String>) {
+        self.warnings.push(Problem {
+            location: self.set.locate(doc, &field),
+            message: message.into(),
+        });
+    }
+
+    fn listeners(&mut self) -> Vec<ListenerSpec> {
+        let mut out: Vec<ListenerSpec> = Vec::new();
+        for gw in &self.set.gateways {
+            for (i, server) in gw.spec.servers.iter().enumerate() {
+                let protocol = match server.port.protocol.to_ascii_uppercase().as_str() {
+                    "HTTP" | "HTTP2" | "GRPC" => ListenerProtocol::Http,
+                    "TCP" => ListenerProtocol::Tcp,
+                    other => {
+                        self.error(
+                            gw,
+                            format!("spec.servers[{i}].port.protocol"),
+                            format!("protocol {other:?} is not supported (HTTP, HTTP2, TCP)"),
+                        );
+                        continue;
+                    }
+                };
+                let port = server.port.number;
+                if let Some(existing) = out.iter().find(|l| l.port == port) {
+                    if existing.protocol != protocol {
+                        self.error(
+                            gw,
+                            format!("spec.servers[{i}].port"),
+                            format!(
+                                "port {port} is already declared with protocol {:?}",
+                                existing.protocol
+                            ),
+                        );
+                    }
+                    continue;
+                }
+                let name = server.port.name.clone().unwrap_or_else(|| {
+                    let p = if protocol == ListenerProtocol::Tcp {
+                        "tcp"
+                    } else {
+                        "http"
+                    };
+                    format!("{p}_{port}")
+                });
+                out.push(ListenerSpec {
+                    name,
+                    port,
+                    protocol,
+                });
+            }
+        }
+        out
+    }
+
+    fn http_routes(&mut self, port: u16) -> RouteTable {
+        let mut table = RouteTable::default();
+        let set = self.set;
+        for vs in &set.virtual_services {
+            let hosts = admitted_hosts(set, vs, port);
+            if hosts.is_empty() {
+                continue;
+            }
+            let mut routes = Vec::new();
+            for (i, r) in vs.spec.http.iter().enumerate() {
+                if !route_applies_to_port(r, port) {
+                    continue;
+                }
+                if let Some(route) = self.http_route(vs, i, r) {
+                    routes.push(Arc::new(route));
+                }
+            }
+            for host in hosts {
+                table.add(host, &routes);
+            }
+        }
+        table
+    }
+
+    fn http_route(&mut self, vs: &Doc<VirtualService>, i: usize, r: &HttpRoute) -> Option<Route> {
+        let field = |rest: &str| format!("spec.http[{i}]{rest}");
+        let name: Arc<str> = format!(
+            "{}/{}/{}",
+            vs.metadata.namespace_or_default(),
+            vs.metadata.name,
+            r.name.clone().unwrap_or_else(|| i.to_string())
+        )
+        .into();
+        let errors_before = self.errors.len();
+        let mut matches = Vec::new();
+        for (j, m) in r.matches.iter().enumerate() {
+            let compile = |b: &mut Self, what: &str, sm: &Option<_>, fold: bool| {
+                sm.as_ref().and_then(|sm| {
+                    StringMatcher::compile(sm, fold)
+                        .map_err(|e| b.error(vs, field(&format!(".match[{j}].{what}")), e))
+                        .ok()
+                })
+            };
+            let uri = compile(self, "uri", &m.uri, m.ignore_uri_case);
+            let method = compile(self, "method", &m.method, false);
+            let authority = compile(self, "authority", &m.authority, false);
+            let mut headers = Vec::new();
+            for (name, sm) in &m.headers {
+                let Ok(hname) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                    self.error(
+                        vs,
+                        field(&format!(".match[{j}].headers.{name}")),
+                        "invalid header name",
+                    );
+                    continue;
+                };
+                match StringMatcher::compile(sm, false) {
+                    Ok(sm) => headers.push((hname, sm)),
+                    Err(e) => self.error(vs, field(&format!(".match[{j}].headers.{name}")), e),
+                }
+            }
+            matches.push(RequestMatch {
+                uri,
+                ignore_uri_case: m.ignore_uri_case,
+                method,
+                authority,
+                headers,
+                port: m.port,
+            });
+        }
+        let headers = r.headers.as_ref();
+        let request_headers = HeaderOps::compile(headers.and_then(|h| h.request.as_ref()))
+            .map_err(|e| self.error(vs, field(".headers.request"), e))
+            .unwrap_or_default();
+        let response_headers = HeaderOps::compile(headers.and_then(|h| h.response.as_ref()))
+            .map_err(|e| self.error(vs, field(".headers.response"), e))
+            .unwrap_or_default();
+        let action = if let Some(dr) = &r.direct_response {
+            self.direct_response(vs, i, dr)
+        } else if !r.route.is_empty() {
+            self.forward(vs, i, r)
+        } else {
+            self.error(vs, field(""), "route needs route[] or directResponse");
+            None
+        };
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(Route {
+            name,
+            matches,
+            action: action?,
+            request_headers,
+            response_headers,
+            counters: RouteCounters::default(),
+        })
+    }
+
+    fn direct_response(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        i: usize,
+        dr: &warden_config::kinds::virtual_service::DirectResponse,
+    ) -> Option<RouteAction> {
+        let Ok(status) = StatusCode::from_u16(dr.status) else {
+            self.error(
+                vs,
+                format!("spec.http[{i}].directResponse.status"),
+                format!("invalid HTTP status {}", dr.status),
+            );
+            return None;
+        };
+        let body = match dr.body.as_ref() {
+            None => Bytes::new(),
+            Some(b) => match (&b.string, &b.bytes) {
+                (Some(s), None) => Bytes::from(s.clone()),
+                (None, Some(encoded)) => match decode_base64(encoded) {
+                    Some(raw) => Bytes::from(raw),
+                    None => {
+                        self.error(
+                            vs,
+                            format!("spec.http[{i}].directResponse.body.bytes"),
+                            "invalid base64",
+                        );
+                        return None;
+                    }
+                },
+                _ => {
+                    self.error(
+                        vs,
+                        format!("spec.http[{i}].directResponse.body"),
+                        "exactly one of string or bytes must be set",
+                    );
+                    return None;
+                }
+            },
+        };
+        let content_type = (!body.is_empty()).then(|| HeaderValue::from_static("text/plain"));
+        Some(RouteAction::Direct {
+            status,
+            body,
+            content_type,
+        })
+    }
+
+    fn duration(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        field: String,
+        text: Option<&str>,
+    ) -> Option<Duration> {
+        let text = text?;
+        match parse_duration(text) {
+            Ok(d) if d.is_zero() => None,
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error(vs, field, e);
+                None
+            }
+        }
+    }
+
+    fn forward(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        i: usize,
+        r: &HttpRoute,
+    ) -> Option<RouteAction> {
+        let mut clusters = Vec::new();
+        for (j, dest) in r.route.iter().enumerate() {
+            let f = |rest: &str| format!("spec.http[{i}].route[{j}]{rest}");
+            let cluster = self.cluster(
+                vs,
+                f(".destination"),
+                &dest.destination.host,
+                dest.destination.port.as_ref().map(|p| p.number),
+            )?;
+            let h = dest.headers.as_ref();
+            let request_headers = HeaderOps::compile(h.and_then(|h| h.request.as_ref()))
+                .map_err(|e| self.error(vs, f(".headers.request"), e))
+                .ok()?;
+            let response_headers = HeaderOps::compile(h.and_then(|h| h.response.as_ref()))
+                .map_err(|e| self.error(vs, f(".headers.response"), e))
+                .ok()?;
+            clusters.push(WeightedCluster {
+                cluster,
+                // A single destination without weight takes everything (Istio default 100).
+                weight: dest
+                    .weight
+                    .unwrap_or(if r.route.len() == 1 { 100 } else { 0 }),
+                request_headers,
+                response_headers,
+            });
+        }
+        let total_weight = clusters.iter().map(|c| c.weight).sum();
+        let timeout = self.duration(vs, format!("spec.http[{i}].timeout"), r.timeout.as_deref());
+        let retries = match &r.retries {
+            Some(rt) => RetryPolicy {
+                attempts: rt.attempts,
+                per_try_timeout: self.duration(
+                    vs,
+                    format!("spec.http[{i}].retries.perTryTimeout"),
+                    rt.per_try_timeout.as_deref(),
+                ),
+            },
+            // Istio's default retry policy: 2 retries on connect failure / 503.
+            None => RetryPolicy {
+                attempts: 2,
+                per_try_timeout: None,
+            },
+        };
+        Some(RouteAction::Forward {
+            clusters,
+            total_weight,
+            timeout,
+            retries,
+        })
+    }
+
+    fn tcp_route(&mut self, port: u16) -> Option<TcpRoute> {
+        let set = self.set;
+        for vs in &set.virtual_services {
+            if admitted_hosts(set, vs, port).is_empty() {
+                continue;
+            }
+            for (i, r) in vs.spec.tcp.iter().enumerate() {
+                let applies = r.matches.is_empty()
+                    || r.matches.iter().any(|m| m.port.is_none_or(|p| p == port));
+                if !applies {
+                    continue;
+                }
+                let mut clusters = Vec::new();
+                for (j, dest) in r.route.iter().enumerate() {
+                    let cluster = self.cluster(
+                        vs,
+                        format!("spec.tcp[{i}].route[{j}].destination"),
+                        &dest.destination.host,
+                        dest.destination.port.as_ref().map(|p| p.number),
+                    )?;
+                    let weight = dest
+                        .weight
+                        .unwrap_or(if r.route.len() == 1 { 100 } else { 0 });
+                    clusters.push((cluster, weight));
+                }
+                let total_weight = clusters.iter().map(|(_, w)| w).sum();
+                return Some(TcpRoute {
+                    name: format!(
+                        "{}/{}/tcp{}",
+                        vs.metadata.namespace_or_default(),
+                        vs.metadata.name,
+                        i
+                    )
+                    .into(),
+                    clusters,
+                    total_weight,
+                });
+            }
+        }
+        None
+    }
+
+    /// The cluster for a destination, built once per (host, port) from its ServiceEntry.
+    fn cluster(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        field: String,
+        host: &str,
+        port: Option<u16>,
+    ) -> Option<Arc<Cluster>> {
+        let set = self.set;
+        let Some(se) = set
+            .service_entries
+            .iter()
+            .find(|se| se.spec.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+        else {
+            // Istio sends traffic for unknown hosts nowhere: 503 "no healthy upstream".
+            self.warn(
+                vs,
+                field.clone(),
+                format!("no ServiceEntry for host {host:?}; requests will get 503"),
+            );
+            let port = port.unwrap_or(80);
+            return Some(self.empty_cluster(host, port));
+        };
+        let svc_port = match port {
+            Some(p) => se.spec.ports.iter().find(|sp| sp.number == p),
+            None if se.spec.ports.len() == 1 => se.spec.ports.first(),
+            None => {
+                self.error(
+                    vs,
+                    format!("{field}.port"),
+                    format!("{host} has several ports; destination.port.number is required"),
+                );
+                return None;
+            }
+        };
+        let Some(svc_port) = svc_port else {
+            self.error(
+                vs,
+                format!("{field}.port"),
+                format!("ServiceEntry {} has no port {:?}", se.metadata.name, port),
+            );
+            return None;
+        };
+        let name = format!("outbound|{}||{}", svc_port.number, host);
+        if let Some(c) = self.clusters.get(&name) {
+            return Some(c.clone());
+        }
+        let cluster = Arc::new(self.build_cluster(se, name.clone(), host, svc_port)?);
+        self.clusters.insert(name, cluster.clone());
+        Some(cluster)
+    }
+
+    fn empty_cluster(&mut self, host: &str, port: u16) -> Arc<Cluster> {
+        let name = format!("outbound|{port}||{host}");
+        self.clusters
+            .entry(name.clone())
+            .or_insert_with(|| {
+                Arc::new(Cluster::new(
+                    name,
+                    Vec::new(),
+                    LbPolicy::RoundRobin,
+                    UpstreamProtocol::Http1,
+                    u32::MAX,
+                ))
+            })
+            .clone()
+    }
+
+    fn build_cluster(
+        &mut self,
+        se: &Doc<ServiceEntry>,
+        name: String,
+        host: &str,
+        svc_port: &warden_config::kinds::service_entry::ServicePort,
+    ) -> Option<Cluster> {
+        let resolution = se.spec.resolution.as_deref().unwrap_or("STATIC");
+        let default_port = svc_port.target_port.unwrap_or(svc_port.number);
+        let port_name = svc_port.name.as_deref().unwrap_or("");
+        let mut endpoints = Vec::new();
+        for (k, ep) in se.spec.endpoints.iter().enumerate() {
+            let port = ep.ports.get(port_name).copied().unwrap_or(default_port);
+            let text = match ep.address.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+                Ok(ip) => format!("{ip}:{port}"),
+                Err(_) if resolution == "DNS" => format!("{}:{port}", ep.address),
+                Err(_) => {
+                    self.error(
+                        se,
+                        format!("spec.endpoints[{k}].address"),
+                        format!(
+                            "{:?} is not an IP address (resolution {resolution})",
+                            ep.address
+                        ),
+                    );
+                    return None;
+                }
+            };
+            match text.parse() {
+                Ok(a) => endpoints.push(Endpoint::new(a)),
+                Err(_) => {
+                    self.error(
+                        se,
+                        format!("spec.endpoints[{k}].address"),
+                        "invalid address",
+                    );
+                    return None;
+                }
+            }
+        }
+        if endpoints.is_empty() && resolution == "DNS" {
+            match format!("{host}:{default_port}").parse() {
+                Ok(a) => endpoints.push(Endpoint::new(a)),
+                Err(_) => self.error(se, "spec.hosts".into(), format!("invalid host {host:?}")),
+            }
+        }
+        let dr = self
+            .set
+            .destination_rules
+            .iter()
+            .find(|d| d.spec.host.eq_ignore_ascii_case(host));
+        let policy = dr.and_then(|d| d.spec.traffic_policy.as_ref());
+        let lb = match policy
+            .and_then(|p| p.load_balancer.as_ref())
+            .and_then(|l| l.simple.as_deref())
+        {
+            // Istio's default.
+            None => LbPolicy::LeastRequest,
+            Some(s) => match LbPolicy::parse(s) {
+                Ok(lb) => lb,
+                Err(e) => {
+                    if let Some(d) = dr {
+                        self.error(d, "spec.trafficPolicy.loadBalancer.simple".into(), e);
+                    }
+                    return None;
+                }
+            },
+        };
+        let pool = policy.and_then(|p| p.connection_pool.as_ref());
+        let http = pool.and_then(|p| p.http.as_ref());
+        let max_requests = http.and_then(|h| h.http2_max_requests).unwrap_or(u32::MAX);
+        let max_conns = pool
+            .and_then(|p| p.tcp.as_ref())
+            .and_then(|t| t.max_connections)
+            .map(|c| c.saturating_add(http.and_then(|h| h.http1_max_pending_requests).unwrap_or(0)))
+            .unwrap_or(u32::MAX);
+        let upgrade = http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
+        let h2_port = matches!(
+            svc_port
+                .protocol
+                .as_deref()
+                .map(|p| p.to_ascii_uppercase())
+                .as_deref(),
+            Some("HTTP2") | Some("GRPC")
+        );
+        let protocol = if upgrade || h2_port {
+            UpstreamProtocol::Http2
+        } else {
+            UpstreamProtocol::Http1
+        };
+        Some(Cluster::new(
+            name,
+            endpoints,
+            lb,
+            protocol,
+            max_requests.min(max_conns),
+        ))
+    }
+}
+
+fn route_applies_to_port(r: &HttpRoute, port: u16) -> bool {
+    r.matches.is_empty() || r.matches.iter().any(|m| m.port.is_none_or(|p| p == port))
+}
+
+/// Standard base64 (with or without padding), as Istio's `bytes` fields use.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let clean: Vec<u8> = text
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace() && *b != b'=')
+        .collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | value(c)?;
+        }
+        match chunk.len() {
+            4 => out.extend_from_slice(&acc.to_be_bytes()[1..]),
+            3 => out.extend_from_slice(&(acc << 6).to_be_bytes()[1..3]),
+            2 => out.push((acc >> 4) as u8),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes() {
+        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGk=").unwrap(), b"hi");
+        assert_eq!(decode_base64("").unwrap(), b"");
+        assert!(decode_base64("a$==").is_none());
+    }
+}

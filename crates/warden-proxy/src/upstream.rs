@@ -1,0 +1,215 @@
+//! Sending a request to a cluster: per-worker pooled hyper clients (HTTP/1.1 keep-alive and
+//! h2c), endpoint choice, retries, timeouts, and mapping failures to Envoy's local replies.
+
+use crate::body::ProxyBody;
+use crate::cluster::{PickError, UpstreamProtocol};
+use crate::local_reply::LocalReply;
+use crate::metrics::Metrics;
+use crate::routing::{RetryPolicy, WeightedCluster};
+use http::uri::{PathAndQuery, Scheme};
+use http::{request, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::time::Duration;
+
+/// Connection pools of one worker. Each worker owns its pools so connections stay on the
+/// thread that uses them.
+pub struct UpstreamClients {
+    h1: Client<HttpConnector, ProxyBody>,
+    h2: Client<HttpConnector, ProxyBody>,
+}
+
+impl UpstreamClients {
+    pub fn new(connect_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(60));
+        let h1 = builder.build(connector.clone());
+        let h2 = builder.http2_only(true).build(connector);
+        UpstreamClients { h1, h2 }
+    }
+}
+
+/// The upstream's answer, with the endpoint that produced it (for access logs).
+pub struct Upstreamed {
+    pub response: Response<Incoming>,
+    pub endpoint: http::uri::Authority,
+}
+
+pub struct ForwardFailure {
+    pub reply: LocalReply,
+    pub endpoint: Option<http::uri::Authority>,
+}
+
+fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFailure {
+    ForwardFailure { reply, endpoint }
+}
+
+/// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
+/// no body: bodies are streamed and cannot be replayed.
+pub async fn forward(
+    clients: &UpstreamClients,
+    metrics: &Metrics,
+    target: &WeightedCluster,
+    parts: request::Parts,
+    body: Incoming,
+    timeout: Option<Duration>,
+    retries: &RetryPolicy,
+) -> Result<Upstreamed, ForwardFailure> {
+    let attempts = async {
+        let replayable = retries.attempts > 0 && http_body::Body::is_end_stream(&body);
+        if !replayable {
+            return attempt(
+                clients,
+                metrics,
+                target,
+                parts,
+                ProxyBody::Streamed(body),
+                None,
+                retries.per_try_timeout,
+            )
+            .await;
+        }
+        let mut exclude = None;
+        let mut last = None;
+        for n in 0..=retries.attempts {
+            let copy = clone_parts(&parts);
+            match attempt(
+                clients,
+                metrics,
+                target,
+                copy,
+                ProxyBody::Empty,
+                exclude,
+                retries.per_try_timeout,
+            )
+            .await
+            {
+                Ok(up)
+                    if up.response.status() == StatusCode::SERVICE_UNAVAILABLE
+                        && n < retries.attempts =>
+                {
+                    last = Some(Ok(up));
+                }
+                Ok(up) => return Ok(up),
+                Err(f) if retryable(&f.reply) && n < retries.attempts => {
+                    exclude = endpoint_index(target, f.endpoint.as_ref());
+                    last = Some(Err(f));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+        last.unwrap_or_else(|| Err(fail(LocalReply::no_healthy_upstream(), None)))
+    };
+    match timeout {
+        None => attempts.await,
+        Some(t) => match tokio::time::timeout(t, attempts).await {
+            Ok(r) => r,
+            Err(_) => {
+                metrics.upstream_error("timeout");
+                Err(fail(LocalReply::timeout(), None))
+            }
+        },
+    }
+}
+
+fn retryable(reply: &LocalReply) -> bool {
+    use crate::local_reply::ResponseFlag as F;
+    matches!(
+        reply.flag,
+        Some(F::UpstreamConnectFailure) | Some(F::UpstreamReset)
+    )
+}
+
+fn endpoint_index(target: &WeightedCluster, ep: Option<&http::uri::Authority>) -> Option<usize> {
+    let ep = ep?;
+    target
+        .cluster
+        .endpoints
+        .iter()
+        .position(|e| &e.authority == ep)
+}
+
+fn clone_parts(parts: &request::Parts) -> request::Parts {
+    let mut req = Request::new(());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = parts.uri.clone();
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    req.into_parts().0
+}
+
+async fn attempt(
+    clients: &UpstreamClients,
+    metrics: &Metrics,
+    target: &WeightedCluster,
+    mut parts: request::Parts,
+    body: ProxyBody,
+    exclude: Option<usize>,
+    per_try_timeout: Option<Duration>,
+) -> Result<Upstreamed, ForwardFailure> {
+    let cluster = &target.cluster;
+    let (_, lease) = cluster.pick(exclude).map_err(|e| match e {
+        PickError::NoHealthyUpstream => {
+            metrics.upstream_error("no_healthy");
+            fail(LocalReply::no_healthy_upstream(), None)
+        }
+        PickError::Overflow => {
+            metrics.upstream_error("overflow");
+            fail(LocalReply::overflow(), None)
+        }
+    })?;
+    let endpoint = lease.endpoint().authority.clone();
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = Some(endpoint.clone());
+    uri.path_and_query = Some(
+        parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
+    parts.uri = Uri::from_parts(uri).map_err(|_| fail(LocalReply::bad_request(), None))?;
+    let client = match cluster.protocol {
+        UpstreamProtocol::Http1 => {
+            parts.version = Version::HTTP_11;
+            &clients.h1
+        }
+        UpstreamProtocol::Http2 => {
+            parts.version = Version::HTTP_2;
+            &clients.h2
+        }
+    };
+    let sent = client.request(Request::from_parts(parts, body));
+    let result = match per_try_timeout {
+        None => sent.await,
+        Some(t) => match tokio::time::timeout(t, sent).await {
+            Ok(r) => r,
+            Err(_) => {
+                metrics.upstream_error("timeout");
+                return Err(fail(LocalReply::timeout(), Some(endpoint)));
+            }
+        },
+    };
+    drop(lease);
+    match result {
+        Ok(response) => Ok(Upstreamed { response, endpoint }),
+        Err(e) if e.is_connect() => {
+            metrics.upstream_error("connect");
+            Err(fail(LocalReply::connect_failure(), Some(endpoint)))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");
+            metrics.upstream_error("reset");
+            Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
+        }
+    }
+}

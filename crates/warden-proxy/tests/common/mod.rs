@@ -1,0 +1,180 @@
+//! Shared test helpers: an echo upstream (HTTP h1 + h2c, and TCP), YAML builders and a proxy
+//! started in-process on loopback.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use warden_proxy::{ConfigSource, Proxy, ProxyOptions, RunningProxy};
+
+/// A running echo upstream; the task stops when the test's runtime ends.
+pub struct Echo {
+    pub addr: SocketAddr,
+}
+
+type EchoBody = BoxBody<Bytes, hyper::Error>;
+
+/// HTTP echo: returns the request body as the response body and describes the request in
+/// `x-echo-*` headers. `/status/N` answers N; `/delay/MS` waits before answering.
+pub async fn echo_http(name: &'static str) -> Echo {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| echo_handler(name, req));
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Echo { addr }
+}
+
+async fn echo_handler(name: &'static str, req: Request<Incoming>) -> Result<Response<EchoBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    if let Some(ms) = path.strip_prefix("/delay/") {
+        let ms: u64 = ms.parse().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let status = path
+        .strip_prefix("/status/")
+        .and_then(|s| s.parse().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut builder = Response::builder()
+        .status(status)
+        .header("x-upstream", name)
+        .header("x-echo-method", req.method().as_str())
+        .header("x-echo-path", req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .header("x-echo-version", format!("{:?}", req.version()));
+    for (h, v) in req.headers() {
+        builder = builder.header(format!("x-echo-h-{h}"), v.clone());
+    }
+    let body = req.into_body().boxed();
+    Ok(builder.body(body).unwrap())
+}
+
+/// An upstream that accepts nothing: a port that was just closed.
+pub async fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}
+
+/// TCP echo with half-close: echoes bytes, and after the client's EOF writes `bye` and closes.
+pub async fn echo_tcp() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = s.write_all(b"bye").await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Gateway `gw` with one server per (port, protocol), hosts `*`.
+pub fn gateway(servers: &[(u16, &str)]) -> String {
+    let mut y = String::from(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata:\n  name: gw\nspec:\n  servers:\n",
+    );
+    for (port, proto) in servers {
+        y.push_str(&format!(
+            "  - port: {{number: {port}, protocol: {proto}, name: {}-{port}}}\n    hosts: [\"*\"]\n",
+            proto.to_lowercase()
+        ));
+    }
+    y
+}
+
+/// A STATIC ServiceEntry for `host` on port 80 with the given endpoints.
+pub fn service_entry(host: &str, endpoints: &[SocketAddr]) -> String {
+    let mut y = format!(
+        "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata:\n  name: {}\nspec:\n  hosts: [{host}]\n  resolution: STATIC\n  ports:\n  - {{number: 80, name: http, protocol: HTTP}}\n  endpoints:\n",
+        host.replace('.', "-")
+    );
+    for e in endpoints {
+        y.push_str(&format!(
+            "  - address: {}\n    ports: {{http: {}}}\n",
+            e.ip(),
+            e.port()
+        ));
+    }
+    if endpoints.is_empty() {
+        y.push_str("  []\n");
+        y = y.replace("endpoints:\n  []", "endpoints: []");
+    }
+    y
+}
+
+/// Start a proxy on loopback from inline YAML (one worker, admin on a free port).
+pub fn start(yaml: &str) -> RunningProxy {
+    Proxy::start(ProxyOptions::loopback(inline(yaml))).expect("proxy starts")
+}
+
+pub fn inline(yaml: &str) -> ConfigSource {
+    ConfigSource::Inline {
+        name: "test.yaml".into(),
+        text: yaml.into(),
+    }
+}
+
+/// The address of the proxy's listener for config port `port`.
+pub fn addr(p: &RunningProxy, port: u16) -> SocketAddr {
+    p.listener_addr(port).expect("listener for port")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(8)
+        .build()
+        .unwrap()
+}
+
+pub fn h2_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap()
+}
+
+/// Send raw bytes and read until the server closes or `wait` passes; returns the text.
+pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(wait, s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn empty() -> Empty<Bytes> {
+    Empty::new()
+}
