@@ -72,12 +72,13 @@ impl RatelimitArgs {
 pub fn run(args: RatelimitArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     if args.check {
-        let set = crate::config::load_config_set(
-            &settings.config_source,
-            settings.merge_domain_config,
-        )?;
+        let set =
+            crate::config::load_config_set(&settings.config_source, settings.merge_domain_config)?;
         let limiter = crate::limiter::RateLimiter::in_memory(set);
-        print!("{}", limiter.snapshot().map(|s| s.dump()).unwrap_or_default());
+        print!(
+            "{}",
+            limiter.snapshot().map(|s| s.dump()).unwrap_or_default()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

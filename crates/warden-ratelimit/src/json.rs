@@ -15,7 +15,9 @@ use serde_json::{json, Map, Value};
 pub struct JsonError(pub String);
 
 fn field<'a>(obj: &'a Map<String, Value>, camel: &str, snake: &str) -> Option<&'a Value> {
-    obj.get(camel).or_else(|| obj.get(snake)).filter(|v| !v.is_null())
+    obj.get(camel)
+        .or_else(|| obj.get(snake))
+        .filter(|v| !v.is_null())
 }
 
 fn as_u64(v: &Value, name: &str) -> Result<u64, JsonError> {
@@ -63,7 +65,9 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, JsonError> {
     }
     if let Some(list) = field(obj, "descriptors", "descriptors") {
         for d in as_arr(list, "descriptors")? {
-            request.descriptors.push(parse_descriptor(as_obj(d, "descriptors[]")?)?);
+            request
+                .descriptors
+                .push(parse_descriptor(as_obj(d, "descriptors[]")?)?);
         }
     }
     Ok(request)
@@ -126,7 +130,10 @@ fn code_name(code: i32) -> &'static str {
 pub fn response_to_json(response: &RateLimitResponse) -> Value {
     let mut out = Map::new();
     if response.overall_code != 0 {
-        out.insert("overallCode".into(), json!(code_name(response.overall_code)));
+        out.insert(
+            "overallCode".into(),
+            json!(code_name(response.overall_code)),
+        );
     }
     if !response.statuses.is_empty() {
         let statuses: Vec<Value> = response
@@ -155,7 +162,10 @@ pub fn response_to_json(response: &RateLimitResponse) -> Value {
                     o.insert("limitRemaining".into(), json!(s.limit_remaining));
                 }
                 if let Some(d) = &s.duration_until_reset {
-                    o.insert("durationUntilReset".into(), json!(format!("{}s", d.seconds)));
+                    o.insert(
+                        "durationUntilReset".into(),
+                        json!(format!("{}s", d.seconds)),
+                    );
                 }
                 Value::Object(o)
             })

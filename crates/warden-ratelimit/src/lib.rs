@@ -5,8 +5,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod json;
-mod local_cache;
 pub mod limiter;
+mod local_cache;
 pub mod matcher;
 pub mod server;
 pub mod settings;
@@ -16,7 +16,7 @@ mod wildcard;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{parse_config, to_yaml, ConfigError, ConfigSet, ConfigSource, RlsConfig};
-pub use limiter::{LimiterSettings, RateLimiter, RlsError};
 pub use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+pub use limiter::{LimiterSettings, RateLimiter, RlsError};
 pub use server::{RunningServer, Server, ServerError};
 pub use settings::{Backend, Settings};

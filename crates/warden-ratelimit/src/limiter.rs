@@ -159,7 +159,12 @@ impl RateLimiter {
     pub fn in_memory(config: ConfigSet) -> Self {
         let settings = LimiterSettings::default();
         let store = Store::Memory(Arc::new(MemoryStore::new(settings.memory_max_keys)));
-        let limiter = RateLimiter::new(store, settings, Arc::new(SystemClock), Arc::new(Stats::new()));
+        let limiter = RateLimiter::new(
+            store,
+            settings,
+            Arc::new(SystemClock),
+            Arc::new(Stats::new()),
+        );
         limiter.set_config(config);
         limiter
     }
@@ -197,7 +202,10 @@ impl RateLimiter {
         result
     }
 
-    async fn decide_inner(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+    async fn decide_inner(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RlsError> {
         if request.domain.is_empty() {
             return Err(RlsError::EmptyDomain);
         }
@@ -280,9 +288,10 @@ impl RateLimiter {
             let before = self.store.get(&ops, now_millis).await?;
             let live: Vec<&Checked> = checks.iter().filter(|c| !c.cached_over).collect();
             let any_over = checks.iter().any(|c| c.cached_over)
-                || live.iter().zip(&before).any(|(c, b)| {
-                    b.saturating_add(c.hits) > u64::from(c.limit.requests_per_unit)
-                });
+                || live
+                    .iter()
+                    .zip(&before)
+                    .any(|(c, b)| b.saturating_add(c.hits) > u64::from(c.limit.requests_per_unit));
             if any_over {
                 for ((op, c), b) in ops.iter_mut().zip(&live).zip(&before) {
                     if b.saturating_add(c.hits) <= u64::from(c.limit.requests_per_unit) {
@@ -328,7 +337,9 @@ impl RateLimiter {
                 let before = after.saturating_sub(hits);
                 let over = self.count_stats(&check.stats, rpu, before, after, hits);
                 if over {
-                    if let (Some(cache), Algorithm::FixedWindow) = (&self.local_cache, check.algorithm) {
+                    if let (Some(cache), Algorithm::FixedWindow) =
+                        (&self.local_cache, check.algorithm)
+                    {
                         cache.insert(&check.key, now_millis + div * 1000, now_millis);
                     }
                 } else {
@@ -415,9 +426,16 @@ impl RateLimiter {
 
     /// Counters for this request: the limit's own, or per-value ones for `detailed_metric` /
     /// `value_to_metric`.
-    fn stats_for(&self, domain: &str, descriptor: &RateLimitDescriptor, limit: &Limit) -> LimitStats {
+    fn stats_for(
+        &self,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+        limit: &Limit,
+    ) -> LimitStats {
         if limit.detailed_metric {
-            return self.stats.limit_stats(domain, &request_stats_key(domain, descriptor));
+            return self
+                .stats
+                .limit_stats(domain, &request_stats_key(domain, descriptor));
         }
         if limit.value_to_metric {
             let mut key = domain.to_owned();
@@ -493,7 +511,14 @@ impl RateLimiter {
     }
 
     /// The reference's over/near/within accounting (`base_limiter.go`); true when over limit.
-    fn count_stats(&self, stats: &LimitStats, rpu: u32, before: u64, after: u64, hits: u64) -> bool {
+    fn count_stats(
+        &self,
+        stats: &LimitStats,
+        rpu: u32,
+        before: u64,
+        after: u64,
+        hits: u64,
+    ) -> bool {
         let over_threshold = u64::from(rpu);
         let near_threshold = (rpu as f32 * self.settings.near_limit_ratio).floor() as u64;
         if after > over_threshold {
@@ -521,7 +546,11 @@ impl RateLimiter {
 
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: from the last over-limit non-quota descriptor, else the
     /// descriptor with the lowest remaining.
-    fn response_headers(&self, checks: &[Checked], statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    fn response_headers(
+        &self,
+        checks: &[Checked],
+        statuses: &[DescriptorStatus],
+    ) -> Vec<HeaderValue> {
         let Some(names) = &self.settings.response_headers else {
             return Vec::new();
         };

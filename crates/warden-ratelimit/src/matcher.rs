@@ -121,7 +121,10 @@ impl Snapshot {
 }
 
 fn collect_lines(node: &Node, lines: &mut Vec<String>) {
-    let children = node.children.values().chain(node.wildcards.iter().map(|(_, n)| n));
+    let children = node
+        .children
+        .values()
+        .chain(node.wildcards.iter().map(|(_, n)| n));
     for child in children {
         if let Some(limit) = &child.limit {
             let unit = limit.unit.map(Unit::upper).unwrap_or("UNKNOWN");
@@ -136,7 +139,14 @@ fn collect_lines(node: &Node, lines: &mut Vec<String>) {
 
 fn compile_domain(rls: &RlsConfig, stats: &Stats) -> Node {
     let mut root = Node::default();
-    add_children(&mut root, &rls.domain, &rls.domain, &[], &rls.descriptors, stats);
+    add_children(
+        &mut root,
+        &rls.domain,
+        &rls.domain,
+        &[],
+        &rls.descriptors,
+        stats,
+    );
     root
 }
 
@@ -180,7 +190,14 @@ fn add_children(
                 levels: levels.clone(),
             }));
         }
-        add_children(&mut child, domain, &full_key, &levels, &d.descriptors, stats);
+        add_children(
+            &mut child,
+            domain,
+            &full_key,
+            &levels,
+            &d.descriptors,
+            stats,
+        );
         if wildcard {
             node.wildcards.push((Wildcard::new(composite), child));
         } else {

@@ -117,8 +117,9 @@ impl<'a> Env<'a> {
             Some(v) => match parse_go_duration(v) {
                 Some(d) => d,
                 None => {
-                    self.errors
-                        .push(format!("{name}: invalid duration '{v}' (e.g. 10s, 500ms, 1m30s)"));
+                    self.errors.push(format!(
+                        "{name}: invalid duration '{v}' (e.g. 10s, 500ms, 1m30s)"
+                    ));
                     default
                 }
             },
@@ -172,7 +173,9 @@ impl<'a> Env<'a> {
                 "{prefix}_TLS: TLS to Redis is not supported by this build"
             ));
         }
-        let auth = self.raw(&format!("{prefix}_AUTH")).filter(|a| !a.is_empty());
+        let auth = self
+            .raw(&format!("{prefix}_AUTH"))
+            .filter(|a| !a.is_empty());
         RedisSettings {
             socket_type,
             url: self.string(&format!("{prefix}_URL"), &defaults.url),
@@ -287,7 +290,11 @@ impl Settings {
         let redis_configured = ["REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE"]
             .iter()
             .any(|v| env.raw(v).is_some_and(|x| !x.is_empty()));
-        let backend = match env.raw("BACKEND_TYPE").map(str::to_ascii_lowercase).as_deref() {
+        let backend = match env
+            .raw("BACKEND_TYPE")
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             None | Some("") => {
                 if redis_configured {
                     Backend::Redis
@@ -314,17 +321,18 @@ impl Settings {
                 Algorithm::FixedWindow
             }),
         };
-        let response_headers = env
-            .bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)
-            .then(|| ResponseHeaderNames {
-                limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-                remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-                reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            });
+        let response_headers =
+            env.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+                .then(|| ResponseHeaderNames {
+                    limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                    remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                    reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+                });
         let near_limit_ratio: f32 = env.num("NEAR_LIMIT_RATIO", 0.8);
         if !(0.0..=1.0).contains(&near_limit_ratio) {
-            env.errors
-                .push(format!("NEAR_LIMIT_RATIO: {near_limit_ratio} is not in [0, 1]"));
+            env.errors.push(format!(
+                "NEAR_LIMIT_RATIO: {near_limit_ratio} is not in [0, 1]"
+            ));
         }
         let limiter = LimiterSettings {
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),

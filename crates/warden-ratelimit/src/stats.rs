@@ -118,16 +118,28 @@ impl Stats {
             redis_healthy: Gauge::default(),
         };
         let limit_families = [
-            ("total_hits", &stats.total_hits, "Hits counted against a limit"),
+            (
+                "total_hits",
+                &stats.total_hits,
+                "Hits counted against a limit",
+            ),
             ("over_limit", &stats.over_limit, "Hits over the limit"),
-            ("near_limit", &stats.near_limit, "Hits over NEAR_LIMIT_RATIO of the limit"),
+            (
+                "near_limit",
+                &stats.near_limit,
+                "Hits over NEAR_LIMIT_RATIO of the limit",
+            ),
             ("within_limit", &stats.within_limit, "Hits within the limit"),
             (
                 "over_limit_with_local_cache",
                 &stats.over_limit_with_local_cache,
                 "Over-limit hits answered from the local over-limit cache",
             ),
-            ("shadow_mode", &stats.shadow_mode, "Over-limit hits let through by shadow_mode"),
+            (
+                "shadow_mode",
+                &stats.shadow_mode,
+                "Over-limit hits let through by shadow_mode",
+            ),
         ];
         for (name, family, help) in limit_families {
             registry.register(

@@ -57,7 +57,11 @@ mod tests {
             ("k_/api/*/login", "k_/api/v1/logout", false),
         ];
         for (pattern, text, want) in cases {
-            assert_eq!(Wildcard::new(pattern).matches(text), want, "{pattern} vs {text}");
+            assert_eq!(
+                Wildcard::new(pattern).matches(text),
+                want,
+                "{pattern} vs {text}"
+            );
         }
     }
 }

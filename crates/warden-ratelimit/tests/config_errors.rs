@@ -69,7 +69,11 @@ fn reference_messages() {
         ),
     ];
     for (yaml, message) in cases {
-        assert_eq!(error_of(yaml), format!("config.test.yaml: {message}"), "for:\n{yaml}");
+        assert_eq!(
+            error_of(yaml),
+            format!("config.test.yaml: {message}"),
+            "for:\n{yaml}"
+        );
     }
 }
 
@@ -152,30 +156,53 @@ fn runtime_keys_dotfiles_and_duplicate_domains() {
     let set = load_config_set(&source(true), false).expect("loads with dotfiles ignored");
     assert_eq!(set.domains.keys().collect::<Vec<_>>(), vec!["ratelimit"]);
     // Without RUNTIME_IGNOREDOTFILES the `..data` copies are loaded too (#367).
-    let err = load_config_set(&source(false), false).unwrap_err().to_string();
-    assert!(err.ends_with("duplicate domain 'ratelimit' in config file"), "{err}");
-    assert!(err.starts_with("config."), "file key is the runtime key: {err}");
+    let err = load_config_set(&source(false), false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("duplicate domain 'ratelimit' in config file"),
+        "{err}"
+    );
+    assert!(
+        err.starts_with("config."),
+        "file key is the runtime key: {err}"
+    );
 
     // Keys are relative paths with `/` -> `.`; errors name them.
-    std::fs::write(mounted.join("..2024_01_01/broken.yaml"), "domain: x\nbad: 1\n").unwrap();
+    std::fs::write(
+        mounted.join("..2024_01_01/broken.yaml"),
+        "domain: x\nbad: 1\n",
+    )
+    .unwrap();
     std::os::unix::fs::symlink("..data/broken.yaml", mounted.join("broken.yaml")).unwrap();
-    let err = load_config_set(&source(true), false).unwrap_err().to_string();
+    let err = load_config_set(&source(true), false)
+        .unwrap_err()
+        .to_string();
     assert_eq!(err, "config.broken.yaml: config error, unknown key 'bad'");
 }
 
 #[test]
 fn merge_domain_config_adds_descriptors() {
     let dir = TempDir::new("merge").unwrap();
-    dir.write("a.yaml", "domain: d\ndescriptors:\n  - key: a\n").unwrap();
-    dir.write("b.yaml", "domain: d\ndescriptors:\n  - key: b\n").unwrap();
+    dir.write("a.yaml", "domain: d\ndescriptors:\n  - key: a\n")
+        .unwrap();
+    dir.write("b.yaml", "domain: d\ndescriptors:\n  - key: b\n")
+        .unwrap();
     let source = ConfigSource::Paths(vec![dir.path().to_path_buf()]);
     let err = load_config_set(&source, false).unwrap_err().to_string();
-    assert!(err.ends_with("duplicate domain 'd' in config file"), "{err}");
+    assert!(
+        err.ends_with("duplicate domain 'd' in config file"),
+        "{err}"
+    );
     let set = load_config_set(&source, true).expect("merged");
     assert_eq!(set.domains["d"].descriptors.len(), 2);
-    dir.write("c.yaml", "domain: d\ndescriptors:\n  - key: a\n").unwrap();
+    dir.write("c.yaml", "domain: d\ndescriptors:\n  - key: a\n")
+        .unwrap();
     let err = load_config_set(&source, true).unwrap_err().to_string();
-    assert!(err.ends_with("duplicate descriptor composite key 'd.a'"), "{err}");
+    assert!(
+        err.ends_with("duplicate descriptor composite key 'd.a'"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -28,7 +28,11 @@ async fn harness(yaml: &str, redis: Option<&RedisServer>) -> (Harness, ManualClo
 }
 
 async fn call(h: &mut Harness, r: RateLimitRequest) -> RateLimitResponse {
-    h.client.should_rate_limit(r).await.expect("rpc").into_inner()
+    h.client
+        .should_rate_limit(r)
+        .await
+        .expect("rpc")
+        .into_inner()
 }
 
 /// Sends `n` identical requests and returns how many were OK overall.
@@ -94,13 +98,26 @@ descriptors:
     assert_eq!(oks(&mut h, &accounts, 5).await, 3);
     let sessions = req("storage_ops", vec![desc(&[("table", "sessions")])]);
     assert_eq!(oks(&mut h, &sessions, 7).await, 5);
-    let other = call(&mut h, req("storage_ops", vec![desc(&[("table", "audit")])])).await;
+    let other = call(
+        &mut h,
+        req("storage_ops", vec![desc(&[("table", "audit")])]),
+    )
+    .await;
     assert_eq!(other.overall_code, OK);
     assert_eq!(other.statuses[0].current_limit, None);
-    let first = call(&mut h, req("storage_ops", vec![desc(&[("table", "accounts")])])).await;
+    let first = call(
+        &mut h,
+        req("storage_ops", vec![desc(&[("table", "accounts")])]),
+    )
+    .await;
     let st = &first.statuses[0];
     assert_eq!(st.code, OVER);
-    assert_eq!(st.current_limit.as_ref().map(|l| (l.requests_per_unit, l.unit)), Some((3, 1)));
+    assert_eq!(
+        st.current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit)),
+        Some((3, 1))
+    );
     assert_eq!(st.duration_until_reset.as_ref().map(|d| d.seconds), Some(1));
 }
 
@@ -126,14 +143,24 @@ descriptors:
     let b = req("edge", vec![desc(&[("client_ip", "192.0.2.2")])]);
     let vip = req("edge", vec![desc(&[("client_ip", "10.9.9.9")])]);
     assert_eq!(oks(&mut h, &a, 6).await, 4);
-    assert_eq!(oks(&mut h, &b, 6).await, 4, "each value has its own counter");
+    assert_eq!(
+        oks(&mut h, &b, 6).await,
+        4,
+        "each value has its own counter"
+    );
     assert_eq!(oks(&mut h, &vip, 10).await, 8);
     // Remaining and reset are reported on the way.
     clock.set_millis(T0 + 60_000 + 15_000);
     let r = call(&mut h, a.clone()).await;
     assert_eq!(r.overall_code, OK, "a new minute window");
     assert_eq!(r.statuses[0].limit_remaining, 3);
-    assert_eq!(r.statuses[0].duration_until_reset.as_ref().map(|d| d.seconds), Some(45));
+    assert_eq!(
+        r.statuses[0]
+            .duration_until_reset
+            .as_ref()
+            .map(|d| d.seconds),
+        Some(45)
+    );
 }
 
 /// Example 3: marketing messages per destination 2/day, any message per destination 5/day.
@@ -156,12 +183,18 @@ descriptors:
         redis,
     )
     .await;
-    let marketing = req("sms", vec![desc(&[("kind", "marketing"), ("to", "5550001")])]);
+    let marketing = req(
+        "sms",
+        vec![desc(&[("kind", "marketing"), ("to", "5550001")])],
+    );
     assert_eq!(oks(&mut h, &marketing, 4).await, 2);
     let any = req("sms", vec![desc(&[("to", "5550001")])]);
     assert_eq!(oks(&mut h, &any, 7).await, 5);
     let r = call(&mut h, marketing).await;
-    assert_eq!(r.statuses[0].current_limit.as_ref().map(|l| l.unit), Some(4));
+    assert_eq!(
+        r.statuses[0].current_limit.as_ref().map(|l| l.unit),
+        Some(4)
+    );
 }
 
 /// Example 4: a parent's limit does not apply to a longer descriptor, and there is no
@@ -194,7 +227,11 @@ descriptors:
     let parent = req("tree", vec![desc(&[("team", "red")])]);
     assert_eq!(oks(&mut h, &parent, 3).await, 1);
     let child = req("tree", vec![desc(&[("team", "red"), ("user", "ann")])]);
-    assert_eq!(oks(&mut h, &child, 4).await, 2, "child limit, not the parent's");
+    assert_eq!(
+        oks(&mut h, &child, 4).await,
+        2,
+        "child limit, not the parent's"
+    );
     // team=red exists, so team=red/user=bob does not fall back to team/user: unlimited.
     let no_backtrack = req("tree", vec![desc(&[("team", "red"), ("user", "bob")])]);
     let r = call(&mut h, no_backtrack).await;
@@ -202,7 +239,10 @@ descriptors:
     let default_branch = req("tree", vec![desc(&[("team", "blue"), ("user", "bob")])]);
     assert_eq!(oks(&mut h, &default_branch, 5).await, 3);
     // Deeper than configured: no limit.
-    let deeper = req("tree", vec![desc(&[("team", "red"), ("user", "ann"), ("x", "y")])]);
+    let deeper = req(
+        "tree",
+        vec![desc(&[("team", "red"), ("user", "ann"), ("x", "y")])],
+    );
     assert_eq!(call(&mut h, deeper).await.statuses[0].current_limit, None);
 }
 
@@ -226,7 +266,12 @@ descriptors:
     let last = call(&mut h, r).await;
     assert_eq!(last.statuses[0].code, OK);
     assert_eq!(last.statuses[0].limit_remaining, 0);
-    let metrics = reqwest::get(h.debug("/metrics")).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(h.debug("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
         metrics.contains(r#"ratelimit_service_rate_limit_shadow_mode_total{domain="trial",key1="api_search",key2=""} 4"#),
         "{metrics}"
@@ -262,12 +307,21 @@ descriptors:
     assert_eq!(oks(&mut h, &both, 5).await, 3);
     let r = call(&mut h, both).await;
     assert_eq!(r.statuses[0].code, OK);
-    assert_eq!(r.statuses[0].current_limit, None, "replaced limit gets a bare OK");
+    assert_eq!(
+        r.statuses[0].current_limit, None,
+        "replaced limit gets a bare OK"
+    );
     assert_eq!(r.statuses[1].code, OVER);
     let alone = req("tiers", vec![desc(&[("plan", "free")])]);
     assert_eq!(oks(&mut h, &alone, 3).await, 1);
     let named = call(&mut h, alone).await;
-    assert_eq!(named.statuses[0].current_limit.as_ref().map(|l| l.name.as_str()), Some("free_plan"));
+    assert_eq!(
+        named.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.name.as_str()),
+        Some("free_plan")
+    );
 }
 
 /// Example 7: wildcards; exact beats wildcard beats default key; `*` anywhere.
@@ -309,7 +363,11 @@ descriptors:
     let wild = req("web", vec![desc(&[("path", "/api/v2/login")])]);
     assert_eq!(oks(&mut h, &wild, 4).await, 2);
     let wild_other = req("web", vec![desc(&[("path", "/api/v3/login")])]);
-    assert_eq!(oks(&mut h, &wild_other, 4).await, 2, "each value its own counter");
+    assert_eq!(
+        oks(&mut h, &wild_other, 4).await,
+        2,
+        "each value its own counter"
+    );
     let trailing = req("web", vec![desc(&[("path", "/static/app.js")])]);
     assert_eq!(oks(&mut h, &trailing, 8).await, 6);
     let default = req("web", vec![desc(&[("path", "/about")])]);
@@ -370,7 +428,10 @@ descriptors:
     check.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
     for _ in 0..3 {
         let r = call(&mut h, check.clone()).await;
-        assert_eq!(r.statuses[0].limit_remaining, 10, "check-only does not count");
+        assert_eq!(
+            r.statuses[0].limit_remaining, 10,
+            "check-only does not count"
+        );
     }
     let mut seven = req("bytes", vec![desc(&[("bucket", "c")])]);
     seven.hits_addend = 1;
@@ -399,7 +460,13 @@ descriptors:
     let r = req("dyn", vec![d.clone()]);
     assert_eq!(oks(&mut h, &r, 4).await, 2);
     let resp = call(&mut h, r).await;
-    assert_eq!(resp.statuses[0].current_limit.as_ref().map(|l| (l.requests_per_unit, l.unit)), Some((2, 3)));
+    assert_eq!(
+        resp.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit)),
+        Some((2, 3))
+    );
     let unknown = call(&mut h, req("nope", vec![d])).await;
     assert_eq!(unknown.overall_code, OK);
     assert_eq!(unknown.statuses[0].current_limit, None);
@@ -443,7 +510,11 @@ async fn errors_are_grpc_unknown(redis: Option<&RedisServer>) {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unknown);
     assert_eq!(e.message(), "rate limit domain must not be empty");
-    let e = h.client.should_rate_limit(req("x", vec![])).await.unwrap_err();
+    let e = h
+        .client
+        .should_rate_limit(req("x", vec![]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unknown);
     assert_eq!(e.message(), "rate limit descriptor list must not be empty");
     // An empty descriptor is not an error.

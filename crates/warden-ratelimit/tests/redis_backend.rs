@@ -68,7 +68,10 @@ async fn counters_written_by_the_reference_are_honoured() {
     let clock = ManualClock::new(T0 + 1_000);
     let mut conn = redis_conn(&redis);
     let _: () = conn
-        .set("ratelimit_remote_address_10.0.0.2_PATH_/login_1700000040", 5)
+        .set(
+            "ratelimit_remote_address_10.0.0.2_PATH_/login_1700000040",
+            5,
+        )
         .unwrap();
     let mut h = start_with(
         &[("config.yaml", LOGIN)],
@@ -111,7 +114,11 @@ async fn concurrent_clients_get_exactly_the_limit(redis: Option<&RedisServer>) {
         tasks.push(tokio::spawn(async move {
             let mut ok = 0;
             for _ in 0..25 {
-                let resp = client.should_rate_limit(r.clone()).await.unwrap().into_inner();
+                let resp = client
+                    .should_rate_limit(r.clone())
+                    .await
+                    .unwrap()
+                    .into_inner();
                 if resp.overall_code == OK {
                     ok += 1;
                 }
@@ -145,24 +152,41 @@ async fn redis_outage_fails_fast_then_recovers() {
         "ratelimit",
         vec![desc(&[("remote_address", "10.0.0.3"), ("PATH", "/login")])],
     );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.server.grpc_addr()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", h.server.grpc_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
     let mut health = HealthClient::new(channel);
     let grpc_health = |name: &str| HealthCheckRequest {
         service: name.to_string(),
     };
     eventually("healthy at start", Duration::from_secs(5), async || {
-        reqwest::get(h.http("/healthcheck")).await.map(|r| r.status() == 200).unwrap_or(false)
+        reqwest::get(h.http("/healthcheck"))
+            .await
+            .map(|r| r.status() == 200)
+            .unwrap_or(false)
     })
     .await;
     assert_eq!(
-        health.check(grpc_health("ratelimit")).await.unwrap().into_inner().status,
+        health
+            .check(grpc_health("ratelimit"))
+            .await
+            .unwrap()
+            .into_inner()
+            .status,
         ServingStatus::Serving as i32
     );
-    assert_eq!(h.client.should_rate_limit(r.clone()).await.unwrap().into_inner().overall_code, OK);
+    assert_eq!(
+        h.client
+            .should_rate_limit(r.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code,
+        OK
+    );
 
     redis.stop();
     // Calls fail with UNKNOWN within REDIS_TIMEOUT (500 ms here), never hang.
@@ -170,20 +194,43 @@ async fn redis_outage_fails_fast_then_recovers() {
         let started = Instant::now();
         let err = h.client.should_rate_limit(r.clone()).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unknown);
-        assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            started.elapsed()
+        );
     }
     eventually("healthcheck 500", Duration::from_secs(5), async || {
-        reqwest::get(h.http("/healthcheck")).await.map(|r| r.status() == 500).unwrap_or(false)
+        reqwest::get(h.http("/healthcheck"))
+            .await
+            .map(|r| r.status() == 500)
+            .unwrap_or(false)
     })
     .await;
-    eventually("grpc health NOT_SERVING", Duration::from_secs(5), async || {
-        health.check(grpc_health("ratelimit")).await.map(|r| r.into_inner().status).ok()
-            == Some(ServingStatus::NotServing as i32)
-    })
+    eventually(
+        "grpc health NOT_SERVING",
+        Duration::from_secs(5),
+        async || {
+            health
+                .check(grpc_health("ratelimit"))
+                .await
+                .map(|r| r.into_inner().status)
+                .ok()
+                == Some(ServingStatus::NotServing as i32)
+        },
+    )
     .await;
     // The config survives the outage.
-    let rlconfig = reqwest::get(h.debug("/rlconfig")).await.unwrap().text().await.unwrap();
-    assert!(rlconfig.contains("ratelimit.remote_address.PATH"), "{rlconfig}");
+    let rlconfig = reqwest::get(h.debug("/rlconfig"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        rlconfig.contains("ratelimit.remote_address.PATH"),
+        "{rlconfig}"
+    );
 
     redis.restart().unwrap();
     eventually("calls succeed again", Duration::from_secs(10), async || {
@@ -191,12 +238,21 @@ async fn redis_outage_fails_fast_then_recovers() {
     })
     .await;
     eventually("healthcheck 200", Duration::from_secs(5), async || {
-        reqwest::get(h.http("/healthcheck")).await.map(|r| r.status() == 200).unwrap_or(false)
+        reqwest::get(h.http("/healthcheck"))
+            .await
+            .map(|r| r.status() == 200)
+            .unwrap_or(false)
     })
     .await;
-    let metrics = reqwest::get(h.debug("/metrics")).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(h.debug("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
-        metrics.contains(r#"ratelimit_service_should_rate_limit_error_total{err_type="redis_error"}"#),
+        metrics
+            .contains(r#"ratelimit_service_should_rate_limit_error_total{err_type="redis_error"}"#),
         "{metrics}"
     );
 }
@@ -221,9 +277,19 @@ async fn local_cache_answers_over_limit_without_redis() {
     }
     redis.stop();
     // The 6th call went over: the key is cached, so Redis is not needed to say no.
-    let resp = h.client.should_rate_limit(r.clone()).await.unwrap().into_inner();
+    let resp = h
+        .client
+        .should_rate_limit(r.clone())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(resp.overall_code, OVER);
-    let metrics = reqwest::get(h.debug("/metrics")).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(h.debug("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
         metrics.contains(r#"ratelimit_service_rate_limit_over_limit_with_local_cache_total{domain="ratelimit",key1="remote_address",key2="PATH"} 1"#),
         "{metrics}"

@@ -86,7 +86,9 @@ async fn the_seed_deployment_serves_and_reloads_configmap_swaps() {
     configmap(&mount, "2024_01_01", &[("config.yaml", SEED_CONFIG)]);
     let settings = Settings::from_env_map(&seed_env(root.path(), &redis)).expect("seed env");
     let clock = ManualClock::new(T0 + 1_000);
-    let server = Server::start_with_clock(settings, Arc::new(clock.clone())).await.unwrap();
+    let server = Server::start_with_clock(settings, Arc::new(clock.clone()))
+        .await
+        .unwrap();
     assert_eq!(server.initial_config_error(), None);
     let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
         format!("http://{}", server.grpc_addr()),
@@ -96,11 +98,21 @@ async fn the_seed_deployment_serves_and_reloads_configmap_swaps() {
     // What Envoy sends for the seed's actions: remote_address + PATH (method+path from Lua).
     let r = req(
         "ratelimit",
-        vec![desc(&[("remote_address", "203.0.113.9"), ("PATH", "/login")])],
+        vec![desc(&[
+            ("remote_address", "203.0.113.9"),
+            ("PATH", "/login"),
+        ])],
     );
     let mut ok = 0;
     for _ in 0..101 {
-        if client.should_rate_limit(r.clone()).await.unwrap().into_inner().overall_code == OK {
+        if client
+            .should_rate_limit(r.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code
+            == OK
+        {
             ok += 1;
         }
     }
@@ -110,40 +122,65 @@ async fn the_seed_deployment_serves_and_reloads_configmap_swaps() {
     let lower = SEED_CONFIG.replace("requests_per_unit: 100", "requests_per_unit: 2");
     configmap(&mount, "2024_01_02", &[("config.yaml", &lower)]);
     let rlconfig = format!("http://{}/rlconfig", server.debug_addr());
-    eventually("reload picks up the swap", Duration::from_secs(5), async || {
-        reqwest::get(&rlconfig)
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .contains("requests_per_unit=2")
-    })
+    eventually(
+        "reload picks up the swap",
+        Duration::from_secs(5),
+        async || {
+            reqwest::get(&rlconfig)
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+                .contains("requests_per_unit=2")
+        },
+    )
     .await;
     let fresh = req(
         "ratelimit",
-        vec![desc(&[("remote_address", "203.0.113.10"), ("PATH", "/login")])],
+        vec![desc(&[
+            ("remote_address", "203.0.113.10"),
+            ("PATH", "/login"),
+        ])],
     );
     let mut ok = 0;
     for _ in 0..4 {
-        if client.should_rate_limit(fresh.clone()).await.unwrap().into_inner().overall_code == OK {
+        if client
+            .should_rate_limit(fresh.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .overall_code
+            == OK
+        {
             ok += 1;
         }
     }
     assert_eq!(ok, 2);
 
     // A broken version is rejected, counted, and the previous config keeps serving.
-    configmap(&mount, "2024_01_03", &[("config.yaml", "domain: ratelimit\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight}\n")]);
+    configmap(
+        &mount,
+        "2024_01_03",
+        &[(
+            "config.yaml",
+            "domain: ratelimit\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight}\n",
+        )],
+    );
     let metrics = format!("http://{}/metrics", server.debug_addr());
-    eventually("config_load_error counted", Duration::from_secs(5), async || {
-        reqwest::get(&metrics)
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .contains("ratelimit_service_config_load_error_total 1")
-    })
+    eventually(
+        "config_load_error counted",
+        Duration::from_secs(5),
+        async || {
+            reqwest::get(&metrics)
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+                .contains("ratelimit_service_config_load_error_total 1")
+        },
+    )
     .await;
     let text = reqwest::get(&rlconfig).await.unwrap().text().await.unwrap();
     assert_eq!(
@@ -187,7 +224,12 @@ async fn reload_while_serving_under_load() {
     for t in tasks {
         assert_eq!(t.await.unwrap(), 0, "no request fails during reloads");
     }
-    let text = reqwest::get(h.debug("/rlconfig")).await.unwrap().text().await.unwrap();
+    let text = reqwest::get(h.debug("/rlconfig"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("requests_per_unit=2000004"), "{text}");
 }
 
@@ -206,11 +248,22 @@ async fn http_json_healthcheck_and_debug_endpoints() {
     assert_eq!(json["overallCode"], "OK");
     assert_eq!(json["statuses"][0]["currentLimit"]["unit"], "MINUTE");
     assert_eq!(json["statuses"][0]["currentLimit"]["requestsPerUnit"], 1);
-    assert!(json["statuses"][0].get("limitRemaining").is_none(), "zero omitted: {json}");
-    assert!(json["statuses"][0]["durationUntilReset"].as_str().unwrap().ends_with('s'));
+    assert!(
+        json["statuses"][0].get("limitRemaining").is_none(),
+        "zero omitted: {json}"
+    );
+    assert!(json["statuses"][0]["durationUntilReset"]
+        .as_str()
+        .unwrap()
+        .ends_with('s'));
     let second = http.get(h.http("/json")).body(body).send().await.unwrap();
     assert_eq!(second.status(), 429);
-    let bad = http.post(h.http("/json")).body("{nope").send().await.unwrap();
+    let bad = http
+        .post(h.http("/json"))
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     let service_error = http
         .post(h.http("/json"))
@@ -219,18 +272,52 @@ async fn http_json_healthcheck_and_debug_endpoints() {
         .await
         .unwrap();
     assert_eq!(service_error.status(), 400);
-    assert!(service_error.text().await.unwrap().contains("rate limit domain must not be empty"));
+    assert!(service_error
+        .text()
+        .await
+        .unwrap()
+        .contains("rate limit domain must not be empty"));
 
     let health = http.get(h.http("/healthcheck")).send().await.unwrap();
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), "OK");
-    let index = http.get(h.debug("/")).send().await.unwrap().text().await.unwrap();
+    let index = http
+        .get(h.debug("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(index.contains("/rlconfig"));
-    let metrics = http.get(h.debug("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"ratelimit_service_rate_limit_total_hits_total{domain="d",key1="k",key2=""} 2"#), "{metrics}");
-    assert!(metrics.contains(r#"ratelimit_service_rate_limit_over_limit_total{domain="d",key1="k",key2=""} 1"#), "{metrics}");
-    assert!(metrics.contains("ratelimit_service_config_load_success_total 1"), "{metrics}");
-    assert_eq!(http.get(h.http("/nope")).send().await.unwrap().status(), 404);
+    let metrics = http
+        .get(h.debug("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"ratelimit_service_rate_limit_total_hits_total{domain="d",key1="k",key2=""} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"ratelimit_service_rate_limit_over_limit_total{domain="d",key1="k",key2=""} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ratelimit_service_config_load_success_total 1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        http.get(h.http("/nope")).send().await.unwrap().status(),
+        404
+    );
     h.server.shutdown().await;
 }
 
@@ -239,15 +326,28 @@ async fn an_invalid_first_config_answers_no_configuration_loaded() {
     let mut h = start(&[("c.yaml", "domain: d\nbogus: 1\n")], None).await;
     assert_eq!(
         h.server.initial_config_error(),
-        Some(format!("{}: config error, unknown key 'bogus'", h.dir.path().join("c.yaml").display()).as_str())
+        Some(
+            format!(
+                "{}: config error, unknown key 'bogus'",
+                h.dir.path().join("c.yaml").display()
+            )
+            .as_str()
+        )
     );
-    let e = h.client.should_rate_limit(req("d", vec![desc(&[("k", "v")])])).await.unwrap_err();
+    let e = h
+        .client
+        .should_rate_limit(req("d", vec![desc(&[("k", "v")])]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unknown);
     assert_eq!(e.message(), "no rate limit configuration loaded");
     // Fixing the file recovers without a restart.
     h.dir.write("c.yaml", "domain: d\n").unwrap();
     eventually("fixed config loads", Duration::from_secs(5), async || {
-        h.client.should_rate_limit(req("d", vec![desc(&[("k", "v")])])).await.is_ok()
+        h.client
+            .should_rate_limit(req("d", vec![desc(&[("k", "v")])]))
+            .await
+            .is_ok()
     })
     .await;
 }
@@ -266,7 +366,12 @@ async fn response_headers_and_global_shadow_mode() {
     )
     .await;
     let r = req("d", vec![desc(&[("a", "1")]), desc(&[("b", "1")])]);
-    let first = h.client.should_rate_limit(r.clone()).await.unwrap().into_inner();
+    let first = h
+        .client
+        .should_rate_limit(r.clone())
+        .await
+        .unwrap()
+        .into_inner();
     let headers: Vec<(String, String)> = first
         .response_headers_to_add
         .iter()
@@ -284,7 +389,10 @@ async fn response_headers_and_global_shadow_mode() {
     h.client.should_rate_limit(r.clone()).await.unwrap();
     let third = h.client.should_rate_limit(r).await.unwrap().into_inner();
     assert_eq!(third.statuses[1].code, OVER, "statuses keep OVER_LIMIT");
-    assert_eq!(third.overall_code, OK, "SHADOW_MODE forces the overall code");
+    assert_eq!(
+        third.overall_code, OK,
+        "SHADOW_MODE forces the overall code"
+    );
 }
 
 /// Extension: the sliding window has no 2x burst at a window edge.
@@ -293,7 +401,10 @@ async fn sliding_window_blocks_the_edge_burst() {
     for (algorithm, redis) in [
         (Algorithm::FixedWindow, None),
         (Algorithm::SlidingWindow, None),
-        (Algorithm::SlidingWindow, Some(RedisServer::start().unwrap())),
+        (
+            Algorithm::SlidingWindow,
+            Some(RedisServer::start().unwrap()),
+        ),
     ] {
         let clock = ManualClock::new(T0 + 59_000); // one second before the minute ends
         let mut h = start_with(
@@ -306,13 +417,29 @@ async fn sliding_window_blocks_the_edge_burst() {
         let r = req("d", vec![desc(&[("ip", "1.2.3.4")])]);
         let mut ok = 0;
         for _ in 0..10 {
-            ok += usize::from(h.client.should_rate_limit(r.clone()).await.unwrap().into_inner().overall_code == OK);
+            ok += usize::from(
+                h.client
+                    .should_rate_limit(r.clone())
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .overall_code
+                    == OK,
+            );
         }
         assert_eq!(ok, 10);
         clock.set_millis(T0 + 61_000); // two seconds later, in the next fixed window
         let mut after_edge = 0;
         for _ in 0..10 {
-            after_edge += usize::from(h.client.should_rate_limit(r.clone()).await.unwrap().into_inner().overall_code == OK);
+            after_edge += usize::from(
+                h.client
+                    .should_rate_limit(r.clone())
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .overall_code
+                    == OK,
+            );
         }
         match algorithm {
             Algorithm::FixedWindow => assert_eq!(after_edge, 10, "fixed: 20 in two seconds"),
@@ -321,7 +448,12 @@ async fn sliding_window_blocks_the_edge_burst() {
         }
         // Half a window later the previous window has half the weight.
         clock.set_millis(T0 + 90_000);
-        let resp = h.client.should_rate_limit(r.clone()).await.unwrap().into_inner();
+        let resp = h
+            .client
+            .should_rate_limit(r.clone())
+            .await
+            .unwrap()
+            .into_inner();
         if algorithm == Algorithm::SlidingWindow {
             // current 11 (incl. rejected) + 10 * 0.5 = 16 > 10
             assert_eq!(resp.overall_code, OVER);
@@ -347,10 +479,18 @@ async fn sliding_window_per_descriptor() {
     }
     clock.set_millis(T0 + 60_500);
     // Sliding estimate: 1 + floor(4 * 59.5/60) = 4 (fits), then 5 (over).
-    let first = h.client.should_rate_limit(r.clone()).await.unwrap().into_inner();
+    let first = h
+        .client
+        .should_rate_limit(r.clone())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(first.statuses[0].code, OK);
     let resp = h.client.should_rate_limit(r).await.unwrap().into_inner();
-    assert_eq!(resp.statuses[0].code, OVER, "sliding remembers the previous window");
+    assert_eq!(
+        resp.statuses[0].code, OVER,
+        "sliding remembers the previous window"
+    );
     assert_eq!(resp.statuses[1].code, OK, "fixed starts over");
 }
 
@@ -376,12 +516,23 @@ async fn rejected_requests_do_not_charge_other_descriptors() {
             h.client.should_rate_limit(r.clone()).await.unwrap();
         }
         let other_user = req("d", vec![desc(&[("user", "w")]), desc(&[("tenant", "t")])]);
-        let resp = h.client.should_rate_limit(other_user).await.unwrap().into_inner();
+        let resp = h
+            .client
+            .should_rate_limit(other_user)
+            .await
+            .unwrap()
+            .into_inner();
         let remaining = resp.statuses[1].limit_remaining;
         if stop {
-            assert_eq!(remaining, 3, "only the accepted request and this one were charged");
+            assert_eq!(
+                remaining, 3,
+                "only the accepted request and this one were charged"
+            );
         } else {
-            assert_eq!(remaining, 0, "reference default: rejected requests still charge");
+            assert_eq!(
+                remaining, 0,
+                "reference default: rejected requests still charge"
+            );
         }
     }
 }

@@ -128,9 +128,11 @@ impl Drop for RedisServer {
 }
 
 fn free_port() -> Result<u16, RedisServerError> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(RedisServerError::Port)?;
-    let port = listener.local_addr().map_err(RedisServerError::Port)?.port();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(RedisServerError::Port)?;
+    let port = listener
+        .local_addr()
+        .map_err(RedisServerError::Port)?
+        .port();
     Ok(port)
 }
 

@@ -132,7 +132,10 @@ fn walk(
 
 /// Reads, parses and combines every file of `source`. With `merge_domains` (the reference's
 /// `MERGE_DOMAIN_CONFIG`), files naming the same domain add descriptors to it.
-pub fn load_config_set(source: &ConfigSource, merge_domains: bool) -> Result<ConfigSet, ConfigError> {
+pub fn load_config_set(
+    source: &ConfigSource,
+    merge_domains: bool,
+) -> Result<ConfigSet, ConfigError> {
     let files = source.files()?;
     let mut set = ConfigSet::default();
     for file in files {

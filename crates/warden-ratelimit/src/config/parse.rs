@@ -50,7 +50,9 @@ pub fn parse_config(file_key: &str, text: &str) -> Result<RlsConfig, ConfigError
             )))
         }
     };
-    let domain = opt_string(root_map, "domain").map_err(err)?.unwrap_or_default();
+    let domain = opt_string(root_map, "domain")
+        .map_err(err)?
+        .unwrap_or_default();
     if domain.is_empty() {
         return Err(err("config file cannot have empty domain".into()));
     }
@@ -137,9 +139,9 @@ fn opt_bool(map: &[(YamlValue, YamlValue)], field: &str) -> Result<bool, String>
 fn opt_u32(map: &[(YamlValue, YamlValue)], field: &str) -> Result<u32, String> {
     match get(map, field) {
         None | Some(YamlValue::Null) => Ok(0),
-        Some(YamlValue::Int(i)) => u32::try_from(*i).map_err(|_| {
-            type_error(field, &YamlValue::Int(*i), "uint32")
-        }),
+        Some(YamlValue::Int(i)) => {
+            u32::try_from(*i).map_err(|_| type_error(field, &YamlValue::Int(*i), "uint32"))
+        }
         Some(other) => Err(type_error(field, other, "uint32")),
     }
 }

@@ -57,7 +57,11 @@ fn json(status: StatusCode, body: String) -> Reply {
 }
 
 /// Accepts connections until `shutdown` flips.
-pub(crate) async fn serve(listener: TcpListener, ctx: HttpCtx, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    ctx: HttpCtx,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -106,11 +110,7 @@ async fn route(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
              /stats: print out stats\n",
         ),
         (Listener::Debug, "/rlconfig") => {
-            let body = ctx
-                .limiter
-                .snapshot()
-                .map(|s| s.dump())
-                .unwrap_or_default();
+            let body = ctx.limiter.snapshot().map(|s| s.dump()).unwrap_or_default();
             text(StatusCode::OK, body)
         }
         (Listener::Debug, "/metrics" | "/stats") => metrics(ctx),
@@ -134,7 +134,10 @@ async fn handle_json(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
     let body = match Limited::new(req.into_body(), MAX_JSON_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return text(StatusCode::PAYLOAD_TOO_LARGE, format!("error reading body: {e}\n"));
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("error reading body: {e}\n"),
+            );
         }
     };
     let request = match parse_request(&body) {

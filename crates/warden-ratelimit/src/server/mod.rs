@@ -121,8 +121,8 @@ impl Server {
         let rls = RateLimitServiceServer::new(grpc::RlsService {
             limiter: limiter.clone(),
         });
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener)
-            .with_nodelay(Some(true));
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc = tonic::transport::Server::builder()
             .max_connection_age(settings.grpc_max_connection_age)

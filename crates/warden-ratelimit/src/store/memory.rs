@@ -48,7 +48,10 @@ impl MemoryStore {
         ops.iter()
             .map(|op| {
                 let after = {
-                    let mut map = self.shard(&op.key).lock().unwrap_or_else(|e| e.into_inner());
+                    let mut map = self
+                        .shard(&op.key)
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
                     let expires_millis = now + op.ttl_secs * 1000;
                     if let Some(slot) = map.get_mut(op.key.as_str()) {
                         if slot.expires_millis <= now {
@@ -88,7 +91,10 @@ impl MemoryStore {
     pub fn get(&self, ops: &[CounterOp], now: u64) -> Vec<u64> {
         ops.iter()
             .map(|op| {
-                let map = self.shard(&op.key).lock().unwrap_or_else(|e| e.into_inner());
+                let map = self
+                    .shard(&op.key)
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 Self::live(map.get(op.key.as_str()), now)
             })
             .collect()

@@ -105,7 +105,7 @@ enum PoolKind {
         next: AtomicUsize,
     },
     Cluster {
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         conn: ArcSwapOption<ClusterConnection>,
         connecting: tokio::sync::Mutex<()>,
     },
@@ -153,7 +153,7 @@ impl RedisPool {
                     .build()
                     .map_err(|e| StoreError::Redis(e.to_string()))?;
                 PoolKind::Cluster {
-                    client,
+                    client: Box::new(client),
                     conn: ArcSwapOption::empty(),
                     connecting: tokio::sync::Mutex::new(()),
                 }
@@ -195,10 +195,7 @@ impl RedisPool {
     }
 
     /// Runs `pipe` with the strict timeout, tracking health.
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        pipe: &redis::Pipeline,
-    ) -> Result<T, StoreError> {
+    async fn run<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T, StoreError> {
         let fut = async {
             match &self.kind {
                 PoolKind::Single { conns, next } => {
@@ -243,7 +240,9 @@ impl RedisPool {
             PoolKind::Single { .. } => self.apply_pipeline(ops).await,
             PoolKind::Cluster { .. } => {
                 // Keys live on different nodes: one pipeline per key, all in flight at once.
-                let futures = ops.iter().map(|op| self.apply_pipeline(std::slice::from_ref(op)));
+                let futures = ops
+                    .iter()
+                    .map(|op| self.apply_pipeline(std::slice::from_ref(op)));
                 let results = futures_util::future::try_join_all(futures).await?;
                 Ok(results.into_iter().flatten().collect())
             }
@@ -312,7 +311,10 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    pub fn new(main: &RedisSettings, per_second: Option<&RedisSettings>) -> Result<Self, StoreError> {
+    pub fn new(
+        main: &RedisSettings,
+        per_second: Option<&RedisSettings>,
+    ) -> Result<Self, StoreError> {
         Ok(RedisStore {
             main: RedisPool::new(main)?,
             per_second: per_second.map(RedisPool::new).transpose()?,
@@ -341,7 +343,12 @@ impl RedisStore {
     }
 
     /// Puts results back in `ops` order after the per-second split.
-    fn merge<T: Copy>(ops: &[CounterOp], has_per_second: bool, main: Vec<T>, second: Vec<T>) -> Vec<T> {
+    fn merge<T: Copy>(
+        ops: &[CounterOp],
+        has_per_second: bool,
+        main: Vec<T>,
+        second: Vec<T>,
+    ) -> Vec<T> {
         if !has_per_second {
             return main;
         }

@@ -105,7 +105,10 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMu
         if check().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
