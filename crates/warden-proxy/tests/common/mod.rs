@@ -22,13 +22,15 @@ pub struct Echo {
 type EchoBody = BoxBody<Bytes, hyper::Error>;
 
 /// HTTP echo: returns the request body as the response body and describes the request in
-/// `x-echo-*` headers. `/status/N` answers N; `/delay/MS` waits before answering.
+/// `x-echo-*` headers. A path containing `/status/N` answers N; `/delay/MS` waits first.
 pub async fn echo_http(name: &'static str) -> Echo {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| echo_handler(name, req));
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -40,22 +42,33 @@ pub async fn echo_http(name: &'static str) -> Echo {
     Echo { addr }
 }
 
-async fn echo_handler(name: &'static str, req: Request<Incoming>) -> Result<Response<EchoBody>, Infallible> {
+async fn echo_handler(
+    name: &'static str,
+    req: Request<Incoming>,
+) -> Result<Response<EchoBody>, Infallible> {
     let path = req.uri().path().to_string();
-    if let Some(ms) = path.strip_prefix("/delay/") {
-        let ms: u64 = ms.parse().unwrap_or(0);
+    let number_after = |marker: &str| -> Option<u64> {
+        let rest = &path[path.find(marker)? + marker.len()..];
+        rest.split('/').next()?.parse().ok()
+    };
+    if let Some(ms) = number_after("/delay/") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let status = path
-        .strip_prefix("/status/")
-        .and_then(|s| s.parse().ok())
+    let status = number_after("/status/")
+        .and_then(|s| u16::try_from(s).ok())
         .and_then(|s| StatusCode::from_u16(s).ok())
         .unwrap_or(StatusCode::OK);
     let mut builder = Response::builder()
         .status(status)
         .header("x-upstream", name)
         .header("x-echo-method", req.method().as_str())
-        .header("x-echo-path", req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .header(
+            "x-echo-path",
+            req.uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/"),
+        )
         .header("x-echo-version", format!("{:?}", req.version()));
     for (h, v) in req.headers() {
         builder = builder.header(format!("x-echo-h-{h}"), v.clone());
@@ -78,7 +91,9 @@ pub async fn echo_tcp() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { return };
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
                 loop {

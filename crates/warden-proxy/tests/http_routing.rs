@@ -1,0 +1,203 @@
+//! Routing over real sockets: precedence, direct responses, weights, header operations,
+//! forwarding headers, HTTP/2 downstream, 404.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+
+fn routes_yaml(up_a: std::net::SocketAddr, up_b: std::net::SocketAddr) -> String {
+    format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: site
+spec:
+  hosts: ["site.test"]
+  gateways: [gw]
+  http:
+  - name: exact-health
+    match: [{{uri: {{exact: /health}}}}]
+    directResponse:
+      status: 333
+      body: {{string: "healthy"}}
+  - name: api-post
+    match: [{{uri: {{prefix: /api}}, method: {{exact: POST}}}}]
+    directResponse: {{status: 201}}
+  - name: user-regex
+    match: [{{uri: {{regex: "/users/[0-9]+"}}}}]
+    directResponse:
+      status: 200
+      body: {{string: "user"}}
+  - name: header-match
+    match: [{{headers: {{x-canary: {{exact: "yes"}}}}}}]
+    route: [{{destination: {{host: b.internal}}}}]
+  - name: api
+    match: [{{uri: {{prefix: /api}}}}]
+    headers:
+      request:
+        set: {{x-added: "1"}}
+        remove: [x-drop]
+      response:
+        set: {{x-route: api}}
+    route: [{{destination: {{host: a.internal}}}}]
+  - name: split
+    match: [{{uri: {{prefix: /split}}}}]
+    route:
+    - {{destination: {{host: a.internal}}, weight: 80}}
+    - {{destination: {{host: b.internal}}, weight: 20}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: wild
+spec:
+  hosts: ["*.wild.test"]
+  gateways: [gw]
+  http:
+  - directResponse:
+      status: 200
+      body: {{bytes: "d2lsZA=="}}
+{sa}{sb}"#,
+        gw = gateway(&[(0, "HTTP")]),
+        sa = service_entry("a.internal", &[up_a]),
+        sb = service_entry("b.internal", &[up_b]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_precedence_direct_responses_and_headers() {
+    let a = echo_http("a").await;
+    let b = echo_http("b").await;
+    let proxy = start(&routes_yaml(a.addr, b.addr));
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let get = |path: &str| c.get(format!("{base}{path}")).header("host", "site.test");
+
+    let r = get("/health").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 333);
+    assert_eq!(r.headers()["content-type"], "text/plain");
+    assert_eq!(r.text().await.unwrap(), "healthy");
+
+    // Exact beats nothing else: /healthz falls through to no route.
+    assert_eq!(get("/healthz").send().await.unwrap().status(), 404);
+
+    // Method match comes before the prefix route; a GET reaches the upstream.
+    let r = c
+        .post(format!("{base}/api/x"))
+        .header("host", "site.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert!(r.headers().get("content-type").is_none());
+
+    let r = get("/users/42").send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "user");
+
+    let r = get("/api/items?q=1")
+        .header("x-drop", "secret")
+        .header("x-forwarded-for", "9.9.9.9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-upstream"], "a");
+    assert_eq!(r.headers()["x-route"], "api");
+    assert_eq!(r.headers()["x-echo-path"], "/api/items?q=1");
+    assert_eq!(r.headers()["x-echo-h-x-added"], "1");
+    assert!(r.headers().get("x-echo-h-x-drop").is_none());
+    assert_eq!(r.headers()["x-echo-h-host"], "site.test");
+    assert_eq!(
+        r.headers()["x-echo-h-x-forwarded-for"],
+        "9.9.9.9, 127.0.0.1"
+    );
+    assert_eq!(r.headers()["x-echo-h-x-forwarded-proto"], "http");
+    // numTrustedProxies 0: the client address is the peer, not what XFF claims.
+    assert_eq!(
+        r.headers()["x-echo-h-x-envoy-external-address"],
+        "127.0.0.1"
+    );
+    assert_eq!(r.headers()["x-echo-h-x-request-id"].len(), 36);
+
+    // Header match wins over the later prefix route.
+    let r = get("/api/items")
+        .header("x-canary", "yes")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-upstream"], "b");
+
+    // Wildcard host, base64 body; unknown host is 404.
+    let r = c
+        .get(format!("{base}/"))
+        .header("host", "x.wild.test:8080")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "wild");
+    let r = c
+        .get(format!("{base}/"))
+        .header("host", "other.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.text().await.unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_routes_split_traffic() {
+    let a = echo_http("a").await;
+    let b = echo_http("b").await;
+    let proxy = start(&routes_yaml(a.addr, b.addr));
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    for _ in 0..400 {
+        let r = c
+            .get(format!("{base}/split"))
+            .header("host", "site.test")
+            .send()
+            .await
+            .unwrap();
+        let up = r.headers()["x-upstream"].to_str().unwrap().to_string();
+        *seen.entry(up).or_default() += 1;
+    }
+    let a_share = seen.get("a").copied().unwrap_or(0);
+    let b_share = seen.get("b").copied().unwrap_or(0);
+    assert_eq!(a_share + b_share, 400);
+    // 80/20 of 400: expect 320 ± generous tolerance (p of failing is negligible).
+    assert!((270..=370).contains(&a_share), "a got {a_share} of 400");
+    assert!(b_share >= 30, "b got {b_share} of 400");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_client_is_served_and_forwarded() {
+    let a = echo_http("a").await;
+    let b = echo_http("b").await;
+    let proxy = start(&routes_yaml(a.addr, b.addr));
+    // reqwest over h2c sends :authority from the URL, so name the host there.
+    let url = format!("http://site.test:{}/api/h2", addr(&proxy, 0).port());
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .resolve("site.test", addr(&proxy, 0))
+        .build()
+        .unwrap();
+    let r = c.post(&url).body("over h2").send().await.unwrap();
+    // POST /api matches the direct 201 route.
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 201);
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 200);
+    // Upstream is HTTP/1.1 and still gets a Host header.
+    assert_eq!(r.headers()["x-echo-version"], "HTTP/1.1");
+    assert_eq!(
+        r.headers()["x-echo-h-host"],
+        format!("site.test:{}", addr(&proxy, 0).port()).as_str()
+    );
+}

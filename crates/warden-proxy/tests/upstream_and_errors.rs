@@ -1,0 +1,242 @@
+//! Upstream behaviour and local replies: streaming a 10 MB body, 503 (no healthy upstream,
+//! connect failure), 504 timeout, retries, h2c upstream, 400 / 431 on malformed requests.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use futures_util::StreamExt;
+use std::time::Duration;
+
+fn one_route(dest_host: &str, extra_route: &str, ses: &str) -> String {
+    format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: vs
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - route: [{{destination: {{host: {dest_host}}}}}]
+{extra_route}
+{ses}"#,
+        gw = gateway(&[(0, "HTTP")]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_megabyte_post_is_streamed_through() {
+    let up = echo_http("up").await;
+    let proxy = start(&one_route(
+        "up.internal",
+        "",
+        &service_entry("up.internal", &[up.addr]),
+    ));
+    let url = format!("http://{}/upload", addr(&proxy, 0));
+    // A streamed request body of 10 MB in 64 KiB chunks, without Content-Length.
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 160;
+    let chunks = futures_util::stream::iter(
+        (0..CHUNKS).map(|i| Ok::<Bytes, std::io::Error>(Bytes::from(vec![(i % 251) as u8; CHUNK]))),
+    );
+    let r = client()
+        .post(&url)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut total = 0usize;
+    let mut stream = r.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        for (k, b) in chunk.iter().enumerate() {
+            let i = (total + k) / CHUNK;
+            assert_eq!(*b, (i % 251) as u8, "byte {} differs", total + k);
+        }
+        total += chunk.len();
+    }
+    assert_eq!(total, CHUNK * CHUNKS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_replies_503_and_504() {
+    let up = echo_http("up").await;
+    let dead = closed_port().await;
+    let extra = r#"  - name: unused
+    route: [{destination: {host: up.internal}}]"#;
+    let yaml = format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: vs
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - match: [{{uri: {{prefix: /limited}}}}]
+    route: [{{destination: {{host: limited.internal}}}}]
+  - match: [{{uri: {{prefix: /dead}}}}]
+    route: [{{destination: {{host: dead.internal}}}}]
+  - match: [{{uri: {{prefix: /delay}}}}]
+    timeout: 200ms
+    route: [{{destination: {{host: up.internal}}}}]
+{extra}
+{limited}{dead_se}{up_se}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: limited
+spec:
+  host: limited.internal
+  trafficPolicy:
+    connectionPool:
+      http: {{http2MaxRequests: 1}}
+"#,
+        gw = gateway(&[(0, "HTTP")]),
+        limited = service_entry("limited.internal", &[up.addr]),
+        dead_se = service_entry("dead.internal", &[dead]),
+        up_se = service_entry("up.internal", &[up.addr]),
+    );
+    let proxy = start(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+
+    // One request in flight fills the pool limit; the next one overflows (Envoy's UO).
+    let slow = tokio::spawn({
+        let c = c.clone();
+        let url = format!("{base}/limited/delay/800");
+        async move { c.get(url).send().await.unwrap().status() }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = c.get(format!("{base}/limited/now")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().ends_with("reset reason: overflow"));
+    assert_eq!(slow.await.unwrap(), 200);
+    let r = c.get(format!("{base}/limited/now")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    let r = c.get(format!("{base}/dead")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .starts_with("upstream connect error or disconnect/reset before headers"));
+
+    let started = std::time::Instant::now();
+    let r = c.get(format!("{base}/delay/2000")).send().await.unwrap();
+    assert_eq!(r.status(), 504);
+    assert_eq!(r.text().await.unwrap(), "upstream request timeout");
+    assert!(started.elapsed() < Duration::from_millis(1500));
+
+    // Within the timeout the same route works.
+    let r = c.get(format!("{base}/delay/10")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    let m = proxy.metrics();
+    assert!(m.upstream_errors >= 4, "{m:?}");
+    let text = proxy.metrics_text();
+    assert!(text.contains("kind=\"timeout\""), "{text}");
+    assert!(text.contains("code=\"504\""), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_move_to_a_live_endpoint_and_h2_upstream() {
+    let up = echo_http("live").await;
+    let dead = closed_port().await;
+    let yaml = format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: vs
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - match: [{{uri: {{prefix: /h2}}}}]
+    route: [{{destination: {{host: h2.internal}}}}]
+  - retries: {{attempts: 3}}
+    route: [{{destination: {{host: mixed.internal}}}}]
+{mixed}{h2}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: mixed
+spec:
+  host: mixed.internal
+  trafficPolicy:
+    loadBalancer: {{simple: ROUND_ROBIN}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: h2
+spec:
+  host: h2.internal
+  trafficPolicy:
+    connectionPool:
+      http: {{h2UpgradePolicy: UPGRADE}}
+"#,
+        gw = gateway(&[(0, "HTTP")]),
+        mixed = service_entry("mixed.internal", &[dead, up.addr]),
+        h2 = service_entry("h2.internal", &[up.addr]),
+    );
+    let proxy = start(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    for _ in 0..6 {
+        let r = c.get(format!("{base}/x")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["x-upstream"], "live");
+    }
+    let r = c.get(format!("{base}/h2")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-version"], "HTTP/2.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_400_and_431() {
+    let up = echo_http("up").await;
+    let proxy = start(&one_route(
+        "up.internal",
+        "",
+        &service_entry("up.internal", &[up.addr]),
+    ));
+    let a = addr(&proxy, 0);
+    let wait = Duration::from_secs(3);
+
+    let both = b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let resp = raw(a, both, wait).await;
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(!resp.contains("x-upstream"), "{resp}");
+
+    let garbage = b"GET / HTTP/1.1\r\nHo st: a\r\n\r\n";
+    let resp = raw(a, garbage, wait).await;
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nx-big: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let resp = raw(a, big.as_bytes(), wait).await;
+    assert!(resp.starts_with("HTTP/1.1 431"), "{resp}");
+
+    // A well-formed request on a fresh connection still works, and a chunked body alone is fine.
+    let ok = b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let resp = raw(a, ok, wait).await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(
+        resp.ends_with("hello\r\n0\r\n\r\n") || resp.contains("hello"),
+        "{resp}"
+    );
+}
