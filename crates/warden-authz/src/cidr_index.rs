@@ -2,50 +2,111 @@
 //!
 //! Every CIDR list of a policy set (an `ipBlocks` field, a `when` condition's `values`...) is a
 //! *predicate* with a numeric id. All predicates of one attribute (direct peer, client address,
-//! destination) go into one [`CidrIndex`]: the address space is cut into disjoint ranges, each
-//! carrying the sorted set of predicate ids whose CIDRs cover it (nested prefixes are merged at
-//! build time). A lookup is one binary search over the range starts, narrowed first by a 16-bit
-//! radix bucket, so its cost does not depend on how many CIDRs or rules there are.
+//! destination) go into one [`CidrIndex`]:
+//! - each distinct prefix becomes a *node* holding the predicate ids that list it and a link to
+//!   the node of its enclosing prefix (a predicate already on an enclosing node is not repeated);
+//! - the address space is cut into disjoint ranges, each pointing at the innermost node that
+//!   covers it.
+//!
+//! A lookup is one binary search over the range starts, narrowed first by a 16-bit radix bucket;
+//! the hits are the predicates on the node chain (as deep as prefixes nest, usually 1). So its
+//! cost does not depend on how many CIDRs or rules there are, and memory stays linear even when
+//! many lists share a prefix.
 
 use ipnet::IpNet;
-use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// Range values: `0` is the empty set, `SINGLE | id` one predicate id (the common case, stored
-/// inline), anything else an index into the interned multi-id sets.
-const SINGLE: u32 = 1 << 31;
+/// Range value of addresses no prefix covers; also "no parent".
+const NO_NODE: u32 = u32::MAX;
 
 /// Largest predicate id an index can hold.
-pub(crate) const MAX_PREDICATES: u32 = SINGLE - 1;
+pub(crate) const MAX_PREDICATES: u32 = u32::MAX - 1;
 
-/// The predicate ids whose CIDRs contain a looked-up address, sorted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hits<'a> {
-    None,
-    One(u32),
-    Many(&'a [u32]),
+/// The predicates whose CIDRs contain a looked-up address: a chain of prefix nodes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hits<'a> {
+    nodes: Option<&'a Nodes>,
+    node: u32,
 }
 
-impl Hits<'_> {
+impl<'a> Hits<'a> {
+    pub(crate) const NONE: Hits<'static> = Hits {
+        nodes: None,
+        node: NO_NODE,
+    };
+
     pub(crate) fn contains(&self, pred: u32) -> bool {
-        match self {
-            Hits::None => false,
-            Hits::One(p) => *p == pred,
-            Hits::Many(ps) => ps.binary_search(&pred).is_ok(),
-        }
+        self.chain().any(|preds| preds.binary_search(&pred).is_ok())
     }
 
-    pub(crate) fn as_slice(&self) -> &[u32] {
-        match self {
-            Hits::None => &[],
-            Hits::One(p) => std::slice::from_ref(p),
-            Hits::Many(ps) => ps,
+    /// Every predicate hit (sorted within a node; nodes innermost first).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        self.chain().flat_map(|preds| preds.iter().copied())
+    }
+
+    fn chain(&self) -> impl Iterator<Item = &'a [u32]> + 'a {
+        let nodes = self.nodes;
+        let mut node = self.node;
+        std::iter::from_fn(move || {
+            let n = nodes?;
+            let (preds, parent) = n.get(node)?;
+            node = parent;
+            Some(preds)
+        })
+    }
+}
+
+/// Prefix nodes, flattened: node `k` lists `members[offsets[k]..offsets[k+1]]`.
+#[derive(Debug)]
+struct Nodes {
+    offsets: Vec<u32>,
+    members: Vec<u32>,
+    parents: Vec<u32>,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Nodes {
+            offsets: vec![0],
+            members: Vec::new(),
+            parents: Vec::new(),
         }
+    }
+}
+
+impl Nodes {
+    fn get(&self, node: u32) -> Option<(&[u32], u32)> {
+        let k = node as usize;
+        let parent = *self.parents.get(k)?;
+        let (a, b) = (*self.offsets.get(k)?, *self.offsets.get(k + 1)?);
+        Some((self.members.get(a as usize..b as usize)?, parent))
+    }
+
+    fn has_in_chain(&self, mut node: u32, pred: u32) -> bool {
+        while let Some((preds, parent)) = self.get(node) {
+            if preds.binary_search(&pred).is_ok() {
+                return true;
+            }
+            node = parent;
+        }
+        false
+    }
+
+    fn push(&mut self, preds: &[u32], parent: u32) -> u32 {
+        let id = self.parents.len() as u32;
+        self.members.extend_from_slice(preds);
+        self.offsets.push(self.members.len() as u32);
+        self.parents.push(parent);
+        id
+    }
+
+    fn heap_bytes(&self) -> usize {
+        (self.offsets.capacity() + self.members.capacity() + self.parents.capacity()) * 4
     }
 }
 
 /// An unsigned integer view of one address family.
-pub(crate) trait Bits: Copy + Ord + Eq + std::hash::Hash + std::fmt::Debug {
+pub(crate) trait Bits: Copy + Ord + Eq + std::fmt::Debug {
     const BITS: u32;
     const ZERO: Self;
     /// The last address of the prefix `start/len`.
@@ -90,7 +151,7 @@ impl Bits for u128 {
     }
 }
 
-/// Disjoint ranges of one family: `starts[i]..starts[i+1]` carries `values[i]`.
+/// Disjoint ranges of one family: `starts[i]..starts[i+1]` is covered by node `values[i]`.
 #[derive(Debug, Default)]
 struct RangeTable<A> {
     starts: Vec<A>,
@@ -117,33 +178,33 @@ impl<A: Bits> RangeTable<A> {
         let (lo, hi) = match &self.buckets {
             None => (0, self.starts.len()),
             Some(b) => {
-                let diff = addr.leading_zeros_xor(b.prefix);
-                if diff < b.skip {
+                if addr.leading_zeros_xor(b.prefix) < b.skip {
                     // Outside the shared prefix: before the first start or after the last one.
-                    if addr < b.prefix {
-                        return self.values.first().copied().unwrap_or(0);
-                    }
-                    return self.values.last().copied().unwrap_or(0);
+                    let v = if addr < b.prefix {
+                        self.values.first()
+                    } else {
+                        self.values.last()
+                    };
+                    return v.copied().unwrap_or(NO_NODE);
                 }
                 let key = addr.bucket_key(b.skip);
-                let lo = b.first[key] as usize;
+                let lo = b.first.get(key).map_or(1, |&i| i as usize);
                 let hi = b
                     .first
                     .get(key + 1)
                     .map_or(self.starts.len(), |&i| i as usize);
                 // The range covering the bucket's first addresses starts just before it.
-                (lo - 1, hi)
+                (lo.saturating_sub(1), hi)
             }
         };
         let Some(window) = self.starts.get(lo..hi) else {
-            return 0;
+            return NO_NODE;
         };
+        // The window's first start is <= addr (starts[0] is the zero address).
         let n = window.partition_point(|&s| s <= addr);
-        // starts[0] is the zero address, so n >= 1 whenever the window begins at 0; inside a
-        // bucket the window's first start is <= addr by construction.
         match n.checked_sub(1) {
-            Some(i) => self.values.get(lo + i).copied().unwrap_or(0),
-            None => 0,
+            Some(i) => self.values.get(lo + i).copied().unwrap_or(NO_NODE),
+            None => NO_NODE,
         }
     }
 
@@ -170,6 +231,10 @@ impl<A: Bits> RangeTable<A> {
         });
     }
 
+    fn is_empty(&self) -> bool {
+        self.values.iter().all(|&v| v == NO_NODE)
+    }
+
     fn heap_bytes(&self) -> usize {
         self.starts.capacity() * std::mem::size_of::<A>()
             + self.values.capacity() * 4
@@ -182,46 +247,29 @@ impl<A: Bits> RangeTable<A> {
 pub(crate) struct CidrIndex {
     v4: RangeTable<u32>,
     v6: RangeTable<u128>,
-    /// Multi-id sets, flattened: set `k` is `members[offsets[k]..offsets[k+1]]`. Set 0 is empty.
-    offsets: Vec<u32>,
-    members: Vec<u32>,
+    nodes: Nodes,
+    empty: bool,
 }
 
 impl CidrIndex {
     pub(crate) fn is_empty(&self) -> bool {
-        self.v4.starts.len() <= 1
-            && self.v6.starts.len() <= 1
-            && self.v4.values.iter().all(|&v| v == 0)
-            && self.v6.values.iter().all(|&v| v == 0)
+        self.empty
     }
 
     /// All predicates whose CIDRs contain `addr`. IPv4-mapped IPv6 addresses are looked up as IPv4.
     pub(crate) fn lookup(&self, addr: IpAddr) -> Hits<'_> {
-        let value = match canonical(addr) {
+        let node = match canonical(addr) {
             IpAddr::V4(a) => self.v4.lookup(u32::from(a)),
             IpAddr::V6(a) => self.v6.lookup(u128::from(a)),
         };
-        self.decode(value)
-    }
-
-    fn decode(&self, value: u32) -> Hits<'_> {
-        if value == 0 {
-            Hits::None
-        } else if value & SINGLE != 0 {
-            Hits::One(value & !SINGLE)
-        } else {
-            let k = value as usize;
-            match (self.offsets.get(k), self.offsets.get(k + 1)) {
-                (Some(&a), Some(&b)) => {
-                    Hits::Many(self.members.get(a as usize..b as usize).unwrap_or(&[]))
-                }
-                _ => Hits::None,
-            }
+        Hits {
+            nodes: Some(&self.nodes),
+            node,
         }
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.v4.heap_bytes() + self.v6.heap_bytes() + (self.offsets.len() + self.members.len()) * 4
+        self.v4.heap_bytes() + self.v6.heap_bytes() + self.nodes.heap_bytes()
     }
 }
 
@@ -252,7 +300,7 @@ pub fn canonical_net(net: IpNet) -> IpNet {
     net
 }
 
-/// Collects `(cidr, predicate)` pairs, then builds the disjoint-range tables.
+/// Collects `(cidr, predicate)` pairs, then builds the tables.
 #[derive(Debug, Default)]
 pub(crate) struct CidrIndexBuilder {
     v4: Vec<Entry<u32>>,
@@ -283,77 +331,42 @@ impl CidrIndexBuilder {
     }
 
     pub(crate) fn build(self) -> CidrIndex {
-        let mut interner = SetInterner::default();
-        let v4 = build_table(self.v4, &mut interner);
-        let v6 = build_table(self.v6, &mut interner);
+        let mut nodes = Nodes::default();
+        let v4 = build_table(self.v4, &mut nodes);
+        let v6 = build_table(self.v6, &mut nodes);
+        nodes.offsets.shrink_to_fit();
+        nodes.members.shrink_to_fit();
+        nodes.parents.shrink_to_fit();
+        let empty = v4.is_empty() && v6.is_empty();
         CidrIndex {
             v4,
             v6,
-            offsets: interner.offsets,
-            members: interner.members,
+            nodes,
+            empty,
         }
     }
 }
 
-/// Interns the multi-id sets so identical sets share storage.
-struct SetInterner {
-    ids: HashMap<Vec<u32>, u32>,
-    offsets: Vec<u32>,
-    members: Vec<u32>,
-}
-
-impl Default for SetInterner {
-    fn default() -> Self {
-        SetInterner {
-            ids: HashMap::new(),
-            // Set 0 is the empty set: offsets [0, 0].
-            offsets: vec![0, 0],
-            members: Vec::new(),
-        }
-    }
-}
-
-impl SetInterner {
-    /// The range value for a sorted, deduplicated id set.
-    fn value_of(&mut self, set: &[u32]) -> u32 {
-        match set {
-            [] => 0,
-            [one] => SINGLE | one,
-            many => {
-                if let Some(&id) = self.ids.get(many) {
-                    return id;
-                }
-                let id = (self.offsets.len() - 1) as u32;
-                self.members.extend_from_slice(many);
-                self.offsets.push(self.members.len() as u32);
-                self.ids.insert(many.to_vec(), id);
-                id
-            }
-        }
-    }
-}
-
-/// Sweep state: the prefixes open at the cursor (a cover chain, innermost last) and the ranges
-/// emitted so far. Prefixes are either nested or disjoint, so a stack is enough.
-struct Sweep<'i, A> {
+/// Sweep state: the prefix nodes open at the cursor (a cover chain, innermost last) and the
+/// ranges emitted so far. Prefixes are either nested or disjoint, so a stack is enough.
+struct Sweep<'n, A> {
     table: RangeTable<A>,
-    /// `(last address, predicate)` of each open prefix.
+    /// `(last address, node)` of each open prefix.
     open: Vec<(A, u32)>,
     /// Next address not yet assigned to a range; None once the whole space is covered.
     cursor: Option<A>,
-    scratch: Vec<u32>,
-    interner: &'i mut SetInterner,
+    nodes: &'n mut Nodes,
 }
 
 impl<A: Bits> Sweep<'_, A> {
-    /// Start a range at `from` carrying the open predicates (merged into the previous range
-    /// when the set is the same).
+    fn top(&self) -> u32 {
+        self.open.last().map_or(NO_NODE, |&(_, n)| n)
+    }
+
+    /// Start a range at `from` covered by the innermost open node (merged into the previous
+    /// range when that is the same node).
     fn emit(&mut self, from: A) {
-        self.scratch.clear();
-        self.scratch.extend(self.open.iter().map(|&(_, p)| p));
-        self.scratch.sort_unstable();
-        self.scratch.dedup();
-        let value = self.interner.value_of(&self.scratch);
+        let value = self.top();
         if self.table.values.last() != Some(&value) {
             self.table.starts.push(from);
             self.table.values.push(value);
@@ -376,15 +389,23 @@ impl<A: Bits> Sweep<'_, A> {
         }
     }
 
-    fn open(&mut self, e: Entry<A>) {
-        self.close_before(Some(e.start));
+    /// Open the prefix `start/len` listed by `preds` (sorted, deduplicated).
+    fn open(&mut self, start: A, len: u8, preds: &mut Vec<u32>) {
+        self.close_before(Some(start));
         if let Some(c) = self.cursor {
-            if c < e.start {
+            if c < start {
                 self.emit(c);
-                self.cursor = Some(e.start);
+                self.cursor = Some(start);
             }
         }
-        self.open.push((A::last_of(e.start, e.len), e.pred));
+        let parent = self.top();
+        preds.retain(|&p| !self.nodes.has_in_chain(parent, p));
+        if preds.is_empty() {
+            // Every list naming this prefix already covers it through an enclosing prefix.
+            return;
+        }
+        let node = self.nodes.push(preds, parent);
+        self.open.push((A::last_of(start, len), node));
     }
 
     fn finish(mut self) -> RangeTable<A> {
@@ -400,9 +421,9 @@ impl<A: Bits> Sweep<'_, A> {
     }
 }
 
-/// Sort the prefixes by (start, length) and sweep them in address order.
-fn build_table<A: Bits>(mut entries: Vec<Entry<A>>, interner: &mut SetInterner) -> RangeTable<A> {
-    entries.sort_unstable_by_key(|e| (e.start, e.len));
+/// Sort the prefixes by (start, length, predicate) and sweep them in address order.
+fn build_table<A: Bits>(mut entries: Vec<Entry<A>>, nodes: &mut Nodes) -> RangeTable<A> {
+    entries.sort_unstable_by_key(|e| (e.start, e.len, e.pred));
     let mut sweep = Sweep {
         table: RangeTable {
             starts: Vec::with_capacity(entries.len() * 2 + 1),
@@ -411,12 +432,22 @@ fn build_table<A: Bits>(mut entries: Vec<Entry<A>>, interner: &mut SetInterner) 
         },
         open: Vec::new(),
         cursor: Some(A::ZERO),
-        scratch: Vec::new(),
-        interner,
+        nodes,
     };
-    for e in entries {
-        sweep.open(e);
+    let mut preds = Vec::new();
+    let mut rest = &entries[..];
+    while let Some(first) = rest.first() {
+        let same = rest
+            .iter()
+            .take_while(|e| e.start == first.start && e.len == first.len)
+            .count();
+        preds.clear();
+        preds.extend(rest[..same].iter().map(|e| e.pred));
+        preds.dedup();
+        sweep.open(first.start, first.len, &mut preds);
+        rest = &rest[same..];
     }
+    drop(entries);
     // The first range always starts at the zero address (emitted by `open` or `finish`).
     sweep.finish()
 }
@@ -436,8 +467,14 @@ mod tests {
         b.build()
     }
 
+    fn sorted(hits: Hits<'_>) -> Vec<u32> {
+        let mut v: Vec<u32> = hits.iter().collect();
+        v.sort_unstable();
+        v
+    }
+
     fn hits(idx: &CidrIndex, addr: &str) -> Vec<u32> {
-        idx.lookup(addr.parse().unwrap()).as_slice().to_vec()
+        sorted(idx.lookup(addr.parse().unwrap()))
     }
 
     #[test]
@@ -521,6 +558,7 @@ mod tests {
         }
         let idx = b.build();
         assert!(idx.v4.buckets.is_some() && idx.v6.buckets.is_some());
+        assert!(!idx.is_empty());
         for k in 0..4000 {
             let (probe_net, _) = nets[k % nets.len()];
             let r = next();
@@ -542,7 +580,31 @@ mod tests {
                 .map(|&(_, p)| p)
                 .collect();
             expected.sort_unstable();
-            assert_eq!(idx.lookup(addr).as_slice(), &expected[..], "{addr}");
+            assert_eq!(sorted(idx.lookup(addr)), expected, "{addr}");
         }
+    }
+
+    /// Many lists naming the same prefix (plus their own addresses inside it) must not make
+    /// every range carry every list: memory stays linear and lookups stay exact.
+    #[test]
+    fn shared_prefixes_are_stored_once() {
+        let mut b = CidrIndexBuilder::default();
+        let n = 20_000u32;
+        for p in 0..n {
+            b.insert("10.0.0.0/8".parse().unwrap(), p);
+            b.insert(IpNet::from(IpAddr::V4((0x0a00_0000 + p * 7).into())), p);
+            b.insert("10.0.0.0/8".parse().unwrap(), p);
+        }
+        let idx = b.build();
+        assert!(idx.heap_bytes() < 2_000_000, "{} bytes", idx.heap_bytes());
+        let all: Vec<u32> = (0..n).collect();
+        assert_eq!(sorted(idx.lookup("10.0.0.1".parse().unwrap())), all);
+        assert_eq!(sorted(idx.lookup("10.0.0.7".parse().unwrap())), all);
+        assert!(idx.lookup("10.0.0.7".parse().unwrap()).contains(1));
+        assert!(idx
+            .lookup("11.0.0.7".parse().unwrap())
+            .iter()
+            .next()
+            .is_none());
     }
 }

@@ -49,7 +49,7 @@ impl PolicySet {
         let lookup = |kind: AddrKind, addr| {
             let index = &self.indexes[kind as usize];
             if index.is_empty() {
-                Hits::None
+                Hits::NONE
             } else {
                 index.lookup(addr)
             }
@@ -62,7 +62,7 @@ impl PolicySet {
         let eligible = |r: u32| !(skip_http_rules && self.uses_http[r as usize]);
         let mut best: Option<u32> = None;
         for (kind, anchors) in self.anchors.iter().enumerate() {
-            for &pred in hits[kind].as_slice() {
+            for pred in hits[kind].iter() {
                 let r = anchors.get(pred as usize).copied().unwrap_or(NO_RULE);
                 if r != NO_RULE
                     && best.is_none_or(|b| r < b)
