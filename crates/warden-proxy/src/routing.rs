@@ -210,7 +210,7 @@ impl RouteTable {
                     self.any = Some(i);
                 } else if let Some(suffix) = domain.strip_prefix('*') {
                     self.suffixes.push((suffix.into(), i));
-                    self.suffixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                    self.suffixes.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
                 } else {
                     self.exact.insert(domain.into(), i);
                 }
