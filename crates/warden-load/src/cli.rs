@@ -79,12 +79,19 @@ pub struct EchoArgs {
     pub threads: Option<usize>,
 }
 
+/// One thread: a current-thread runtime (no work-stealing overhead, like one nginx worker or one
+/// wrk thread); otherwise a multi-thread runtime with `threads` workers (default: cores).
 fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = threads {
-        anyhow::ensure!(n > 0, "--threads must be at least 1");
-        builder.worker_threads(n);
-    }
+    let mut builder = match threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     builder
         .enable_all()
         .build()

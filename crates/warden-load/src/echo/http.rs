@@ -33,7 +33,12 @@ pub(super) async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
+    // No header-read timeout: it arms a timer per request, and this server is a benchmark
+    // backend on loopback, not an edge exposed to slowloris clients.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let mut stop = shutdown.clone();
