@@ -3,7 +3,7 @@
 //! The typed kinds are decoded from the plain value (so serde_ignored and serde_path_to_error
 //! work unchanged); the side table of lines lets every error and warning point at a line.
 
-use crate::field_path::FieldPath;
+use crate::field_path::{FieldPath, Segment};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 use std::collections::HashMap;
@@ -17,23 +17,48 @@ pub struct SourceDoc {
     pub lines: LineIndex,
 }
 
-/// Line (1-based) of every node of a document, keyed by field path.
+/// Line (1-based) of every node of a document, as a tree shaped like the document (cheaper
+/// to build than a map of paths when a document holds 100k list items).
 #[derive(Debug, Clone, Default)]
-pub struct LineIndex(HashMap<FieldPath, usize>);
+pub struct LineIndex(Option<LineNode>);
+
+#[derive(Debug, Clone)]
+struct LineNode {
+    line: usize,
+    children: LineChildren,
+}
+
+#[derive(Debug, Clone)]
+enum LineChildren {
+    None,
+    Seq(Vec<LineNode>),
+    Map(HashMap<String, LineNode>),
+}
 
 impl LineIndex {
     /// The line of `path`, or of its nearest ancestor that has one (a missing field points at
     /// the object that lacks it).
     pub fn line_of(&self, path: &FieldPath) -> Option<usize> {
-        let mut p = path.clone();
-        loop {
-            if let Some(line) = self.0.get(&p) {
-                return Some(*line);
+        let mut node = self.0.as_ref()?;
+        let mut line = None;
+        for seg in path.segments() {
+            if node.line > 0 {
+                line = Some(node.line);
             }
-            if p.is_root() {
-                return None;
+            let next = match (&node.children, seg) {
+                (LineChildren::Seq(items), Segment::Index(i)) => items.get(*i),
+                (LineChildren::Map(map), Segment::Key(k)) => map.get(k),
+                _ => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => return line,
             }
-            p = p.parent();
+        }
+        if node.line > 0 {
+            Some(node.line)
+        } else {
+            line
         }
     }
 }
@@ -74,37 +99,42 @@ pub fn parse_documents(text: &str) -> Result<Vec<SourceDoc>, YamlError> {
     Ok(nodes
         .into_iter()
         .map(|node| {
-            let mut lines = LineIndex::default();
-            let value = flatten(node, FieldPath::root(), &mut lines);
-            SourceDoc { value, lines }
+            let (value, lines) = flatten(node);
+            SourceDoc {
+                value,
+                lines: LineIndex(Some(lines)),
+            }
         })
         .collect())
 }
 
-fn flatten(node: Spanned<Node>, path: FieldPath, lines: &mut LineIndex) -> serde_json::Value {
+/// Split a spanned node into its plain value and its line tree.
+fn flatten(node: Spanned<Node>) -> (serde_json::Value, LineNode) {
     let line = node.referenced.line() as usize;
-    if line > 0 {
-        lines.0.insert(path.clone(), line);
-    }
-    match node.value {
-        Node::Scalar(v) => v,
-        Node::Seq(items) => serde_json::Value::Array(
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, n)| flatten(n, path.index(i), lines))
-                .collect(),
-        ),
-        Node::Map(entries) => serde_json::Value::Object(
-            entries
-                .into_iter()
-                .map(|(k, n)| {
-                    let v = flatten(n, path.key(k.clone()), lines);
-                    (k, v)
-                })
-                .collect(),
-        ),
-    }
+    let (value, children) = match node.value {
+        Node::Scalar(v) => (v, LineChildren::None),
+        Node::Seq(items) => {
+            let mut values = Vec::with_capacity(items.len());
+            let mut lines = Vec::with_capacity(items.len());
+            for item in items {
+                let (v, l) = flatten(item);
+                values.push(v);
+                lines.push(l);
+            }
+            (serde_json::Value::Array(values), LineChildren::Seq(lines))
+        }
+        Node::Map(entries) => {
+            let mut values = serde_json::Map::with_capacity(entries.len());
+            let mut lines = HashMap::with_capacity(entries.len());
+            for (k, n) in entries {
+                let (v, l) = flatten(n);
+                lines.insert(k.clone(), l);
+                values.insert(k, v);
+            }
+            (serde_json::Value::Object(values), LineChildren::Map(lines))
+        }
+    };
+    (value, LineNode { line, children })
 }
 
 /// A YAML node whose children carry their source position.
