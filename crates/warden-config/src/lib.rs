@@ -1,20 +1,39 @@
 //! YAML documents (Istio kinds and warden kinds) turned into a validated, typed model.
 //!
-//! Each kind's serde shape lives in `kinds/`; the loader (`load`) reads multi-document YAML from
-//! files or directories, dispatches on `kind`, and reports every error of a load at once with
-//! file, document (kind/name) and field path. Unknown fields become warnings, never silent drops.
+//! Stages: `yaml_source` parses multi-document YAML and records the line of every node; `load`
+//! reads files and directories, decodes each kind's serde shape (`kinds/`) and turns unknown
+//! fields into warnings, never silent drops; `validate` checks values and cross-document
+//! references. Every problem names file, line, document (kind/name) and field path, and all of
+//! them are reported at once. `hosts`, `gateway_ref` and `lookup` hold the matching rules the
+//! proxy shares with validation. The reference for users is docs/config.md.
 
 pub mod document;
+pub mod duration;
+pub mod error;
+pub mod field_path;
+pub mod gateway_ref;
+pub mod hosts;
 pub mod kinds;
+pub mod load;
+mod lookup;
+mod validate;
+pub mod yaml_source;
 
 pub use document::{Doc, Metadata};
+pub use duration::parse_duration;
+pub use error::{ConfigErrors, Location, Problem};
+pub use field_path::FieldPath;
+pub use gateway_ref::{gateway_matches, GatewayRef};
 pub use kinds::authorization_policy::AuthorizationPolicy;
-pub use kinds::destination_rule::DestinationRule;
+pub use kinds::destination_rule::{DestinationRule, LbPolicy};
 pub use kinds::envoy_filter::EnvoyFilter;
-pub use kinds::gateway::Gateway;
+pub use kinds::gateway::{Gateway, ListenerProtocol};
 pub use kinds::rate_limit_policy::RateLimitPolicy;
-pub use kinds::service_entry::ServiceEntry;
-pub use kinds::virtual_service::VirtualService;
+pub use kinds::service_entry::{Resolution, ServiceEntry};
+pub use kinds::virtual_service::{
+    anchored_regex, effective_weights, StringMatchKind, VirtualService,
+};
+pub use load::{load_paths, load_str, Loaded};
 
 /// Everything one load produced, in file/document order.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -26,43 +45,8 @@ pub struct ConfigSet {
     pub authorization_policies: Vec<Doc<AuthorizationPolicy>>,
     pub rate_limit_policies: Vec<Doc<RateLimitPolicy>>,
     pub envoy_filters: Vec<Doc<EnvoyFilter>>,
-    /// Where each document's fields are, so later stages can report lines too.
+    /// Where each document's fields are, so later stages can report lines too
+    /// ([`ConfigSet::locate`]).
     #[serde(skip)]
     pub source_lines: yaml_source::SourceLines,
 }
-
-impl ConfigSet {
-    /// The location of `field` (e.g. `spec.rules[0].from`) in `doc`, with its line when known:
-    /// for problems found by the crates that compile the documents.
-    pub fn locate<T>(&self, doc: &Doc<T>, field: &str) -> Location {
-        let path = FieldPath::parse(field);
-        Location {
-            file: doc.file.clone(),
-            line: self.source_lines.line_of(&doc.file, doc.index, &path),
-            document: doc.index,
-            object: doc.id(),
-            field: field.to_owned(),
-        }
-    }
-}
-
-pub mod duration;
-pub mod error;
-pub mod load;
-
-pub use duration::parse_duration;
-pub use error::{ConfigErrors, Location, Problem};
-pub use load::{load_paths, load_str, Loaded};
-pub mod field_path;
-pub mod gateway_ref;
-pub mod hosts;
-mod lookup;
-mod validate;
-pub mod yaml_source;
-
-pub use field_path::FieldPath;
-pub use gateway_ref::{gateway_matches, GatewayRef};
-pub use kinds::destination_rule::LbPolicy;
-pub use kinds::gateway::ListenerProtocol;
-pub use kinds::service_entry::Resolution;
-pub use kinds::virtual_service::{anchored_regex, effective_weights, StringMatchKind};

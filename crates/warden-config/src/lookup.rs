@@ -1,7 +1,9 @@
 //! Lookups the proxy needs when it compiles a [`ConfigSet`]: which ServiceEntry serves a host,
-//! which DestinationRule applies, which Gateways a VirtualService binds to.
+//! which DestinationRule applies, which Gateways a VirtualService binds to, where a field is.
 
 use crate::document::Doc;
+use crate::error::Location;
+use crate::field_path::FieldPath;
 use crate::gateway_ref::gateway_matches;
 use crate::hosts::{host_matches, server_host_admits};
 use crate::kinds::destination_rule::{DestinationRule, LbPolicy};
@@ -11,6 +13,19 @@ use crate::kinds::virtual_service::VirtualService;
 use crate::ConfigSet;
 
 impl ConfigSet {
+    /// The location of `field` (e.g. `spec.rules[0].from`) in `doc`, with its line when known:
+    /// for problems found by the crates that compile the documents.
+    pub fn locate<T>(&self, doc: &Doc<T>, field: &str) -> Location {
+        let path = FieldPath::parse(field);
+        Location {
+            file: doc.file.clone(),
+            line: self.source_lines.line_of(&doc.file, doc.index, &path),
+            document: doc.index,
+            object: doc.id(),
+            field: field.to_owned(),
+        }
+    }
+
     /// The ServiceEntry defining `host`: an exact host (case-insensitive) first, else the most
     /// specific (longest) wildcard host that matches it.
     pub fn service_entry_for_host(&self, host: &str) -> Option<&Doc<ServiceEntry>> {
