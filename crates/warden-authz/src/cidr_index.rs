@@ -18,41 +18,80 @@ use std::net::IpAddr;
 
 /// Range value of addresses no prefix covers; also "no parent".
 const NO_NODE: u32 = u32::MAX;
+/// A range value with this bit set is a single predicate id with no enclosing prefix, stored
+/// inline (the common case), so the lookup touches no node storage.
+const INLINE: u32 = 1 << 31;
 
 /// Largest predicate id an index can hold.
-pub(crate) const MAX_PREDICATES: u32 = u32::MAX - 1;
+pub(crate) const MAX_PREDICATES: u32 = INLINE - 2;
 
 /// The predicates whose CIDRs contain a looked-up address: a chain of prefix nodes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Hits<'a> {
     nodes: Option<&'a Nodes>,
-    node: u32,
+    value: u32,
 }
 
 impl<'a> Hits<'a> {
     pub(crate) const NONE: Hits<'static> = Hits {
         nodes: None,
-        node: NO_NODE,
+        value: NO_NODE,
     };
 
     pub(crate) fn contains(&self, pred: u32) -> bool {
-        self.chain().any(|preds| preds.binary_search(&pred).is_ok())
+        let mut v = self.value;
+        loop {
+            if v == NO_NODE {
+                return false;
+            }
+            if v & INLINE != 0 {
+                return v & !INLINE == pred;
+            }
+            let Some((preds, parent)) = self.nodes.and_then(|n| n.get(v)) else {
+                return false;
+            };
+            if preds.binary_search(&pred).is_ok() {
+                return true;
+            }
+            v = parent;
+        }
     }
 
     /// Every predicate hit (sorted within a node; nodes innermost first).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + 'a {
-        self.chain().flat_map(|preds| preds.iter().copied())
+    pub(crate) fn iter(&self) -> HitIter<'a> {
+        HitIter {
+            nodes: self.nodes,
+            next: self.value,
+            current: [].iter(),
+        }
     }
+}
 
-    fn chain(&self) -> impl Iterator<Item = &'a [u32]> + 'a {
-        let nodes = self.nodes;
-        let mut node = self.node;
-        std::iter::from_fn(move || {
-            let n = nodes?;
-            let (preds, parent) = n.get(node)?;
-            node = parent;
-            Some(preds)
-        })
+pub(crate) struct HitIter<'a> {
+    nodes: Option<&'a Nodes>,
+    next: u32,
+    current: std::slice::Iter<'a, u32>,
+}
+
+impl Iterator for HitIter<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            if let Some(&p) = self.current.next() {
+                return Some(p);
+            }
+            let v = std::mem::replace(&mut self.next, NO_NODE);
+            if v == NO_NODE {
+                return None;
+            }
+            if v & INLINE != 0 {
+                return Some(v & !INLINE);
+            }
+            let (preds, parent) = self.nodes?.get(v)?;
+            self.current = preds.iter();
+            self.next = parent;
+        }
     }
 }
 
@@ -82,17 +121,19 @@ impl Nodes {
         Some((self.members.get(a as usize..b as usize)?, parent))
     }
 
-    fn has_in_chain(&self, mut node: u32, pred: u32) -> bool {
-        while let Some((preds, parent)) = self.get(node) {
-            if preds.binary_search(&pred).is_ok() {
-                return true;
-            }
-            node = parent;
+    fn has_in_chain(&self, value: u32, pred: u32) -> bool {
+        Hits {
+            nodes: Some(self),
+            value,
         }
-        false
+        .contains(pred)
     }
 
+    /// The range value for a prefix listed by `preds` inside the prefix `parent`.
     fn push(&mut self, preds: &[u32], parent: u32) -> u32 {
+        if let ([one], NO_NODE) = (preds, parent) {
+            return INLINE | one;
+        }
         let id = self.parents.len() as u32;
         self.members.extend_from_slice(preds);
         self.offsets.push(self.members.len() as u32);
@@ -151,21 +192,21 @@ impl Bits for u128 {
     }
 }
 
-/// Disjoint ranges of one family: `starts[i]..starts[i+1]` is covered by node `values[i]`.
+/// Disjoint ranges of one family: `(start, value)`, sorted; a range ends where the next begins.
+/// Start and value sit side by side so a lookup's last probe also fetches the value.
 #[derive(Debug, Default)]
 struct RangeTable<A> {
-    starts: Vec<A>,
-    values: Vec<u32>,
+    ranges: Vec<(A, u32)>,
     /// Radix narrowing of the binary search, built only for large tables.
     buckets: Option<Buckets<A>>,
 }
 
 #[derive(Debug)]
 struct Buckets<A> {
-    /// All starts except `starts[0]` share their first `skip` bits.
+    /// All range starts but the first (the zero address) share their first `skip` bits.
     prefix: A,
     skip: u32,
-    /// `first[k]` = first index `i >= 1` whose start has bucket key `>= k`.
+    /// `first[k]` = first range index `i >= 1` whose start has bucket key `>= k`.
     first: Box<[u32]>,
 }
 
@@ -176,50 +217,49 @@ const BUCKET_COUNT: usize = 1 << 16;
 impl<A: Bits> RangeTable<A> {
     fn lookup(&self, addr: A) -> u32 {
         let (lo, hi) = match &self.buckets {
-            None => (0, self.starts.len()),
+            None => (0, self.ranges.len()),
             Some(b) => {
                 if addr.leading_zeros_xor(b.prefix) < b.skip {
                     // Outside the shared prefix: before the first start or after the last one.
-                    let v = if addr < b.prefix {
-                        self.values.first()
+                    let r = if addr < b.prefix {
+                        self.ranges.first()
                     } else {
-                        self.values.last()
+                        self.ranges.last()
                     };
-                    return v.copied().unwrap_or(NO_NODE);
+                    return r.map_or(NO_NODE, |&(_, v)| v);
                 }
                 let key = addr.bucket_key(b.skip);
                 let lo = b.first.get(key).map_or(1, |&i| i as usize);
                 let hi = b
                     .first
                     .get(key + 1)
-                    .map_or(self.starts.len(), |&i| i as usize);
+                    .map_or(self.ranges.len(), |&i| i as usize);
                 // The range covering the bucket's first addresses starts just before it.
                 (lo.saturating_sub(1), hi)
             }
         };
-        let Some(window) = self.starts.get(lo..hi) else {
+        let Some(window) = self.ranges.get(lo..hi) else {
             return NO_NODE;
         };
-        // The window's first start is <= addr (starts[0] is the zero address).
-        let n = window.partition_point(|&s| s <= addr);
-        match n.checked_sub(1) {
-            Some(i) => self.values.get(lo + i).copied().unwrap_or(NO_NODE),
-            None => NO_NODE,
-        }
+        // The window's first start is <= addr (the first range starts at the zero address).
+        let n = window.partition_point(|&(s, _)| s <= addr);
+        n.checked_sub(1)
+            .and_then(|i| window.get(i))
+            .map_or(NO_NODE, |&(_, v)| v)
     }
 
     fn build_buckets(&mut self) {
-        if self.starts.len() < BUCKET_THRESHOLD {
+        if self.ranges.len() < BUCKET_THRESHOLD {
             return;
         }
-        let (Some(&first), Some(&last)) = (self.starts.get(1), self.starts.last()) else {
+        let (Some(&(first, _)), Some(&(last, _))) = (self.ranges.get(1), self.ranges.last()) else {
             return;
         };
         let skip = first.leading_zeros_xor(last).min(A::BITS);
         let mut table = vec![0u32; BUCKET_COUNT];
         let mut i = 1usize;
         for (key, slot) in table.iter_mut().enumerate() {
-            while i < self.starts.len() && self.starts[i].bucket_key(skip) < key {
+            while i < self.ranges.len() && self.ranges[i].0.bucket_key(skip) < key {
                 i += 1;
             }
             *slot = i as u32;
@@ -232,12 +272,11 @@ impl<A: Bits> RangeTable<A> {
     }
 
     fn is_empty(&self) -> bool {
-        self.values.iter().all(|&v| v == NO_NODE)
+        self.ranges.iter().all(|&(_, v)| v == NO_NODE)
     }
 
     fn heap_bytes(&self) -> usize {
-        self.starts.capacity() * std::mem::size_of::<A>()
-            + self.values.capacity() * 4
+        self.ranges.capacity() * std::mem::size_of::<(A, u32)>()
             + self.buckets.as_ref().map_or(0, |b| b.first.len() * 4)
     }
 }
@@ -264,7 +303,7 @@ impl CidrIndex {
         };
         Hits {
             nodes: Some(&self.nodes),
-            node,
+            value: node,
         }
     }
 
@@ -367,9 +406,8 @@ impl<A: Bits> Sweep<'_, A> {
     /// range when that is the same node).
     fn emit(&mut self, from: A) {
         let value = self.top();
-        if self.table.values.last() != Some(&value) {
-            self.table.starts.push(from);
-            self.table.values.push(value);
+        if self.table.ranges.last().map(|&(_, v)| v) != Some(value) {
+            self.table.ranges.push((from, value));
         }
     }
 
@@ -414,8 +452,7 @@ impl<A: Bits> Sweep<'_, A> {
             self.emit(c);
         }
         let mut table = self.table;
-        table.starts.shrink_to_fit();
-        table.values.shrink_to_fit();
+        table.ranges.shrink_to_fit();
         table.build_buckets();
         table
     }
@@ -426,8 +463,7 @@ fn build_table<A: Bits>(mut entries: Vec<Entry<A>>, nodes: &mut Nodes) -> RangeT
     entries.sort_unstable_by_key(|e| (e.start, e.len, e.pred));
     let mut sweep = Sweep {
         table: RangeTable {
-            starts: Vec::with_capacity(entries.len() * 2 + 1),
-            values: Vec::with_capacity(entries.len() * 2 + 1),
+            ranges: Vec::with_capacity(entries.len() * 2 + 1),
             buckets: None,
         },
         open: Vec::new(),
