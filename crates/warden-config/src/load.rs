@@ -143,6 +143,11 @@ impl Loader {
             });
             return;
         }
+        // Kept for the error path: references to this kind are then not checked.
+        let raw_kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .map(str::to_owned);
         let mut ignored = Vec::new();
         let env: Result<Envelope, _> = {
             let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
@@ -154,6 +159,7 @@ impl Loader {
                 let message = e.inner().to_string();
                 let path = error_path(&FieldPath::root(), e.path(), &message);
                 self.errors.push(problem_at(&loc, &lines, &path, message));
+                self.failed_kinds.extend(raw_kind);
                 return;
             }
         };

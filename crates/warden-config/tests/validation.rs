@@ -898,3 +898,18 @@ fn http_and_http2_servers_share_a_port() {
     let loaded = load_str("t.yaml", &format!("{}---\n{gw2}", with_base(&vs(ROUTE_OK))));
     assert!(loaded.is_ok(), "{}", loaded.unwrap_err());
 }
+
+#[test]
+fn a_malformed_envelope_also_suppresses_dangling_reference_errors() {
+    let yaml = format!(
+        "{}---\n{SE}---\n{}",
+        GW.replace(
+            "metadata: {name: gw, namespace: istio-system}",
+            "metadata: {name: [gw]}"
+        ),
+        vs(ROUTE_OK)
+    );
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert_eq!(err.0[0].location.field, "metadata.name");
+}
