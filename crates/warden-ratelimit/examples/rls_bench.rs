@@ -1,0 +1,167 @@
+//! Load client for `bench/ratelimit.sh`: N concurrent ShouldRateLimit streams over C HTTP/2
+//! connections for a bounded time, reporting decisions/s and latency percentiles.
+//!
+//! `cargo run --release -p warden-ratelimit --example rls_bench -- --addr 127.0.0.1:8081
+//!   --connections 4 --streams 64 --seconds 5 [--rate 50000] [--keys 1000]`
+//!
+//! With `--rate`, each stream sends on a fixed schedule (open loop) and latency is measured from
+//! the scheduled send time, so a stalled server cannot hide its queueing (coordinated omission).
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+use tonic::transport::Endpoint;
+
+struct Args {
+    addr: String,
+    connections: usize,
+    streams: usize,
+    seconds: f64,
+    rate: Option<f64>,
+    keys: usize,
+    label: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        addr: "127.0.0.1:8081".into(),
+        connections: 4,
+        streams: 64,
+        seconds: 5.0,
+        rate: None,
+        keys: 1000,
+        label: "run".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let bad = |_| format!("bad value for {flag}: {value}");
+        match flag.as_str() {
+            "--addr" => args.addr = value.clone(),
+            "--connections" => args.connections = value.parse().map_err(bad)?,
+            "--streams" => args.streams = value.parse().map_err(bad)?,
+            "--seconds" => args.seconds = value.parse().map_err(|_| format!("bad {flag}"))?,
+            "--rate" => args.rate = Some(value.parse().map_err(|_| format!("bad {flag}"))?),
+            "--keys" => args.keys = value.parse().map_err(bad)?,
+            "--label" => args.label = value.clone(),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if args.connections == 0 || args.streams == 0 || args.keys == 0 {
+        return Err("connections, streams and keys must be > 0".into());
+    }
+    // Bounded: never run longer than a minute.
+    args.seconds = args.seconds.clamp(0.5, 60.0);
+    Ok(args)
+}
+
+/// The seed's descriptor: remote_address + PATH.
+fn request(i: usize) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "ratelimit".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![
+                Entry {
+                    key: "remote_address".into(),
+                    value: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+                },
+                Entry {
+                    key: "PATH".into(),
+                    value: "/login".into(),
+                },
+            ],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args()?;
+    let mut clients = Vec::new();
+    for _ in 0..args.connections {
+        let channel = Endpoint::from_shared(format!("http://{}", args.addr))?
+            .tcp_nodelay(true)
+            .buffer_size(4096)
+            .connect()
+            .await?;
+        clients.push(RateLimitServiceClient::new(channel));
+    }
+    let requests: Vec<RateLimitRequest> = (0..args.keys).map(request).collect();
+    let requests = std::sync::Arc::new(requests);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(args.seconds);
+    let interval = args
+        .rate
+        .map(|r| Duration::from_secs_f64(args.streams as f64 / r.max(1.0)));
+    let mut tasks = Vec::new();
+    for s in 0..args.streams {
+        let mut client = clients[s % clients.len()].clone();
+        let requests = requests.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+            let (mut ok, mut over, mut errors) = (0u64, 0u64, 0u64);
+            let mut i = s;
+            // Spread the open-loop schedule so streams do not fire in lockstep.
+            let mut next = interval.map(|iv| Instant::now() + iv.mul_f64(s as f64 / 1000.0 % 1.0));
+            loop {
+                let scheduled = match (next, interval) {
+                    (Some(at), Some(iv)) => {
+                        if at >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep_until(at.into()).await;
+                        next = Some(at + iv);
+                        at
+                    }
+                    _ => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        now
+                    }
+                };
+                let req = requests[i % requests.len()].clone();
+                i += 7;
+                match client.should_rate_limit(req).await {
+                    Ok(resp) => {
+                        if resp.into_inner().overall_code == 2 {
+                            over += 1;
+                        } else {
+                            ok += 1;
+                        }
+                    }
+                    Err(_) => errors += 1,
+                }
+                let micros = scheduled.elapsed().as_micros() as u64;
+                let _ = hist.record(micros.max(1));
+            }
+            (hist, ok, over, errors)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut ok, mut over, mut errors) = (0, 0, 0);
+    for t in tasks {
+        let (h, o, v, e) = t.await?;
+        hist.add(h)?;
+        ok += o;
+        over += v;
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let total = ok + over + errors;
+    println!(
+        "{label}\tdecisions_per_s={:.0}\tp50_ms={:.3}\tp99_ms={:.3}\tp999_ms={:.3}\tok={ok}\tover={over}\terrors={errors}",
+        total as f64 / elapsed,
+        hist.value_at_quantile(0.50) as f64 / 1000.0,
+        hist.value_at_quantile(0.99) as f64 / 1000.0,
+        hist.value_at_quantile(0.999) as f64 / 1000.0,
+        label = args.label,
+    );
+    Ok(())
+}
