@@ -81,7 +81,10 @@ fn memory_report() {
     let elapsed = start.elapsed();
     let s = l.table_stats();
     let rss_after = rss_bytes();
-    println!("distinct keys: {n} inserted in {elapsed:.2?} ({:.0} ns/key)", elapsed.as_nanos() as f64 / f64::from(n));
+    println!(
+        "distinct keys: {n} inserted in {elapsed:.2?} ({:.0} ns/key)",
+        elapsed.as_nanos() as f64 / f64::from(n)
+    );
     println!(
         "distinct keys: cap {} | held {} | evictions {} | table {:.1} MiB = {:.1} B/key held, {:.1} B/key at cap | RSS growth {:.1} MiB",
         s.max_keys,

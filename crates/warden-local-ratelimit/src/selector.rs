@@ -237,14 +237,25 @@ impl CompiledSelector {
                 distinct_ip = Some(req.client_ip);
             }
         }
-        let mut distinct_headers: Vec<&'r [u8]> = Vec::new();
+        // Distinct header values without allocating in the common one-value case.
+        let mut first_header: Option<&'r [u8]> = None;
+        let mut composite: Option<Vec<u8>> = None;
         for h in &self.headers {
             let value = req.headers.get(&h.name);
             match &h.kind {
-                HeaderKind::Distinct => match value {
-                    Some(v) => distinct_headers.push(v.as_bytes()),
-                    None => return None,
-                },
+                HeaderKind::Distinct => {
+                    let v = value?.as_bytes();
+                    match (&mut composite, first_header) {
+                        (Some(buf), _) => push_part(buf, v),
+                        (None, None) => first_header = Some(v),
+                        (None, Some(first)) => {
+                            let mut buf = Vec::with_capacity(64);
+                            push_part(&mut buf, first);
+                            push_part(&mut buf, v);
+                            composite = Some(buf);
+                        }
+                    }
+                }
                 HeaderKind::Exact(want) => {
                     let hit = value.is_some_and(|v| v.as_bytes() == want.as_bytes());
                     if hit == h.invert {
@@ -261,20 +272,19 @@ impl CompiledSelector {
                 }
             }
         }
-        Some(match (distinct_ip, distinct_headers.as_slice()) {
-            (None, []) => DistinctKey::Shared,
-            (Some(ip), []) => DistinctKey::Ip(ip),
-            (None, [one]) => DistinctKey::Header(one),
-            (ip, many) => {
-                let mut buf = Vec::with_capacity(64);
-                if let Some(ip) = ip {
-                    let s = ip.to_string();
-                    push_part(&mut buf, s.as_bytes());
+        Some(match (distinct_ip, first_header, composite) {
+            (None, None, _) => DistinctKey::Shared,
+            (Some(ip), None, _) => DistinctKey::Ip(ip),
+            (None, Some(one), None) => DistinctKey::Header(one),
+            (None, Some(_), Some(buf)) => DistinctKey::Composite(buf),
+            (Some(ip), Some(one), buf) => {
+                let mut out = Vec::with_capacity(64);
+                push_part(&mut out, ip.to_string().as_bytes());
+                match buf {
+                    Some(rest) => out.extend_from_slice(&rest),
+                    None => push_part(&mut out, one),
                 }
-                for part in many {
-                    push_part(&mut buf, part);
-                }
-                DistinctKey::Composite(buf)
+                DistinctKey::Composite(out)
             }
         })
     }

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Local rate limit bench (issue 4), seed 000's attack shape on loopback in one run: one client IP
+# (127.0.0.1) hammering through a proxy whose per-IP limit is 300/min, so almost every request is
+# rejected with 429 before it reaches the backend:
+#   warden RateLimitPolicy (sourceCIDR Distinct, 300/Minute)
+#   nginx  limit_req (zone per $binary_remote_addr, 300r/m, burst 299 nodelay, status 429)
+#   HAProxy stick table (track-sc0 src, http_req_rate(60s) > 300 -> deny 429)
+# each at wrk -t1 -c$CONNS and at the seed's 1000 connections (-c$SEED_CONNS); the backend
+# counts what got through. Then warden with a policy that never triggers vs no policy at all.
+# Every proxy runs one worker/thread. Goals: warden attack rps >= nginx and HAProxy; the
+# non-triggering policy costs <= 3%. (Memory of 10M distinct keys is measured by the criterion
+# bench: cargo bench -p warden-local-ratelimit --bench check.)
+# Env: DURATION (s per case, default 8), CONNS (default 64), SEED_CONNS (default 1000).
+source "$(dirname "$0")/lib/common.sh"
+ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
+ulimit -n 65536 2>/dev/null || true
+SEED_CONNS=${SEED_CONNS:-1000}
+build_warden
+
+BACKEND=$(free_port); BACKEND_LOGGED=$(free_port)
+W_ATTACK=$(free_port); W_LOOSE=$(free_port); W_NONE=$(free_port)
+N_ATTACK=$(free_port); H_ATTACK=$(free_port)
+
+# Backend: nginx, one worker. The :BACKEND_LOGGED server (used by the attack cases) writes an
+# access log so we can count the requests that reached it; the other does not log.
+mkdir -p "$WORK/nginx-backend" "$WORK/nginx-proxy"
+cat >"$WORK/nginx-backend/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx-backend/pid; error_log stderr error;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BACKEND reuseport; location / { return 200 "hello from backend\n"; } }
+  server { listen 127.0.0.1:$BACKEND_LOGGED; access_log $WORK/backend-hits.log;
+           location / { return 200 "hello from backend\n"; } } }
+NGX
+bg nginx -p "$WORK/nginx-backend" -c "$WORK/nginx-backend/nginx.conf"
+
+cat >"$WORK/nginx-proxy/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx-proxy/pid; error_log stderr crit;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=300r/m;
+  upstream backend { server 127.0.0.1:$BACKEND_LOGGED; keepalive 128; }
+  server { listen 127.0.0.1:$N_ATTACK;
+    limit_req zone=perip burst=299 nodelay; limit_req_status 429; limit_req_log_level info;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+NGX
+bg nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
+
+cat >"$WORK/haproxy.cfg" <<HAP
+global
+  nbthread 1
+  maxconn 20000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend attack
+  bind 127.0.0.1:$H_ATTACK
+  stick-table type ip size 1m expire 60s store http_req_rate(60s)
+  http-request track-sc0 src
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 300 }
+  default_backend be
+backend be
+  server s1 127.0.0.1:$BACKEND_LOGGED
+HAP
+bg haproxy -f "$WORK/haproxy.cfg"
+
+# warden: one process per case, same gateway and route; only the policy differs.
+warden_config() { # PORT UPSTREAM_PORT
+  cat <<YAML
+apiVersion: networking.istio.io/v1beta1
+kind: Gateway
+metadata: {name: bench, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: $1, name: http, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: ServiceEntry
+metadata: {name: backend, namespace: istio-system}
+spec:
+  hosts: [backend.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {http: $2}}]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata: {name: api, namespace: istio-system}
+spec:
+  hosts: ["*"]
+  gateways: [bench]
+  http:
+  - route: [{destination: {host: backend.local, port: {number: 80}}}]
+YAML
+}
+policy() { # REQUESTS UNIT
+  cat <<YAML
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: per-ip, namespace: istio-system}
+spec:
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: $1, unit: $2}
+YAML
+}
+mkdir -p "$WORK/w-attack" "$WORK/w-loose" "$WORK/w-none"
+warden_config "$W_ATTACK" "$BACKEND_LOGGED" >"$WORK/w-attack/gateway.yaml"
+policy 300 Minute >"$WORK/w-attack/policy.yaml"
+warden_config "$W_LOOSE" "$BACKEND" >"$WORK/w-loose/gateway.yaml"
+policy 1000000000 Second >"$WORK/w-loose/policy.yaml"
+warden_config "$W_NONE" "$BACKEND" >"$WORK/w-none/gateway.yaml"
+for case in attack loose none; do
+  bg "$WARDEN" proxy -c "$WORK/w-$case" --concurrency 1 --listen-host 127.0.0.1 \
+    --admin "127.0.0.1:$(free_port)" --no-watch
+done
+
+for url in "http://127.0.0.1:$BACKEND/" "http://127.0.0.1:$BACKEND_LOGGED/" \
+           "http://127.0.0.1:$W_LOOSE/" "http://127.0.0.1:$W_NONE/"; do wait_http "$url"; done
+# Readiness probes of the attack proxies would spend their budget: probe with a TCP connect.
+for port in "$W_ATTACK" "$N_ATTACK" "$H_ATTACK"; do
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+done
+sleep 0.5
+
+hits() { wc -l <"$WORK/backend-hits.log" 2>/dev/null || echo 0; }
+# attack LABEL URL CONNS — one wrk run; records the backend hits it let through.
+attack() {
+  local before; before=$(hits)
+  CONNS=$3 wrk_run "$1" "$2"
+  sleep 0.2
+  echo "$1	$(( $(hits) - before ))" >>"$WORK/hits"
+}
+
+echo "running wrk -t1 -d${DURATION}s per case (attack at -c$CONNS, then -c$SEED_CONNS)" >&2
+attack "attack c$CONNS: nginx limit_req"      "http://127.0.0.1:$N_ATTACK/api/healthz" "$CONNS"
+attack "attack c$CONNS: haproxy stick-table"  "http://127.0.0.1:$H_ATTACK/api/healthz" "$CONNS"
+attack "attack c$CONNS: warden"               "http://127.0.0.1:$W_ATTACK/api/healthz" "$CONNS"
+attack "attack c$SEED_CONNS: nginx limit_req"     "http://127.0.0.1:$N_ATTACK/api/healthz" "$SEED_CONNS"
+attack "attack c$SEED_CONNS: haproxy stick-table" "http://127.0.0.1:$H_ATTACK/api/healthz" "$SEED_CONNS"
+attack "attack c$SEED_CONNS: warden"              "http://127.0.0.1:$W_ATTACK/api/healthz" "$SEED_CONNS"
+wrk_run "pass: warden no policy"            "http://127.0.0.1:$W_NONE/api/healthz"
+wrk_run "pass: warden non-triggering policy" "http://127.0.0.1:$W_LOOSE/api/healthz"
+wrk_run "pass: warden no policy (again)"    "http://127.0.0.1:$W_NONE/api/healthz"
+
+python3 - "$RESULTS" "$WORK/hits" "$CONNS" "$SEED_CONNS" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+hits = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[2]))
+conns, seed = sys.argv[3], sys.argv[4]
+res = {r[0]: (float(r[1] or 0), r[2], r[3]) for r in rows}
+print(f"{'case':<42}{'req/s':>11}{'p99':>10}{'429s (non-2xx)':>16}{'reached backend':>17}")
+for name, (rps, p99, non) in res.items():
+    print(f"{name:<42}{rps:>11.0f}{p99:>10}{non:>16}{hits.get(name, '-'):>17}")
+print()
+for c in (conns, seed):
+    w = res[f"attack c{c}: warden"]
+    best = max(res[f"attack c{c}: nginx limit_req"][0], res[f"attack c{c}: haproxy stick-table"][0])
+    note = "" if int(w[2] or 0) > 0 else "  (warden sent no 429: limiter not applied by the proxy?)"
+    verdict = "PASS" if w[0] >= best and not note else "FAIL"
+    print(f"attack c{c:<5} warden / best(nginx, haproxy) = {w[0]/best:.3f}  [{verdict}]{note}")
+base = (res["pass: warden no policy"][0] + res["pass: warden no policy (again)"][0]) / 2
+loose = res["pass: warden non-triggering policy"][0]
+print(f"non-triggering policy / no policy (mean of two runs) = {loose/base:.3f}  "
+      f"[{'PASS' if loose >= 0.97 * base else 'FAIL'} >= 0.97]")
+PY
