@@ -2,6 +2,7 @@
 //! * attack: one client over its 300/min limit, every request rejected (the seed's attack);
 //! * non-triggering: a per-IP policy whose limit is never reached, vs no policy at all;
 //! * distinct: a new client on every request (insert + eviction path at the cap).
+//!
 //! Before the criterion groups it prints the memory of 10M distinct keys at the default cap.
 //!
 //! Run: cargo bench -p warden-local-ratelimit --bench check
