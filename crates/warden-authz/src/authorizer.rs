@@ -1,12 +1,12 @@
 //! The compiled authorization of one proxy: Envoy's order of RBAC filters, evaluated at once.
 
 use crate::attrs::{HttpAttrs, Request, TcpAttrs};
-use crate::compile::{add_rules, check_targets, set_kind, Problems};
+use crate::compile::{add_rules, check_targets, plain_location, set_kind, Locate, Problems};
 use crate::decision::{Decision, NONE_POLICY};
 use crate::policy_set::{PolicySet, PolicySetBuilder};
 use crate::scope::ProxyScope;
 use std::sync::Arc;
-use warden_config::{AuthorizationPolicy, Doc, Problem};
+use warden_config::{AuthorizationPolicy, ConfigSet, Doc, Problem};
 
 /// Sizes of a compiled [`Authorizer`], for logs and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,17 +54,33 @@ impl Authorizer {
     }
 
     /// Validate every policy (in scope or not) and compile the ones that apply to `scope`.
-    /// All problems of all documents are returned together.
+    /// All problems of all documents are returned together, located by file, document and
+    /// field path (e.g. `spec.rules[0].from[0].source.ipBlocks[12]`).
     pub fn compile(
         policies: &[Doc<AuthorizationPolicy>],
         scope: &ProxyScope,
+    ) -> Result<Authorizer, Vec<Problem>> {
+        Self::compile_located(policies, scope, &plain_location)
+    }
+
+    /// [`Authorizer::compile`] of a loaded set's policies, with line numbers in the problems.
+    pub fn compile_set(set: &ConfigSet, scope: &ProxyScope) -> Result<Authorizer, Vec<Problem>> {
+        Self::compile_located(&set.authorization_policies, scope, &|doc, field| {
+            set.locate(doc, field)
+        })
+    }
+
+    fn compile_located(
+        policies: &[Doc<AuthorizationPolicy>],
+        scope: &ProxyScope,
+        locate: Locate<'_>,
     ) -> Result<Authorizer, Vec<Problem>> {
         let mut sets: [PolicySetBuilder; 5] = Default::default();
         let mut discarded = PolicySetBuilder::default();
         let mut all_problems = Vec::new();
         let mut stats = AuthorizerStats::default();
         for doc in policies {
-            let mut problems = Problems::new(doc);
+            let mut problems = Problems::new(doc, locate);
             let kind = set_kind(doc, &mut problems);
             check_targets(doc, &mut problems);
             let applies = problems.list.is_empty() && scope.selects(doc);

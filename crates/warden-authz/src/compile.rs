@@ -22,29 +22,40 @@ pub(crate) enum SetKind {
     ShadowAllow,
 }
 
+/// Turns a document and a field path into a [`Location`] (with a line number when the caller
+/// has the source, see `ConfigSet::locate`).
+pub(crate) type Locate<'a> = &'a dyn Fn(&Doc<AuthorizationPolicy>, &str) -> Location;
+
+/// A location without a line number.
+pub(crate) fn plain_location(doc: &Doc<AuthorizationPolicy>, field: &str) -> Location {
+    Location {
+        file: doc.file.clone(),
+        document: doc.index,
+        object: doc.id(),
+        field: field.to_owned(),
+        ..Default::default()
+    }
+}
+
 /// Collects the problems of one document.
 pub(crate) struct Problems<'a> {
     doc: &'a Doc<AuthorizationPolicy>,
+    locate: Locate<'a>,
     pub(crate) list: Vec<Problem>,
 }
 
 impl<'a> Problems<'a> {
-    pub(crate) fn new(doc: &'a Doc<AuthorizationPolicy>) -> Self {
+    pub(crate) fn new(doc: &'a Doc<AuthorizationPolicy>, locate: Locate<'a>) -> Self {
         Problems {
             doc,
+            locate,
             list: Vec::new(),
         }
     }
 
     fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.list.push(Problem {
-            location: Location {
-                file: self.doc.file.clone(),
-                document: self.doc.index,
-                object: self.doc.id(),
-                field: field.into(),
-                ..Default::default()
-            },
+            location: (self.locate)(self.doc, &field.into()),
             message: message.into(),
         });
     }
@@ -63,7 +74,7 @@ pub(crate) fn set_kind(
             "false" | "0" | "f" => false,
             _ => {
                 problems.push(
-                    format!("metadata.annotations[{DRY_RUN_ANNOTATION}]"),
+                    format!("metadata.annotations[\"{DRY_RUN_ANNOTATION}\"]"),
                     format!("must be \"true\" or \"false\", got {v:?}"),
                 );
                 return None;

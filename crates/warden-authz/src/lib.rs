@@ -1,8 +1,15 @@
 //! AuthorizationPolicy evaluation: compiled CIDR sets and rule matching. Pure, no I/O.
 //!
+//! Wiring, per config snapshot and per request:
 //! ```text
-//! Authorizer::compile(&set.authorization_policies, &ProxyScope{..})  -> Authorizer (per snapshot)
-//! authorizer.check_http(&HttpAttrs{..}) / check_tcp(&TcpAttrs{..})  -> Decision
+//! let scope = ProxyScope { namespace, root_namespace: "istio-system", labels, gateway_names };
+//! let authz = Authorizer::compile_set(&loaded.set, &scope)?;     // Err(Vec<Problem>)
+//! // HTTP, after the route match:
+//! let d = authz.check_http(&HttpAttrs { direct_peer, client_ip, dest_ip, dest_port,
+//!                                        host, method, path, headers, sni });
+//! if !d.allow { reply DENY_STATUS, DENY_BODY, DENY_CONTENT_TYPE; log d.details() }
+//! // metrics: allowed / denied{policy = d.policy_label()} / shadow_denied{policy} per d.shadow_denied
+//! // TCP, on the first byte: if !authz.check_tcp(&TcpAttrs{..}).allow, close writing nothing.
 //! ```
 //! Semantics follow Istio/Envoy (shared/reference/envoy-istio-semantics.md §3): DENY before
 //! ALLOW, no ALLOW policy means allow, `spec: {}` allows nothing, `rules: [{}]` matches all,

@@ -794,7 +794,7 @@ fn invalid_and_unsupported_input_is_a_located_error() {
         "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: d\n  annotations: {istio.io/dry-run: maybe}\nspec: {}\n",
     );
     assert!(
-        text.contains("metadata.annotations[istio.io/dry-run]"),
+        text.contains(r#"metadata.annotations["istio.io/dry-run"]"#),
         "{text}"
     );
     let text = errors(
@@ -866,4 +866,16 @@ fn denial_constants_match_envoy() {
         req().http(&a).details().as_deref(),
         Some("rbac_access_denied_matched_policy[none]")
     );
+}
+
+#[test]
+fn compile_set_reports_line_numbers() {
+    let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: lines}\nspec:\n  rules:\n  - from:\n    - source:\n        ipBlocks:\n        - 10.0.0.1\n        - 10.0.0.300\n";
+    let loaded = warden_config::load_str("lines.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let problems = Authorizer::compile_set(&loaded.set, &scope()).unwrap_err();
+    assert_eq!(problems.len(), 1);
+    let p = &problems[0];
+    assert_eq!(p.location.field, "spec.rules[0].from[0].source.ipBlocks[1]");
+    assert_eq!(p.location.line, Some(10), "{p}");
+    assert!(p.to_string().starts_with("lines.yaml:10"), "{p}");
 }
