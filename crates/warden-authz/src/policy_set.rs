@@ -3,11 +3,11 @@
 //! A request does one index lookup per address kind, then evaluates only the *candidate*
 //! rules: those anchored on a CIDR predicate the lookup hit, plus the few rules that cannot be
 //! anchored (a rule is anchored when each of its sources requires `ipBlocks` or
-//! `remoteIpBlocks`). So 100k IPs in one rule and 100k one-IP rules cost the same as one IP.
+//! `remoteIpBlocks`, or it has a `source.ip`/`remote.ip` condition). So 100k IPs in one rule and 100k one-IP rules cost the same as one IP.
 
 use crate::attrs::Request;
 use crate::cidr_index::{CidrIndex, CidrIndexBuilder, Hits, MAX_PREDICATES};
-use crate::rule::{AddrHits, AddrKind, Rule, ADDR_KINDS};
+use crate::rule::{AddrHits, AddrKind, ConditionMatch, Rule, ADDR_KINDS};
 use ipnet::IpNet;
 
 const NO_RULE: u32 = u32::MAX;
@@ -121,10 +121,11 @@ impl PolicySetBuilder {
     }
 
     /// Add a rule. It is anchored on its sources' positive CIDR predicates when every source
-    /// has one; otherwise it is always evaluated.
+    /// has one, else on a positive `source.ip`/`remote.ip` condition (conditions are ANDed);
+    /// otherwise it is always evaluated.
     pub(crate) fn add_rule(&mut self, rule: Rule) {
         let id = self.rules.len() as u32;
-        let anchors: Option<Vec<(AddrKind, u32)>> = if rule.from.is_empty() {
+        let from_anchors: Option<Vec<(AddrKind, u32)>> = if rule.from.is_empty() {
             None
         } else {
             rule.from
@@ -136,10 +137,22 @@ impl PolicySetBuilder {
                 })
                 .collect()
         };
+        let anchors = from_anchors.or_else(|| {
+            rule.when.iter().find_map(|c| match c {
+                ConditionMatch::Cidr(kind @ (AddrKind::Direct | AddrKind::Remote), pair) => {
+                    pair.values.map(|p| vec![(*kind, p)])
+                }
+                _ => None,
+            })
+        });
         match anchors {
             Some(list) => {
                 for (kind, pred) in list {
-                    if let Some(slot) = self.anchors[kind as usize].get_mut(pred as usize) {
+                    if let Some(slot) = self
+                        .anchors
+                        .get_mut(kind as usize)
+                        .and_then(|a| a.get_mut(pred as usize))
+                    {
                         *slot = id;
                     }
                 }

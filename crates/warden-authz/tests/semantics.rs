@@ -879,3 +879,26 @@ fn compile_set_reports_line_numbers() {
     assert_eq!(p.location.line, Some(10), "{p}");
     assert!(p.to_string().starts_with("lines.yaml:10"), "{p}");
 }
+
+/// Rules anchored on `when` conditions (one remote.ip per rule) and rules that cannot be
+/// anchored (notIpBlocks only) decide like the reference, whatever their number.
+#[test]
+fn rules_anchored_on_conditions_and_unanchored_rules() {
+    let mut rules = String::new();
+    for i in 0..2000u32 {
+        rules.push_str(&format!(
+            "  - when: [{{key: remote.ip, values: [\"192.0.{}.{}\"]}}, {{key: destination.port, values: [\"{}\"]}}]\n",
+            i / 250,
+            i % 250,
+            8000 + i % 2
+        ));
+    }
+    rules.push_str("  - from: [{source: {notIpBlocks: [0.0.0.0/0, \"::/0\"]}}]\n");
+    let a = compile(&policy("conds", "default", "DENY", &rules));
+    // i = 251: 192.0.1.1, port 8001.
+    let d = req().client("192.0.1.1").port(8001).http(&a);
+    assert_eq!(d.policy_label(), "ns[default]-policy[conds]-rule[251]");
+    assert!(req().client("192.0.1.1").port(8000).http(&a).allow);
+    assert!(req().client("192.0.9.1").port(8001).http(&a).allow);
+    assert!(req().http(&a).allow);
+}
