@@ -12,14 +12,14 @@ use warden_config::{AuthorizationPolicy, Doc, Location, Problem};
 
 pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
 
-/// Which set a policy's rules go into.
+/// Which set a policy's rules go into; the value indexes the compiler's array of sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SetKind {
-    Deny,
-    Allow,
-    Audit,
-    ShadowDeny,
-    ShadowAllow,
+    Deny = 0,
+    Allow = 1,
+    Audit = 2,
+    ShadowDeny = 3,
+    ShadowAllow = 4,
 }
 
 /// Turns a document and a field path into a [`Location`] (with a line number when the caller
