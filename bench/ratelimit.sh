@@ -22,8 +22,9 @@ command -v curl >/dev/null || { echo "bench: curl is required" >&2; exit 1; }
 echo "bench: building (release)..." >&2
 cargo build --release -q -p warden
 cargo build --release -q -p warden-ratelimit --example rls_bench
-WARDEN=target/release/warden
-CLIENT=target/release/examples/rls_bench
+TARGET="${CARGO_TARGET_DIR:-target}"
+WARDEN="$TARGET/release/warden"
+CLIENT="$TARGET/release/examples/rls_bench"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
