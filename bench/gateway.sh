@@ -33,7 +33,7 @@ bg nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 cat >"$WORK/haproxy.cfg" <<HAP
 global
   nbthread 1
-  maxconn 10000
+  maxconn 4096
 defaults
   mode http
   timeout connect 5s
