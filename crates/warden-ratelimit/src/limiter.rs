@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use std::collections::HashSet;
+use std::fmt::Write;
 use std::sync::Arc;
 
 pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
@@ -114,7 +115,7 @@ impl Default for LimiterSettings {
 struct Checked {
     index: usize,
     limit: Arc<Limit>,
-    stats: LimitStats,
+    stats: Arc<LimitStats>,
     hits: u64,
     unit: Unit,
     algorithm: Algorithm,
@@ -431,7 +432,7 @@ impl RateLimiter {
         domain: &str,
         descriptor: &RateLimitDescriptor,
         limit: &Limit,
-    ) -> LimitStats {
+    ) -> Arc<LimitStats> {
         if limit.detailed_metric {
             return self
                 .stats
@@ -478,7 +479,7 @@ impl RateLimiter {
             key.push_str(shared.unwrap_or(&entry.value));
             key.push('_');
         }
-        key.push_str(&((now / div) * div).to_string());
+        let _ = write!(key, "{}", (now / div) * div);
         key
     }
 

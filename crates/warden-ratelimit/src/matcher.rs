@@ -36,7 +36,7 @@ pub struct Limit {
     pub algorithm: Option<Algorithm>,
     pub metadata: Option<serde_json::Value>,
     pub levels: Vec<Level>,
-    pub stats: LimitStats,
+    pub stats: Arc<LimitStats>,
 }
 
 #[derive(Debug, Default)]

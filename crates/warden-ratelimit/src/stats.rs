@@ -82,6 +82,8 @@ pub struct Stats {
     errors: Family<ErrLabels, Counter>,
     total_requests: Family<MethodLabels, Counter>,
     response_time: Family<MethodLabels, Histogram>,
+    /// `ShouldRateLimit`'s series, resolved once (the hot path only touches atomics).
+    should_rate_limit: (Counter, Histogram),
     pub config_load_success: Counter,
     pub config_load_error: Counter,
     pub global_shadow_mode: Counter,
@@ -100,8 +102,17 @@ impl Stats {
         let response_time = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
         });
+        let method = MethodLabels {
+            grpc_method: "ShouldRateLimit".into(),
+        };
+        let total_requests = Family::<MethodLabels, Counter>::default();
+        let should_rate_limit = (
+            total_requests.get_or_create(&method).clone(),
+            response_time.get_or_create(&method).clone(),
+        );
         let stats = Stats {
             registry: Registry::default(),
+            should_rate_limit,
             total_hits: Family::default(),
             over_limit: Family::default(),
             near_limit: Family::default(),
@@ -110,7 +121,7 @@ impl Stats {
             shadow_mode: Family::default(),
             domain_not_found: Family::default(),
             errors: Family::default(),
-            total_requests: Family::default(),
+            total_requests,
             response_time,
             config_load_success: Counter::default(),
             config_load_error: Counter::default(),
@@ -192,9 +203,9 @@ impl Stats {
     }
 
     /// Counters of one stats key (`domain.k1_v1.k2`).
-    pub fn limit_stats(&self, domain: &str, stats_key: &str) -> LimitStats {
+    pub fn limit_stats(&self, domain: &str, stats_key: &str) -> Arc<LimitStats> {
         let labels = LimitLabels::from_stats_key(domain, stats_key);
-        LimitStats {
+        Arc::new(LimitStats {
             total_hits: self.total_hits.get_or_create(&labels).clone(),
             over_limit: self.over_limit.get_or_create(&labels).clone(),
             near_limit: self.near_limit.get_or_create(&labels).clone(),
@@ -204,7 +215,7 @@ impl Stats {
                 .get_or_create(&labels)
                 .clone(),
             shadow_mode: self.shadow_mode.get_or_create(&labels).clone(),
-        }
+        })
     }
 
     pub fn domain_not_found(&self, domain: &str) {
@@ -223,12 +234,10 @@ impl Stats {
             .inc();
     }
 
-    pub fn request(&self, method: &str, seconds: f64) {
-        let labels = MethodLabels {
-            grpc_method: method.to_owned(),
-        };
-        self.total_requests.get_or_create(&labels).inc();
-        self.response_time.get_or_create(&labels).observe(seconds);
+    /// One `ShouldRateLimit` call and its latency.
+    pub fn should_rate_limit(&self, seconds: f64) {
+        self.should_rate_limit.0.inc();
+        self.should_rate_limit.1.observe(seconds);
     }
 
     /// Prometheus text exposition.

@@ -22,7 +22,7 @@ impl RateLimitService for RlsService {
         let result = self.limiter.decide(request.get_ref()).await;
         self.limiter
             .stats()
-            .request("ShouldRateLimit", started.elapsed().as_secs_f64());
+            .should_rate_limit(started.elapsed().as_secs_f64());
         match result {
             Ok(response) => Ok(Response::new(response)),
             Err(e) => {
