@@ -13,7 +13,7 @@
 # Env: DURATION (s per case, default 8), CONNS (default 64), SEED_CONNS (default 1000).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
-ulimit -n 65536 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 SEED_CONNS=${SEED_CONNS:-1000}
 build_warden
 
@@ -50,7 +50,7 @@ bg nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 cat >"$WORK/haproxy.cfg" <<HAP
 global
   nbthread 1
-  maxconn 20000
+  maxconn 4000
 defaults
   mode http
   timeout connect 5s
