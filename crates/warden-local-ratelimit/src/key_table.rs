@@ -88,7 +88,6 @@ pub struct TableStats {
 
 pub struct KeyTable {
     shards: Box<[Shard]>,
-    shard_shift: u32,
     shard_cap: usize,
     max_keys: usize,
     hasher: DefaultHashBuilder,
@@ -109,16 +108,17 @@ impl KeyTable {
     /// A table that never holds more than `max_keys` keys (at least 1).
     pub fn new(max_keys: usize) -> Self {
         let max_keys = max_keys.max(1);
-        // ~16k keys per shard at the default cap; tiny caps get one shard so the cap is exact.
-        let shards = (max_keys / 16_384).clamp(1, 64).next_power_of_two().min(64);
-        let shard_cap = max_keys / shards;
+        // A hashbrown table of 2^14 buckets holds 7/8 of that before doubling; capping shards
+        // just below it keeps every shard's table densely filled (no half-empty doubling).
+        const SHARD_TARGET: usize = 16_384 / 8 * 7;
+        let shards = max_keys.div_ceil(SHARD_TARGET).clamp(1, 4096);
+        let shard_cap = (max_keys / shards).max(1);
         Self {
             shards: (0..shards)
                 .map(|_| Shard {
                     table: RwLock::new(HashTable::new()),
                 })
                 .collect(),
-            shard_shift: 64 - shards.trailing_zeros(),
             shard_cap,
             max_keys: shard_cap * shards,
             hasher: DefaultHashBuilder::default(),
@@ -148,14 +148,10 @@ impl KeyTable {
     }
 
     fn shard(&self, hash: u64) -> &Shard {
-        // High bits pick the shard; hashbrown uses the low bits and the top 7 for its own
-        // purposes, but a shard index taken from the top bits only repeats those, which is fine
-        // for a 64-bit hash spread by foldhash.
-        let idx = if self.shards.len() == 1 {
-            0
-        } else {
-            (hash.rotate_left(32) >> self.shard_shift) as usize
-        };
+        // Range-reduce bits 16..48: hashbrown uses the low bits (bucket index) and the top 7
+        // (tag) within a shard, so the shard choice must not consume either.
+        let mid = u64::from((hash >> 16) as u32);
+        let idx = ((mid * self.shards.len() as u64) >> 32) as usize;
         &self.shards[idx]
     }
 
@@ -222,9 +218,14 @@ impl KeyTable {
             // The `excess`-th largest age: everything at least that old goes (ties bounded).
             let (_, threshold, _) = ages.select_nth_unstable_by(excess - 1, |a, b| b.cmp(a));
             let threshold = *threshold;
-            let mut left = excess;
+            let age = |e: &Entry| tick.wrapping_sub(e.last_used.load(Ordering::Relaxed));
+            // Everything strictly older than the threshold goes; ties at the threshold (keys
+            // used within the same ~1 ms tick) fill the rest of the quota.
+            let before_old = table.len();
+            table.retain(|e| age(e) <= threshold);
+            let mut left = excess.saturating_sub(before_old - table.len());
             table.retain(|e| {
-                if left > 0 && tick.wrapping_sub(e.last_used.load(Ordering::Relaxed)) >= threshold {
+                if left > 0 && age(e) == threshold {
                     left -= 1;
                     false
                 } else {
