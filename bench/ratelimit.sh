@@ -102,5 +102,8 @@ python3 - "$mem" "$red" "$incr_plain" <<'PY'
 import sys
 mem, red, incr = (float(x) for x in sys.argv[1:4])
 print(f"\nredis backend / memory backend: {red / mem:.2f}")
+print(f"memory backend decisions / unpipelined INCR/s: {mem / incr:.2f}")
 print(f"redis backend decisions / unpipelined INCR/s: {red / incr:.2f} (each decision = INCRBY + EXPIRE)")
+print("note: closed-loop latency at N streams is N / throughput (Little's law); the open-loop rows")
+print("      measure latency at a fixed offered rate, from each request's scheduled send time.")
 PY

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr} ({what}): {source}")]
+    #[error("cannot listen on {addr} ({what})")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
