@@ -296,6 +296,11 @@ async fn run(
         } => {
             let mut resp = Response::new(ProxyBody::full(body.clone()));
             *resp.status_mut() = *status;
+            if status.canonical_reason().is_none() {
+                // As Envoy does; hyper would otherwise write `<none>`.
+                resp.extensions_mut()
+                    .insert(hyper::ext::ReasonPhrase::from_static(b"Unknown"));
+            }
             if let Some(ct) = content_type {
                 resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
             }
@@ -321,7 +326,9 @@ async fn run(
             );
             route.request_headers.apply(&mut parts.headers);
             target.request_headers.apply(&mut parts.headers);
-            match forward(
+            // Boxed: the upstream future is large, and hyper moves the request future into
+            // place per request; direct responses should not pay for its size.
+            let upstream = Box::pin(forward(
                 &worker.upstream,
                 &shared.metrics,
                 target,
@@ -329,9 +336,8 @@ async fn run(
                 body,
                 *timeout,
                 retries,
-            )
-            .await
-            {
+            ));
+            match upstream.await {
                 Ok(up) => {
                     outcome.upstream = Some(up.endpoint);
                     let (mut head, body) = up.response.into_parts();

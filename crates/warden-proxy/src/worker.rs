@@ -63,11 +63,12 @@ async fn run(
         upstream: UpstreamClients::new(connect_timeout),
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // No header read timeout (Envoy's `request_headers_timeout` is off by default too): hyper
+    // would re-arm a timer for every request head, which costs ~10% of a direct response.
     builder
         .http1()
-        .timer(TokioTimer::new())
         .max_buf_size(MAX_HEADER_BYTES)
-        .header_read_timeout(Duration::from_secs(30));
+        .header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())

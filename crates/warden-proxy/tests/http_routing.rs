@@ -80,6 +80,14 @@ async fn routing_precedence_direct_responses_and_headers() {
     assert_eq!(r.status().as_u16(), 333);
     assert_eq!(r.headers()["content-type"], "text/plain");
     assert_eq!(r.text().await.unwrap(), "healthy");
+    // A status without a standard reason phrase gets Envoy's `Unknown`.
+    let head = raw(
+        addr(&proxy, 0),
+        b"GET /health HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(3),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 333 Unknown\r\n"), "{head}");
 
     // Exact beats nothing else: /healthz falls through to no route.
     assert_eq!(get("/healthz").send().await.unwrap().status(), 404);
