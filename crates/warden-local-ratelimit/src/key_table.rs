@@ -201,41 +201,46 @@ impl KeyTable {
     }
 
     /// Free at least an eighth of a full shard: idle (refilled) keys first, then the least
-    /// recently used.
+    /// recently used. The survivors move to a fresh table: erasing in place would leave
+    /// tombstones, and hashbrown answers a tombstone-full table by doubling it.
     fn evict(&self, table: &mut HashTable<Entry>, now: u64, tick: u32) {
         let target = self.shard_cap - (self.shard_cap / 8).max(1);
-        let before = table.len();
-        // A refilled bucket (tat <= now) is indistinguishable from a new key.
-        table.retain(|e| e.tat.load(Ordering::Relaxed) > now);
-        let idle_removed = before - table.len();
-        let mut active_removed = 0;
-        if table.len() > target {
-            let excess = table.len() - target;
-            let mut ages: Vec<u32> = table
-                .iter()
-                .map(|e| tick.wrapping_sub(e.last_used.load(Ordering::Relaxed)))
-                .collect();
-            // The `excess`-th largest age: everything at least that old goes (ties bounded).
-            let (_, threshold, _) = ages.select_nth_unstable_by(excess - 1, |a, b| b.cmp(a));
-            let threshold = *threshold;
-            let age = |e: &Entry| tick.wrapping_sub(e.last_used.load(Ordering::Relaxed));
-            // Everything strictly older than the threshold goes; ties at the threshold (keys
-            // used within the same ~1 ms tick) fill the rest of the quota.
-            let before_old = table.len();
-            table.retain(|e| age(e) <= threshold);
-            let mut left = excess.saturating_sub(before_old - table.len());
-            table.retain(|e| {
-                if left > 0 && age(e) == threshold {
-                    left -= 1;
-                    false
-                } else {
-                    true
+        // A refilled bucket (tat <= now) is indistinguishable from a new key: free to drop.
+        let idle = |e: &Entry| e.tat.load(Ordering::Relaxed) <= now;
+        let age = |e: &Entry| tick.wrapping_sub(e.last_used.load(Ordering::Relaxed));
+        let mut ages: Vec<u32> = table.iter().filter(|e| !idle(e)).map(age).collect();
+        let idle_count = table.len() - ages.len();
+        // Drop everything older than `threshold`, and `ties` of the keys exactly that old
+        // (keys used within the same ~1 ms tick), so that `target` keys remain.
+        let (threshold, mut ties) = if ages.len() > target {
+            let excess = ages.len() - target;
+            let (_, t, _) = ages.select_nth_unstable_by(excess - 1, |a, b| b.cmp(a));
+            let t = *t;
+            let older = ages.iter().filter(|a| **a > t).count();
+            (t, excess - older)
+        } else {
+            (u32::MAX, 0)
+        };
+        let mut fresh = HashTable::with_capacity(self.shard_cap);
+        let mut active_removed = 0usize;
+        for e in std::mem::take(table) {
+            if idle(&e) {
+                continue;
+            }
+            let a = age(&e);
+            if a > threshold || (a == threshold && ties > 0) {
+                if a == threshold {
+                    ties -= 1;
                 }
-            });
-            active_removed = excess - left;
+                active_removed += 1;
+                continue;
+            }
+            let h = self.hash(e.state_id, e.value.as_ref());
+            fresh.insert_unique(h, e, |x: &Entry| self.hash(x.state_id, x.value.as_ref()));
         }
+        *table = fresh;
         self.evictions
-            .fetch_add((idle_removed + active_removed) as u64, Ordering::Relaxed);
+            .fetch_add((idle_count + active_removed) as u64, Ordering::Relaxed);
         self.evictions_active
             .fetch_add(active_removed as u64, Ordering::Relaxed);
     }
@@ -368,6 +373,23 @@ mod tests {
         let s = t.stats();
         assert!(s.keys <= 10_000, "{s:?}");
         assert!(s.evictions >= 190_000, "{s:?}");
+    }
+
+    #[test]
+    fn memory_stays_at_the_cap_through_repeated_evictions() {
+        // Four shards of exactly 7/8 of 2^14 keys.
+        let t = KeyTable::new(57_344);
+        let busy = u64::MAX / 2;
+        let mut now = 1u64 << 40;
+        for i in 0..400_000u32 {
+            now += 1 << 12;
+            t.with_bucket(0, ip(i), now, |a| a.store(busy, Ordering::Relaxed));
+        }
+        let s = t.stats();
+        assert!(s.keys <= s.max_keys && s.max_keys <= 57_344, "{s:?}");
+        // 40-byte entries + 1 control byte, at hashbrown's 7/8 load: < 48 B per key of cap.
+        let per_key = s.table_bytes as f64 / s.max_keys as f64;
+        assert!(per_key < 48.0, "{per_key:.1} B/key: {s:?}");
     }
 
     #[test]
