@@ -409,3 +409,9 @@ spec:
     assert_eq!(run(&limiter, &debug, 5), (5, 0, 0));
     assert_eq!(limiter.table_stats().keys, 4);
 }
+
+#[test]
+fn limiter_can_live_in_a_shared_snapshot() {
+    fn shareable<T: Send + Sync + std::fmt::Debug + 'static>() {}
+    shareable::<LocalLimiter>();
+}
