@@ -168,22 +168,14 @@ impl<'p> Compiler<'p> {
                 default = Some(self.bucket(identity, spec, label, false));
                 continue;
             }
-            let selectors: Vec<_> = rule
-                .client_selectors
-                .iter()
-                .enumerate()
-                .filter_map(|(j, s)| {
-                    CompiledSelector::compile(
-                        s,
-                        &site,
-                        &format!("{field}.clientSelectors[{j}]"),
-                        &mut self.problems,
-                    )
-                })
-                .collect();
-            if selectors.len() != rule.client_selectors.len() {
+            let Some(selectors) = CompiledSelector::compile_all(
+                &rule.client_selectors,
+                &site,
+                &field,
+                &mut self.problems,
+            ) else {
                 continue;
-            }
+            };
             let bucket = self.bucket(identity, spec, label, false);
             rules.push((i, SelectorRule { selectors, bucket }));
         }

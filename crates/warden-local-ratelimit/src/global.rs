@@ -51,19 +51,9 @@ pub fn compile_global_rules(
         for (i, rule) in global.rules.iter().enumerate() {
             let field = format!("spec.global.rules[{i}]");
             crate::compile::check_limit(&rule.limit, &site, &field, &mut problems);
-            let selectors = rule
-                .client_selectors
-                .iter()
-                .enumerate()
-                .filter_map(|(j, s)| {
-                    CompiledSelector::compile(
-                        s,
-                        &site,
-                        &format!("{field}.clientSelectors[{j}]"),
-                        &mut problems,
-                    )
-                })
-                .collect();
+            let selectors =
+                CompiledSelector::compile_all(&rule.client_selectors, &site, &field, &mut problems)
+                    .unwrap_or_default();
             out.push(GlobalRule {
                 policy: doc.id(),
                 index: i,

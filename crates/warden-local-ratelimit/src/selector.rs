@@ -76,6 +76,23 @@ fn full_regex(pattern: &str) -> Result<Regex, regex::Error> {
 }
 
 impl CompiledSelector {
+    /// Compile a rule's `clientSelectors` (at `{field}.clientSelectors[j]`); None if any failed.
+    pub(crate) fn compile_all(
+        selectors: &[ClientSelector],
+        site: &DocSite,
+        field: &str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Vec<Self>> {
+        let compiled: Vec<Self> = selectors
+            .iter()
+            .enumerate()
+            .filter_map(|(j, s)| {
+                Self::compile(s, site, &format!("{field}.clientSelectors[{j}]"), problems)
+            })
+            .collect();
+        (compiled.len() == selectors.len()).then_some(compiled)
+    }
+
     pub(crate) fn compile(
         sel: &ClientSelector,
         site: &DocSite,

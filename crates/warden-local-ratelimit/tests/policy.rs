@@ -215,7 +215,7 @@ fn a_flood_of_distinct_clients_is_bounded_and_evictions_are_counted() {
         let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
         let r = Req::from(&ip.to_string());
         assert_eq!(r.check(&limiter).decision, Decision::Allowed);
-        c.advance(Duration::from_micros(10));
+        c.advance(Duration::from_micros(5)); // 100 ms in all: no bucket refills
     }
     let s = limiter.table_stats();
     assert!(s.keys <= 1000, "{s:?}");
@@ -229,17 +229,22 @@ fn busy_client_keeps_its_budget_through_a_flood() {
     let limiter = limiter_from_yaml(&per_ip_example(), &c, 1000);
     let attacker = Req::from("127.0.0.1");
     assert_eq!(run(&limiter, &attacker, 301), (300, 1, 0));
+    let mut attacker_allowed = 0;
     for i in 0..5_000u32 {
         let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
         Req::from(&ip.to_string()).check(&limiter);
         // The attacker keeps hammering, so it is always among the most recently used.
-        assert_eq!(
-            attacker.check(&limiter).decision,
-            Decision::Limited { enforced: true }
-        );
-        c.advance(Duration::from_micros(1));
+        if attacker.check(&limiter).decision == Decision::Allowed {
+            attacker_allowed += 1;
+        }
+        // 10k new clients per second, ~10 per LRU tick (~1 ms): recency is tracked per tick,
+        // so keys used within the same tick are evicted in arbitrary order.
+        c.advance(Duration::from_micros(100));
     }
-    assert!(limiter.table_stats().evictions > 0);
+    assert!(limiter.table_stats().evictions >= 4_000);
+    // 0.5 s at one token per 200 ms: at most 3 more requests; an evicted (fresh) bucket
+    // would have let 300 through.
+    assert!(attacker_allowed <= 3, "attacker got {attacker_allowed}");
 }
 
 #[test]
