@@ -1,22 +1,20 @@
-//! One HTTP/1.1 or h2c client connection, and the loop a connection task runs.
+//! HTTP/2 (h2c, prior knowledge) through hyper's client connection.
 //!
 //! The hyper connection future is polled in the same task as the request (not spawned), so a
 //! request/response costs no cross-task wake-ups.
 
 use super::connect::connect;
-use super::stats::ConnStats;
+use super::driver::{Client, Exchange};
 use super::{RequestError, Shared};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use tokio::time::Instant;
 
 /// The request every send clones: built once, before the run starts.
 #[derive(Debug, Clone)]
@@ -37,72 +35,71 @@ impl RequestTemplate {
     }
 }
 
-enum Sender {
-    H1(http1::SendRequest<Full<Bytes>>),
-    H2(http2::SendRequest<Full<Bytes>>),
-}
-
 type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
 
-struct ClientConn {
-    sender: Sender,
+struct Connection {
+    sender: http2::SendRequest<Full<Bytes>>,
     driver: Driver,
     closed: bool,
 }
 
-impl ClientConn {
-    async fn open(shared: &Shared, source: Option<IpAddr>) -> Result<ClientConn, RequestError> {
-        let io = TokioIo::new(connect(shared.target.addr, source).await?);
-        let (sender, driver): (Sender, Driver) = if shared.http2 {
-            let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
-                .await
-                .map_err(RequestError::Http)?;
-            (Sender::H2(sender), Box::pin(conn))
-        } else {
-            let (sender, conn) = http1::handshake(io).await.map_err(RequestError::Http)?;
-            (Sender::H1(sender), Box::pin(conn))
-        };
-        Ok(ClientConn {
-            sender,
-            driver,
-            closed: false,
-        })
-    }
-
-    /// False once the server closed the connection (e.g. after `Connection: close`).
+impl Connection {
+    /// False once the server closed the connection (GOAWAY or EOF).
     fn is_usable(&mut self) -> bool {
         if !self.closed && self.driver.as_mut().now_or_never().is_some() {
             self.closed = true;
         }
-        let sender_closed = match &self.sender {
-            Sender::H1(s) => s.is_closed(),
-            Sender::H2(s) => s.is_closed(),
-        };
-        !self.closed && !sender_closed
+        !self.closed && !self.sender.is_closed()
     }
+}
 
-    /// Send one request and read the whole response body; returns (status, body bytes).
+pub struct H2Client {
+    source: Option<IpAddr>,
+    conn: Option<Connection>,
+}
+
+impl H2Client {
+    pub fn new(source: Option<IpAddr>) -> H2Client {
+        H2Client { source, conn: None }
+    }
+}
+
+impl Client for H2Client {
     async fn exchange(
         &mut self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<(u16, u64), RequestError> {
-        let ClientConn {
+        shared: &Shared,
+        sockets: &mut u64,
+    ) -> Result<Exchange, RequestError> {
+        if self.conn.as_mut().is_some_and(|c| !c.is_usable()) {
+            self.conn = None;
+        }
+        let conn = match &mut self.conn {
+            Some(c) => c,
+            None => {
+                *sockets += 1;
+                let io = TokioIo::new(connect(shared.target.addr, self.source).await?);
+                let (sender, driver) = http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .map_err(RequestError::Http)?;
+                self.conn.insert(Connection {
+                    sender,
+                    driver: Box::pin(driver),
+                    closed: false,
+                })
+            }
+        };
+        let Connection {
             sender,
             driver,
             closed,
-        } = self;
+        } = conn;
+        let request = shared.template.build();
         let exchange = async move {
-            let response = match sender {
-                Sender::H1(s) => {
-                    s.ready().await.map_err(RequestError::Http)?;
-                    s.send_request(request).await
-                }
-                Sender::H2(s) => {
-                    s.ready().await.map_err(RequestError::Http)?;
-                    s.send_request(request).await
-                }
-            }
-            .map_err(RequestError::Http)?;
+            sender.ready().await.map_err(RequestError::Http)?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(RequestError::Http)?;
             let status = response.status().as_u16();
             let mut body = response.into_body();
             let mut received = 0u64;
@@ -114,54 +111,22 @@ impl ClientConn {
             Ok((status, received))
         };
         tokio::pin!(exchange);
-        loop {
+        let (status, received) = loop {
             tokio::select! {
                 biased;
-                out = &mut exchange => return out,
+                out = &mut exchange => break out?,
                 // The exchange fails by itself once the connection is gone.
                 _ = driver.as_mut(), if !*closed => *closed = true,
             }
-        }
-    }
-}
-
-/// Run requests from the shared schedule on one connection (reopened as needed) until done.
-pub async fn run_connection(shared: Arc<Shared>, source: Option<IpAddr>) -> ConnStats {
-    let mut stats = ConnStats::new(shared.connections);
-    let mut conn: Option<ClientConn> = None;
-    let sent = shared.template.body.len() as u64;
-    while let Some(slot) = shared.schedule.next() {
-        let start = slot.wait().await;
-        let outcome = tokio::time::timeout(shared.timeout, async {
-            if conn.as_mut().is_some_and(|c| !c.is_usable()) {
-                conn = None;
-            }
-            let c = match &mut conn {
-                Some(c) => c,
-                None => {
-                    stats.sockets += 1;
-                    conn.insert(ClientConn::open(&shared, source).await?)
-                }
-            };
-            c.exchange(shared.template.build()).await
+        };
+        Ok(Exchange {
+            status: Some(status),
+            sent: shared.template.body.len() as u64,
+            received,
         })
-        .await;
-        let latency = Instant::now() - start;
-        match outcome {
-            Ok(Ok((status, received))) => stats.record_ok(Some(status), latency, sent, received),
-            Ok(Err(err)) => {
-                conn = None;
-                stats.record_error(err.kind(), latency);
-            }
-            Err(_) => {
-                conn = None;
-                stats.record_error("timeout", latency);
-            }
-        }
-        if !shared.keepalive {
-            conn = None;
-        }
-        shared.progress.tick();
     }
-    stats
+
+    fn close(&mut self) {
+        self.conn = None;
+    }
 }

@@ -19,7 +19,9 @@
 //! ```
 
 mod connect;
-mod http_client;
+mod driver;
+mod h2_client;
+mod http1_client;
 mod progress;
 pub mod schedule;
 mod stats;
@@ -29,9 +31,9 @@ mod tcp_client;
 pub use target::{Protocol, Target};
 
 use bytes::Bytes;
+use h2_client::RequestTemplate;
 use http::header::{CONNECTION, HOST, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
-use http_client::RequestTemplate;
 use progress::Progress;
 use schedule::Schedule;
 use stats::ConnStats;
@@ -114,6 +116,8 @@ pub enum RequestError {
     Http(hyper::Error),
     #[error("io: {0}")]
     Io(std::io::Error),
+    #[error("invalid response: {0}")]
+    Protocol(String),
 }
 
 impl RequestError {
@@ -133,6 +137,7 @@ impl RequestError {
             RequestError::Io(e) if e.kind() == ErrorKind::UnexpectedEof => "connection closed",
             RequestError::Io(e) if e.kind() == ErrorKind::ConnectionReset => "connection reset",
             RequestError::Io(_) => "io error",
+            RequestError::Protocol(_) => "invalid response",
         }
     }
 }
@@ -140,10 +145,11 @@ impl RequestError {
 /// What every connection task shares.
 pub(crate) struct Shared {
     target: Target,
-    http2: bool,
     connections: usize,
     schedule: Schedule,
     template: RequestTemplate,
+    /// The HTTP/1.1 request as written on the wire.
+    encoded_http1: Bytes,
     timeout: Duration,
     keepalive: bool,
     progress: Arc<Progress>,
@@ -236,10 +242,10 @@ pub async fn run(config: LoadConfig) -> Result<Report, LoadError> {
     let expected = schedule.expected();
     let progress = Arc::new(Progress::new(config.progress));
     let shared = Arc::new(Shared {
-        http2: target.protocol == Protocol::Http2,
         target: target.clone(),
         connections: config.connections,
         schedule,
+        encoded_http1: http1_client::encode_request(&template),
         template,
         timeout: config.timeout,
         keepalive: config.keepalive,
@@ -252,8 +258,18 @@ pub async fn run(config: LoadConfig) -> Result<Report, LoadError> {
                 .then(|| config.source_ips[i % config.source_ips.len()]);
             let shared = shared.clone();
             match target.protocol {
-                Protocol::Tcp => tokio::spawn(tcp_client::run_connection(shared, source)),
-                _ => tokio::spawn(http_client::run_connection(shared, source)),
+                Protocol::Tcp => {
+                    let client = tcp_client::TcpClient::new(source, shared.template.body.len());
+                    tokio::spawn(driver::run_connection(shared, client))
+                }
+                Protocol::Http1 => {
+                    let client = http1_client::Http1Client::new(source);
+                    tokio::spawn(driver::run_connection(shared, client))
+                }
+                Protocol::Http2 => {
+                    let client = h2_client::H2Client::new(source);
+                    tokio::spawn(driver::run_connection(shared, client))
+                }
             }
         })
         .collect();
