@@ -41,26 +41,40 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// The peer address rendered once per connection, for `x-forwarded-for`.
+pub fn ip_header_value(ip: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&ip.to_string()).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
 /// Request headers for the upstream, gateway semantics (`use_remote_address: true`).
+/// `peer_value` is [`ip_header_value`] of `peer`.
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     peer: IpAddr,
+    peer_value: &HeaderValue,
     client: IpAddr,
     num_trusted_proxies: u32,
 ) {
-    let peer_text = peer.to_string();
-    let xff = match headers.get(&X_FORWARDED_FOR) {
-        Some(existing) if !existing.is_empty() => {
-            let mut v = Vec::with_capacity(existing.len() + 2 + peer_text.len());
-            v.extend_from_slice(existing.as_bytes());
+    let mut incoming = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter(|v| !v.is_empty());
+    let xff = match (incoming.next(), incoming.next()) {
+        (None, _) => Some(peer_value.clone()),
+        (Some(first), rest) => {
+            // Several XFF headers form one list; send one header with the peer appended.
+            let mut v = Vec::with_capacity(first.len() + 2 + peer_value.len());
+            v.extend_from_slice(first.as_bytes());
+            for more in rest.into_iter().chain(incoming) {
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(more.as_bytes());
+            }
             v.extend_from_slice(b", ");
-            v.extend_from_slice(peer_text.as_bytes());
+            v.extend_from_slice(peer_value.as_bytes());
             HeaderValue::from_bytes(&v).ok()
         }
-        _ => HeaderValue::from_str(&peer_text).ok(),
     };
     if let Some(xff) = xff {
-        // Several incoming XFF headers were already read as one list; send one.
         headers.insert(X_FORWARDED_FOR.clone(), xff);
     }
     // An edge proxy overwrites what an untrusted client claims.
@@ -70,7 +84,12 @@ pub fn add_forwarding(
     if !headers.contains_key(&X_REQUEST_ID) {
         headers.insert(X_REQUEST_ID.clone(), new_request_id());
     }
-    if let Ok(v) = HeaderValue::from_str(&client.to_string()) {
+    let external = if client == peer {
+        Some(peer_value.clone())
+    } else {
+        HeaderValue::from_str(&client.to_string()).ok()
+    };
+    if let Some(v) = external {
         headers.insert(X_ENVOY_EXTERNAL_ADDRESS.clone(), v);
     }
 }
@@ -93,7 +112,7 @@ mod tests {
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.1.1.1"));
         h.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         let peer: IpAddr = "10.0.0.9".parse().unwrap();
-        add_forwarding(&mut h, peer, peer, 0);
+        add_forwarding(&mut h, peer, &ip_header_value(peer), peer, 0);
         assert_eq!(h[&X_FORWARDED_FOR], "1.1.1.1, 10.0.0.9");
         assert_eq!(h[&X_FORWARDED_PROTO], "http");
         assert_eq!(h[&X_REQUEST_ID].len(), 36);
@@ -106,9 +125,26 @@ mod tests {
         h.insert(&X_REQUEST_ID, HeaderValue::from_static("abc"));
         h.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         let peer: IpAddr = "10.0.0.9".parse().unwrap();
-        add_forwarding(&mut h, peer, peer, 1);
+        let client: IpAddr = "1.2.3.4".parse().unwrap();
+        add_forwarding(&mut h, peer, &ip_header_value(peer), client, 1);
+        assert_eq!(h[&X_ENVOY_EXTERNAL_ADDRESS], "1.2.3.4");
+        assert_eq!(h[&X_FORWARDED_FOR], "10.0.0.9");
         assert_eq!(h[&X_REQUEST_ID], "abc");
         assert_eq!(h[&X_FORWARDED_PROTO], "https");
+    }
+
+    #[test]
+    fn several_xff_headers_become_one_list() {
+        let mut h = HeaderMap::new();
+        h.append(&X_FORWARDED_FOR, HeaderValue::from_static("1.1.1.1"));
+        h.append(
+            &X_FORWARDED_FOR,
+            HeaderValue::from_static("2.2.2.2, 3.3.3.3"),
+        );
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        add_forwarding(&mut h, peer, &ip_header_value(peer), peer, 0);
+        assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+        assert_eq!(h[&X_FORWARDED_FOR], "1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9");
     }
 
     #[test]

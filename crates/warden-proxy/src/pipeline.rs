@@ -321,6 +321,7 @@ async fn run(
             add_forwarding(
                 &mut parts.headers,
                 peer_ip,
+                &conn.peer_value,
                 client_ip,
                 shared.num_trusted_proxies,
             );

@@ -106,6 +106,8 @@ pub struct WorkerCtx {
 /// One downstream connection.
 pub struct ConnCtx {
     pub peer: SocketAddr,
+    /// `peer.ip()` rendered once, for `x-forwarded-for`.
+    pub peer_value: http::HeaderValue,
     pub local: SocketAddr,
     /// The listener's port as configured (port 0 in config stays 0 here).
     pub port: u16,
@@ -121,6 +123,7 @@ impl ConnCtx {
     ) -> Self {
         ConnCtx {
             peer,
+            peer_value: crate::forwarding_headers::ip_header_value(peer.ip()),
             local,
             port,
             framing_violation,
