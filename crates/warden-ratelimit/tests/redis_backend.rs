@@ -331,3 +331,56 @@ async fn per_second_limits_go_to_the_per_second_redis() {
     assert_eq!(main_keys, vec!["split_m_x_1700000040".to_string()]);
     assert_eq!(ps_keys, vec!["split_s_x_1700000040".to_string()]);
 }
+
+#[tokio::test]
+async fn redis_cluster_counts_exactly_across_nodes() {
+    let cluster = warden_testkit::RedisCluster::start(3).unwrap();
+    let clock = ManualClock::new(T0 + 1_000);
+    let urls = cluster.urls();
+    let mut h = start_with(
+        &[(
+            "config.yaml",
+            "domain: c\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 4}\n",
+        )],
+        None,
+        move |s| {
+            s.backend = warden_ratelimit::Backend::Redis;
+            s.redis.socket_type = "tcp".into();
+            s.redis.url = urls;
+            s.redis.redis_type = warden_ratelimit::store::RedisType::Cluster;
+            s.redis.timeout = Duration::from_secs(2);
+        },
+        Some(Arc::new(clock)),
+    )
+    .await;
+    // Many values so keys land on different nodes (hash slots).
+    for v in 0..20 {
+        let value = format!("v{v}");
+        let r = req("c", vec![desc(&[("a", &value)]), desc(&[("b", &value)])]);
+        let mut ok_a = 0;
+        let mut ok_b = 0;
+        for _ in 0..5 {
+            let resp = h
+                .client
+                .should_rate_limit(r.clone())
+                .await
+                .unwrap()
+                .into_inner();
+            ok_a += usize::from(resp.statuses[0].code == OK);
+            ok_b += usize::from(resp.statuses[1].code == OK);
+        }
+        assert_eq!((ok_a, ok_b), (3, 4), "value {value}");
+    }
+    let mut total_keys = 0;
+    for node in cluster.nodes() {
+        let n: usize = redis_conn(node)
+            .keys::<_, Vec<String>>("c_*")
+            .unwrap()
+            .len();
+        total_keys += n;
+    }
+    assert_eq!(
+        total_keys, 40,
+        "reference key format, one key per descriptor value"
+    );
+}

@@ -4,8 +4,10 @@
 //! until it answers `PING`, can be stopped and restarted on the same port (to simulate an outage),
 //! and kills the process when dropped.
 
+mod redis_cluster;
 mod redis_server;
 mod temp_dir;
 
+pub use redis_cluster::{RedisCluster, RedisClusterError};
 pub use redis_server::{RedisServer, RedisServerError};
 pub use temp_dir::TempDir;

@@ -23,13 +23,23 @@ pub enum RedisServerError {
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    extra_args: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts redis-server on a free loopback port and waits until it answers PING.
     pub fn start() -> Result<Self, RedisServerError> {
+        Self::start_with_args(Vec::new())
+    }
+
+    /// As [`RedisServer::start`] with extra `redis-server` arguments (e.g. cluster mode).
+    pub fn start_with_args(extra_args: Vec<String>) -> Result<Self, RedisServerError> {
         let port = free_port()?;
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra_args,
+        };
         server.spawn()?;
         Ok(server)
     }
@@ -87,6 +97,7 @@ impl RedisServer {
                     "--loglevel",
                     "warning",
                 ])
+                .args(&self.extra_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
