@@ -1,5 +1,17 @@
-//! Envoy RLS v3 rate limit service: config (envoyproxy/ratelimit format), descriptor matching,
-//! stores (memory, Redis), gRPC/HTTP servers, and the client the proxy uses.
+//! Envoy RLS v3 rate limit service, a drop-in for envoyproxy/ratelimit: its config format
+//! (with its validation messages), descriptor matching, memory and Redis stores using its keys,
+//! gRPC (`ShouldRateLimit`, `grpc.health.v1`), HTTP (`/json`, `/healthcheck`), debug
+//! (`/rlconfig`, `/metrics`) and its environment variables.
+//!
+//! Entry points for other crates:
+//! - [`RateLimiter::in_memory`]`(ConfigSet)` then [`RateLimiter::decide`]`(&RateLimitRequest)
+//!   -> Result<RateLimitResponse, RlsError>`: the embedded limiter, same code as the server.
+//! - [`parse_config`]`(file_key, yaml) -> Result<RlsConfig, ConfigError>` and
+//!   [`to_yaml`]`(&RlsConfig) -> String`: read/write the reference config format.
+//! - [`Server::start`]`(Settings) -> Result<RunningServer, ServerError>` with
+//!   [`Settings::loopback_for_tests`]; [`RunningServer`] has `grpc_addr()`, `http_addr()`,
+//!   `debug_addr()`, `limiter()`, `shutdown()`.
+//! - [`Settings::from_env`] parses the reference's environment variables (all errors at once).
 
 pub mod cli;
 pub mod clock;
