@@ -61,7 +61,7 @@ run_backend() { # backend
   grpc="$(free_port)"; http="$(free_port)"; debug="$(free_port)"
   local extra=()
   if [[ "$backend" == redis ]]; then extra=(--redis-url "127.0.0.1:$REDIS_PORT"); fi
-  env -i PATH="$PATH" RUST_LOG=warn REDIS_POOL_SIZE=4 REDIS_TIMEOUT=1s \
+  env -i PATH="$PATH" RUST_LOG=warn REDIS_TIMEOUT=1s \
     "$WARDEN" ratelimit --config "$TMP/config.yaml" --backend "$backend" "${extra[@]}" \
     --grpc "127.0.0.1:$grpc" --http "127.0.0.1:$http" --debug "127.0.0.1:$debug" &
   pid=$!
