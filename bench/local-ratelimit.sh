@@ -169,6 +169,7 @@ for c in (conns, seed):
     print(f"attack c{c:<5} warden / best(nginx, haproxy) = {w[0]/best:.3f}  [{verdict}]{note}")
 base = (res["pass: warden no policy"][0] + res["pass: warden no policy (again)"][0]) / 2
 loose = res["pass: warden non-triggering policy"][0]
-print(f"non-triggering policy / no policy (mean of two runs) = {loose/base:.3f}  "
-      f"[{'PASS' if loose >= 0.97 * base else 'FAIL'} >= 0.97]")
+applied = all(int(res[f"attack c{c}: warden"][2] or 0) > 0 for c in (conns, seed))
+verdict = ('PASS' if loose >= 0.97 * base else 'FAIL') if applied else 'n/a: policy not applied'
+print(f"non-triggering policy / no policy (mean of two runs) = {loose/base:.3f}  [{verdict}, goal >= 0.97]")
 PY
