@@ -5,14 +5,15 @@
 #   2. backends driven by the same wrk: nginx `return 200` vs `warden echo` (same thread count).
 # Goals (issue 7): warden load >= wrk and >= 2x hey in req/s; warden echo >= nginx in req/s.
 #
-# Env: CONNS (64), THREADS (1), DURATION seconds per run (5), WARDEN_BIN (skip the cargo build
+# Env: CONNS (64), THREADS (1), DURATION seconds per run (4), ROUNDS (3), WARDEN_BIN (skip the cargo build
 # and use this binary). Loopback only; every run is bounded by DURATION; everything it starts is
 # stopped on exit.
 set -euo pipefail
 
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-1}
-DURATION=${DURATION:-5}
+DURATION=${DURATION:-4}
+ROUNDS=${ROUNDS:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 need=()
@@ -115,36 +116,48 @@ PY
 }
 
 echo "# bench/load.sh  $(date -u +%FT%TZ)  $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $CONNS connections, $THREADS thread(s), ${DURATION}s per run; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
+echo "# $CONNS connections, $THREADS thread(s), ${DURATION}s per run, $ROUNDS rounds; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
 
 # Warm both backends up so the first measured tool is not penalised.
 wrk -t1 -c"$CONNS" -d1s "$NGINX_URL" >/dev/null
 wrk -t1 -c"$CONNS" -d1s "$ECHO_URL" >/dev/null
 
-read -r W_RPS W_P50 W_P99 < <(run_warden "$NGINX_URL")
-read -r K_RPS K_P50 K_P99 < <(run_wrk "$NGINX_URL")
-read -r H_RPS H_P50 H_P99 < <(run_hey "$NGINX_URL")
-read -r N_RPS N_P50 N_P99 < <(run_wrk "$NGINX_URL")
-read -r E_RPS E_P50 E_P99 < <(run_wrk "$ECHO_URL")
+# Rounds interleave the tools so a burst of other work on the machine hits all of them; the
+# table shows each tool's median round (by req/s) and the req/s of every round.
+: >"$WORK/samples.txt"
+for round in $(seq "$ROUNDS"); do
+    echo "round $round/$ROUNDS" >&2
+    echo "warden_load $(run_warden "$NGINX_URL")" >>"$WORK/samples.txt"
+    echo "wrk $(run_wrk "$NGINX_URL")" >>"$WORK/samples.txt"
+    echo "hey $(run_hey "$NGINX_URL")" >>"$WORK/samples.txt"
+    echo "nginx $(run_wrk "$NGINX_URL")" >>"$WORK/samples.txt"
+    echo "warden_echo $(run_wrk "$ECHO_URL")" >>"$WORK/samples.txt"
+done
 
-python3 - "$W_RPS" "$W_P50" "$W_P99" "$K_RPS" "$K_P50" "$K_P99" "$H_RPS" "$H_P50" "$H_P99" \
-    "$N_RPS" "$N_P50" "$N_P99" "$E_RPS" "$E_P50" "$E_P99" <<'PY'
+python3 - "$WORK/samples.txt" <<'PY'
 import sys
-v = [float(x) for x in sys.argv[1:]]
-w, k, h, n, e = (v[i:i + 3] for i in range(0, 15, 3))
-def row(name, m, base):
-    print(f"{name:<22} {m[0]:>10.0f} {m[1]:>9.3f} {m[2]:>9.3f} {m[0] / base:>9.2f}")
+runs = {}
+for line in open(sys.argv[1]):
+    name, *vals = line.split()
+    runs.setdefault(name, []).append([float(v) for v in vals])
+def median(name):
+    rs = sorted(runs[name], key=lambda r: r[0])
+    return rs[len(rs) // 2]
+w, k, h, n, e = (median(x) for x in ["warden_load", "wrk", "hey", "nginx", "warden_echo"])
+def row(label, name, m, base):
+    every = " ".join(f"{r[0]:.0f}" for r in runs[name])
+    print(f"{label:<18} {m[0]:>9.0f} {m[1]:>8.3f} {m[2]:>8.3f} {m[0] / base:>8.2f}   {every}")
 print()
 print("load generators -> nginx return 200")
-print(f"{'tool':<22} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'vs wrk':>9}")
-row("warden load", w, k[0]); row("wrk", k, k[0]); row("hey", h, k[0])
+print(f"{'tool':<18} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs wrk':>8}   req/s per round")
+row("warden load", "warden_load", w, k[0]); row("wrk", "wrk", k, k[0]); row("hey", "hey", h, k[0])
 print()
 print("backends <- wrk")
-print(f"{'backend':<22} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'vs nginx':>9}")
-row("nginx return 200", n, n[0]); row("warden echo", e, n[0])
+print(f"{'backend':<18} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs nginx':>8}   req/s per round")
+row("nginx return 200", "nginx", n, n[0]); row("warden echo", "warden_echo", e, n[0])
 print()
 ok = lambda b: "yes" if b else "NO"
-print(f"goal warden load >= wrk:      {ok(w[0] >= k[0])} ({w[0] / k[0]:.2f}x)")
+print(f"goal warden load >= wrk:      {ok(w[0] >= k[0])} ({w[0] / k[0]:.2f}x, medians)")
 print(f"goal warden load >= 2x hey:   {ok(w[0] >= 2 * h[0])} ({w[0] / h[0]:.2f}x)")
 print(f"goal warden echo >= nginx:    {ok(e[0] >= n[0])} ({e[0] / n[0]:.2f}x)")
 PY
