@@ -536,3 +536,49 @@ async fn rejected_requests_do_not_charge_other_descriptors() {
         }
     }
 }
+
+/// README "detailed_metric" / "value_to_metric" examples: stats keys carry request values.
+#[tokio::test]
+async fn detailed_metric_and_value_to_metric_stats_keys() {
+    let mut h = start(
+        &[(
+            "c.yaml",
+            "domain: m
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    value: \"/api/*\"
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+",
+        )],
+        None,
+    )
+    .await;
+    let r = req(
+        "m",
+        vec![
+            desc(&[("plain", "a")]),
+            desc(&[("detailed", "b")]),
+            desc(&[("route", "/api/users")]),
+        ],
+    );
+    h.client.should_rate_limit(r).await.unwrap();
+    let metrics = reqwest::get(h.debug("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"ratelimit_service_rate_limit_total_hits_total{domain="m",key1="plain",key2=""} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits_total{domain="m",key1="detailed_b",key2=""} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits_total{domain="m",key1="route_/api/users",key2=""} 1"#,
+    ] {
+        assert!(metrics.contains(series), "missing {series} in\n{metrics}");
+    }
+}
