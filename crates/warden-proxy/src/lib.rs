@@ -12,6 +12,7 @@ pub mod client_addr;
 pub mod cluster;
 mod config_source;
 pub mod error;
+pub mod filters;
 pub mod forwarding_headers;
 mod framing_guard;
 pub mod header_ops;

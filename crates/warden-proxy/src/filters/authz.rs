@@ -1,0 +1,1 @@
+//! AuthorizationPolicy stage (issue 3).

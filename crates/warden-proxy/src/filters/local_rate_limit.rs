@@ -1,0 +1,1 @@
+//! Local rate limit stage (issue 4).
