@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 /// `GET` reports requests served per source IP as JSON, `DELETE` reports and resets them.
 /// Requests to this path are never counted themselves.
@@ -41,7 +42,10 @@ pub(super) async fn serve(
         .header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
-    let mut stop = shutdown.clone();
+    let mut stop = shutdown;
+    // Connection tasks live in a JoinSet: dropping it on shutdown aborts them all, so the hot
+    // path of a connection carries no shutdown future of its own.
+    let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -53,20 +57,18 @@ pub(super) async fn serve(
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = super::stopped(&mut stop) => break,
         };
         let _ = stream.set_nodelay(true);
         let counter = counts.counter_for(canonical(peer.ip()));
         let counts = counts.clone();
         let builder = builder.clone();
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = service_fn(move |req| handle(req, &counter, &counts));
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                _ = super::stopped(&mut stop) => {}
-            }
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }
@@ -92,12 +94,15 @@ fn handle(req: Request<Incoming>, counter: &AtomicU64, counts: &SourceCounts) ->
         }
     };
     let resolved = params.resolve(|| fastrand::f64() * 100.0);
-    let content_type = req.headers().get(CONTENT_TYPE).cloned();
+    let mut content_type = None;
     let body = match resolved.size {
         Some(0) => EchoBody::Empty,
         Some(n) => EchoBody::Pattern { remaining: n },
         None if http_body::Body::is_end_stream(req.body()) => EchoBody::Empty,
-        None => EchoBody::Echo(req.into_body()),
+        None => {
+            content_type = req.headers().get(CONTENT_TYPE).cloned();
+            EchoBody::Echo(req.into_body())
+        }
     };
     let mut response = Response::new(body);
     *response.status_mut() = resolved.status;

@@ -3,9 +3,12 @@
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 pub(super) async fn serve(listener: TcpListener, shutdown: watch::Receiver<bool>) {
-    let mut stop = shutdown.clone();
+    let mut stop = shutdown;
+    // Dropping the JoinSet on shutdown aborts every connection.
+    let mut connections = JoinSet::new();
     loop {
         let (mut stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -16,16 +19,13 @@ pub(super) async fn serve(listener: TcpListener, shutdown: watch::Receiver<bool>
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = super::stopped(&mut stop) => break,
         };
         let _ = stream.set_nodelay(true);
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let (mut reader, mut writer) = stream.split();
-            tokio::select! {
-                _ = tokio::io::copy(&mut reader, &mut writer) => {}
-                _ = super::stopped(&mut stop) => {}
-            }
+            let _ = tokio::io::copy(&mut reader, &mut writer).await;
         });
     }
 }
