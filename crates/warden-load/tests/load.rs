@@ -343,3 +343,51 @@ async fn bad_settings_are_rejected() {
         assert!(err.contains(expect), "{err}");
     }
 }
+
+/// An HTTP/1.1 server whose bodies have no length, so hyper sends them chunked.
+async fn chunked_server() -> SocketAddr {
+    use http_body_util::StreamBody;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|_req| async {
+                    let chunks = ["abc", "defgh", "ij"].map(|c| {
+                        Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from_static(
+                            c.as_bytes(),
+                        )))
+                    });
+                    let body = StreamBody::new(futures_util::stream::iter(chunks));
+                    Ok::<_, Infallible>(hyper::Response::new(body))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_responses_are_read_whole_on_kept_alive_connections() {
+    let addr = chunked_server().await;
+    let report = run(LoadConfig {
+        target: format!("http://{addr}/"),
+        connections: 2,
+        requests: Some(50),
+        duration: None,
+        ..LoadConfig::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        report.status_codes,
+        BTreeMap::from([(200, 50)]),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(report.bytes_received, 50 * 10);
+    assert_eq!(report.sockets, 2);
+}
