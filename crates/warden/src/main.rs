@@ -35,13 +35,23 @@ enum Command {
     Echo(warden_load::cli::EchoArgs),
 }
 
+/// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
+/// `LOG_FORMAT=json` are honoured so its Deployment env works unchanged.
 fn init_logging() {
+    let level = std::env::var("LOG_LEVEL")
+        .map(|l| l.to_ascii_lowercase())
+        .unwrap_or_else(|_| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 fn main() -> ExitCode {
