@@ -16,10 +16,8 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 /// `GET` reports requests served per source IP as JSON, `DELETE` reports and resets them.
 /// Requests to this path are never counted themselves.
@@ -31,7 +29,7 @@ type HandlerFuture = Either<Ready<Reply>, Pin<Box<dyn Future<Output = Reply> + S
 pub(super) async fn serve(
     listener: TcpListener,
     counts: Arc<SourceCounts>,
-    shutdown: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No header-read timeout: it arms a timer per request, and this server is a benchmark
@@ -42,35 +40,18 @@ pub(super) async fn serve(
         .header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
-    let mut stop = shutdown;
-    // Connection tasks live in a JoinSet: dropping it on shutdown aborts them all, so the hot
-    // path of a connection carries no shutdown future of its own.
-    let mut connections = JoinSet::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(err) => {
-                    // Usually EMFILE; back off instead of spinning.
-                    tracing::warn!(%err, "echo: accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            _ = super::stopped(&mut stop) => break,
-        };
-        let _ = stream.set_nodelay(true);
+    super::accept_loop(listener, stop, |stream, peer| {
         let counter = counts.counter_for(canonical(peer.ip()));
         let counts = counts.clone();
         let builder = builder.clone();
-        connections.spawn(async move {
+        async move {
             let service = service_fn(move |req| handle(req, &counter, &counts));
             let _ = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// IPv4 clients of a dual-stack listener show up as ::ffff:a.b.c.d; count them as a.b.c.d.

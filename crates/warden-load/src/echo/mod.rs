@@ -21,12 +21,14 @@ pub use self::http::COUNT_PATH;
 pub use counts::SourceCounts;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 /// Where to listen; `None` disables that side. Port 0 picks a free port.
 #[derive(Debug, Clone, Default)]
@@ -112,6 +114,34 @@ impl EchoServer {
         let _ = self.stop.send(true);
         for task in self.tasks.drain(..) {
             let _ = task.await;
+        }
+    }
+}
+
+/// Accept connections until shutdown and run `serve` on each. Connection tasks live in a
+/// JoinSet: dropping it on shutdown aborts them all, so a connection's hot path carries no
+/// shutdown future of its own.
+async fn accept_loop<F, Fut>(listener: TcpListener, mut stop: watch::Receiver<bool>, mut serve: F)
+where
+    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    connections.spawn(serve(stream, peer));
+                }
+                Err(err) => {
+                    // Usually EMFILE; back off instead of spinning.
+                    tracing::warn!(%err, "echo: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stopped(&mut stop) => return,
         }
     }
 }
