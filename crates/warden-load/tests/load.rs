@@ -83,33 +83,40 @@ async fn delay_parameter_shows_as_median_latency() {
     );
 }
 
-/// An HTTP/1 server that answers at once, except that everything arriving between 1 s and 2 s
-/// after it started is held until 2 s: a one-second stall.
-async fn stalling_server() -> SocketAddr {
+/// A test server on a free loopback port: `serve` runs once per accepted connection.
+async fn spawn_server<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let stall_from = Instant::now() + Duration::from_secs(1);
-    let stall_until = stall_from + Duration::from_secs(1);
     tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let service = service_fn(move |_req| async move {
-                    let now = Instant::now();
-                    if now >= stall_from && now < stall_until {
-                        tokio::time::sleep_until(stall_until).await;
-                    }
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream));
         }
     });
     addr
+}
+
+/// An HTTP/1 server that answers at once, except that everything arriving between 1 s and 2 s
+/// after it started is held until 2 s: a one-second stall.
+async fn stalling_server() -> SocketAddr {
+    let stall_from = Instant::now() + Duration::from_secs(1);
+    let stall_until = stall_from + Duration::from_secs(1);
+    spawn_server(move |stream| async move {
+        let service = service_fn(move |_req| async move {
+            let now = Instant::now();
+            if now >= stall_from && now < stall_until {
+                tokio::time::sleep_until(stall_until).await;
+            }
+            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,22 +197,16 @@ async fn tcp_round_trips_carry_the_payload() {
 
 /// A server that speaks only HTTP/2: an HTTP/1 client would fail every request.
 async fn h2_only_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    let version = format!("{:?}", req.version());
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(version))))
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    spawn_server(|stream| async move {
+        let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+            let version = format!("{:?}", req.version());
+            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(version))))
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,27 +348,19 @@ async fn bad_settings_are_rejected() {
 /// An HTTP/1.1 server whose bodies have no length, so hyper sends them chunked.
 async fn chunked_server() -> SocketAddr {
     use http_body_util::StreamBody;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(|_req| async {
-                    let chunks = ["abc", "defgh", "ij"].map(|c| {
-                        Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from_static(
-                            c.as_bytes(),
-                        )))
-                    });
-                    let body = StreamBody::new(futures_util::stream::iter(chunks));
-                    Ok::<_, Infallible>(hyper::Response::new(body))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+    spawn_server(|stream| async move {
+        let service = service_fn(|_req| async {
+            let chunks = ["abc", "defgh", "ij"].map(|c| {
+                Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from_static(c.as_bytes())))
             });
-        }
-    });
-    addr
+            let body = StreamBody::new(futures_util::stream::iter(chunks));
+            Ok::<_, Infallible>(hyper::Response::new(body))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
