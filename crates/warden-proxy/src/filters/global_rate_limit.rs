@@ -1,0 +1,543 @@
+//! Global rate limit stage (issue 6): descriptors from RateLimitPolicy `spec.global.rules` and
+//! from the EnvoyFilter `rate_limits` actions, one `ShouldRateLimit` per request to the RLS
+//! (remote over one HTTP/2 channel, or embedded in process), and an over-limit cache.
+//!
+//! Behaviour follows Envoy's `envoy.filters.http.ratelimit`:
+//! * no descriptor -> no call; OK -> continue with the RLS's request/response headers;
+//! * OVER_LIMIT -> 429 (`rate_limited_status`), `x-envoy-ratelimited: true`; remembered until
+//!   `duration_until_reset` so repeats cost no RPC;
+//! * error or timeout (default 20 ms) -> fail open, or `status_on_error` (500) with
+//!   `failure_mode_deny`.
+//!
+//! The RLS address comes from the EnvoyFilter's `rate_limit_service` (an Istio
+//! `outbound|PORT||HOST` cluster name, or `HOST:PORT`). RateLimitPolicy rules without such a
+//! filter run on the embedded limiter, configured with [`rls_config`].
+
+pub mod lua_path_header;
+pub mod over_limit_cache;
+pub mod policy_rules;
+pub mod response_headers;
+pub mod service;
+
+use crate::local_reply::{LocalReply, ResponseFlag};
+use crate::metrics::Metrics;
+use crate::pipeline::{AsyncRequestFilter, RequestAttrs, Verdict, VerdictFuture};
+use crate::routing::{Route, RouteAction};
+use crate::snapshot::ProxyIdentity;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use over_limit_cache::{Denial, OverLimitCache};
+use policy_rules::PolicyRules;
+use service::RlsBackend;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_config::{ConfigSet, Problem};
+use warden_local_ratelimit::envoy::actions::CompiledEntry;
+use warden_local_ratelimit::envoy::global_config::HttpRateLimit;
+use warden_local_ratelimit::envoy::patches::Patched;
+use warden_ratelimit::config::{ConfigSet as RlsConfigSet, RlsConfig};
+use warden_ratelimit::limiter::{Entry, RateLimitDescriptor};
+use warden_ratelimit::{RateLimitRequest, RateLimitResponse, RateLimiter};
+
+/// Domain of the embedded limiter when no EnvoyFilter names one.
+pub const DEFAULT_DOMAIN: &str = "warden";
+/// Over-limit cache bound.
+const CACHE_ENTRIES: usize = 100_000;
+
+const CODE_OK: i32 = 1;
+const CODE_OVER_LIMIT: i32 = 2;
+
+/// The compiled global rate limit stage.
+#[derive(Debug)]
+pub struct GlobalRateLimit {
+    domain: String,
+    policy: Option<PolicyRules>,
+    envoy_entries: Vec<CompiledEntry>,
+    /// Headers the seed's Lua filter would have added (`method .. path`).
+    method_path_headers: Vec<HeaderName>,
+    /// Gateway names serving each configured port (RateLimitPolicy `targetRefs`).
+    gateways_by_port: HashMap<u16, Vec<String>>,
+    backend: RlsBackend,
+    failure_mode_deny: bool,
+    status_on_error: StatusCode,
+    rate_limited_status: StatusCode,
+    x_envoy_ratelimited: bool,
+    x_ratelimit_headers: bool,
+    /// The filter's `response_headers_to_add`, on limited responses.
+    limited_headers: Vec<(HeaderName, HeaderValue)>,
+    cache: Arc<OverLimitCache>,
+}
+
+fn problem_at(origin_doc: &warden_config::Location, field: String, message: String) -> Problem {
+    Problem {
+        location: warden_config::Location {
+            field,
+            ..origin_doc.clone()
+        },
+        message,
+    }
+}
+
+/// `true` when a patch's workload selector admits this proxy (no labels known: all apply).
+fn selects(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    id: &ProxyIdentity,
+) -> bool {
+    match labels {
+        None => true,
+        Some(_) if id.labels.is_empty() => true,
+        Some(want) => want.iter().all(|(k, v)| id.labels.get(k) == Some(v)),
+    }
+}
+
+/// `outbound|8081||ratelimit.default.svc.cluster.local` -> `ratelimit.default...:8081`; a plain
+/// `host:port` is used as is.
+fn service_address(filter: &HttpRateLimit) -> Option<String> {
+    let grpc = filter.rate_limit_service.grpc_service.envoy_grpc.as_ref()?;
+    if let Some((host, port)) = grpc.istio_host_port() {
+        return Some(format!("{host}:{port}"));
+    }
+    let name = grpc.cluster_name.as_str();
+    let (_, port) = name.rsplit_once(':')?;
+    port.parse::<u16>().ok().map(|_| name.to_string())
+}
+
+/// The envoyproxy/ratelimit config enforcing the RateLimitPolicies' global rules (domain of the
+/// global EnvoyFilter if there is one, else [`DEFAULT_DOMAIN`]).
+pub fn rls_config(set: &ConfigSet) -> Result<RlsConfig, Vec<Problem>> {
+    PolicyRules::compile(set)?;
+    let domain = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)
+        .ok()
+        .and_then(|p| p.http_global.first().map(|g| g.config.domain.clone()))
+        .unwrap_or_else(|| DEFAULT_DOMAIN.to_string());
+    Ok(RlsConfig {
+        domain,
+        descriptors: policy_rules::rls_descriptors(&set.rate_limit_policies),
+    })
+}
+
+impl GlobalRateLimit {
+    /// Compile the stage; `Ok(None)` when nothing asks for a global limit. `previous` hands
+    /// over the embedded limiter's counters and the over-limit cache across reloads.
+    pub fn build(
+        set: &ConfigSet,
+        identity: &ProxyIdentity,
+        previous: Option<&dyn AsyncRequestFilter>,
+    ) -> Result<Option<GlobalRateLimit>, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let policy = PolicyRules::compile(set).unwrap_or_else(|mut p| {
+            problems.append(&mut p);
+            None
+        });
+        let patches =
+            warden_local_ratelimit::envoy::interpret(&set.envoy_filters).unwrap_or_else(|mut p| {
+                problems.append(&mut p);
+                Default::default()
+            });
+        let filters: Vec<&Patched<HttpRateLimit>> = patches
+            .http_global
+            .iter()
+            .filter(|p| selects(p.origin.workload_labels.as_ref(), identity))
+            .collect();
+        let filter = filters.first().map(|p| &p.config);
+        if filters.len() > 1 {
+            tracing::warn!(
+                "several global ratelimit filters apply; using {}",
+                filters[0].origin.filter
+            );
+        }
+        let mut envoy_entries = Vec::new();
+        for patch in &patches.route_rate_limits {
+            if !selects(patch.origin.workload_labels.as_ref(), identity) {
+                continue;
+            }
+            for (i, e) in patch.config.iter().enumerate() {
+                match CompiledEntry::compile(e) {
+                    Ok(c) => envoy_entries.push(c),
+                    Err((field, message)) => problems.push(problem_at(
+                        &patch.origin.document,
+                        format!("{}.rate_limits[{i}].{field}", patch.origin.config_field),
+                        message,
+                    )),
+                }
+            }
+        }
+        let lua = lua_path_header::scan(set);
+        let address = match filter {
+            Some(f) => {
+                let addr = service_address(f);
+                if addr.is_none() {
+                    let origin = &filters[0].origin;
+                    problems.push(problem_at(
+                        &origin.document,
+                        format!("{}.rate_limit_service.grpc_service", origin.config_field),
+                        "the rate limit service needs envoy_grpc.cluster_name as \
+                         `outbound|PORT||HOST` or `HOST:PORT`"
+                            .into(),
+                    ));
+                }
+                addr
+            }
+            None => None,
+        };
+        if filter.is_some() && !envoy_entries.is_empty() {
+            // The seed's Lua is only meaningful with descriptors that read its header.
+            for (loc, msg) in &lua.unsupported {
+                problems.push(Problem {
+                    location: loc.clone(),
+                    message: msg.clone(),
+                });
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        // EnvoyFilter actions need the global filter (without it they feed the local one).
+        if filter.is_none() {
+            envoy_entries.clear();
+        }
+        if policy.is_none() && envoy_entries.is_empty() {
+            return Ok(None);
+        }
+        let previous = previous.and_then(|p| p.as_any().downcast_ref::<GlobalRateLimit>());
+        let domain = filter.map_or_else(|| DEFAULT_DOMAIN.to_string(), |f| f.domain.clone());
+        let backend = match address {
+            Some(addr) => {
+                let timeout = filter.map_or(
+                    warden_local_ratelimit::envoy::global_config::DEFAULT_TIMEOUT,
+                    HttpRateLimit::timeout,
+                );
+                RlsBackend::remote(&addr, timeout).map_err(|e| {
+                    let origin = &filters[0].origin;
+                    vec![problem_at(
+                        &origin.document,
+                        format!("{}.rate_limit_service", origin.config_field),
+                        e.to_string(),
+                    )]
+                })?
+            }
+            None => {
+                let config = rls_config(set)?;
+                let mut domains = std::collections::BTreeMap::new();
+                domains.insert(config.domain.clone(), config);
+                let set = RlsConfigSet { domains };
+                match previous.map(|p| &p.backend) {
+                    Some(RlsBackend::Embedded(limiter)) => {
+                        limiter.set_config(set);
+                        RlsBackend::Embedded(limiter.clone())
+                    }
+                    _ => RlsBackend::Embedded(Arc::new(RateLimiter::in_memory(set))),
+                }
+            }
+        };
+        let mut gateways_by_port: HashMap<u16, Vec<String>> = HashMap::new();
+        for gw in &set.gateways {
+            for server in &gw.spec.servers {
+                gateways_by_port
+                    .entry(server.port.number as u16)
+                    .or_default()
+                    .push(gw.metadata.name.clone());
+            }
+        }
+        let limited_headers = match filter {
+            Some(f) => warden_local_ratelimit::envoy::proto_json::header_pairs(
+                &f.response_headers_to_add,
+                "response_headers_to_add",
+            )
+            .map_err(|(field, message)| {
+                let origin = &filters[0].origin;
+                vec![problem_at(
+                    &origin.document,
+                    format!("{}.{field}", origin.config_field),
+                    message,
+                )]
+            })?,
+            None => Vec::new(),
+        };
+        let status = |s: Option<&warden_local_ratelimit::envoy::proto_json::HttpStatus>,
+                      default: StatusCode| {
+            s.and_then(|s| u16::try_from(s.code.0).ok())
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(default)
+        };
+        Ok(Some(GlobalRateLimit {
+            domain,
+            policy,
+            envoy_entries,
+            method_path_headers: lua
+                .method_path_headers
+                .into_iter()
+                .map(|h| h.name)
+                .collect(),
+            gateways_by_port,
+            backend,
+            failure_mode_deny: filter.is_some_and(|f| f.failure_mode_deny),
+            status_on_error: status(
+                filter.and_then(|f| f.status_on_error.as_ref()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            rate_limited_status: warden_local_ratelimit::envoy::proto_json::limited_status(
+                filter.and_then(|f| f.rate_limited_status.as_ref()),
+            ),
+            x_envoy_ratelimited: !filter.is_some_and(|f| f.disable_x_envoy_ratelimited_header),
+            // Envoy Gateway turns DRAFT_03 headers on for policies; an EnvoyFilter opts in.
+            x_ratelimit_headers: match filter {
+                Some(f) => f.enable_x_ratelimit_headers.as_deref() == Some("DRAFT_VERSION_03"),
+                None => true,
+            },
+            limited_headers,
+            cache: previous.map_or_else(
+                || Arc::new(OverLimitCache::new(CACHE_ENTRIES)),
+                |p| p.cache.clone(),
+            ),
+        }))
+    }
+
+    /// The embedded limiter, when no RLS address is configured.
+    pub fn embedded_limiter(&self) -> Option<&Arc<RateLimiter>> {
+        match &self.backend {
+            RlsBackend::Embedded(l) => Some(l),
+            RlsBackend::Remote { .. } => None,
+        }
+    }
+
+    /// The descriptors of a request, in Envoy's order (route actions, then policy rules).
+    pub fn descriptors(&self, req: &RequestAttrs<'_>, route: &Route) -> Vec<RateLimitDescriptor> {
+        let vs = route.name.split('/').nth(1);
+        let cluster = match &route.action {
+            RouteAction::Forward { clusters, .. } => clusters.first().map(|c| &*c.cluster.name),
+            RouteAction::Direct { .. } => None,
+        };
+        let gateways = self
+            .gateways_by_port
+            .get(&req.port)
+            .map_or(&[][..], |g| g.as_slice());
+        // The seed's Lua header, computed natively when its actions need it.
+        let lua_headers;
+        let headers = if self.method_path_headers.is_empty() || self.envoy_entries.is_empty() {
+            req.headers
+        } else {
+            let mut h = req.headers.clone();
+            if let Some(v) = lua_path_header::method_path_value(req.method, req.path) {
+                for name in &self.method_path_headers {
+                    h.append(name.clone(), v.clone());
+                }
+            }
+            lua_headers = h;
+            &lua_headers
+        };
+        let attrs = warden_local_ratelimit::RequestAttrs {
+            client_ip: req.client_ip,
+            method: req.method,
+            path: req.path,
+            headers,
+            gateway: gateways.first().map_or("", String::as_str),
+            virtual_service: vs,
+            destination_cluster: cluster,
+        };
+        let mut out = Vec::new();
+        for e in &self.envoy_entries {
+            if let Some(d) = e.descriptor(&attrs, "") {
+                out.push(RateLimitDescriptor {
+                    entries: d
+                        .into_iter()
+                        .map(|(key, value)| Entry { key, value })
+                        .collect(),
+                    limit: None,
+                    hits_addend: None,
+                    is_negative_hits: false,
+                });
+            }
+        }
+        if let Some(p) = &self.policy {
+            p.descriptors(&attrs, gateways, &mut out);
+        }
+        out
+    }
+
+    fn limited_reply(&self) -> LocalReply {
+        LocalReply {
+            status: self.rate_limited_status,
+            body: Bytes::new(),
+            flag: Some(ResponseFlag::RateLimited),
+        }
+    }
+
+    fn over_limit(&self, resp: &RateLimitResponse, key: String, now: Instant) -> Verdict {
+        let mut headers = HeaderMap::new();
+        if self.x_envoy_ratelimited {
+            headers.insert(
+                response_headers::X_ENVOY_RATELIMITED,
+                HeaderValue::from_static("true"),
+            );
+        }
+        if self.x_ratelimit_headers {
+            response_headers::x_ratelimit(&resp.statuses, &mut headers);
+        }
+        for (n, v) in &self.limited_headers {
+            headers.append(n.clone(), v.clone());
+        }
+        response_headers::append_rls_headers(&resp.response_headers_to_add, &mut headers);
+        let reset = resp
+            .statuses
+            .iter()
+            .filter(|s| s.code == CODE_OVER_LIMIT)
+            .filter_map(|s| s.duration_until_reset.as_ref())
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .max();
+        if let Some(reset) = reset.filter(|r| !r.is_zero()) {
+            self.cache.insert(
+                key,
+                Denial {
+                    until: now + reset,
+                    headers: headers.clone(),
+                },
+                now,
+            );
+        }
+        let mut reply = self.limited_reply();
+        if !resp.raw_body.is_empty() {
+            reply.body = Bytes::from(resp.raw_body.clone());
+        }
+        Verdict::ReplyWithHeaders(reply, headers)
+    }
+
+    async fn decide(&self, req: &RequestAttrs<'_>, route: &Route, metrics: &Metrics) -> Verdict {
+        let descriptors = self.descriptors(req, route);
+        if descriptors.is_empty() {
+            return Verdict::Continue;
+        }
+        let key = cache_key(&descriptors);
+        let now = Instant::now();
+        if let Some(denial) = self.cache.get(&key, now) {
+            metrics.global_rate_limit.over_limit_cache_hits.inc();
+            let mut headers = denial.headers;
+            if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
+                let left = denial
+                    .until
+                    .saturating_duration_since(now)
+                    .as_secs_f64()
+                    .ceil();
+                headers.insert(
+                    response_headers::X_RATELIMIT_RESET,
+                    HeaderValue::from(left as u64),
+                );
+            }
+            return Verdict::ReplyWithHeaders(self.limited_reply(), headers);
+        }
+        let request = RateLimitRequest {
+            domain: self.domain.clone(),
+            descriptors,
+            hits_addend: 1,
+        };
+        match self.backend.should_rate_limit(request).await {
+            Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
+                metrics.global_rate_limit.over_limit.inc();
+                self.over_limit(&resp, key, now)
+            }
+            Ok(resp) if resp.overall_code == CODE_OK => {
+                metrics.global_rate_limit.ok.inc();
+                let mut response = HeaderMap::new();
+                if self.x_ratelimit_headers {
+                    response_headers::x_ratelimit(&resp.statuses, &mut response);
+                }
+                response_headers::append_rls_headers(&resp.response_headers_to_add, &mut response);
+                if resp.request_headers_to_add.is_empty() {
+                    if response.is_empty() {
+                        Verdict::Continue
+                    } else {
+                        Verdict::ContinueWithHeaders(response)
+                    }
+                } else {
+                    let mut request = HeaderMap::new();
+                    response_headers::append_rls_headers(
+                        &resp.request_headers_to_add,
+                        &mut request,
+                    );
+                    Verdict::ContinueWithRequestHeaders { request, response }
+                }
+            }
+            other => {
+                metrics.global_rate_limit.error.inc();
+                if let Err(e) = &other {
+                    tracing::debug!(error = %e, "rate limit service call failed");
+                }
+                if self.failure_mode_deny {
+                    Verdict::Reply(LocalReply {
+                        status: self.status_on_error,
+                        body: Bytes::new(),
+                        flag: Some(ResponseFlag::RateLimitServiceError),
+                    })
+                } else {
+                    metrics.global_rate_limit.failure_mode_allowed.inc();
+                    Verdict::Continue
+                }
+            }
+        }
+    }
+}
+
+/// One string naming a descriptor set (length-prefixed, so no two sets collide).
+fn cache_key(descriptors: &[RateLimitDescriptor]) -> String {
+    let mut key = String::with_capacity(64);
+    for d in descriptors {
+        key.push('|');
+        for e in &d.entries {
+            let _ = write!(
+                key,
+                "{}:{}{}:{}",
+                e.key.len(),
+                e.key,
+                e.value.len(),
+                e.value
+            );
+        }
+    }
+    key
+}
+
+impl AsyncRequestFilter for GlobalRateLimit {
+    fn check<'a>(
+        &'a self,
+        req: &'a RequestAttrs<'a>,
+        route: &'a Route,
+        metrics: &'a Metrics,
+    ) -> VerdictFuture<'a> {
+        Box::pin(self.decide(req, route, metrics))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_keys_do_not_collide() {
+        let d = |pairs: &[(&str, &str)]| RateLimitDescriptor {
+            entries: pairs
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            limit: None,
+            hits_addend: None,
+            is_negative_hits: false,
+        };
+        assert_ne!(
+            cache_key(&[d(&[("a", "b:c")])]),
+            cache_key(&[d(&[("a", "b"), ("c", "")])])
+        );
+        assert_ne!(
+            cache_key(&[d(&[("a", "1")]), d(&[])]),
+            cache_key(&[d(&[("a", "1")])])
+        );
+    }
+}
