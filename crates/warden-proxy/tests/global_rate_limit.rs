@@ -1,0 +1,367 @@
+//! Global rate limiting end to end: real proxies on loopback, the embedded limiter, and
+//! `warden ratelimit` in process with a real redis-server; clients bound to 127.0.0.1 and
+//! 127.0.0.2 so the limiter sees two client addresses.
+
+mod common;
+
+use common::{addr, gateway, inline, service_entry};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use warden_load::echo::{EchoConfig, EchoServer};
+use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
+use warden_ratelimit::{Backend, ConfigSource, ManualClock, RunningServer, Server, Settings};
+use warden_testkit::RedisServer;
+
+const POLICY: &str = include_str!("../../../examples/ratelimit-global/policy-per-ip-path.yaml");
+const SEED_FILTERS: &str =
+    include_str!("../../../examples/ratelimit-global/seed-envoyfilter-global.yaml");
+
+fn examples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/ratelimit-global")
+}
+
+/// Gateway on a free port, every host routed to the echo upstream.
+fn routes(upstream: SocketAddr) -> String {
+    format!(
+        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: api\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - route:\n    - destination: {{host: echo.internal}}\n{se}",
+        gw = gateway(&[(0, "HTTP")]),
+        se = service_entry("echo.internal", &[upstream]),
+    )
+}
+
+/// The seed's EnvoyFilters pointed at `rls`, with `failure_mode_deny` and `timeout` set.
+fn seed_filters(rls: SocketAddr, fail_closed: bool, timeout: &str) -> String {
+    SEED_FILTERS
+        .replace(
+            "outbound|8081||ratelimit.default.svc.cluster.local",
+            &format!("outbound|{}||127.0.0.1", rls.port()),
+        )
+        .replace(
+            "failure_mode_deny: true",
+            &format!("failure_mode_deny: {fail_closed}"),
+        )
+        .replace("timeout: 10s", &format!("timeout: {timeout}"))
+}
+
+fn start_proxy(yaml: &str) -> RunningProxy {
+    Proxy::start(ProxyOptions::loopback(inline(yaml))).expect("proxy starts")
+}
+
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(IpAddr::from(ip))
+        .build()
+        .unwrap()
+}
+
+/// Send `n` GETs (at most 16 in flight); returns (status counts: 200, 429, 500, other).
+async fn send(client: &reqwest::Client, url: &str, n: usize) -> [usize; 4] {
+    use futures_util::StreamExt;
+    let results: Vec<u16> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let c = client.clone();
+            // Varying query strings: the limit is on the path without the query.
+            let url = format!("{url}?i={i}");
+            async move { c.get(url).send().await.map_or(0, |r| r.status().as_u16()) }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut out = [0; 4];
+    for s in results {
+        let slot = match s {
+            200 => 0,
+            429 => 1,
+            500 => 2,
+            _ => 3,
+        };
+        out[slot] += 1;
+    }
+    out
+}
+
+fn counter(p: &RunningProxy, name: &str) -> u64 {
+    let text = p.metrics_text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("warden_ratelimit_{name}_total ")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Wait out the last seconds of a wall-clock minute: the embedded limiter counts in fixed
+/// windows on the system clock, and a test must not straddle two windows.
+async fn away_from_minute_edge() {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    if secs % 60 >= 55 {
+        tokio::time::sleep(Duration::from_secs(61 - secs % 60)).await;
+    }
+}
+
+async fn echo() -> EchoServer {
+    EchoServer::start(EchoConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        tcp: None,
+    })
+    .await
+    .unwrap()
+}
+
+/// `warden ratelimit` on Redis with a frozen clock (one window for the whole test).
+async fn rls_on_redis(
+    redis: &RedisServer,
+    config: &str,
+    grpc: Option<SocketAddr>,
+) -> RunningServer {
+    let mut s =
+        Settings::loopback_for_tests(ConfigSource::Paths(vec![examples_dir().join(config)]));
+    s.backend = Backend::Redis;
+    s.redis.socket_type = "tcp".into();
+    s.redis.url = redis.addr();
+    s.redis.timeout = Duration::from_secs(2);
+    if let Some(a) = grpc {
+        s.grpc_addr = a;
+    }
+    Server::start_with_clock(s, Arc::new(ManualClock::new(1_700_000_010_000)))
+        .await
+        .expect("rls starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_policy_limits_per_ip_and_path() {
+    let up = echo().await;
+    let proxy = start_proxy(&format!("{}---\n{POLICY}", routes(up.http_addr().unwrap())));
+    let base = format!("http://{}", addr(&proxy, 0));
+    away_from_minute_edge().await;
+
+    let first = send(
+        &client_from([127, 0, 0, 1]),
+        &format!("{base}/api/healthz"),
+        180,
+    )
+    .await;
+    assert_eq!(first, [100, 80, 0, 0], "180 from 127.0.0.1");
+    assert_eq!(up.total(), 100, "exactly 100 reach the upstream");
+
+    let second = send(
+        &client_from([127, 0, 0, 2]),
+        &format!("{base}/api/healthz"),
+        90,
+    )
+    .await;
+    assert_eq!(second, [90, 0, 0, 0], "90 from 127.0.0.2 all pass");
+    // Another path is not limited by this rule.
+    let other = send(&client_from([127, 0, 0, 1]), &format!("{base}/other"), 5).await;
+    assert_eq!(other, [5, 0, 0, 0]);
+    assert_eq!(up.total(), 195);
+
+    // A limited response carries Envoy's headers.
+    let r = client_from([127, 0, 0, 1])
+        .get(format!("{base}/api/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["x-envoy-ratelimited"], "true");
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "0");
+    assert!(r.headers()["x-ratelimit-limit"]
+        .to_str()
+        .unwrap()
+        .starts_with("100, 100;w=60"));
+    // Once an OVER_LIMIT is cached, the limited client costs no decision (a few requests
+    // already in flight when the first answer came back were decided too).
+    let (over, hits) = (
+        counter(&proxy, "over_limit"),
+        counter(&proxy, "over_limit_cache_hits"),
+    );
+    assert_eq!(over + hits, 81, "every 429 counted once");
+    assert!(
+        over >= 1 && hits >= 60,
+        "over_limit {over}, cache hits {hits}"
+    );
+    assert_eq!(
+        counter(&proxy, "ok"),
+        190,
+        "/other selects no rule: no decision"
+    );
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_envoyfilters_through_warden_ratelimit_and_redis() {
+    let redis = RedisServer::start().expect("redis-server");
+    let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
+    let up = echo().await;
+    let proxy = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls.grpc_addr(), true, "1s")
+    ));
+    let base = format!("http://{}", addr(&proxy, 0));
+
+    let first = send(
+        &client_from([127, 0, 0, 1]),
+        &format!("{base}/api/healthz"),
+        180,
+    )
+    .await;
+    assert_eq!(first, [100, 80, 0, 0], "180 from 127.0.0.1");
+    assert_eq!(up.total(), 100);
+    let second = send(
+        &client_from([127, 0, 0, 2]),
+        &format!("{base}/api/healthz"),
+        90,
+    )
+    .await;
+    assert_eq!(second, [90, 0, 0, 0], "90 from 127.0.0.2");
+    // The key is method + path: a POST to the same path has its own counter.
+    let post = client_from([127, 0, 0, 1])
+        .post(format!("{base}/api/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 200);
+    assert_eq!(up.total(), 191);
+    let (over, hits) = (
+        counter(&proxy, "over_limit"),
+        counter(&proxy, "over_limit_cache_hits"),
+    );
+    assert_eq!(over + hits, 80);
+    assert!(
+        hits >= 60,
+        "most 429s came from the over-limit cache: {hits}"
+    );
+    proxy.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_proxies_share_one_limit() {
+    let redis = RedisServer::start().expect("redis-server");
+    let rls = rls_on_redis(&redis, "ratelimit-config-300.yaml", None).await;
+    let up = echo().await;
+    let yaml = format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls.grpc_addr(), false, "1s")
+    );
+    let proxies: Vec<RunningProxy> = (0..3).map(|_| start_proxy(&yaml)).collect();
+    let client = client_from([127, 0, 0, 1]);
+    let mut passed = 0;
+    for p in &proxies {
+        let url = format!("http://{}/login", addr(p, 0));
+        passed += send(&client, &url, 150).await[0];
+    }
+    assert_eq!(passed, 300, "300/min held across three proxies");
+    assert_eq!(up.total(), 300, "the upstream sees exactly 300");
+    for p in proxies {
+        p.shutdown(Duration::from_secs(1));
+    }
+    rls.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_down_fails_open_or_closed_and_limiting_resumes() {
+    let redis = RedisServer::start().expect("redis-server");
+    let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
+    let rls_addr = rls.grpc_addr();
+    let up = echo().await;
+    let open = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls_addr, false, "1s")
+    ));
+    let closed = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls_addr, true, "1s")
+    ));
+    let c1 = client_from([127, 0, 0, 1]);
+    let open_url = format!("http://{}/api/healthz", addr(&open, 0));
+    let closed_url = format!("http://{}/api/healthz", addr(&closed, 0));
+    assert_eq!(send(&c1, &open_url, 3).await, [3, 0, 0, 0], "RLS up");
+
+    rls.shutdown().await;
+    assert_eq!(send(&c1, &open_url, 5).await, [5, 0, 0, 0], "fail open");
+    assert_eq!(
+        send(&c1, &closed_url, 5).await,
+        [0, 0, 5, 0],
+        "fail closed: 500"
+    );
+    assert!(counter(&open, "failure_mode_allowed") >= 5);
+    assert!(counter(&closed, "error") >= 5);
+
+    // Back on the same port and the same Redis: the proxies reconnect by themselves.
+    let rls = rls_on_redis(&redis, "ratelimit-config.yaml", Some(rls_addr)).await;
+    let mut resumed = [0; 4];
+    for _ in 0..50 {
+        resumed = send(&c1, &closed_url, 1).await;
+        if resumed[0] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(resumed, [1, 0, 0, 0], "RLS back: requests pass again");
+    // The counter kept the 3 + 1 requests counted before and after the outage.
+    let rest = send(&c1, &closed_url, 120).await;
+    assert_eq!(rest[0], 96, "limiting resumed at 100 per minute: {rest:?}");
+    assert_eq!(rest[1], 24);
+    open.shutdown(Duration::from_secs(1));
+    closed.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_limit_applies_before_global() {
+    let up = echo().await;
+    // Local: 5 per minute per IP; global: 10 per minute per IP. The local limit decides first,
+    // so the global limiter only ever sees the 5 requests the local one let through.
+    let policy = r#"apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: both
+spec:
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: 5, unit: Minute}
+  global:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: 10, unit: Minute}
+"#;
+    let proxy = start_proxy(&format!("{}---\n{policy}", routes(up.http_addr().unwrap())));
+    away_from_minute_edge().await;
+    let url = format!("http://{}/x", addr(&proxy, 0));
+    let got = send(&client_from([127, 0, 0, 1]), &url, 20).await;
+    assert_eq!(got, [5, 15, 0, 0]);
+    assert_eq!(up.total(), 5);
+    assert_eq!(
+        counter(&proxy, "ok"),
+        5,
+        "global saw only what local let through"
+    );
+    assert_eq!(counter(&proxy, "over_limit"), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[test]
+fn lua_other_than_the_seed_pattern_is_reported() {
+    let yaml =
+        seed_filters("127.0.0.1:1".parse().unwrap(), false, "1s").replace("method .. path", "path");
+    let text = format!("{}---\n{yaml}", routes("127.0.0.1:1".parse().unwrap()));
+    let err = Proxy::start(ProxyOptions::loopback(inline(&text)))
+        .err()
+        .expect("config rejected")
+        .to_string();
+    assert!(err.contains("EnvoyFilter/filter-ratelimit"), "{err}");
+    assert!(err.contains("inlineCode"), "{err}");
+    assert!(err.contains("Lua filters are not supported"), "{err}");
+}
