@@ -29,8 +29,43 @@ pub struct MetricsView {
     pub config_reload_errors: u64,
 }
 
+/// Global rate limit stage outcomes (Envoy's `cluster.<c>.ratelimit.*`).
+#[derive(Debug, Clone, Default)]
+pub struct GlobalRateLimitMetrics {
+    pub ok: Counter,
+    pub over_limit: Counter,
+    pub error: Counter,
+    pub failure_mode_allowed: Counter,
+    /// Requests answered 429 from the over-limit cache, without an RPC.
+    pub over_limit_cache_hits: Counter,
+}
+
+impl GlobalRateLimitMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("ratelimit");
+        sub.register("ok", "RLS answers OK", self.ok.clone());
+        sub.register("over_limit", "RLS answers OVER_LIMIT", self.over_limit.clone());
+        sub.register(
+            "error",
+            "RLS calls that failed or timed out",
+            self.error.clone(),
+        );
+        sub.register(
+            "failure_mode_allowed",
+            "Requests let through because the RLS failed (fail open)",
+            self.failure_mode_allowed.clone(),
+        );
+        sub.register(
+            "over_limit_cache_hits",
+            "Requests limited from the over-limit cache, without an RLS call",
+            self.over_limit_cache_hits.clone(),
+        );
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub global_rate_limit: GlobalRateLimitMetrics,
     pub requests_by_route: Family<RouteCodeLabels, Counter>,
     pub requests: Counter,
     pub duration: Histogram,
@@ -90,8 +125,11 @@ impl Metrics {
             "Rejected config reloads (the running config was kept)",
             config_reload_errors.clone(),
         );
+        let global_rate_limit = GlobalRateLimitMetrics::default();
+        global_rate_limit.register(&mut registry);
         Metrics {
             registry,
+            global_rate_limit,
             requests_by_route,
             requests,
             duration,

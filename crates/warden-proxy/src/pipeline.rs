@@ -51,7 +51,15 @@ pub enum Verdict {
     Continue,
     /// Continue, adding these headers to the response (e.g. `x-ratelimit-*`).
     ContinueWithHeaders(HeaderMap),
+    /// Continue, adding `request` to the upstream request and `response` to the response
+    /// (the RLS's `request_headers_to_add` / `response_headers_to_add`).
+    ContinueWithRequestHeaders {
+        request: HeaderMap,
+        response: HeaderMap,
+    },
     Reply(LocalReply),
+    /// A local reply carrying extra headers (`x-envoy-ratelimited`, `x-ratelimit-*`).
+    ReplyWithHeaders(LocalReply, HeaderMap),
 }
 
 /// A synchronous policy stage (authz, local rate limit).
@@ -62,8 +70,16 @@ pub trait RequestFilter: Send + Sync + fmt::Debug {
 pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
 
 /// An asynchronous policy stage (global rate limit via the RLS).
+/// `metrics` receives the stage's outcome counters; `as_any` lets a rebuilt filter adopt
+/// state (counters, connections) from the previous snapshot's.
 pub trait AsyncRequestFilter: Send + Sync + fmt::Debug {
-    fn check<'a>(&'a self, req: &'a RequestAttrs<'a>, route: &'a Route) -> VerdictFuture<'a>;
+    fn check<'a>(
+        &'a self,
+        req: &'a RequestAttrs<'a>,
+        route: &'a Route,
+        metrics: &'a crate::metrics::Metrics,
+    ) -> VerdictFuture<'a>;
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// The compiled policy engines of a snapshot. Later issues fill these slots in
@@ -80,11 +96,20 @@ impl Filters {
     /// `envoy_filters`) that apply to this proxy; `previous` hands over state (limiter buckets)
     /// across reloads. Nothing is compiled yet: those engines land with their issues.
     pub fn build(
-        _set: &ConfigSet,
-        _identity: &ProxyIdentity,
-        _previous: Option<&Filters>,
+        set: &ConfigSet,
+        identity: &ProxyIdentity,
+        previous: Option<&Filters>,
     ) -> Result<Filters, Vec<Problem>> {
-        Ok(Filters::default())
+        let global_rate_limit = crate::filters::global_rate_limit::GlobalRateLimit::build(
+            set,
+            identity,
+            previous.and_then(|p| p.global_rate_limit.as_deref()),
+        )?
+        .map(|f| Box::new(f) as Box<dyn AsyncRequestFilter>);
+        Ok(Filters {
+            global_rate_limit,
+            ..Filters::default()
+        })
     }
 
     pub fn stage_names(&self) -> Vec<&'static str> {
@@ -182,6 +207,16 @@ fn local(reply: LocalReply, outcome: &mut Outcome) -> Response<ProxyBody> {
     reply.into_response()
 }
 
+fn local_with_headers(
+    reply: LocalReply,
+    headers: HeaderMap,
+    outcome: &mut Outcome,
+) -> Response<ProxyBody> {
+    let mut resp = local(reply, outcome);
+    resp.headers_mut().extend(headers);
+    resp
+}
+
 async fn run(
     req: Request<Incoming>,
     conn: &ConnCtx,
@@ -264,6 +299,7 @@ async fn run(
 
     // 3-5. policies
     let mut extra_headers: Option<HeaderMap> = None;
+    let mut extra_request_headers: Option<HeaderMap> = None;
     let filters = &snapshot.filters;
     for f in [&filters.authz, &filters.local_rate_limit]
         .into_iter()
@@ -274,16 +310,40 @@ async fn run(
             Verdict::ContinueWithHeaders(h) => {
                 extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
             }
+            Verdict::ContinueWithRequestHeaders { request, response } => {
+                extra_request_headers
+                    .get_or_insert_with(HeaderMap::new)
+                    .extend(request);
+                extra_headers
+                    .get_or_insert_with(HeaderMap::new)
+                    .extend(response)
+            }
             Verdict::Reply(r) => return local(r, outcome),
+            Verdict::ReplyWithHeaders(r, mut h) => {
+                h.extend(extra_headers.take().unwrap_or_default());
+                return local_with_headers(r, h, outcome);
+            }
         }
     }
     if let Some(f) = &filters.global_rate_limit {
-        match f.check(&attrs, &route).await {
+        match f.check(&attrs, &route, &shared.metrics).await {
             Verdict::Continue => {}
             Verdict::ContinueWithHeaders(h) => {
                 extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
             }
+            Verdict::ContinueWithRequestHeaders { request, response } => {
+                extra_request_headers
+                    .get_or_insert_with(HeaderMap::new)
+                    .extend(request);
+                extra_headers
+                    .get_or_insert_with(HeaderMap::new)
+                    .extend(response)
+            }
             Verdict::Reply(r) => return local(r, outcome),
+            Verdict::ReplyWithHeaders(r, mut h) => {
+                h.extend(extra_headers.take().unwrap_or_default());
+                return local_with_headers(r, h, outcome);
+            }
         }
     }
 
@@ -325,6 +385,9 @@ async fn run(
                 client_ip,
                 shared.num_trusted_proxies,
             );
+            if let Some(h) = extra_request_headers {
+                parts.headers.extend(h);
+            }
             route.request_headers.apply(&mut parts.headers);
             target.request_headers.apply(&mut parts.headers);
             // Boxed: the upstream future is large, and hyper moves the request future into
