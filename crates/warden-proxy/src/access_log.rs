@@ -22,6 +22,16 @@ pub struct Entry<'a> {
     pub route: Option<&'a str>,
     pub response_flags: &'a str,
     pub request_id: Option<&'a str>,
+    /// Envoy's `%RESPONSE_CODE_DETAILS%` for a policy denial, e.g.
+    /// `rbac_access_denied_matched_policy[none]` or `local_rate_limited`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_code_details: Option<String>,
+    /// The RBAC rule (`none` for an ALLOW miss) or rate limit rule that stopped the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<&'a str>,
+    /// A dry-run policy or shadow-mode limit that would have stopped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow_policy: Option<&'a str>,
 }
 
 pub struct AccessLog {

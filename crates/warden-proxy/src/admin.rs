@@ -95,7 +95,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
         "/stats/prometheus" => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4",
-            shared.metrics.encode(),
+            shared.metrics.encode_with(&shared.snapshot.load().filters),
         ),
         "/config_dump" => json(config_dump(shared)),
         "/listeners" => json(serde_json::to_value(&shared.listeners).unwrap_or_default()),

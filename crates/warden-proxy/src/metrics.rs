@@ -1,6 +1,9 @@
 //! Prometheus metrics of the proxy (served on the admin `/stats/prometheus`), plus a typed view
 //! of the main counters for tests and embedders.
 
+use crate::filters::local_rate_limit::LocalRateLimitFilter;
+use crate::pipeline::Filters;
+use prometheus_client::encoding::text;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,7 +47,11 @@ impl GlobalRateLimitMetrics {
     fn register(&self, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("ratelimit");
         sub.register("ok", "RLS answers OK", self.ok.clone());
-        sub.register("over_limit", "RLS answers OVER_LIMIT", self.over_limit.clone());
+        sub.register(
+            "over_limit",
+            "RLS answers OVER_LIMIT",
+            self.over_limit.clone(),
+        );
         sub.register(
             "error",
             "RLS calls that failed or timed out",
@@ -63,8 +70,51 @@ impl GlobalRateLimitMetrics {
     }
 }
 
+/// The label of a policy counter: an RBAC rule name (`ns[..]-policy[..]-rule[..]`) or `none`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
+/// Authorization outcomes (Envoy's `rbac.allowed` / `rbac.denied` / `rbac.shadow_denied`),
+/// HTTP requests and TCP connections alike.
+#[derive(Debug, Clone, Default)]
+pub struct AuthzMetrics {
+    pub allowed: Counter,
+    pub denied: Family<PolicyLabels, Counter>,
+    pub shadow_denied: Family<PolicyLabels, Counter>,
+}
+
+impl AuthzMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("authz");
+        sub.register(
+            "allowed",
+            "Requests and connections allowed by RBAC",
+            self.allowed.clone(),
+        );
+        sub.register(
+            "denied",
+            "Requests and connections denied, by the rule that denied (`none`: no ALLOW rule matched)",
+            self.denied.clone(),
+        );
+        sub.register(
+            "shadow_denied",
+            "Dry-run policies that would have denied, by rule",
+            self.shadow_denied.clone(),
+        );
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupResultLabels {
+    group: String,
+    result: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub authz: AuthzMetrics,
     pub global_rate_limit: GlobalRateLimitMetrics,
     pub requests_by_route: Family<RouteCodeLabels, Counter>,
     pub requests: Counter,
@@ -127,8 +177,11 @@ impl Metrics {
         );
         let global_rate_limit = GlobalRateLimitMetrics::default();
         global_rate_limit.register(&mut registry);
+        let authz = AuthzMetrics::default();
+        authz.register(&mut registry);
         Metrics {
             registry,
+            authz,
             global_rate_limit,
             requests_by_route,
             requests,
@@ -164,6 +217,40 @@ impl Metrics {
         out
     }
 
+    /// [`Self::encode`] plus the counters the current snapshot's engines keep themselves
+    /// (local limiter groups, connection limits, key table and evictions); those survive
+    /// reloads inside the engines, so they are read at scrape time.
+    pub fn encode_with(&self, filters: &Filters) -> String {
+        let mut out = String::new();
+        let mut scraped = Registry::with_prefix("warden");
+        if let Some(local) = &filters.local_rate_limit {
+            register_local_rate_limit(&mut scraped, local);
+        }
+        // Writing to a String cannot fail.
+        let _ = text::encode_registry(&mut out, &self.registry);
+        let _ = text::encode_registry(&mut out, &scraped);
+        let _ = text::encode_eof(&mut out);
+        out
+    }
+
+    pub fn authz_denied(&self, policy: &str) {
+        self.authz
+            .denied
+            .get_or_create_owned(&PolicyLabels {
+                policy: policy.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn authz_shadow_denied(&self, policy: &str) {
+        self.authz
+            .shadow_denied
+            .get_or_create_owned(&PolicyLabels {
+                policy: policy.to_string(),
+            })
+            .inc();
+    }
+
     pub fn view(&self) -> MetricsView {
         MetricsView {
             requests: self.requests.get(),
@@ -179,4 +266,70 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Envoy's `http_local_rate_limit.{enabled,ok,rate_limited,enforced}` per group, the L4
+/// `ok`/`rate_limited` per connection group, and the per-key table.
+fn register_local_rate_limit(registry: &mut Registry, local: &LocalRateLimitFilter) {
+    let requests = Family::<GroupResultLabels, Counter>::default();
+    for g in local.group_stats() {
+        for (result, n) in [
+            ("enabled", g.enabled),
+            ("ok", g.ok),
+            ("rate_limited", g.rate_limited),
+            ("enforced", g.enforced),
+        ] {
+            requests
+                .get_or_create(&GroupResultLabels {
+                    group: g.name.clone(),
+                    result,
+                })
+                .inc_by(n);
+        }
+    }
+    let connections = Family::<GroupResultLabels, Counter>::default();
+    for g in local.connection_stats() {
+        for (result, n) in [("ok", g.ok), ("rate_limited", g.rate_limited)] {
+            connections
+                .get_or_create(&GroupResultLabels {
+                    group: g.name.clone(),
+                    result,
+                })
+                .inc_by(n);
+        }
+    }
+    let table = local.table_stats();
+    let gauge = |v: usize| {
+        let g = Gauge::<i64>::default();
+        g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        g
+    };
+    let counter = |v: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        c
+    };
+    let sub = registry.sub_registry_with_prefix("local_rate_limit");
+    sub.register(
+        "requests",
+        "Local rate limit decisions by group and result (enabled, ok, rate_limited, enforced)",
+        requests,
+    );
+    sub.register(
+        "connections",
+        "L4 connection limit decisions by group (ok = accepted, rate_limited = closed)",
+        connections,
+    );
+    sub.register("keys", "Per-client keys held", gauge(table.keys));
+    sub.register("max_keys", "Cap on per-client keys", gauge(table.max_keys));
+    sub.register(
+        "evictions",
+        "Per-client keys evicted to stay under the cap",
+        counter(table.evictions),
+    );
+    sub.register(
+        "evictions_active",
+        "Evicted keys whose bucket had not refilled (their clients got a fresh budget)",
+        counter(table.evictions_active),
+    );
 }

@@ -15,6 +15,8 @@
 use crate::access_log::{now_rfc3339, Entry};
 use crate::body::ProxyBody;
 use crate::client_addr::trusted_client_addr;
+use crate::filters::authz::{self, AuthzFilter};
+use crate::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
 use crate::forwarding_headers::{add_forwarding, strip_hop_by_hop, X_FORWARDED_FOR, X_REQUEST_ID};
 use crate::local_reply::{LocalReply, ResponseFlag};
 use crate::routing::{host_of, Route, RouteAction, RouteInput};
@@ -25,7 +27,7 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,6 +46,8 @@ pub struct RequestAttrs<'a> {
     pub headers: &'a HeaderMap,
     /// The listener's configured port.
     pub port: u16,
+    /// The local address the connection was accepted on (`destination.ip` / `.port`).
+    pub local_addr: SocketAddr,
 }
 
 /// A policy stage's decision.
@@ -86,29 +90,51 @@ pub trait AsyncRequestFilter: Send + Sync + fmt::Debug {
 /// [`Filters::build`].
 #[derive(Debug, Default)]
 pub struct Filters {
-    pub authz: Option<Box<dyn RequestFilter>>,
-    pub local_rate_limit: Option<Box<dyn RequestFilter>>,
+    pub authz: Option<AuthzFilter>,
+    pub local_rate_limit: Option<LocalRateLimitFilter>,
     pub global_rate_limit: Option<Box<dyn AsyncRequestFilter>>,
 }
 
 impl Filters {
     /// Compile the policy kinds (`authorization_policies`, `rate_limit_policies`,
     /// `envoy_filters`) that apply to this proxy; `previous` hands over state (limiter buckets)
-    /// across reloads. Nothing is compiled yet: those engines land with their issues.
+    /// across reloads. All problems of all stages are reported together.
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
         previous: Option<&Filters>,
     ) -> Result<Filters, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let authz = AuthzFilter::build(set, identity).unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
+        let local_rate_limit = LocalRateLimitFilter::build(
+            set,
+            identity,
+            previous.and_then(|p| p.local_rate_limit.as_ref()),
+        )
+        .unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
         let global_rate_limit = crate::filters::global_rate_limit::GlobalRateLimit::build(
             set,
             identity,
             previous.and_then(|p| p.global_rate_limit.as_deref()),
-        )?
+        )
+        .unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        })
         .map(|f| Box::new(f) as Box<dyn AsyncRequestFilter>);
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(Filters {
+            authz,
+            local_rate_limit,
             global_rate_limit,
-            ..Filters::default()
         })
     }
 
@@ -133,6 +159,12 @@ struct Outcome {
     route: Option<Arc<Route>>,
     upstream: Option<http::uri::Authority>,
     flag: Option<ResponseFlag>,
+    /// The RBAC rule (`none` for an ALLOW miss) or rate limit rule that stopped the request.
+    policy: Option<Arc<str>>,
+    /// Envoy's response code details prefix for a policy denial.
+    details: Option<&'static str>,
+    /// A dry-run policy (or shadow-mode limit) that would have stopped it.
+    shadow_policy: Option<Arc<str>>,
 }
 
 /// What the access log needs of the request, captured only when logging is on.
@@ -197,10 +229,20 @@ pub async fn handle(
             route: outcome.route.as_ref().map(|r| &*r.name),
             response_flags: outcome.flag.map_or("-", |f| f.code()),
             request_id: fields.request_id.as_deref(),
+            response_code_details: outcome.details.map(|d| match &outcome.policy {
+                Some(p) if d == RBAC_DENIED => format!("{d}[{p}]"),
+                _ => d.to_string(),
+            }),
+            policy: outcome.policy.as_deref(),
+            shadow_policy: outcome.shadow_policy.as_deref(),
         });
     }
     response
 }
+
+/// Envoy's response code details of the policy stages.
+const RBAC_DENIED: &str = "rbac_access_denied_matched_policy";
+const LOCAL_RATE_LIMITED: &str = "local_rate_limited";
 
 fn local(reply: LocalReply, outcome: &mut Outcome) -> Response<ProxyBody> {
     outcome.flag = reply.flag;
@@ -282,6 +324,7 @@ async fn run(
         path: parts.uri.path(),
         headers: &parts.headers,
         port: conn.port,
+        local_addr: conn.local,
     };
     let input = RouteInput {
         method: attrs.method,
@@ -301,27 +344,43 @@ async fn run(
     let mut extra_headers: Option<HeaderMap> = None;
     let mut extra_request_headers: Option<HeaderMap> = None;
     let filters = &snapshot.filters;
-    for f in [&filters.authz, &filters.local_rate_limit]
-        .into_iter()
-        .flatten()
-    {
-        match f.check(&attrs, &route) {
-            Verdict::Continue => {}
-            Verdict::ContinueWithHeaders(h) => {
-                extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
+    let logging = log.is_some();
+    if let Some(authz) = &filters.authz {
+        let note = authz.check_http(&attrs, &shared.metrics);
+        outcome.shadow_policy = note.shadow_denied_by;
+        if let Some(policy) = note.denied_by {
+            outcome.policy = Some(policy);
+            outcome.details = Some(RBAC_DENIED);
+            return local(authz::denied_reply(), outcome);
+        }
+    }
+    if let Some(limiter) = &filters.local_rate_limit {
+        match limiter.check_http(&attrs, &route) {
+            LimitVerdict::Pass {
+                response_headers,
+                request_headers,
+                shadow_rule,
+            } => {
+                if let Some(h) = response_headers {
+                    h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
+                }
+                if !request_headers.is_empty() {
+                    let add = extra_request_headers.get_or_insert_with(HeaderMap::new);
+                    for (name, value) in request_headers {
+                        add.insert(name.clone(), value.clone());
+                    }
+                }
+                if let (true, Some(rule)) = (logging, shadow_rule) {
+                    outcome.shadow_policy = Some(Arc::from(rule));
+                }
             }
-            Verdict::ContinueWithRequestHeaders { request, response } => {
-                extra_request_headers
-                    .get_or_insert_with(HeaderMap::new)
-                    .extend(request);
-                extra_headers
-                    .get_or_insert_with(HeaderMap::new)
-                    .extend(response)
-            }
-            Verdict::Reply(r) => return local(r, outcome),
-            Verdict::ReplyWithHeaders(r, mut h) => {
-                h.extend(extra_headers.take().unwrap_or_default());
-                return local_with_headers(r, h, outcome);
+            LimitVerdict::Limited { response, rule } => {
+                outcome.flag = Some(ResponseFlag::RateLimited);
+                outcome.details = Some(LOCAL_RATE_LIMITED);
+                if logging {
+                    outcome.policy = Some(Arc::from(rule));
+                }
+                return response;
             }
         }
     }

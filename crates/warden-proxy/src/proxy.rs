@@ -270,7 +270,9 @@ impl RunningProxy {
 
     /// The Prometheus text exposition, as `/stats/prometheus` serves it.
     pub fn metrics_text(&self) -> String {
-        self.shared.metrics.encode()
+        self.shared
+            .metrics
+            .encode_with(&self.shared.snapshot.load().filters)
     }
 
     /// Stop accepting, let in-flight requests and connections finish until `deadline` has

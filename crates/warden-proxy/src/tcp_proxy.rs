@@ -1,6 +1,10 @@
 //! `protocol: TCP` servers: pick the VirtualService tcp route's cluster, connect, and copy both
 //! ways; EOF on one side is forwarded as a write shutdown (half-close) to the other.
+//! Before that, the L4 policies: the local connection limit on accept, then authorization on
+//! the first byte (Envoy's network RBAC); a refused connection is closed with nothing written.
 
+use crate::metrics::Metrics;
+use crate::pipeline::Filters;
 use crate::snapshot::PortRoutes;
 use crate::state::WorkerCtx;
 use std::time::Duration;
@@ -15,6 +19,9 @@ pub async fn proxy(
     let shared = &*worker.shared;
     shared.metrics.tcp_connections.inc();
     let snapshot = shared.snapshot.load_full();
+    if !admitted(&inbound, port, &snapshot.filters, &shared.metrics).await {
+        return;
+    }
     let Some(PortRoutes::Tcp(Some(route))) = snapshot.routes_for_port(port) else {
         tracing::debug!(port, "no tcp route; closing");
         return;
@@ -44,4 +51,30 @@ pub async fn proxy(
     if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
         tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
     }
+}
+
+/// The L4 policy stages. False: drop the connection without writing.
+async fn admitted(inbound: &TcpStream, port: u16, filters: &Filters, metrics: &Metrics) -> bool {
+    if filters.local_rate_limit.is_none() && filters.authz.is_none() {
+        return true;
+    }
+    let (Ok(peer), Ok(local)) = (inbound.peer_addr(), inbound.local_addr()) else {
+        return false;
+    };
+    if let Some(limiter) = &filters.local_rate_limit {
+        if !limiter.admit_connection(port, peer.ip()) {
+            tracing::debug!(%peer, port, "connection over the local limit; closing");
+            return false;
+        }
+    }
+    if let Some(authz) = &filters.authz {
+        // Envoy's network RBAC decides on the first byte (ONE_TIME_ON_FIRST_BYTE).
+        let mut first = [0u8; 1];
+        match inbound.peek(&mut first).await {
+            Ok(n) if n > 0 => {}
+            _ => return false,
+        }
+        return authz.check_tcp(peer.ip(), local, metrics);
+    }
+    true
 }

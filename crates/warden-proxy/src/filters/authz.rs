@@ -1,1 +1,145 @@
-//! AuthorizationPolicy stage (issue 3).
+//! Stage 3, AuthorizationPolicy: [`warden_authz::Authorizer`] compiled for this proxy's scope,
+//! checked after the route match (HTTP) or on a TCP connection's first byte.
+
+use crate::local_reply::LocalReply;
+use crate::metrics::Metrics;
+use crate::pipeline::RequestAttrs;
+use crate::snapshot::ProxyIdentity;
+use http::StatusCode;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use warden_authz::{
+    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, TcpAttrs, DENY_BODY, DENY_STATUS,
+    NONE_POLICY,
+};
+use warden_config::{ConfigSet, Problem};
+
+/// The compiled policies that apply to this proxy; absent from the snapshot when none do.
+#[derive(Debug)]
+pub struct AuthzFilter {
+    authorizer: Authorizer,
+    /// The `none` label of an ALLOW miss, allocated once.
+    none: Arc<str>,
+}
+
+/// What the pipeline keeps of a check for its access log.
+#[derive(Debug, Default)]
+pub struct AuthzNote {
+    /// The rule that denied, or `none` for an ALLOW miss; `None` when allowed.
+    pub denied_by: Option<Arc<str>>,
+    /// The first dry-run policy that would have denied.
+    pub shadow_denied_by: Option<Arc<str>>,
+}
+
+impl AuthzNote {
+    pub fn allowed(&self) -> bool {
+        self.denied_by.is_none()
+    }
+}
+
+/// The scope policies are selected by: the proxy's namespace and labels, and every Gateway this
+/// proxy serves (for `targetRefs`).
+pub fn proxy_scope(set: &ConfigSet, identity: &ProxyIdentity) -> ProxyScope {
+    ProxyScope {
+        namespace: identity.namespace.clone(),
+        labels: identity.labels.clone(),
+        gateway_names: set
+            .gateways
+            .iter()
+            .map(|g| g.metadata.name.clone())
+            .collect(),
+        ..ProxyScope::default()
+    }
+}
+
+impl AuthzFilter {
+    /// Compile the policies in scope; `None` when no policy applies (the stage is skipped).
+    pub fn build(
+        set: &ConfigSet,
+        identity: &ProxyIdentity,
+    ) -> Result<Option<AuthzFilter>, Vec<Problem>> {
+        let authorizer = Authorizer::compile_set(set, &proxy_scope(set, identity))?;
+        let stats = authorizer.stats();
+        if authorizer.is_empty() {
+            return Ok(None);
+        }
+        tracing::info!(
+            policies = stats.policies,
+            rules = stats.rules,
+            cidrs = stats.cidrs,
+            index_bytes = stats.index_bytes,
+            "authorization policies compiled"
+        );
+        Ok(Some(AuthzFilter {
+            authorizer,
+            none: Arc::from(NONE_POLICY),
+        }))
+    }
+
+    pub fn stats(&self) -> AuthorizerStats {
+        self.authorizer.stats()
+    }
+
+    /// Decide an HTTP request (after the route match) and count the decision.
+    pub fn check_http(&self, req: &RequestAttrs<'_>, metrics: &Metrics) -> AuthzNote {
+        let decision = self.authorizer.check_http(&HttpAttrs {
+            direct_peer: req.peer_ip,
+            client_ip: req.client_ip,
+            dest_ip: req.local_addr.ip(),
+            // Envoy's destination_port: the port the connection was accepted on.
+            dest_port: req.local_addr.port(),
+            host: req.authority,
+            method: req.method.as_str(),
+            path: req.path,
+            headers: req.headers,
+            sni: None,
+        });
+        self.note(decision, metrics)
+    }
+
+    /// Decide a TCP connection on its first byte; a denied one is closed with nothing written.
+    pub fn check_tcp(&self, peer: IpAddr, local: SocketAddr, metrics: &Metrics) -> bool {
+        let decision = self.authorizer.check_tcp(&TcpAttrs {
+            direct_peer: peer,
+            client_ip: peer,
+            dest_ip: local.ip(),
+            dest_port: local.port(),
+            sni: None,
+        });
+        let n = self.note(decision, metrics);
+        if let Some(policy) = &n.denied_by {
+            tracing::debug!(%peer, %local, policy = &**policy, "tcp connection denied by RBAC");
+        }
+        n.allowed()
+    }
+
+    fn note(&self, decision: Decision, metrics: &Metrics) -> AuthzNote {
+        for policy in &decision.shadow_denied {
+            metrics.authz_shadow_denied(policy);
+        }
+        let denied_by = if decision.allow {
+            metrics.authz.allowed.inc();
+            None
+        } else {
+            let label: Arc<str> = match decision.policy {
+                Some(p) => p,
+                None => self.none.clone(),
+            };
+            metrics.authz_denied(&label);
+            Some(label)
+        };
+        AuthzNote {
+            denied_by,
+            shadow_denied_by: decision.shadow_denied.into_iter().next(),
+        }
+    }
+}
+
+/// Envoy's RBAC denial: 403 `RBAC: access denied`, `text/plain` (no response flag).
+pub fn denied_reply() -> LocalReply {
+    LocalReply::new(
+        StatusCode::from_u16(DENY_STATUS).unwrap_or(StatusCode::FORBIDDEN),
+        DENY_BODY,
+        None,
+    )
+}

@@ -1,1 +1,152 @@
-//! Local rate limit stage (issue 4).
+//! Stage 4, local rate limit: [`warden_local_ratelimit::LocalLimiter`] per request after authz,
+//! and its L4 connection limit when a TCP listener accepts.
+
+use crate::body::ProxyBody;
+use crate::pipeline::RequestAttrs;
+use crate::routing::{Route, RouteAction};
+use crate::snapshot::ProxyIdentity;
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Response};
+use std::net::IpAddr;
+use std::sync::Arc;
+use warden_config::{ConfigSet, Problem};
+use warden_local_ratelimit::{
+    GroupStats, LimiterOptions, LocalLimiter, RateLimitHeaders, TableStats,
+};
+
+/// The local limiter of a snapshot plus what it needs to know about listeners.
+#[derive(Debug)]
+pub struct LocalRateLimitFilter {
+    limiter: Arc<LocalLimiter>,
+    /// Configured port -> the Gateway declaring it (first one wins), for `targetRefs` to a
+    /// Gateway.
+    gateways_by_port: Vec<(u16, Arc<str>)>,
+}
+
+/// What the pipeline does with a request after the limiter looked at it.
+pub enum LimitVerdict<'a> {
+    /// Forward; add `response_headers` (x-ratelimit-*) to the response and `request_headers`
+    /// (shadow mode's `request_headers_to_add_when_not_enforced`) to the upstream request.
+    Pass {
+        response_headers: Option<RateLimitHeaders>,
+        request_headers: &'a [(HeaderName, HeaderValue)],
+        /// The rule that would have limited a shadow-mode request.
+        shadow_rule: Option<&'a str>,
+    },
+    /// Answer this 429 (never reaches the upstream); `rule` decided.
+    Limited {
+        response: Response<ProxyBody>,
+        rule: &'a str,
+    },
+}
+
+impl LocalRateLimitFilter {
+    /// Compile the local limits of `set`; `None` when there are none. `previous` hands over
+    /// bucket state of unchanged rules (and the per-key table).
+    pub fn build(
+        set: &ConfigSet,
+        identity: &ProxyIdentity,
+        previous: Option<&LocalRateLimitFilter>,
+    ) -> Result<Option<LocalRateLimitFilter>, Vec<Problem>> {
+        let opts = LimiterOptions {
+            proxy_labels: Some(identity.labels.clone()),
+            ..LimiterOptions::default()
+        };
+        let limiter = LocalLimiter::from_config(set, opts, previous.map(|p| p.limiter.as_ref()))?;
+        for w in limiter.warnings() {
+            tracing::warn!("{w}");
+        }
+        if limiter.is_empty() && !limiter.has_connection_limits() {
+            return Ok(None);
+        }
+        let mut gateways_by_port: Vec<(u16, Arc<str>)> = Vec::new();
+        for gw in &set.gateways {
+            for server in &gw.spec.servers {
+                let port = server.port.number;
+                if !gateways_by_port.iter().any(|(p, _)| *p == port) {
+                    gateways_by_port.push((port, Arc::from(gw.metadata.name.as_str())));
+                }
+            }
+        }
+        Ok(Some(LocalRateLimitFilter {
+            limiter: Arc::new(limiter),
+            gateways_by_port,
+        }))
+    }
+
+    fn gateway(&self, port: u16) -> &str {
+        self.gateways_by_port
+            .iter()
+            .find(|(p, _)| *p == port)
+            .map_or("", |(_, g)| g)
+    }
+
+    /// Decide one routed request (after authz).
+    pub fn check_http(&self, req: &RequestAttrs<'_>, route: &Route) -> LimitVerdict<'_> {
+        if self.limiter.is_empty() {
+            return LimitVerdict::Pass {
+                response_headers: None,
+                request_headers: &[],
+                shadow_rule: None,
+            };
+        }
+        // Route names are `namespace/virtualservice/route`.
+        let virtual_service = route.name.split('/').nth(1);
+        let destination_cluster = match &route.action {
+            RouteAction::Forward { clusters, .. } if clusters.len() == 1 => {
+                clusters.first().map(|c| c.cluster.name.as_str())
+            }
+            _ => None,
+        };
+        let outcome = self.limiter.check(&warden_local_ratelimit::RequestAttrs {
+            client_ip: req.client_ip,
+            method: req.method,
+            path: req.path,
+            headers: req.headers,
+            gateway: self.gateway(req.port),
+            virtual_service,
+            destination_cluster,
+        });
+        let rule = outcome.decided_by.map(|d| d.rule);
+        match outcome.response {
+            Some(reply) => {
+                let grpc = req
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                let mut response = reply.build(grpc, |text| {
+                    ProxyBody::full(Bytes::from_static(text.as_bytes()))
+                });
+                if let Some(h) = outcome.rate_limit_headers {
+                    h.apply(response.headers_mut());
+                }
+                LimitVerdict::Limited {
+                    response,
+                    rule: rule.unwrap_or(""),
+                }
+            }
+            None => LimitVerdict::Pass {
+                response_headers: outcome.rate_limit_headers,
+                request_headers: outcome.request_headers_to_add,
+                shadow_rule: rule,
+            },
+        }
+    }
+
+    /// L4: may a new connection from `client_ip` on the listener of config port `port` proceed?
+    pub fn admit_connection(&self, port: u16, client_ip: IpAddr) -> bool {
+        self.limiter.check_connection(self.gateway(port), client_ip)
+    }
+
+    pub fn group_stats(&self) -> Vec<GroupStats> {
+        self.limiter.group_stats()
+    }
+
+    pub fn connection_stats(&self) -> Vec<GroupStats> {
+        self.limiter.connection_stats()
+    }
+
+    pub fn table_stats(&self) -> TableStats {
+        self.limiter.table_stats()
+    }
+}
