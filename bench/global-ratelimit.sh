@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Global rate limit bench (issue 6), seed 000's `ab -c 1000` on loopback in one run: wrk with
+# 1000 connections through a warden gateway (one worker) in front of an nginx backend, with
+#   (a) no limiter
+#   (b) a global RateLimitPolicy on the embedded limiter (no RLS, no Redis)
+#   (c) the seed's EnvoyFilters (remote_address + method/path) -> `warden ratelimit` -> Redis
+#   (d) a local per-IP limit before (c)
+# in two shapes: attack (one client IP far over 300/min: nearly every answer is a 429) and
+# pass-through (limit never reached: every request needs a decision, for (c) an RPC and a
+# Redis INCR). Goals: attack p99(c) <= p99(a) + 1 ms; attack rps (b),(c) >= 90% of (a);
+# pass-through rps (b),(c) >= 70% of (a).
+# Env: DURATION (s per case, default 8), CONNS (default 1000), WARDEN (prebuilt binary: skips
+# the release build).
+source "$(dirname "$0")/lib/common.sh"
+ensure_pkgs nginx:nginx wrk:wrk curl:curl python3:python3 redis-server:redis-server
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+CONNS=${CONNS:-1000}
+if [ -z "${WARDEN:-}" ]; then build_warden; fi
+
+BACKEND=$(free_port); REDIS=$(free_port); RLS=$(free_port)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
+NGX
+bg nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+bg redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no
+
+# RLS: two domains, `attack` (seed: 300/min per remote_address + PATH) and `pass` (never hit).
+rls_domain() { # DOMAIN REQUESTS UNIT
+  printf 'domain: %s\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: PATH\n        rate_limit: {unit: %s, requests_per_unit: %s}\n' "$1" "$3" "$2"
+}
+mkdir -p "$WORK/rls"
+rls_domain attack 300 minute >"$WORK/rls/attack.yaml"
+rls_domain pass 1000000000 second >"$WORK/rls/pass.yaml"
+bg "$WARDEN" ratelimit --config "$WORK/rls" --grpc "127.0.0.1:$RLS" \
+  --http "127.0.0.1:$(free_port)" --debug "127.0.0.1:$(free_port)" \
+  --backend redis --redis-url "127.0.0.1:$REDIS"
+
+routes() { # PORT
+  cat <<YAML
+apiVersion: networking.istio.io/v1beta1
+kind: Gateway
+metadata: {name: bench, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: $1, name: http, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: ServiceEntry
+metadata: {name: backend, namespace: istio-system}
+spec:
+  hosts: [backend.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {http: $BACKEND}}]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata: {name: api, namespace: istio-system}
+spec:
+  hosts: ["*"]
+  gateways: [bench]
+  http:
+  - route: [{destination: {host: backend.local, port: {number: 80}}}]
+YAML
+}
+policy() { # local|global REQUESTS UNIT
+  cat <<YAML
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: per-ip-$1, namespace: istio-system}
+spec:
+  $1:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: $2, unit: $3}
+YAML
+}
+seed_filters() { # DOMAIN — the seed's EnvoyFilters, pointed at our RLS, fail open, 20 ms default
+  sed -e "s/outbound|8081||ratelimit.default.svc.cluster.local/outbound|$RLS||127.0.0.1/" \
+      -e "s/domain: ratelimit/domain: $1/" -e "s/failure_mode_deny: true/failure_mode_deny: false/" \
+      -e "/timeout: 10s/d" "$ROOT/examples/ratelimit-global/seed-envoyfilter-global.yaml"
+}
+
+declare -A PORT
+start_case() { # NAME, then config parts on stdin already written to $WORK/NAME
+  PORT[$1]=$(free_port)
+  routes "${PORT[$1]}" >"$WORK/$1/gateway.yaml"
+  bg "$WARDEN" proxy -c "$WORK/$1" --concurrency 1 --listen-host 127.0.0.1 \
+    --admin "127.0.0.1:$(free_port)" --no-watch
+}
+for c in a b-attack b-pass c-attack c-pass d-attack d-pass; do mkdir -p "$WORK/$c"; done
+policy global 300 Minute >"$WORK/b-attack/policy.yaml"
+policy global 1000000000 Second >"$WORK/b-pass/policy.yaml"
+seed_filters attack >"$WORK/c-attack/filters.yaml"
+seed_filters pass >"$WORK/c-pass/filters.yaml"
+seed_filters attack >"$WORK/d-attack/filters.yaml"; policy local 600 Minute >"$WORK/d-attack/local.yaml"
+seed_filters pass >"$WORK/d-pass/filters.yaml"; policy local 1000000000 Second >"$WORK/d-pass/local.yaml"
+for c in a b-attack b-pass c-attack c-pass d-attack d-pass; do start_case "$c"; done
+wait_http "http://127.0.0.1:$BACKEND/"
+for c in a b-pass c-pass d-pass; do wait_http "http://127.0.0.1:${PORT[$c]}/"; done
+for c in b-attack c-attack d-attack; do
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$c]}") 2>/dev/null && break; sleep 0.1; done
+done
+sleep 0.5
+
+echo "wrk -t1 -c$CONNS -d${DURATION}s per case" >&2
+url() { echo "http://127.0.0.1:${PORT[$1]}/api/healthz?user=1"; }
+wrk_run "attack (a) no limiter"          "$(url a)"
+wrk_run "attack (b) embedded"            "$(url b-attack)"
+wrk_run "attack (c) warden ratelimit+redis" "$(url c-attack)"
+wrk_run "attack (d) local+global"        "$(url d-attack)"
+wrk_run "pass (a) no limiter"            "$(url a)"
+wrk_run "pass (b) embedded"              "$(url b-pass)"
+wrk_run "pass (c) warden ratelimit+redis" "$(url c-pass)"
+wrk_run "pass (d) local+global"          "$(url d-pass)"
+
+python3 - "$RESULTS" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+def ms(t):
+    t = t or "0"
+    for suf, f in (("ms", 1.0), ("us", 0.001), ("s", 1000.0)):
+        if t.endswith(suf):
+            return float(t[: -len(suf)]) * f
+    return float(t)
+res = {r[0]: (float(r[1] or 0), ms(r[2]), r[3], r[4] if len(r) > 4 else "") for r in rows}
+print(f"{'case':<38}{'req/s':>10}{'p99 ms':>10}{'non-2xx':>10}  errors")
+for name, (rps, p99, non, err) in res.items():
+    print(f"{name:<38}{rps:>10.0f}{p99:>10.2f}{non:>10}  {err}")
+print()
+def ratio(shape, case, goal):
+    a = res[f"{shape} (a) no limiter"][0]
+    x = [v for k, v in res.items() if k.startswith(f"{shape} ({case})")][0][0]
+    r = x / a if a else 0
+    print(f"{shape:<6} rps ({case}) / (a) = {r:.3f}  [{'PASS' if r >= goal else 'FAIL'}, goal >= {goal}]")
+for shape, goal in (("attack", 0.9), ("pass", 0.7)):
+    for case in ("b", "c"):
+        ratio(shape, case, goal)
+pa = res["attack (a) no limiter"][1]
+pc = res["attack (c) warden ratelimit+redis"][1]
+print(f"attack p99 (c) - p99 (a) = {pc - pa:+.2f} ms  [{'PASS' if pc <= pa + 1 else 'FAIL'}, goal <= +1 ms]")
+PY
