@@ -267,3 +267,80 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod config_agreement_tests {
+    //! The descriptors a request produces must hit the limits of the generated RLS config.
+    use super::*;
+    use warden_ratelimit::config::ConfigSet as RlsConfigSet;
+    use warden_ratelimit::{RateLimitRequest, RateLimiter};
+
+    const POLICY: &str = r#"apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: shapes}
+spec:
+  global:
+    rules:
+    - limit: {requests: 2, unit: Minute}
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: 3, unit: Minute}
+    - clientSelectors:
+      - headers: [{name: x-user, type: Distinct}]
+      limit: {requests: 4, unit: Hour}
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+        headers: [{name: x-user, type: Distinct}, {name: x-app, type: Distinct}]
+      limit: {requests: 5, unit: Day}
+      shadowMode: true
+"#;
+
+    #[tokio::test]
+    async fn every_shape_is_counted_by_the_generated_config() {
+        let loaded = warden_config::load_str("p.yaml", POLICY).unwrap();
+        let rules = PolicyRules::compile(&loaded.set).unwrap().unwrap();
+        let config = crate::filters::global_rate_limit::rls_config(&loaded.set).unwrap();
+        // The generated YAML is valid reference config.
+        let yaml = warden_ratelimit::to_yaml(&config);
+        let parsed = warden_ratelimit::parse_config("gen.yaml", &yaml).unwrap();
+        let mut domains = std::collections::BTreeMap::new();
+        domains.insert(parsed.domain.clone(), parsed);
+        let limiter = RateLimiter::in_memory(RlsConfigSet { domains });
+
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-user", "ann".parse().unwrap());
+        headers.insert("x-app", "web".parse().unwrap());
+        let method = http::Method::GET;
+        let req = RequestAttrs {
+            client_ip: "10.0.0.7".parse().unwrap(),
+            method: &method,
+            path: "/",
+            headers: &headers,
+            gateway: "",
+            virtual_service: None,
+            destination_cluster: None,
+        };
+        let mut descriptors = Vec::new();
+        rules.descriptors(&req, &[], &mut descriptors);
+        assert_eq!(descriptors.len(), 4);
+        let resp = limiter
+            .decide(&RateLimitRequest {
+                domain: config.domain.clone(),
+                descriptors,
+                hits_addend: 1,
+            })
+            .await
+            .unwrap();
+        let limits: Vec<u32> = resp
+            .statuses
+            .iter()
+            .map(|s| s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit))
+            .collect();
+        assert_eq!(
+            limits,
+            vec![2, 3, 4, 5],
+            "each descriptor found its rule's limit"
+        );
+        assert_eq!(resp.statuses[0].limit_remaining, 1);
+    }
+}
