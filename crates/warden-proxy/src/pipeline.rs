@@ -66,11 +66,6 @@ pub enum Verdict {
     ReplyWithHeaders(LocalReply, HeaderMap),
 }
 
-/// A synchronous policy stage (authz, local rate limit).
-pub trait RequestFilter: Send + Sync + fmt::Debug {
-    fn check(&self, req: &RequestAttrs<'_>, route: &Route) -> Verdict;
-}
-
 pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
 
 /// An asynchronous policy stage (global rate limit via the RLS).
