@@ -72,6 +72,9 @@ pub struct RatelimitConfigArgs {
     /// Config file or directory (repeatable).
     #[arg(short = 'c', long = "config", required = true)]
     pub config: Vec<PathBuf>,
+    /// Write the envoyproxy/ratelimit config here instead of stdout.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
 }
 
 pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
@@ -140,6 +143,30 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn run_ratelimit_config(_args: RatelimitConfigArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("ratelimit-config: not implemented yet (lands with the global rate limit issue)")
+/// Writes the envoyproxy/ratelimit config enforcing the RateLimitPolicies' global rules, for
+/// an external `warden ratelimit` (or the reference service).
+pub fn run_ratelimit_config(args: RatelimitConfigArgs) -> anyhow::Result<ExitCode> {
+    let source = ConfigSource::Paths(args.config);
+    let config = match crate::config_source::load(&source) {
+        Ok(loaded) => crate::filters::global_rate_limit::rls_config(&loaded.set)
+            .map_err(warden_config::ConfigErrors),
+        Err(e) => Err(e),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if config.descriptors.is_empty() {
+        eprintln!("warning: no RateLimitPolicy has spec.global rules; the config is empty");
+    }
+    let yaml = warden_ratelimit::to_yaml(&config);
+    match args.output {
+        Some(path) => std::fs::write(&path, yaml)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@
 //! clients got next to what reached the upstream. Each capability adds one scenario module.
 
 mod gateway;
+mod global_rate_limit;
 mod traffic;
 
 use std::process::ExitCode;
@@ -45,7 +46,7 @@ impl Outcome {
 
 /// The embedded config; `{ECHO}` is replaced by the echo upstream's port.
 fn embedded_config(echo_port: u16) -> String {
-    [gateway::CONFIG]
+    [gateway::CONFIG, global_rate_limit::CONFIG]
         .join("\n---\n")
         .replace("{ECHO}", &echo_port.to_string())
 }
@@ -97,11 +98,18 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
         echo,
     };
 
-    let scenarios: [(&str, &str, Outcome); 1] = [(
-        "gateway",
-        "routing and direct response (seed 001's gateway)",
-        gateway::run(&stage).await?,
-    )];
+    let scenarios: [(&str, &str, Outcome); 2] = [
+        (
+            "gateway",
+            "routing and direct response (seed 001's gateway)",
+            gateway::run(&stage).await?,
+        ),
+        (
+            "global-rate-limit",
+            "seed 000's global limit per IP on the embedded rate limit service",
+            global_rate_limit::run(&stage).await?,
+        ),
+    ];
     let mut all_ok = true;
     for (name, what, outcome) in &scenarios {
         println!("\n[{name}] {what}");
