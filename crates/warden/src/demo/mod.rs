@@ -4,8 +4,10 @@
 //! free loopback ports, drives traffic through it with the load generator, and prints what the
 //! clients got next to what reached the upstream. Each capability adds one scenario module.
 
+mod authz;
 mod gateway;
 mod global_rate_limit;
+mod local_rate_limit;
 mod traffic;
 
 use std::process::ExitCode;
@@ -46,9 +48,14 @@ impl Outcome {
 
 /// The embedded config; `{ECHO}` is replaced by the echo upstream's port.
 fn embedded_config(echo_port: u16) -> String {
-    [gateway::CONFIG, global_rate_limit::CONFIG]
-        .join("\n---\n")
-        .replace("{ECHO}", &echo_port.to_string())
+    [
+        gateway::CONFIG,
+        global_rate_limit::CONFIG,
+        &authz::config(),
+        local_rate_limit::CONFIG,
+    ]
+    .join("\n---\n")
+    .replace("{ECHO}", &echo_port.to_string())
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -98,7 +105,7 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
         echo,
     };
 
-    let scenarios: [(&str, &str, Outcome); 2] = [
+    let scenarios: [(&str, &str, Outcome); 4] = [
         (
             "gateway",
             "routing and direct response (seed 001's gateway)",
@@ -108,6 +115,16 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
             "global-rate-limit",
             "seed 000's global limit per IP on the embedded rate limit service",
             global_rate_limit::run(&stage).await?,
+        ),
+        (
+            "authz",
+            "seed 001's 100k-address allowlist (AuthorizationPolicy ipBlocks) on /authz",
+            authz::run(&stage).await?,
+        ),
+        (
+            "local-rate-limit",
+            "seed 000's local limit: 300 per client IP on /limited, the 301st gets 429",
+            local_rate_limit::run(&stage).await?,
         ),
     ];
     let mut all_ok = true;
