@@ -236,7 +236,7 @@ impl GlobalRateLimit {
         for gw in &set.gateways {
             for server in &gw.spec.servers {
                 gateways_by_port
-                    .entry(server.port.number as u16)
+                    .entry(server.port.number)
                     .or_default()
                     .push(gw.metadata.name.clone());
             }
