@@ -340,6 +340,8 @@ async fn run(
     let mut extra_request_headers: Option<HeaderMap> = None;
     let filters = &snapshot.filters;
     let logging = log.is_some();
+    // Applied straight to the response at the end: no header map on the hot path.
+    let mut local_limit_headers = None;
     if let Some(authz) = &filters.authz {
         let note = authz.check_http(&attrs, &shared.metrics);
         outcome.shadow_policy = note.shadow_denied_by;
@@ -356,9 +358,7 @@ async fn run(
                 request_headers,
                 shadow_rule,
             } => {
-                if let Some(h) = response_headers {
-                    h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
-                }
+                local_limit_headers = response_headers;
                 if !request_headers.is_empty() {
                     let add = extra_request_headers.get_or_insert_with(HeaderMap::new);
                     for (name, value) in request_headers {
@@ -380,6 +380,10 @@ async fn run(
         }
     }
     if let Some(f) = &filters.global_rate_limit {
+        // The global stage's own replies carry them too.
+        if let Some(h) = local_limit_headers.take() {
+            h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
+        }
         match f.check(&attrs, &route, &shared.metrics).await {
             Verdict::Continue => {}
             Verdict::ContinueWithHeaders(h) => {
@@ -473,6 +477,9 @@ async fn run(
 
     // 7. respond
     route.response_headers.apply(response.headers_mut());
+    if let Some(h) = local_limit_headers {
+        h.apply(response.headers_mut());
+    }
     if let Some(h) = extra_headers {
         response.headers_mut().extend(h);
     }
