@@ -391,3 +391,56 @@ async fn reloading_a_100k_address_policy_under_load_fails_no_request() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_follows_labels_namespace_and_gateway_target_refs() {
+    let up = echo().await;
+    let deny_all = |name: &str, namespace: &str, scope: &str| {
+        format!(
+            "---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{scope}  action: DENY\n  rules: [{{}}]\n"
+        )
+    };
+    let cases = [
+        // (policy, proxy labels, expected status)
+        (
+            deny_all("by-label", "default", "  selector: {matchLabels: {istio: ingressgateway}}\n"),
+            vec![("istio", "ingressgateway")],
+            403,
+        ),
+        (
+            deny_all("by-label", "default", "  selector: {matchLabels: {istio: ingressgateway}}\n"),
+            vec![("app", "other")],
+            200,
+        ),
+        (deny_all("other-ns", "team-a", ""), vec![], 200),
+        (deny_all("root-ns", "istio-system", ""), vec![], 403),
+        (
+            deny_all("by-gateway", "default", "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n"),
+            vec![],
+            403,
+        ),
+        (
+            deny_all("other-gateway", "default", "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: elsewhere}]\n"),
+            vec![],
+            200,
+        ),
+    ];
+    for (policy, labels, want) in cases {
+        let mut opts =
+            ProxyOptions::loopback(inline(&http_config(up.http_addr().unwrap(), &policy)));
+        opts.labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let proxy = Proxy::start(opts).unwrap();
+        let r = client_from(LOCAL_1)
+            .get(format!("http://{}/", addr(&proxy, 0)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), want, "{policy} labels {labels:?}");
+        tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    }
+}
