@@ -365,3 +365,115 @@ fn lua_other_than_the_seed_pattern_is_reported() {
     assert!(err.contains("inlineCode"), "{err}");
     assert!(err.contains("Lua filters are not supported"), "{err}");
 }
+
+/// An RLS that answers OK after `delay`, asking for one request and one response header.
+#[derive(Clone)]
+struct ScriptedRls {
+    delay: Duration,
+}
+
+#[tonic::async_trait]
+impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService
+    for ScriptedRls
+{
+    async fn should_rate_limit(
+        &self,
+        _request: tonic::Request<warden_ratelimit::RateLimitRequest>,
+    ) -> Result<tonic::Response<warden_ratelimit::RateLimitResponse>, tonic::Status> {
+        use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+        tokio::time::sleep(self.delay).await;
+        let header = |k: &str, v: &str| HeaderValue {
+            key: k.into(),
+            value: v.into(),
+            ..Default::default()
+        };
+        Ok(tonic::Response::new(warden_ratelimit::RateLimitResponse {
+            overall_code: 1,
+            request_headers_to_add: vec![header("x-rls-note", "checked")],
+            response_headers_to_add: vec![header("x-rls-resp", "yes")],
+            ..Default::default()
+        }))
+    }
+}
+
+async fn scripted_rls(delay: Duration) -> SocketAddr {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = futures_util::stream::unfold(listener, |l| async move {
+        let conn = l.accept().await.map(|(s, _)| s);
+        Some((conn, l))
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(ScriptedRls { delay }))
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_headers_are_applied_to_request_and_response() {
+    let rls = scripted_rls(Duration::ZERO).await;
+    let up = common::echo_http("up").await;
+    let proxy = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.addr),
+        seed_filters(rls, true, "1s")
+    ));
+    let r = client_from([127, 0, 0, 1])
+        .get(format!("http://{}/api/healthz", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rls-resp"], "yes", "response_headers_to_add");
+    assert_eq!(
+        r.headers()["x-echo-h-x-rls-note"],
+        "checked",
+        "request_headers_to_add reached the upstream"
+    );
+    // The seed's Lua header is computed natively but only for descriptors: never forwarded.
+    assert!(r
+        .headers()
+        .get("x-echo-h-x-envoy-original-limit-rate-path")
+        .is_none());
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_rls_hits_the_default_20ms_timeout() {
+    let rls = scripted_rls(Duration::from_millis(300)).await;
+    let up = echo().await;
+    let filters =
+        |closed: bool| seed_filters(rls, closed, "1s").replace("            timeout: 1s\n", "");
+    let open = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        filters(false)
+    ));
+    let closed = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        filters(true)
+    ));
+    let c = client_from([127, 0, 0, 1]);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        send(&c, &format!("http://{}/a", addr(&open, 0)), 4).await,
+        [4, 0, 0, 0]
+    );
+    assert_eq!(
+        send(&c, &format!("http://{}/a", addr(&closed, 0)), 4).await,
+        [0, 0, 4, 0]
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(290),
+        "answered before the RLS did: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(counter(&open, "failure_mode_allowed"), 4);
+    assert_eq!(counter(&closed, "error"), 4);
+    open.shutdown(Duration::from_secs(1));
+    closed.shutdown(Duration::from_secs(1));
+}
