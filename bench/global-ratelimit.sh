@@ -11,10 +11,10 @@
 # pass-through rps (b),(c) >= 70% of (a).
 # Env: DURATION (s per case, default 8), CONNS (default 1000), WARDEN (prebuilt binary: skips
 # the release build).
+CONNS=${CONNS:-1000} # before common.sh, whose default is 64
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk curl:curl python3:python3 redis-server:redis-server
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-CONNS=${CONNS:-1000}
 if [ -z "${WARDEN:-}" ]; then build_warden; fi
 
 BACKEND=$(free_port); REDIS=$(free_port); RLS=$(free_port)
