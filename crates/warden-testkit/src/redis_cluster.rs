@@ -29,14 +29,24 @@ impl RedisCluster {
             let node_dir = dir.path().join(format!("n{i}"));
             std::fs::create_dir_all(&node_dir)
                 .map_err(|e| RedisClusterError::Setup(e.to_string()))?;
-            nodes.push(RedisServer::start_with_args(vec![
+            let args = vec![
                 "--cluster-enabled".into(),
                 "yes".into(),
                 "--dir".into(),
                 node_dir.display().to_string(),
                 "--cluster-node-timeout".into(),
                 "2000".into(),
-            ])?);
+            ];
+            // A port can be taken between choosing it and binding it (tests run in parallel):
+            // try a few fresh ports before giving up.
+            let mut node = RedisServer::start_with_args(args.clone());
+            for _ in 0..3 {
+                if node.is_ok() {
+                    break;
+                }
+                node = RedisServer::start_with_args(args.clone());
+            }
+            nodes.push(node?);
         }
         let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
         let out = Command::new("redis-cli")

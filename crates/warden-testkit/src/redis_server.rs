@@ -34,7 +34,13 @@ impl RedisServer {
 
     /// As [`RedisServer::start`] with extra `redis-server` arguments (e.g. cluster mode).
     pub fn start_with_args(extra_args: Vec<String>) -> Result<Self, RedisServerError> {
-        let port = free_port()?;
+        // A cluster node also listens on port + 10000 (the cluster bus): that one must be free too.
+        let cluster = extra_args.iter().any(|a| a == "--cluster-enabled");
+        let port = if cluster {
+            free_port_with_bus()?
+        } else {
+            free_port()?
+        };
         let mut server = RedisServer {
             port,
             child: None,
@@ -145,6 +151,17 @@ fn free_port() -> Result<u16, RedisServerError> {
         .map_err(RedisServerError::Port)?
         .port();
     Ok(port)
+}
+
+/// A free port below 55535 whose cluster-bus port (port + 10000) is free as well.
+fn free_port_with_bus() -> Result<u16, RedisServerError> {
+    for _ in 0..100 {
+        let port = free_port()?;
+        if port < 55_535 && TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    free_port()
 }
 
 /// Inline-protocol PING; true when the server answers `+PONG`.
