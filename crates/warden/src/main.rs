@@ -42,10 +42,10 @@ enum Command {
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
 /// `LOG_FORMAT=json` are honoured so its Deployment env works unchanged.
-fn init_logging() {
+fn init_logging(default_level: &str) {
     let level = std::env::var("LOG_LEVEL")
         .map(|l| l.to_ascii_lowercase())
-        .unwrap_or_else(|_| "info".into());
+        .unwrap_or_else(|_| default_level.into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -61,7 +61,12 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // The demo prints its own report; its components' info logs would only interleave with it.
+    init_logging(if matches!(cli.command, Command::Demo(_)) {
+        "warn"
+    } else {
+        "info"
+    });
     let result = match cli.command {
         Command::Proxy(args) => warden_proxy::cli::run_proxy(args),
         Command::Check(args) => warden_proxy::cli::run_check(args),
