@@ -15,6 +15,7 @@ pub mod error;
 pub mod filters;
 pub mod forwarding_headers;
 mod framing_guard;
+pub mod h1_pool;
 pub mod header_ops;
 mod listen;
 pub mod local_reply;

@@ -3,6 +3,7 @@
 
 use crate::body::ProxyBody;
 use crate::cluster::{PickError, UpstreamProtocol};
+use crate::h1_pool::H1Pool;
 use crate::local_reply::LocalReply;
 use crate::metrics::Metrics;
 use crate::routing::{RetryPolicy, WeightedCluster};
@@ -17,7 +18,7 @@ use std::time::Duration;
 /// Connection pools of one worker. Each worker owns its pools so connections stay on the
 /// thread that uses them.
 pub struct UpstreamClients {
-    h1: Client<HttpConnector, ProxyBody>,
+    h1: H1Pool,
     h2: Client<HttpConnector, ProxyBody>,
 }
 
@@ -31,10 +32,27 @@ impl UpstreamClients {
         builder
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60));
-        let h1 = builder.build(connector.clone());
         let h2 = builder.http2_only(true).build(connector);
-        UpstreamClients { h1, h2 }
+        UpstreamClients {
+            h1: H1Pool::new(connect_timeout),
+            h2,
+        }
     }
+
+    /// Close HTTP/1.1 connections unused since the previous call; call it periodically.
+    pub fn sweep_idle(&self) {
+        self.h1.sweep();
+    }
+}
+
+/// How often a worker closes upstream connections that stayed unused (the legacy client's
+/// idle timeout was 60 s; a connection goes after 30-60 s unused).
+pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A failed exchange, from either client.
+enum SendError {
+    Connect,
+    Other(String),
 }
 
 /// The upstream's answer, with the endpoint that produced it (for access logs).
@@ -167,28 +185,44 @@ async fn attempt(
         }
     })?;
     let endpoint = lease.endpoint().authority.clone();
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
-    uri.authority = Some(endpoint.clone());
-    uri.path_and_query = Some(
-        parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")),
-    );
-    parts.uri = Uri::from_parts(uri).map_err(|_| fail(LocalReply::bad_request(), None))?;
-    let client = match cluster.protocol {
-        UpstreamProtocol::Http1 => {
-            parts.version = Version::HTTP_11;
-            &clients.h1
-        }
-        UpstreamProtocol::Http2 => {
-            parts.version = Version::HTTP_2;
-            &clients.h2
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let sent = async {
+        match cluster.protocol {
+            UpstreamProtocol::Http1 => {
+                // Origin-form: the connection is already to the endpoint.
+                parts.version = Version::HTTP_11;
+                parts.uri = Uri::from(path);
+                clients
+                    .h1
+                    .send(&endpoint, Request::from_parts(parts, body))
+                    .await
+                    .map_err(|e| match e.is_connect() {
+                        true => SendError::Connect,
+                        false => SendError::Other(e.to_string()),
+                    })
+            }
+            UpstreamProtocol::Http2 => {
+                let mut uri = http::uri::Parts::default();
+                uri.scheme = Some(Scheme::HTTP);
+                uri.authority = Some(endpoint.clone());
+                uri.path_and_query = Some(path);
+                parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
+                parts.version = Version::HTTP_2;
+                clients
+                    .h2
+                    .request(Request::from_parts(parts, body))
+                    .await
+                    .map_err(|e| match e.is_connect() {
+                        true => SendError::Connect,
+                        false => SendError::Other(e.to_string()),
+                    })
+            }
         }
     };
-    let sent = client.request(Request::from_parts(parts, body));
     let result = match per_try_timeout {
         None => sent.await,
         Some(t) => match tokio::time::timeout(t, sent).await {
@@ -202,11 +236,11 @@ async fn attempt(
     drop(lease);
     match result {
         Ok(response) => Ok(Upstreamed { response, endpoint }),
-        Err(e) if e.is_connect() => {
+        Err(SendError::Connect) => {
             metrics.upstream_error("connect");
             Err(fail(LocalReply::connect_failure(), Some(endpoint)))
         }
-        Err(e) => {
+        Err(SendError::Other(e)) => {
             tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");
             metrics.upstream_error("reset");
             Err(fail(LocalReply::upstream_reset(), Some(endpoint)))

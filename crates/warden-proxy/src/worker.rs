@@ -6,7 +6,7 @@ use crate::pipeline;
 use crate::snapshot::{ListenerProtocol, ListenerSpec};
 use crate::state::{ConnCtx, Shared, WorkerCtx};
 use crate::tcp_proxy;
-use crate::upstream::UpstreamClients;
+use crate::upstream::{UpstreamClients, IDLE_SWEEP_INTERVAL};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -61,6 +61,16 @@ async fn run(
     let worker = Arc::new(WorkerCtx {
         shared,
         upstream: UpstreamClients::new(connect_timeout),
+    });
+    // Ends with the runtime, after the accept loops have drained.
+    let sweeping = worker.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(IDLE_SWEEP_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            sweeping.upstream.sweep_idle();
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No header read timeout (Envoy's `request_headers_timeout` is off by default too): hyper
