@@ -179,3 +179,104 @@ impl H1Pool {
         map.values().map(|e| e.conns.len()).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// An HTTP/1.1 server on 127.0.0.1:0 answering "ok"; counts accepted connections.
+    async fn server(keep_alive: bool) -> (Authority, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let host = req.headers()[header::HOST].clone();
+                    let mut resp = Response::new(http_body_util::Full::new(Bytes::from("ok")));
+                    resp.headers_mut().insert("x-host", host);
+                    Ok::<_, std::convert::Infallible>(resp)
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .keep_alive(keep_alive)
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        (addr.to_string().parse().unwrap(), accepted)
+    }
+
+    fn get() -> Request<ProxyBody> {
+        Request::builder().uri("/x").body(ProxyBody::Empty).unwrap()
+    }
+
+    async fn body(resp: Response<Incoming>) -> Bytes {
+        resp.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn reuses_one_connection_for_sequential_requests() {
+        let (ep, accepted) = server(true).await;
+        let pool = H1Pool::new(Duration::from_secs(1));
+        for _ in 0..5 {
+            let resp = pool.send(&ep, get()).await.unwrap();
+            assert_eq!(resp.headers()["x-host"], ep.as_str());
+            assert_eq!(body(resp).await, "ok");
+            // Let the connection task see the end of the exchange.
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn opens_more_connections_for_concurrent_requests() {
+        let (ep, accepted) = server(true).await;
+        let pool = H1Pool::new(Duration::from_secs(1));
+        let (a, b) = tokio::join!(pool.send(&ep, get()), pool.send(&ep, get()));
+        assert_eq!(body(a.unwrap()).await, "ok");
+        assert_eq!(body(b.unwrap()).await, "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn replaces_connections_the_upstream_closed() {
+        let (ep, accepted) = server(false).await;
+        let pool = H1Pool::new(Duration::from_secs(1));
+        for _ in 0..3 {
+            let resp = pool.send(&ep, get()).await.unwrap();
+            assert_eq!(body(resp).await, "ok");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        // Closed connections are dropped at the next checkout: only the last one is left.
+        assert_eq!(pool.connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn sweep_closes_unused_connections() {
+        let (ep, _) = server(true).await;
+        let pool = H1Pool::new(Duration::from_secs(1));
+        body(pool.send(&ep, get()).await.unwrap()).await;
+        pool.sweep();
+        assert_eq!(pool.connections(), 1, "used since the last sweep");
+        pool.sweep();
+        assert_eq!(pool.connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn refused_connect_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        drop(listener);
+        let pool = H1Pool::new(Duration::from_secs(1));
+        let err = pool.send(&ep, get()).await.unwrap_err();
+        assert!(err.is_connect(), "{err}");
+    }
+}
