@@ -3,11 +3,6 @@
 
 mod demo;
 
-// glibc malloc showed up at ~10% of proxy and RLS profiles; mimalloc's per-thread heaps fit the
-// one-runtime-per-worker design.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
