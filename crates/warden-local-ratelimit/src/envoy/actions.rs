@@ -54,6 +54,17 @@ pub enum Action {
         expect_match: Option<bool>,
         headers: Vec<HeaderMatcher>,
     },
+    /// warden extension: `(descriptor_key or "method", request method)`.
+    Method {
+        #[serde(default, alias = "descriptorKey")]
+        descriptor_key: Option<String>,
+    },
+    /// warden extension: `(descriptor_key or "path", path without the query string)`; replaces
+    /// the seed's Lua filter that stripped the query into a header.
+    Path {
+        #[serde(default, alias = "descriptorKey")]
+        descriptor_key: Option<String>,
+    },
     MaskedRemoteAddress {
         #[serde(default, alias = "v4PrefixMaskLen")]
         v4_prefix_mask_len: Option<Uint>,
@@ -226,6 +237,12 @@ enum CompiledAction {
         v4: u8,
         v6: u8,
     },
+    Method {
+        key: String,
+    },
+    Path {
+        key: String,
+    },
 }
 
 /// A `rate_limits` entry ready to evaluate.
@@ -288,6 +305,12 @@ impl CompiledEntry {
                                 .map_err(|m| at(&format!(".header_value_match.headers[{j}]"), m))
                         })
                         .collect::<Result<_, _>>()?,
+                },
+                Action::Method { descriptor_key } => CompiledAction::Method {
+                    key: descriptor_key.clone().unwrap_or_else(|| "method".into()),
+                },
+                Action::Path { descriptor_key } => CompiledAction::Path {
+                    key: descriptor_key.clone().unwrap_or_else(|| "path".into()),
                 },
                 Action::MaskedRemoteAddress {
                     v4_prefix_mask_len,
@@ -365,6 +388,13 @@ impl CompiledEntry {
                     let net = IpNet::new(ip, len).ok()?.trunc();
                     out.push(("masked_remote_address".into(), net.to_string()))
                 }
+                CompiledAction::Method { key } => {
+                    out.push((key.clone(), req.method.as_str().to_string()))
+                }
+                CompiledAction::Path { key } => {
+                    let path = req.path.split('?').next().unwrap_or(req.path);
+                    out.push((key.clone(), path.to_string()))
+                }
             }
         }
         (!out.is_empty()).then_some(out)
@@ -383,6 +413,34 @@ mod tests {
     fn entry(yaml_json: serde_json::Value) -> CompiledEntry {
         let e: RateLimitEntry = serde_json::from_value(yaml_json).unwrap();
         CompiledEntry::compile(&e).unwrap()
+    }
+
+    #[test]
+    fn native_method_and_path_actions_replace_the_lua_header() {
+        let e = entry(serde_json::json!({"actions": [
+            {"remote_address": {}},
+            {"method": {}},
+            {"path": {"descriptor_key": "PATH"}}
+        ]}));
+        let headers = http::HeaderMap::new();
+        let method = http::Method::POST;
+        let req = RequestAttrs {
+            client_ip: "127.0.0.1".parse().unwrap(),
+            method: &method,
+            path: "/api/login?user=x",
+            headers: &headers,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+        };
+        assert_eq!(
+            e.descriptor(&req, "local"),
+            Some(vec![
+                ("remote_address".into(), "127.0.0.1".into()),
+                ("method".into(), "POST".into()),
+                ("PATH".into(), "/api/login".into())
+            ])
+        );
     }
 
     #[test]
