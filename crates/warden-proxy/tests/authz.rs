@@ -239,25 +239,7 @@ async fn tcp_listener_denies_on_first_byte_writing_nothing() {
     let up = echo_tcp().await;
     let yaml = format!(
         r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {{name: tcp-echo}}
-spec:
-  hosts: [tcp.internal]
-  resolution: STATIC
-  ports: [{{number: 9000, name: tcp, protocol: TCP}}]
-  endpoints: [{{address: 127.0.0.1, ports: {{tcp: {port}}}}}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: tcp}}
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  tcp:
-  - route: [{{destination: {{host: tcp.internal, port: {{number: 9000}}}}}}]
----
+{tcp}---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {{name: tcp-allow}}
@@ -269,7 +251,7 @@ spec:
   - from: [{{source: {{ipBlocks: ["{LOCAL_2}"]}}}}]
 "#,
         gw = gateway(&[(0, "TCP")]),
-        port = up.port(),
+        tcp = tcp_route(up.port()),
     );
     let proxy = start(&yaml);
     let to = addr(&proxy, 0);

@@ -270,25 +270,7 @@ async fn tcp_connection_limit_closes_over_limit_connections_writing_nothing() {
     let up = echo_tcp().await;
     let yaml = format!(
         r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {{name: tcp-echo}}
-spec:
-  hosts: [tcp.internal]
-  resolution: STATIC
-  ports: [{{number: 9000, name: tcp, protocol: TCP}}]
-  endpoints: [{{address: 127.0.0.1, ports: {{tcp: {port}}}}}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: tcp}}
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  tcp:
-  - route: [{{destination: {{host: tcp.internal, port: {{number: 9000}}}}}}]
----
+{tcp}---
 apiVersion: warden.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {{name: conns}}
@@ -300,7 +282,7 @@ spec:
       limit: {{requests: 3, unit: Day}}
 "#,
         gw = gateway(&[(0, "TCP")]),
-        port = up.port(),
+        tcp = tcp_route(up.port()),
     );
     let proxy = start(&yaml);
     let to = addr(&proxy, 0);

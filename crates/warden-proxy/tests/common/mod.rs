@@ -193,3 +193,29 @@ pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
 pub fn empty() -> Empty<Bytes> {
     Empty::new()
 }
+
+/// A ServiceEntry `tcp.internal` (port 9000 -> `upstream_port`) and a VirtualService routing
+/// every TCP connection of gateway `gw` to it, as YAML documents (leading `---`).
+pub fn tcp_route(upstream_port: u16) -> String {
+    format!(
+        r#"---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: tcp-echo}}
+spec:
+  hosts: [tcp.internal]
+  resolution: STATIC
+  ports: [{{number: 9000, name: tcp, protocol: TCP}}]
+  endpoints: [{{address: 127.0.0.1, ports: {{tcp: {upstream_port}}}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: tcp}}
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  tcp:
+  - route: [{{destination: {{host: tcp.internal, port: {{number: 9000}}}}}}]
+"#
+    )
+}
