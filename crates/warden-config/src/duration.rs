@@ -8,6 +8,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if s.is_empty() {
         return Err("empty duration".into());
     }
+    if s == "0" {
+        // Go's time.ParseDuration accepts a bare zero (envoyproxy/ratelimit settings use it).
+        return Ok(Duration::ZERO);
+    }
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
@@ -50,6 +54,7 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert!(parse_duration("5").is_err());
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("").is_err());
     }
