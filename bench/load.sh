@@ -6,7 +6,8 @@
 # Goals (issue 7): warden load >= wrk and >= 2x hey in req/s; warden echo >= nginx in req/s.
 #
 # Env: CONNS (64), THREADS (1), DURATION seconds per run (4), ROUNDS (3), WARDEN_BIN (skip the cargo build
-# and use this binary). Loopback only; every run is bounded by DURATION; everything it starts is
+# and use this binary), PIN (1: backends on CPU 0, load tools on CPU 1, so the scheduler does not move
+# them onto each other's core mid-run; 0: no pinning). Loopback only; every run is bounded by DURATION; everything it starts is
 # stopped on exit.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-1}
 DURATION=${DURATION:-4}
 ROUNDS=${ROUNDS:-3}
+PIN=${PIN:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 need=()
@@ -30,6 +32,14 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >&2
 fi
 NGINX=$(command -v nginx)
+if [[ $PIN == 1 && $(nproc) -ge 2 ]]; then
+    ON_SERVER_CPU=(taskset -c 0)
+    ON_CLIENT_CPU=(taskset -c 1)
+else
+    PIN=0
+    ON_SERVER_CPU=()
+    ON_CLIENT_CPU=()
+fi
 
 if [[ -n ${WARDEN_BIN:-} ]]; then
     WARDEN=$WARDEN_BIN
@@ -63,12 +73,12 @@ wait_http() {
 
 NGINX_PORT=$(free_port)
 sed -e "s#@PREFIX@#$WORK#g" -e "s#@PORT@#$NGINX_PORT#g" "$ROOT/bench/load-nginx.conf" >"$WORK/nginx.conf"
-"$NGINX" -p "$WORK" -c "$WORK/nginx.conf"
+"${ON_SERVER_CPU[@]}" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf"
 NGINX_URL=http://127.0.0.1:$NGINX_PORT/
 wait_http "$NGINX_URL"
 
 ECHO_PORT=$(free_port)
-"$WARDEN" echo --http "127.0.0.1:$ECHO_PORT" --threads "$THREADS" 2>"$WORK/echo.log" &
+"${ON_SERVER_CPU[@]}" "$WARDEN" echo --http "127.0.0.1:$ECHO_PORT" --threads "$THREADS" 2>"$WORK/echo.log" &
 ECHO_PID=$!
 ECHO_URL=http://127.0.0.1:$ECHO_PORT/
 wait_http "$ECHO_URL"
@@ -84,7 +94,7 @@ to_ms() { # wrk latency like 1.23ms / 950.00us / 1.20s
 
 run_wrk() {
     local out
-    out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$1")
+    out=$("${ON_CLIENT_CPU[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$1")
     echo "$out" >>"$WORK/raw.txt"
     local rps p50 p99
     rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -95,7 +105,7 @@ run_wrk() {
 
 run_hey() {
     local out
-    out=$(GOMAXPROCS=$THREADS timeout $((DURATION + 30)) hey -c "$CONNS" -z "${DURATION}s" "$1")
+    out=$(GOMAXPROCS=$THREADS timeout $((DURATION + 30)) "${ON_CLIENT_CPU[@]}" hey -c "$CONNS" -z "${DURATION}s" "$1")
     echo "$out" >>"$WORK/raw.txt"
     local rps p50 p99
     rps=$(awk '/Requests\/sec:/ {print $2}' <<<"$out")
@@ -105,7 +115,7 @@ run_hey() {
 }
 
 run_warden() {
-    "$WARDEN" load -c "$CONNS" --threads "$THREADS" -t "${DURATION}s" --quiet \
+    "${ON_CLIENT_CPU[@]}" "$WARDEN" load -c "$CONNS" --threads "$THREADS" -t "${DURATION}s" --quiet \
         --json "$WORK/warden.json" "$1" >>"$WORK/raw.txt"
     python3 - "$WORK/warden.json" <<'PY'
 import json, sys
@@ -116,7 +126,7 @@ PY
 }
 
 echo "# bench/load.sh  $(date -u +%FT%TZ)  $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $CONNS connections, $THREADS thread(s), ${DURATION}s per run, $ROUNDS rounds; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
+echo "# $CONNS connections, $THREADS thread(s), ${DURATION}s per run, $ROUNDS rounds, pinned $PIN; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
 
 # Warm both backends up so the first measured tool is not penalised.
 wrk -t1 -c"$CONNS" -d1s "$NGINX_URL" >/dev/null
