@@ -1,6 +1,8 @@
 //! Binding listener sockets: one per worker per port with SO_REUSEPORT, so the kernel spreads
 //! connections over workers without a shared accept queue.
 
+use crate::snapshot::ListenerSpec;
+use crate::state::ListenerInfo;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{SocketAddr, TcpListener};
 
@@ -27,4 +29,34 @@ pub fn bind_one(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListen
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     Ok(socket.into())
+}
+
+/// A listener's sockets, bound but not yet served by any worker.
+pub struct BoundListener {
+    pub info: ListenerInfo,
+    pub spec: ListenerSpec,
+    pub sockets: Vec<TcpListener>,
+}
+
+/// Bind `spec` on `addr` once per worker; `info` carries the actual address (port 0 resolved).
+pub fn bind_listener(
+    addr: SocketAddr,
+    spec: &ListenerSpec,
+    workers: usize,
+) -> std::io::Result<BoundListener> {
+    let sockets = bind_group(addr, workers)?;
+    let bound = match sockets.first() {
+        Some(s) => s.local_addr()?,
+        None => addr,
+    };
+    Ok(BoundListener {
+        info: ListenerInfo {
+            name: spec.name.clone(),
+            port_in_config: spec.port,
+            protocol: spec.protocol,
+            addr: bound,
+        },
+        spec: spec.clone(),
+        sockets,
+    })
 }

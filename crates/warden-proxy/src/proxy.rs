@@ -14,7 +14,7 @@ use crate::listen;
 use crate::metrics::MetricsView;
 use crate::options::{ConfigSource, ProxyOptions};
 use crate::snapshot::{ProxyIdentity, Snapshot};
-use crate::state::{ListenerInfo, Shared};
+use crate::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
 use crate::worker::{self, WorkerListener};
 use notify::Watcher;
 use std::net::SocketAddr;
@@ -43,33 +43,27 @@ impl Proxy {
         }
         let workers = opts.concurrency.max(1);
         let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();
-        let mut infos = Vec::new();
+        let (add_txs, add_rxs): (Vec<_>, Vec<_>) =
+            (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+        let mut running = Vec::new();
         for spec in &snapshot.listeners {
             let addr = SocketAddr::new(opts.listen_host, spec.port);
-            let bind_err = |source| ProxyError::Bind {
-                what: format!("listener {}", spec.name),
-                addr,
-                source,
-            };
-            let group = listen::bind_group(addr, workers).map_err(bind_err)?;
-            let bound = group
-                .first()
-                .map(|s| s.local_addr())
-                .transpose()
-                .map_err(bind_err)?
-                .unwrap_or(addr);
-            infos.push(ListenerInfo {
-                name: spec.name.clone(),
-                port_in_config: spec.port,
-                protocol: spec.protocol,
-                addr: bound,
-            });
-            for (i, socket) in group.into_iter().enumerate() {
-                per_worker[i].push(WorkerListener {
-                    socket,
-                    spec: spec.clone(),
-                });
-            }
+            let bound =
+                listen::bind_listener(addr, spec, workers).map_err(|source| ProxyError::Bind {
+                    what: format!("listener {}", spec.name),
+                    addr,
+                    source,
+                })?;
+            running.push(RunningListener::hand_out(
+                bound.info,
+                spec,
+                bound.sockets,
+                |i, l| {
+                    if let Some(w) = per_worker.get_mut(i) {
+                        w.push(l);
+                    }
+                },
+            ));
         }
         let admin_listener = match opts.admin {
             Some(addr) => {
@@ -91,7 +85,11 @@ impl Proxy {
             opts.num_trusted_proxies,
             opts.config.clone(),
             identity,
-            infos,
+            ListenerControl {
+                host: opts.listen_host,
+                workers: add_txs,
+                running,
+            },
         ));
 
         let (stop_tx, stop_rx) = watch::channel(None);
@@ -104,10 +102,11 @@ impl Proxy {
             admin_addr,
             _watcher: None,
         };
-        for (id, listeners) in per_worker.into_iter().enumerate() {
+        for (id, (listeners, added)) in per_worker.into_iter().zip(add_rxs).enumerate() {
             let handle = worker::spawn(
                 id,
                 listeners,
+                added,
                 shared.clone(),
                 stop_rx.clone(),
                 opts.connect_timeout,
@@ -241,15 +240,17 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
-    /// The bound listeners (actual addresses, also for port 0 in config).
+    /// The bound listeners (actual addresses, also for port 0 in config), as of the last
+    /// successful reload.
     pub fn listeners(&self) -> Vec<ListenerInfo> {
-        self.shared.listeners.clone()
+        self.shared.listeners.get().to_vec()
     }
 
     /// The bound address of the listener whose config port is `port`.
     pub fn listener_addr(&self, port_in_config: u16) -> Option<SocketAddr> {
         self.shared
             .listeners
+            .get()
             .iter()
             .find(|l| l.port_in_config == port_in_config)
             .map(|l| l.addr)
@@ -259,7 +260,9 @@ impl RunningProxy {
         self.admin_addr
     }
 
-    /// Re-read the config source and swap the snapshot; on error the running config stays.
+    /// Re-read the config source, swap the snapshot and make the listeners follow the Gateway
+    /// ports; on error (including a port that cannot be bound) the running config and
+    /// listeners stay.
     pub fn reload(&self) -> Result<(), ConfigErrors> {
         self.shared.reload()
     }

@@ -1,5 +1,9 @@
 //! A worker thread: one single-threaded tokio runtime serving its own SO_REUSEPORT listeners
 //! with its own upstream pools (no cross-thread hand-off on the request path).
+//!
+//! Each listener socket has its own accept loop. A reload that changes Gateway ports starts
+//! new accept loops (through the worker's channel) and pauses, switches or retires existing
+//! ones (through each loop's [`ListenerCommand`] channel); unchanged loops see nothing.
 
 use crate::framing_guard::FramingGuard;
 use crate::pipeline;
@@ -11,11 +15,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 
 /// Envoy's default `max_request_headers_kb` is 60; larger heads get 431.
 const MAX_HEADER_BYTES: usize = 60 * 1024;
@@ -23,14 +29,35 @@ const MAX_HEADER_BYTES: usize = 60 * 1024;
 /// `None` while running; `Some(deadline)` asks the worker to stop accepting and drain.
 pub type StopSignal = watch::Receiver<Option<Instant>>;
 
+/// Dropped by the accept loop once it has done what the command asked; the reload waits for
+/// every one of them to be gone (dropped unprocessed counts too, so a gone loop never blocks).
+pub type Done = std::sync::mpsc::Sender<()>;
+
+/// One socket of a listener, handed to the worker that serves it.
 pub struct WorkerListener {
     pub socket: std::net::TcpListener,
     pub spec: ListenerSpec,
+    pub control: mpsc::UnboundedReceiver<ListenerCommand>,
 }
+
+/// What a reload asks of one accept loop.
+pub enum ListenerCommand {
+    /// Stop accepting (new connections wait in the socket's backlog) and drain the connections
+    /// accepted so far: the protocol is about to change.
+    Pause(Done),
+    /// Accept again, serving `spec` (the new protocol) from now on.
+    Resume(ListenerSpec),
+    /// Close the socket (the port is no longer configured) and drain its connections.
+    Retire(Done),
+}
+
+/// The channel a worker receives listeners added by reloads on.
+pub type AddListener = mpsc::UnboundedReceiver<WorkerListener>;
 
 pub fn spawn(
     id: usize,
     listeners: Vec<WorkerListener>,
+    added: AddListener,
     shared: Arc<Shared>,
     stop: StopSignal,
     connect_timeout: Duration,
@@ -48,12 +75,13 @@ pub fn spawn(
                     return;
                 }
             };
-            runtime.block_on(run(listeners, shared, stop, connect_timeout));
+            runtime.block_on(run(listeners, added, shared, stop, connect_timeout));
         })
 }
 
 async fn run(
     listeners: Vec<WorkerListener>,
+    mut added: AddListener,
     shared: Arc<Shared>,
     stop: StopSignal,
     connect_timeout: Duration,
@@ -84,8 +112,8 @@ async fn run(
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEADER_BYTES as u32);
     let builder = Arc::new(builder);
-    let mut tasks = tokio::task::JoinSet::new();
-    for l in listeners {
+    let mut tasks = JoinSet::new();
+    let start = |tasks: &mut JoinSet<()>, l: WorkerListener| {
         tasks.spawn(accept_loop(
             l,
             worker.clone(),
@@ -93,32 +121,86 @@ async fn run(
             stop.clone(),
             connect_timeout,
         ));
+    };
+    for l in listeners {
+        start(&mut tasks, l);
     }
+    let mut stopping = stop.clone();
+    let mut adds_open = true;
+    loop {
+        tokio::select! {
+            l = added.recv(), if adds_open => match l {
+                Some(l) => start(&mut tasks, l),
+                None => adds_open = false,
+            },
+            // Reap the accept loops of retired listeners once they have drained.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = stopping.wait_for(Option::is_some) => break,
+        }
+    }
+    // Listeners added after the stop are dropped (closed) with the channel.
+    drop(added);
     while tasks.join_next().await.is_some() {}
 }
 
-/// Decrements the active-connection gauge when a connection ends, however it ends.
+/// Decrements the active-connection gauge when a connection ends, however it ends; a TCP
+/// connection also holds its listener's drain watch.
 struct ActiveConn {
     shared: Arc<Shared>,
-    tcp: Option<Arc<AtomicUsize>>,
+    _tcp: Option<watch::Receiver<()>>,
 }
 
 impl ActiveConn {
-    fn new(shared: Arc<Shared>, tcp: Option<Arc<AtomicUsize>>) -> Self {
+    fn new(shared: Arc<Shared>, tcp: Option<watch::Receiver<()>>) -> Self {
         shared.metrics.active_connections.inc();
-        if let Some(t) = &tcp {
-            t.fetch_add(1, Ordering::Relaxed);
-        }
-        ActiveConn { shared, tcp }
+        ActiveConn { shared, _tcp: tcp }
     }
 }
 
 impl Drop for ActiveConn {
     fn drop(&mut self) {
         self.shared.metrics.active_connections.dec();
-        if let Some(t) = &self.tcp {
-            t.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The connections a listener accepted under one protocol, drained together when the
+/// listener is retired, switches protocol or the proxy stops.
+struct Served {
+    http: GracefulShutdown,
+    /// Every TCP connection holds a receiver; `closed()` resolves when the last one ends.
+    tcp: watch::Sender<()>,
+}
+
+impl Served {
+    fn new() -> Self {
+        Served {
+            http: GracefulShutdown::new(),
+            tcp: watch::channel(()).0,
         }
+    }
+
+    /// HTTP connections finish their in-flight requests and close; TCP connections are left
+    /// to end by themselves (a byte stream has no request boundary to stop at).
+    async fn drain(self) {
+        self.http.shutdown().await;
+        self.tcp.closed().await;
+    }
+}
+
+/// Run `drain` to its end, cut short at the proxy's stop deadline once a stop is asked for.
+async fn drain_until_stop(drain: impl Future<Output = ()>, mut stop: StopSignal) {
+    let deadline = async move {
+        // Copied out so the watch's read lock is not held across the sleep.
+        let asked = stop.wait_for(Option::is_some).await.map(|d| *d);
+        match asked {
+            Ok(Some(d)) => tokio::time::sleep_until(d.into()).await,
+            // No deadline will ever come (the proxy is gone without one): drain fully.
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = drain => {}
+        _ = deadline => {}
     }
 }
 
@@ -129,22 +211,31 @@ async fn accept_loop(
     mut stop: StopSignal,
     connect_timeout: Duration,
 ) {
-    let listener = match tokio::net::TcpListener::from_std(l.socket) {
+    let WorkerListener {
+        socket,
+        mut spec,
+        mut control,
+    } = l;
+    let listener = match tokio::net::TcpListener::from_std(socket) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(error = %e, listener = %l.spec.name, "cannot register listener");
+            tracing::error!(error = %e, listener = %spec.name, "cannot register listener");
             return;
         }
     };
-    let port = l.spec.port;
-    let graceful = GracefulShutdown::new();
-    let tcp_active = Arc::new(AtomicUsize::new(0));
+    let port = spec.port;
+    let mut served = Served::new();
+    // Earlier generations (before a protocol switch), draining meanwhile.
+    let mut draining = JoinSet::new();
+    let mut paused = false;
+    let mut control_open = true;
+    let mut retired: Option<Done> = None;
     loop {
         if stop.borrow().is_some() {
             break;
         }
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = listener.accept(), if !paused => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
@@ -155,9 +246,9 @@ async fn accept_loop(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                match l.spec.protocol {
+                match spec.protocol {
                     ListenerProtocol::Tcp => {
-                        let guard = ActiveConn::new(worker.shared.clone(), Some(tcp_active.clone()));
+                        let guard = ActiveConn::new(worker.shared.clone(), Some(served.tcp.subscribe()));
                         let w = worker.clone();
                         tokio::spawn(async move {
                             tcp_proxy::proxy(stream, port, &w, connect_timeout).await;
@@ -175,10 +266,10 @@ async fn accept_loop(
                             let conn = conn.clone();
                             async move { Ok::<_, Infallible>(pipeline::handle(req, &conn, &w).await) }
                         });
-                        let served = graceful.watch(builder.serve_connection(io, service).into_owned());
+                        let conn = served.http.watch(builder.serve_connection(io, service).into_owned());
                         let guard = ActiveConn::new(worker.shared.clone(), None);
                         tokio::spawn(async move {
-                            if let Err(e) = served.await {
+                            if let Err(e) = conn.await {
                                 tracing::debug!(error = %e, "downstream connection error");
                             }
                             drop(guard);
@@ -186,6 +277,24 @@ async fn accept_loop(
                     }
                 }
             }
+            command = control.recv(), if control_open => match command {
+                Some(ListenerCommand::Pause(done)) => {
+                    paused = true;
+                    let old = std::mem::replace(&mut served, Served::new());
+                    draining.spawn(old.drain());
+                    drop(done);
+                }
+                Some(ListenerCommand::Resume(new_spec)) => {
+                    spec = new_spec;
+                    paused = false;
+                }
+                Some(ListenerCommand::Retire(done)) => {
+                    retired = Some(done);
+                    break;
+                }
+                // The proxy keeps the sender for as long as the listener is configured.
+                None => control_open = false,
+            },
             changed = stop.changed() => {
                 if changed.is_err() {
                     break;
@@ -193,18 +302,11 @@ async fn accept_loop(
             }
         }
     }
+    // Close the socket before telling a reload that the port is gone.
     drop(listener);
-    let deadline = *stop.borrow();
-    let drain = async {
-        graceful.shutdown().await;
-        while tcp_active.load(Ordering::Relaxed) > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    match deadline {
-        Some(d) => {
-            let _ = tokio::time::timeout_at(d.into(), drain).await;
-        }
-        None => drain.await,
-    }
+    drop(retired);
+    drop(control);
+    draining.spawn(served.drain());
+    let all = async { while draining.join_next().await.is_some() {} };
+    drain_until_stop(all, stop).await;
 }
