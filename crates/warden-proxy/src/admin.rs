@@ -18,6 +18,8 @@ struct ClusterDump<'a> {
     lb: LbPolicy,
     protocol: UpstreamProtocol,
     max_requests: Option<u32>,
+    max_requests_per_connection: Option<u32>,
+    idle_timeout: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -42,6 +44,8 @@ fn config_dump(shared: &Shared) -> serde_json::Value {
             lb: c.lb,
             protocol: c.protocol,
             max_requests: (c.max_requests != u32::MAX).then_some(c.max_requests),
+            max_requests_per_connection: c.reuse.max_requests.map(|n| n.get()),
+            idle_timeout: c.reuse.idle_timeout.map(|t| format!("{t:?}")),
         })
         .collect();
     let mut vhosts = Vec::new();

@@ -72,11 +72,17 @@ pub fn describe(s: &Snapshot) -> String {
             .iter()
             .map(|e| e.authority.to_string())
             .collect();
-        let limit = if c.max_requests == u32::MAX {
+        let mut limit = if c.max_requests == u32::MAX {
             String::new()
         } else {
             format!(", max {} in flight", c.max_requests)
         };
+        if let Some(n) = c.reuse.max_requests {
+            let _ = write!(limit, ", max {n} request(s)/connection");
+        }
+        if let Some(t) = c.reuse.idle_timeout {
+            let _ = write!(limit, ", idle timeout {t:?}");
+        }
         let _ = writeln!(
             out,
             "  {} {:?} {:?} {} endpoint(s) [{}]{}",

@@ -1,6 +1,8 @@
-//! Upstream clusters built from ServiceEntry (+ DestinationRule): endpoints, load balancing and
-//! the connection-pool limit (Envoy's circuit breaker on in-flight requests).
+//! Upstream clusters built from ServiceEntry (+ DestinationRule): endpoints, load balancing,
+//! the connection-pool limit (Envoy's circuit breaker on in-flight requests) and how long
+//! HTTP/1.1 connections are reused.
 
+use crate::h1_pool::ReuseLimits;
 use http::uri::Authority;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -56,6 +58,8 @@ pub struct Cluster {
     pub protocol: UpstreamProtocol,
     /// Maximum in-flight requests; `u32::MAX` means unlimited.
     pub max_requests: u32,
+    /// `maxRequestsPerConnection` / `idleTimeout`, applied by the HTTP/1.1 pool.
+    pub reuse: ReuseLimits,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -103,9 +107,15 @@ impl Cluster {
             lb,
             protocol,
             max_requests,
+            reuse: ReuseLimits::default(),
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }
+    }
+
+    pub fn with_reuse(mut self, reuse: ReuseLimits) -> Self {
+        self.reuse = reuse;
+        self
     }
 
     /// Choose an endpoint; `exclude` (an endpoint index) is avoided on retries when possible.

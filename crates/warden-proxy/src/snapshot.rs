@@ -3,6 +3,7 @@
 //! Built off the hot path; a failed build leaves the running snapshot in place.
 
 use crate::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
+use crate::h1_pool::ReuseLimits;
 use crate::header_ops::HeaderOps;
 use crate::matcher::StringMatcher;
 use crate::pipeline::Filters;
@@ -12,6 +13,7 @@ use crate::routing::{
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 use warden_config::gateway_matches;
@@ -640,6 +642,29 @@ impl Builder<'_> {
             .and_then(|t| t.max_connections)
             .map(|c| c.saturating_add(http.and_then(|h| h.http1_max_pending_requests).unwrap_or(0)))
             .unwrap_or(u32::MAX);
+        let idle_timeout = match http.and_then(|h| h.idle_timeout.as_deref()) {
+            None => None,
+            Some(text) => match parse_duration(text) {
+                Ok(d) => Some(d).filter(|d| !d.is_zero()),
+                Err(e) => {
+                    if let Some(d) = dr {
+                        self.error(
+                            d,
+                            "spec.trafficPolicy.connectionPool.http.idleTimeout".into(),
+                            e,
+                        );
+                    }
+                    return None;
+                }
+            },
+        };
+        let reuse = ReuseLimits {
+            // 0 is unlimited, as in Istio.
+            max_requests: http
+                .and_then(|h| h.max_requests_per_connection)
+                .and_then(NonZeroU32::new),
+            idle_timeout,
+        };
         let upgrade = http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
         let h2_port = matches!(
             svc_port
@@ -654,13 +679,10 @@ impl Builder<'_> {
         } else {
             UpstreamProtocol::Http1
         };
-        Some(Cluster::new(
-            name,
-            endpoints,
-            lb,
-            protocol,
-            max_requests.min(max_conns),
-        ))
+        Some(
+            Cluster::new(name, endpoints, lb, protocol, max_requests.min(max_conns))
+                .with_reuse(reuse),
+        )
     }
 }
 

@@ -46,7 +46,8 @@ impl UpstreamClients {
 }
 
 /// How often a worker closes upstream connections that stayed unused (the legacy client's
-/// idle timeout was 60 s; a connection goes after 30-60 s unused).
+/// idle timeout was 60 s; a connection goes after 30-60 s unused, or after its cluster's
+/// `idleTimeout` when one is set).
 pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A failed exchange, from either client.
@@ -198,7 +199,7 @@ async fn attempt(
                 parts.uri = Uri::from(path);
                 clients
                     .h1
-                    .send(&endpoint, Request::from_parts(parts, body))
+                    .send(&endpoint, &cluster.reuse, Request::from_parts(parts, body))
                     .await
                     .map_err(|e| match e.is_connect() {
                         true => SendError::Connect,

@@ -240,3 +240,148 @@ async fn malformed_requests_get_400_and_431() {
         "{resp}"
     );
 }
+
+/// A keep-alive HTTP/1.1 upstream on a raw TcpListener: answers every request head with `ok`
+/// and counts the connections it accepted.
+async fn counting_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // Requests have no body: a blank line ends each one.
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destination_rule_limits_upstream_connection_reuse() {
+    let (per_conn_up, per_conn_accepted) = counting_upstream().await;
+    let (idle_up, idle_accepted) = counting_upstream().await;
+    let yaml = format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: vs
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - match: [{{uri: {{prefix: /idle}}}}]
+    route: [{{destination: {{host: idle.internal}}}}]
+  - route: [{{destination: {{host: perconn.internal}}}}]
+{perconn_se}{idle_se}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: perconn
+spec:
+  host: perconn.internal
+  trafficPolicy:
+    connectionPool:
+      http: {{maxRequestsPerConnection: 2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: idle
+spec:
+  host: idle.internal
+  trafficPolicy:
+    connectionPool:
+      http: {{idleTimeout: 300ms, maxRequestsPerConnection: 0}}
+"#,
+        gw = gateway(&[(0, "HTTP")]),
+        perconn_se = service_entry("perconn.internal", &[per_conn_up]),
+        idle_se = service_entry("idle.internal", &[idle_up]),
+    );
+    let proxy = start(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let get = |path: &'static str| {
+        let (c, url) = (c.clone(), format!("{base}{path}"));
+        async move {
+            let r = c.get(url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.text().await.unwrap(), "ok");
+            // Let the proxy's upstream connection see the end of the exchange.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+
+    for _ in 0..6 {
+        get("/x").await;
+    }
+    assert_eq!(
+        per_conn_accepted.load(std::sync::atomic::Ordering::SeqCst),
+        3
+    );
+
+    // 0 is unlimited; an idle connection is reused within the timeout, not after it.
+    for _ in 0..3 {
+        get("/idle").await;
+    }
+    assert_eq!(idle_accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    get("/idle").await;
+    assert_eq!(idle_accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // Applied, so shown and not warned about.
+    let dump: serde_json::Value = c
+        .get(format!(
+            "http://{}/config_dump",
+            proxy.admin_addr().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let clusters = dump["clusters"].as_array().unwrap();
+    let perconn = clusters
+        .iter()
+        .find(|c| c["name"] == "outbound|80||perconn.internal")
+        .unwrap();
+    assert_eq!(perconn["max_requests_per_connection"], 2);
+    let idle = clusters
+        .iter()
+        .find(|c| c["name"] == "outbound|80||idle.internal")
+        .unwrap();
+    assert_eq!(idle["idle_timeout"], "300ms");
+    assert_eq!(idle["max_requests_per_connection"], serde_json::Value::Null);
+    assert_eq!(dump["warnings"], serde_json::json!([]));
+
+    let loaded = warden_config::load_str("gw.yaml", &yaml).unwrap();
+    let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
+    let text = warden_proxy::check::describe(&snap);
+    assert!(text.contains("max 2 request(s)/connection"), "{text}");
+    assert!(text.contains("idle timeout 300ms"), "{text}");
+}
