@@ -9,8 +9,9 @@
 # Then a reload test: the 100k policy allowing 127.0.0.1 is swapped (file rewrite + SIGHUP)
 # several times under load, and no request may fail.
 # Goal: every warden case >= 98% of (a) and >= nginx geo and HAProxy acl; the 100k policy adds
-# < 20 MiB RSS. Env: DURATION (s per case, default 8), CONNS (default 64), SKIP_WARDEN=1 to run
-# only the nginx/HAProxy cases.
+# < 20 MiB RSS. All servers run at once (pinned to CPU 0, wrk to CPU 1) and the cases are
+# interleaved over ROUNDS rounds, median shown. Env: DURATION (s per case and round, default 5),
+# CONNS (default 64), ROUNDS (3), PIN (1), SKIP_WARDEN=1 to run only the nginx/HAProxy cases.
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
 SKIP_WARDEN=${SKIP_WARDEN:-0}
@@ -72,7 +73,7 @@ start_warden() {
   W_PORT=$(free_port)
   local admin; admin=$(free_port)
   gateway_yaml "$W_PORT" >"$WORK/gateway-$W_PORT.yaml"
-  bg "$WARDEN" proxy -c "$WORK/gateway-$W_PORT.yaml" -c "$1" --concurrency 1 \
+  bg_server "$WARDEN" proxy -c "$WORK/gateway-$W_PORT.yaml" -c "$1" --concurrency 1 \
     --listen-host 127.0.0.1 --admin "127.0.0.1:$admin" --label istio=ingressgateway --no-watch
   W_PID=$LAST_PID
   W_ADMIN=$admin
@@ -81,7 +82,10 @@ start_warden() {
 stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 RSS="$WORK/rss"
-# warden_case LABEL POLICY_FILE EXPECT — start, check the answers, measure idle RSS, load, stop.
+declare -A CASE_PORT CASE_PID
+WARDEN_CASES=()
+# warden_case LABEL POLICY_FILE EXPECT — start a gateway for the case, check its answers, record
+# its idle RSS; it keeps running for the rounds below.
 warden_case() {
   local label=$1 policy=$2 expect=$3
   local t0; t0=$(date +%s.%N)
@@ -96,13 +100,14 @@ warden_case() {
   fi
   sleep 0.5
   printf '%s\t%s\n' "$label" "$(rss_kb "$W_PID")" >>"$RSS"
-  wrk_run "$label" "http://127.0.0.1:$W_PORT/"
-  stop_pid "$W_PID"
+  CASE_PORT[$label]=$W_PORT
+  CASE_PID[$label]=$W_PID
+  WARDEN_CASES+=("$label")
 }
 
 : >"$RSS"
 if [ "$SKIP_WARDEN" != 1 ]; then
-  echo "warden cases (wrk -t1 -c$CONNS -d${DURATION}s each)" >&2
+  echo "starting the warden cases" >&2
   warden_case "warden (a) no policy" "$WORK/none.yaml" 333
   warden_case "warden (b) 20k in 1 rule" "$WORK/allow-20k.yaml" 403
   warden_case "warden (c) 100k in 1 rule" "$WORK/allow-100k.yaml" 403
@@ -121,7 +126,7 @@ http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:$N_GEO; location / { default_type text/plain;
     if (\$allowed = 0) { return 403 "RBAC: access denied"; } return 333 "test"; } } }
 NGX
-bg nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+bg_server nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
 cat >"$WORK/haproxy.cfg" <<HAP
 global
   nbthread 1
@@ -140,7 +145,7 @@ frontend acl
   http-request return status 403 content-type text/plain string "RBAC: access denied" if !allowed
   http-request return status 333 content-type text/plain string test
 HAP
-bg haproxy -f "$WORK/haproxy.cfg"
+bg_server haproxy -f "$WORK/haproxy.cfg"
 wait_status "http://127.0.0.1:$N_NONE/" 333 30
 wait_status "http://127.0.0.1:$N_GEO/" 403 60
 wait_status "http://127.0.0.1:$H_NONE/" 333 30
@@ -148,11 +153,17 @@ wait_status "http://127.0.0.1:$H_ACL/" 403 60
 for port in $N_GEO $H_ACL; do
   echo "  127.0.0.2 -> :$port $(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.2 "http://127.0.0.1:$port/")" >&2
 done
-echo "nginx and HAProxy cases" >&2
-wrk_run "nginx no list" "http://127.0.0.1:$N_NONE/"
-wrk_run "nginx geo 100k" "http://127.0.0.1:$N_GEO/"
-wrk_run "haproxy no list" "http://127.0.0.1:$H_NONE/"
-wrk_run "haproxy src -f 100k" "http://127.0.0.1:$H_ACL/"
+bench_header
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS" >&2
+  for label in "${WARDEN_CASES[@]}"; do wrk_run "$label" "http://127.0.0.1:${CASE_PORT[$label]}/"; done
+  wrk_run "nginx no list" "http://127.0.0.1:$N_NONE/"
+  wrk_run "nginx geo 100k" "http://127.0.0.1:$N_GEO/"
+  wrk_run "haproxy no list" "http://127.0.0.1:$H_NONE/"
+  wrk_run "haproxy src -f 100k" "http://127.0.0.1:$H_ACL/"
+done
+summarize_rounds
+for label in "${WARDEN_CASES[@]}"; do stop_pid "${CASE_PID[$label]}"; done
 
 RELOADS=""
 if [ "$SKIP_WARDEN" != 1 ]; then
@@ -181,12 +192,13 @@ import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 res = {r[0]: (float(r[1] or 0), r[2], int(r[3] or 0), r[4] if len(r) > 4 else "") for r in rows}
 rss = {l.split("\t")[0]: int(l.split("\t")[1]) / 1024 for l in open(sys.argv[2])}
-print(f"{'case':<28}{'req/s':>10}{'p99':>10}{'403s':>10}{'RSS MiB':>9}  ratio to (a)")
+rounds = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[1] + ".rounds"))
+print(f"{'case':<28}{'req/s':>10}{'p99':>10}{'403s':>10}{'RSS MiB':>9}  ratio to (a)   req/s per round")
 base = res.get("warden (a) no policy", (0,))[0]
 for name, (rps, p99, non, errs) in res.items():
     r = f"{rps / base:6.3f}" if base else "  -"
     m = f"{rss[name]:9.1f}" if name in rss else " " * 9
-    print(f"{name:<28}{rps:>10.0f}{p99:>10}{non:>10}{m}  {r} {errs}")
+    print(f"{name:<28}{rps:>10.0f}{p99:>10}{non:>10}{m}  {r}   {rounds.get(name, '')} {errs}")
 print()
 best = max(res["nginx geo 100k"][0], res["haproxy src -f 100k"][0])
 ok_all = True

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Gateway bench (issue 2): warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
 # reverse proxy to the same backend and as a direct responder (status 333, body "test", as in
-# shared/seeds/001). One run, loopback only, wrk -t1 -c64. Env: DURATION (s, default 8), CONNS.
+# shared/seeds/001). One run, loopback only, wrk -t1 -c64, cases interleaved over ROUNDS rounds
+# (median shown). Env: DURATION (s per case and round, default 5), CONNS, ROUNDS (3), PIN (1: the
+# proxies on CPU 0, wrk and the backend on CPU 1; see bench/lib/common.sh).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
 build_warden
@@ -17,7 +19,7 @@ events { worker_connections 4096; }
 http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:$BACKEND reuseport; location / { return 200 "hello from backend\n"; } } }
 NGX
-bg nginx -p "$WORK/nginx-backend" -c "$WORK/nginx-backend/nginx.conf"
+bg_client_side nginx -p "$WORK/nginx-backend" -c "$WORK/nginx-backend/nginx.conf"
 
 cat >"$WORK/nginx-proxy/nginx.conf" <<NGX
 worker_processes 1; daemon off; pid $WORK/nginx-proxy/pid; error_log stderr error;
@@ -28,7 +30,7 @@ http { access_log off; keepalive_requests 1000000;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   server { listen 127.0.0.1:$N_DIRECT; location / { default_type text/plain; return 333 "test"; } } }
 NGX
-bg nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
+bg_server nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 
 cat >"$WORK/haproxy.cfg" <<HAP
 global
@@ -49,7 +51,7 @@ frontend direct
 backend be
   server s1 127.0.0.1:$BACKEND
 HAP
-bg haproxy -f "$WORK/haproxy.cfg"
+bg_server haproxy -f "$WORK/haproxy.cfg"
 
 cat >"$WORK/warden.yaml" <<YAML
 apiVersion: networking.istio.io/v1beta1
@@ -84,7 +86,7 @@ spec:
   - match: [{port: $W_DIRECT}]
     directResponse: {status: 333, body: {string: test}}
 YAML
-bg "$WARDEN" proxy -c "$WORK/warden.yaml" --concurrency 1 --listen-host 127.0.0.1 --admin "127.0.0.1:$W_ADMIN"
+bg_server "$WARDEN" proxy -c "$WORK/warden.yaml" --concurrency 1 --listen-host 127.0.0.1 --admin "127.0.0.1:$W_ADMIN"
 WPID=$LAST_PID
 
 for url in "http://127.0.0.1:$BACKEND/" "http://127.0.0.1:$N_PROXY/" "http://127.0.0.1:$H_PROXY/" \
@@ -95,23 +97,28 @@ for url in "http://127.0.0.1:$W_PROXY/" "http://127.0.0.1:$W_DIRECT/"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "$url"); echo "warden $url -> $code" >&2
 done
 
-echo "running wrk -t1 -c$CONNS -d${DURATION}s for each case" >&2
-wrk_run "backend direct"          "http://127.0.0.1:$BACKEND/"
-wrk_run "proxy: nginx"            "http://127.0.0.1:$N_PROXY/"
-wrk_run "proxy: haproxy"          "http://127.0.0.1:$H_PROXY/"
-wrk_run "proxy: warden"           "http://127.0.0.1:$W_PROXY/"
-wrk_run "direct 333: nginx"       "http://127.0.0.1:$N_DIRECT/"
-wrk_run "direct 333: haproxy"     "http://127.0.0.1:$H_DIRECT/"
-wrk_run "direct 333: warden"      "http://127.0.0.1:$W_DIRECT/"
+bench_header
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS" >&2
+  wrk_run "backend direct"          "http://127.0.0.1:$BACKEND/"
+  wrk_run "proxy: nginx"            "http://127.0.0.1:$N_PROXY/"
+  wrk_run "proxy: haproxy"          "http://127.0.0.1:$H_PROXY/"
+  wrk_run "proxy: warden"           "http://127.0.0.1:$W_PROXY/"
+  wrk_run "direct 333: nginx"       "http://127.0.0.1:$N_DIRECT/"
+  wrk_run "direct 333: haproxy"     "http://127.0.0.1:$H_DIRECT/"
+  wrk_run "direct 333: warden"      "http://127.0.0.1:$W_DIRECT/"
+done
+summarize_rounds
 LOADED_RSS=$(rss_kb "$WPID")
 
 python3 - "$RESULTS" "$IDLE_RSS" "$LOADED_RSS" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 res = {r[0]: (float(r[1] or 0), r[2], r[3]) for r in rows}
-print(f"{'case':<24}{'req/s':>12}{'p99':>12}{'non-2xx/3xx':>14}")
+rounds = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[1] + ".rounds"))
+print(f"{'case':<24}{'req/s':>12}{'p99':>12}{'non-2xx/3xx':>14}   req/s per round")
 for name, (rps, p99, non) in res.items():
-    print(f"{name:<24}{rps:>12.0f}{p99:>12}{non:>14}")
+    print(f"{name:<24}{rps:>12.0f}{p99:>12}{non:>14}   {rounds[name]}")
 def ratio(kind):
     w = res[f"{kind}: warden"][0]; best = max(res[f"{kind}: nginx"][0], res[f"{kind}: haproxy"][0])
     verdict = "PASS" if w >= best else "FAIL"

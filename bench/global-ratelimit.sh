@@ -9,8 +9,10 @@
 # pass-through (limit never reached: every request needs a decision, for (c) an RPC and a
 # Redis INCR). Goals: attack p99(c) <= p99(a) + 1 ms; attack rps (b),(c) >= 90% of (a);
 # pass-through rps (b),(c) >= 70% of (a).
-# Env: DURATION (s per case, default 8), CONNS (default 1000), WARDEN (prebuilt binary: skips
-# the release build).
+# Cases are interleaved over ROUNDS rounds (median shown); the proxies run on CPU 0, wrk and the
+# backend on CPU 1, the RLS and Redis where the scheduler puts them (PIN, see bench/lib/common.sh).
+# Env: DURATION (s per case and round, default 5), CONNS (default 1000), ROUNDS (3), PIN (1),
+# WARDEN (prebuilt binary: skips the release build).
 CONNS=${CONNS:-1000} # before common.sh, whose default is 64
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk curl:curl python3:python3 redis-server:redis-server
@@ -26,7 +28,7 @@ events { worker_connections 8192; }
 http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
 NGX
-bg nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
 bg redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no
 
 # RLS: two domains, `attack` (seed: 300/min per remote_address + PATH) and `pass` (never hit).
@@ -93,7 +95,7 @@ declare -A PORT
 start_case() { # NAME, then config parts on stdin already written to $WORK/NAME
   PORT[$1]=$(free_port)
   routes "${PORT[$1]}" >"$WORK/$1/gateway.yaml"
-  bg "$WARDEN" proxy -c "$WORK/$1" --concurrency 1 --listen-host 127.0.0.1 \
+  bg_server "$WARDEN" proxy -c "$WORK/$1" --concurrency 1 --listen-host 127.0.0.1 \
     --admin "127.0.0.1:$(free_port)" --no-watch
 }
 for c in a b-attack b-pass c-attack c-pass d-attack d-pass; do mkdir -p "$WORK/$c"; done
@@ -111,16 +113,20 @@ for c in b-attack c-attack d-attack; do
 done
 sleep 0.5
 
-echo "wrk -t1 -c$CONNS -d${DURATION}s per case" >&2
 url() { echo "http://127.0.0.1:${PORT[$1]}/api/healthz?user=1"; }
-wrk_run "attack (a) no limiter"          "$(url a)"
-wrk_run "attack (b) embedded"            "$(url b-attack)"
-wrk_run "attack (c) warden ratelimit+redis" "$(url c-attack)"
-wrk_run "attack (d) local+global"        "$(url d-attack)"
-wrk_run "pass (a) no limiter"            "$(url a)"
-wrk_run "pass (b) embedded"              "$(url b-pass)"
-wrk_run "pass (c) warden ratelimit+redis" "$(url c-pass)"
-wrk_run "pass (d) local+global"          "$(url d-pass)"
+bench_header
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS" >&2
+  wrk_run "attack (a) no limiter"          "$(url a)"
+  wrk_run "attack (b) embedded"            "$(url b-attack)"
+  wrk_run "attack (c) warden ratelimit+redis" "$(url c-attack)"
+  wrk_run "attack (d) local+global"        "$(url d-attack)"
+  wrk_run "pass (a) no limiter"            "$(url a)"
+  wrk_run "pass (b) embedded"              "$(url b-pass)"
+  wrk_run "pass (c) warden ratelimit+redis" "$(url c-pass)"
+  wrk_run "pass (d) local+global"          "$(url d-pass)"
+done
+summarize_rounds
 
 python3 - "$RESULTS" <<'PY'
 import sys
@@ -132,9 +138,10 @@ def ms(t):
             return float(t[: -len(suf)]) * f
     return float(t)
 res = {r[0]: (float(r[1] or 0), ms(r[2]), r[3], r[4] if len(r) > 4 else "") for r in rows}
-print(f"{'case':<38}{'req/s':>10}{'p99 ms':>10}{'non-2xx':>10}  errors")
+rounds = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[1] + ".rounds"))
+print(f"{'case':<38}{'req/s':>10}{'p99 ms':>10}{'non-2xx':>10}   req/s per round  errors")
 for name, (rps, p99, non, err) in res.items():
-    print(f"{name:<38}{rps:>10.0f}{p99:>10.2f}{non:>10}  {err}")
+    print(f"{name:<38}{rps:>10.0f}{p99:>10.2f}{non:>10}   {rounds[name]}  {err}")
 print()
 def ratio(shape, case, goal):
     a = res[f"{shape} (a) no limiter"][0]

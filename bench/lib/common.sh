@@ -38,6 +38,23 @@ free_port() {
 # bg CMD... — start in the background, remember the pid for cleanup.
 bg() { "$@" >"$WORK/bg-$#-$RANDOM.log" 2>&1 & PIDS+=($!); LAST_PID=$!; }
 
+# CPU pinning (PIN=1, the default, on 2+ cores): the servers under comparison (warden, nginx,
+# HAProxy as the proxy or responder being measured) run on CPU 0; wrk and the shared backend run
+# on CPU 1. Every contender gets the same core, and the scheduler cannot move the client onto the
+# server's core mid-run, which was the largest source of run-to-run noise here. PIN=0 disables it.
+PIN=${PIN:-1}
+if [ "$PIN" = 1 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  SERVER_CPU=(taskset -c 0)
+  CLIENT_CPU=(taskset -c 1)
+else
+  PIN=0
+  SERVER_CPU=()
+  CLIENT_CPU=()
+fi
+# bg_server CMD... / bg_client_side CMD... — bg, pinned to the server's / the client's core.
+bg_server() { bg "${SERVER_CPU[@]}" "$@"; }
+bg_client_side() { bg "${CLIENT_CPU[@]}" "$@"; }
+
 # wait_http URL [expect_status] — wait until the URL answers (any status), at most 10 s.
 wait_http() {
   for _ in $(seq 100); do
@@ -48,12 +65,15 @@ wait_http() {
 }
 
 # wrk_run LABEL URL [extra wrk args] — prints "LABEL rps p99_ms non2xx" and appends to $RESULTS.
-DURATION=${DURATION:-8}
+# Scripts run their cases ROUNDS times, interleaved (a burst of other work on the machine then
+# hits every case), and call summarize_rounds before reporting.
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-64}
 RESULTS="$WORK/results"
 wrk_run() {
   local label=$1 url=$2; shift 2
-  local out; out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  local out; out=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
   local rps p99 non
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
@@ -61,6 +81,44 @@ wrk_run() {
   local errs; errs=$(awk '/Socket errors/ {print $0}' <<<"$out")
   printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >>"$RESULTS"
   printf '  %-40s %10s rps   p99 %8s   non-2xx/3xx %s %s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >&2
+}
+
+# summarize_rounds — replace $RESULTS (one row per case and round) by one row per case: the round
+# with the median req/s, in first-seen order. Every round's req/s goes to $RESULTS.rounds
+# ("LABEL<TAB>rps rps ..."), which bench_header's reports can print.
+summarize_rounds() {
+  python3 - "$RESULTS" <<'PY'
+import sys
+path = sys.argv[1]
+rows = {}
+for line in open(path):
+    r = line.rstrip("\n").split("\t")
+    rows.setdefault(r[0], []).append(r)
+with open(path, "w") as out, open(path + ".rounds", "w") as rounds:
+    for label, rs in rows.items():
+        ordered = sorted(rs, key=lambda r: float(r[1] or 0))
+        out.write("\t".join(ordered[len(ordered) // 2]) + "\n")
+        rounds.write(label + "\t" + " ".join(f"{float(r[1] or 0):.0f}" for r in rs) + "\n")
+PY
+}
+
+# background_busy — percent of all CPUs busy during one second, before the load starts: other
+# work on the machine (a build, another VM) shows up here and the numbers are not comparable.
+background_busy() {
+  python3 - <<'PY'
+import time
+def sample():
+    v = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return sum(v), v[3] + v[4]
+t0, i0 = sample(); time.sleep(1); t1, i1 = sample()
+print(f"{100 * (1 - (i1 - i0) / max(1, t1 - t0)):.0f}%")
+PY
+}
+
+# bench_header — one line naming the run's conditions, for the quoted output.
+bench_header() {
+  echo "# $(basename "$0") $(date -u +%FT%TZ): $(nproc) cores, background busy $(background_busy)," \
+    "wrk -t1 -c$CONNS -d${DURATION}s x $ROUNDS rounds (median shown), pinned=$PIN"
 }
 
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }

@@ -61,6 +61,9 @@ pub mod token_bucket;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use key_table::{TableStats, DEFAULT_MAX_KEYS};
 pub use limiter::{LimiterOptions, LocalLimiter};
-pub use outcome::{DecidedBy, Decision, LimitedResponse, Outcome, RateLimitHeaders, LIMITED_BODY};
+pub use outcome::{
+    DecidedBy, Decision, LimitedResponse, Outcome, RateLimitHeaders, LIMITED_BODY,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 pub use request::RequestAttrs;
 pub use stats::GroupStats;

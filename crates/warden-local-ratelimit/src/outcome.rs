@@ -22,9 +22,13 @@ pub struct RateLimitHeaders {
     pub reset: u64,
 }
 
-pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
-pub const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
-pub const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
+// HeaderName constants, not &str: inserting by &str re-validates the name on every response.
+pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
+pub const X_RATELIMIT_REMAINING: http::HeaderName =
+    http::HeaderName::from_static("x-ratelimit-remaining");
+pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
 
 impl RateLimitHeaders {
     /// Set the three headers on a response.
@@ -61,8 +65,8 @@ impl LimitedResponse<'_> {
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("application/grpc"),
             );
-            h.insert("grpc-status", u64::from(self.grpc_status).into());
-            h.insert("grpc-message", http::HeaderValue::from_static(LIMITED_BODY));
+            h.insert(GRPC_STATUS, u64::from(self.grpc_status).into());
+            h.insert(GRPC_MESSAGE, http::HeaderValue::from_static(LIMITED_BODY));
             r
         } else {
             let mut r = http::Response::new(body(LIMITED_BODY));

@@ -6,9 +6,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Descrip
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub const X_ENVOY_RATELIMITED: HeaderName = HeaderName::from_static("x-envoy-ratelimited");
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub use warden_local_ratelimit::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 
 /// `RateLimitResponse.RateLimit.Unit` in seconds (Envoy's `ratelimit_headers.cc`).
 fn unit_seconds(unit: i32) -> Option<u64> {

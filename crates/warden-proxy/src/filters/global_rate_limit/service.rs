@@ -1,13 +1,16 @@
 //! Where rate limit decisions come from: the embedded limiter (same code as `warden
 //! ratelimit`, memory backend) or a remote RLS over one long-lived HTTP/2 channel.
 //!
-//! Remote channels live on one small background runtime shared by the process: workers run
-//! single-threaded runtimes, and a channel's connection task must keep running whichever
-//! worker is busy. Channels are kept per address, so a config reload reuses the connection.
+//! Remote channels are per worker thread, like Envoy's per-worker gRPC clients: a worker's
+//! decisions go out on its own HTTP/2 connection, driven by its own single-threaded runtime,
+//! with no hop to another thread and back per request. Channels are kept per worker and
+//! address, so a config reload reuses the connection; they connect lazily and reconnect by
+//! themselves after the service comes back.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use warden_ratelimit::{RateLimitRequest, RateLimitResponse, RateLimiter};
@@ -26,68 +29,54 @@ pub enum RlsCallError {
 pub enum RlsSetupError {
     #[error("invalid rate limit service address {address:?}: {reason}")]
     Address { address: String, reason: String },
-    #[error("cannot start the rate limit client runtime: {0}")]
-    Runtime(String),
 }
 
 #[derive(Debug, Clone)]
 pub enum RlsBackend {
     Embedded(Arc<RateLimiter>),
     Remote {
-        client: RateLimitServiceClient<Channel>,
-        address: String,
+        /// Boxed: an Endpoint is large, and the enum is cloned into every snapshot.
+        endpoint: Box<Endpoint>,
+        address: Arc<str>,
         timeout: Duration,
     },
 }
 
-fn client_runtime() -> Result<&'static tokio::runtime::Runtime, RlsSetupError> {
-    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("warden-rls-client")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| RlsSetupError::Runtime(e.clone()))
+thread_local! {
+    /// This thread's channels by RLS address. A worker thread lives as long as its runtime,
+    /// which drives the channels' connection tasks.
+    static CHANNELS: RefCell<HashMap<Arc<str>, Channel>> = RefCell::new(HashMap::new());
 }
 
-/// The process-wide channel to `address` (`host:port`), created on first use; it connects
-/// lazily and reconnects by itself after the service comes back.
-fn channel(address: &str) -> Result<Channel, RlsSetupError> {
-    static CHANNELS: OnceLock<Mutex<HashMap<String, Channel>>> = OnceLock::new();
-    let mut map = CHANNELS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = map.get(address) {
-        return Ok(c.clone());
-    }
-    let bad = |reason: String| RlsSetupError::Address {
-        address: address.to_string(),
-        reason,
-    };
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| bad(e.to_string()))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(1))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        // Many workers share the channel; a small buffer would queue decisions.
-        .buffer_size(16 * 1024);
-    let rt = client_runtime()?;
-    let _enter = rt.enter();
-    let channel = endpoint.connect_lazy();
-    map.insert(address.to_string(), channel.clone());
-    Ok(channel)
+/// This worker's channel to `address`, created on first use (inside the worker's runtime).
+fn worker_client(address: &Arc<str>, endpoint: &Endpoint) -> RateLimitServiceClient<Channel> {
+    let channel = CHANNELS.with(|channels| {
+        channels
+            .borrow_mut()
+            .entry(address.clone())
+            .or_insert_with(|| endpoint.connect_lazy())
+            .clone()
+    });
+    RateLimitServiceClient::new(channel)
 }
 
 impl RlsBackend {
+    /// A remote RLS at `address` (`host:port`); nothing connects until the first decision.
     pub fn remote(address: &str, timeout: Duration) -> Result<RlsBackend, RlsSetupError> {
-        Ok(RlsBackend::Remote {
-            client: RateLimitServiceClient::new(channel(address)?),
+        let bad = |reason: String| RlsSetupError::Address {
             address: address.to_string(),
+            reason,
+        };
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| bad(e.to_string()))?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(1))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            // Every request of the worker in flight at once may wait for a decision.
+            .buffer_size(16 * 1024);
+        Ok(RlsBackend::Remote {
+            endpoint: Box::new(endpoint),
+            address: Arc::from(address),
             timeout,
         })
     }
@@ -99,9 +88,11 @@ impl RlsBackend {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
             RlsBackend::Remote {
-                client, timeout, ..
+                endpoint,
+                address,
+                timeout,
             } => {
-                let mut client = client.clone();
+                let mut client = worker_client(address, endpoint);
                 match tokio::time::timeout(*timeout, client.should_rate_limit(request)).await {
                     Ok(Ok(resp)) => Ok(resp.into_inner()),
                     Ok(Err(status)) => Err(RlsCallError::Status(Box::new(status))),
