@@ -477,3 +477,55 @@ async fn slow_rls_hits_the_default_20ms_timeout() {
     open.shutdown(Duration::from_secs(1));
     closed.shutdown(Duration::from_secs(1));
 }
+
+/// The native `method` and `path` actions (warden extension) replace the seed's Lua header: the
+/// descriptor is remote_address + method + path without the query, decided by `warden ratelimit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_method_and_path_actions_key_the_limit() {
+    let dir = warden_testkit::TempDir::new("native-actions").unwrap();
+    let config = dir
+        .write(
+            "config.yaml",
+            "domain: ratelimit\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: method\n        value: GET\n        descriptors:\n          - key: PATH\n            rate_limit: {unit: minute, requests_per_unit: 5}\n",
+        )
+        .unwrap();
+    let settings = Settings::loopback_for_tests(ConfigSource::Paths(vec![config]));
+    let rls = Server::start_with_clock(settings, Arc::new(ManualClock::new(1_700_000_010_000)))
+        .await
+        .expect("rls starts");
+    // The seed's filters without the Lua patch, and native actions instead of its header.
+    let filters = seed_filters(rls.grpc_addr(), true, "1s");
+    let without_lua = filters
+        .split_once("    - applyTo: HTTP_FILTER")
+        .and_then(|(head, rest)| {
+            rest.split_once("    - applyTo: HTTP_FILTER")
+                .map(|(_, tail)| format!("{head}    - applyTo: HTTP_FILTER{tail}"))
+        })
+        .expect("the seed has two HTTP_FILTER patches");
+    let native = without_lua.replace(
+        "                - request_headers:\n                    header_name: \"x-envoy-original-limit-rate-path\"\n                    descriptor_key: \"PATH\"",
+        "                - method: {}\n                - path:\n                    descriptor_key: \"PATH\"",
+    );
+    assert!(!native.contains("envoy.lua") && native.contains("- method: {}"));
+    let up = echo().await;
+    let proxy = start_proxy(&format!("{}---\n{native}", routes(up.http_addr().unwrap())));
+    let base = format!("http://{}", addr(&proxy, 0));
+    let client = client_from([127, 0, 0, 1]);
+
+    // Query strings vary (send() appends ?i=N): one counter for /a.
+    assert_eq!(send(&client, &format!("{base}/a"), 8).await, [5, 3, 0, 0]);
+    assert_eq!(send(&client, &format!("{base}/b"), 2).await, [2, 0, 0, 0]);
+    // POST has no limit in the config (method value GET only).
+    for _ in 0..3 {
+        let r = client.post(format!("{base}/a")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // Another client address has its own counter.
+    assert_eq!(
+        send(&client_from([127, 0, 0, 2]), &format!("{base}/a"), 5).await,
+        [5, 0, 0, 0]
+    );
+    assert_eq!(up.total(), 15);
+    proxy.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
