@@ -39,6 +39,17 @@ impl EchoBody {
     }
 }
 
+/// The next piece of a pattern body with `remaining` bytes left, at most 64 KiB; `None` when done.
+/// A body of n bytes is the pattern repeated, the same on both HTTP paths.
+pub(super) fn next_pattern_chunk(remaining: &mut usize) -> Option<&'static [u8]> {
+    if *remaining == 0 {
+        return None;
+    }
+    let n = (*remaining).min(PATTERN_LEN);
+    *remaining -= n;
+    Some(&PATTERN[..n])
+}
+
 impl Body for EchoBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -50,16 +61,10 @@ impl Body for EchoBody {
         match self.get_mut() {
             EchoBody::Empty => Poll::Ready(None),
             EchoBody::Text(text) => Poll::Ready(text.take().map(|t| Ok(Frame::data(t)))),
-            EchoBody::Pattern { remaining } => {
-                if *remaining == 0 {
-                    return Poll::Ready(None);
-                }
-                let n = (*remaining).min(PATTERN_LEN);
-                *remaining -= n;
-                Poll::Ready(Some(Ok(Frame::data(
-                    Bytes::from_static(&PATTERN).slice(..n),
-                ))))
-            }
+            EchoBody::Pattern { remaining } => Poll::Ready(
+                next_pattern_chunk(remaining)
+                    .map(|chunk| Ok(Frame::data(Bytes::from_static(chunk)))),
+            ),
             EchoBody::Echo(incoming) => Pin::new(incoming).poll_frame(cx),
         }
     }

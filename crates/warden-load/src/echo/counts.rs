@@ -41,6 +41,32 @@ impl SourceCounts {
             n.store(0, Ordering::Relaxed);
         }
     }
+
+    /// What one connection from `ip` counts with.
+    pub(super) fn for_connection(self: &Arc<Self>, ip: IpAddr) -> ConnectionCounts {
+        ConnectionCounts {
+            own: self.counter_for(ip),
+            all: self.clone(),
+        }
+    }
+}
+
+/// One connection's share of the counts: its source IP's counter (bumped per request) and the
+/// whole table (read and reset by `/count`). Both the fast path and hyper count through it, so a
+/// connection handed from one to the other keeps counting in the same place.
+pub(super) struct ConnectionCounts {
+    own: Arc<AtomicU64>,
+    all: Arc<SourceCounts>,
+}
+
+impl ConnectionCounts {
+    pub(super) fn count_request(&self) {
+        self.own.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn all(&self) -> &SourceCounts {
+        &self.all
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,15 @@
-//! The HTTP side of the echo server: h1 and h2c (prior knowledge) on one port.
+//! The HTTP side of the echo server: h1 and h2c (prior knowledge) on one port. Every connection
+//! starts on the HTTP/1.1 fast path ([`super::fast_h1`]); hyper ([`HyperEcho`]) takes over h2c
+//! and whatever the fast path leaves to it.
 
 use super::body::EchoBody;
-use super::counts::SourceCounts;
-use super::params::EchoParams;
+use super::counts::{ConnectionCounts, SourceCounts};
+use super::fast_h1;
+use super::replay_io::ReplayIo;
+use super::reply::{Plan, Reply, ReplyBody};
 use futures_util::future::{ready, Either, Ready};
-use http::header::{ALLOW, CONTENT_TYPE};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::header::CONTENT_TYPE;
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -14,42 +18,24 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// `GET` reports requests served per source IP as JSON, `DELETE` reports and resets them.
-/// Requests to this path are never counted themselves.
-pub const COUNT_PATH: &str = "/count";
-
-type Reply = Result<Response<EchoBody>, Infallible>;
-type HandlerFuture = Either<Ready<Reply>, Pin<Box<dyn Future<Output = Reply> + Send>>>;
+type HyperReply = Result<Response<EchoBody>, Infallible>;
+type HandlerFuture = Either<Ready<HyperReply>, Pin<Box<dyn Future<Output = HyperReply> + Send>>>;
 
 pub(super) async fn serve(
     listener: TcpListener,
     counts: Arc<SourceCounts>,
     stop: watch::Receiver<bool>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No header-read timeout: it arms a timer per request, and this server is a benchmark
-    // backend on loopback, not an edge exposed to slowloris clients.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(None);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
+    let hyper = Arc::new(HyperEcho::new());
     super::accept_loop(listener, stop, |stream, peer| {
-        let counter = counts.counter_for(canonical(peer.ip()));
-        let counts = counts.clone();
-        let builder = builder.clone();
-        async move {
-            let service = service_fn(move |req| handle(req, &counter, &counts));
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        }
+        let counts = counts.for_connection(canonical(peer.ip()));
+        let hyper = hyper.clone();
+        async move { fast_h1::serve(stream, counts, &hyper).await }
     })
     .await
 }
@@ -59,88 +45,77 @@ pub(super) fn canonical(ip: IpAddr) -> IpAddr {
     ip.to_canonical()
 }
 
-fn handle(req: Request<Incoming>, counter: &AtomicU64, counts: &SourceCounts) -> HandlerFuture {
-    if req.uri().path() == COUNT_PATH {
-        return Either::Left(ready(Ok(count_endpoint(req.method(), counts))));
+/// hyper's h1 + h2c server with the echo handler, for connections (or their rest) the fast path
+/// does not answer itself.
+pub(super) struct HyperEcho {
+    builder: auto::Builder<TokioExecutor>,
+}
+
+impl HyperEcho {
+    pub(super) fn new() -> HyperEcho {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // No header-read timeout: it arms a timer per request, and this server is a benchmark
+        // backend on loopback, not an edge exposed to slowloris clients.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(None);
+        builder.http2().timer(TokioTimer::new());
+        HyperEcho { builder }
     }
-    counter.fetch_add(1, Ordering::Relaxed);
-    let params = match req.uri().query().map(EchoParams::parse) {
-        None => EchoParams::default(),
-        Some(Ok(params)) => params,
-        Some(Err(err)) => {
-            return Either::Left(ready(Ok(plain(
-                StatusCode::BAD_REQUEST,
-                format!("bad echo parameter {err}\n"),
-            ))))
-        }
-    };
-    let resolved = params.resolve(|| fastrand::f64() * 100.0);
-    let mut content_type = None;
-    let body = match resolved.size {
-        Some(0) => EchoBody::Empty,
-        Some(n) => EchoBody::Pattern { remaining: n },
-        None if http_body::Body::is_end_stream(req.body()) => EchoBody::Empty,
-        None => {
-            content_type = req.headers().get(CONTENT_TYPE).cloned();
-            EchoBody::Echo(req.into_body())
-        }
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = resolved.status;
-    let headers = response.headers_mut();
-    if let Some(ct) = content_type {
-        headers.insert(CONTENT_TYPE, ct);
+
+    /// Serve the connection to its end; `io` replays what the fast path already read.
+    pub(super) async fn serve<S>(&self, io: ReplayIo<S>, counts: ConnectionCounts)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = service_fn(move |req| handle(req, &counts));
+        let _ = self
+            .builder
+            .serve_connection(TokioIo::new(io), service)
+            .await;
     }
-    for (name, value) in params.headers {
-        headers.append(name, value);
-    }
-    if resolved.delay.is_zero() {
+}
+
+fn handle(req: Request<Incoming>, counts: &ConnectionCounts) -> HandlerFuture {
+    let reply = Plan::new(req.uri().path(), req.uri().query()).reply(req.method(), counts);
+    let delay = reply.delay;
+    let response = into_response(reply, req);
+    if delay.is_zero() {
         Either::Left(ready(Ok(response)))
     } else {
         Either::Right(Box::pin(async move {
-            tokio::time::sleep(resolved.delay).await;
+            tokio::time::sleep(delay).await;
             Ok(response)
         }))
     }
 }
 
-fn count_endpoint(method: &Method, counts: &SourceCounts) -> Response<EchoBody> {
-    let report = |counts: &SourceCounts| {
-        let by_ip: serde_json::Map<String, serde_json::Value> = counts
-            .snapshot()
-            .into_iter()
-            .map(|(ip, n)| (ip.to_string(), n.into()))
-            .collect();
-        let total: u64 = by_ip.values().filter_map(|v| v.as_u64()).sum();
-        serde_json::json!({ "total": total, "by_ip": by_ip }).to_string() + "\n"
+fn into_response(reply: Reply, req: Request<Incoming>) -> Response<EchoBody> {
+    let body = match reply.body {
+        ReplyBody::Empty => EchoBody::Empty,
+        ReplyBody::Pattern(n) => EchoBody::Pattern { remaining: n },
+        ReplyBody::Text(text) => EchoBody::text(text),
+        ReplyBody::RequestBody if http_body::Body::is_end_stream(req.body()) => EchoBody::Empty,
+        ReplyBody::RequestBody => return echo_request_body(reply, req),
     };
-    let text = match *method {
-        Method::GET | Method::HEAD => report(counts),
-        Method::DELETE => {
-            let before = report(counts);
-            counts.reset();
-            before
-        }
-        _ => {
-            let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or DELETE\n");
-            response
-                .headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("GET, HEAD, DELETE"));
-            return response;
-        }
-    };
-    let mut response = Response::new(EchoBody::text(text));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut response = Response::new(body);
+    *response.status_mut() = reply.status;
+    *response.headers_mut() = reply.headers;
     response
 }
 
-fn plain(status: StatusCode, text: impl Into<bytes::Bytes>) -> Response<EchoBody> {
-    let mut response = Response::new(EchoBody::text(text));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+/// The request body streamed back; it keeps its content type, ahead of any `header=`.
+fn echo_request_body(reply: Reply, req: Request<Incoming>) -> Response<EchoBody> {
+    let content_type = req.headers().get(CONTENT_TYPE).cloned();
+    let mut response = Response::new(EchoBody::Echo(req.into_body()));
+    *response.status_mut() = reply.status;
+    let headers = response.headers_mut();
+    if let Some(content_type) = content_type {
+        headers.insert(CONTENT_TYPE, content_type);
+    }
+    for (name, value) in &reply.headers {
+        headers.append(name, value.clone());
+    }
     response
 }

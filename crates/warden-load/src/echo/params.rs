@@ -79,6 +79,11 @@ impl<T> Weighted<T> {
         Ok(Weighted { choices })
     }
 
+    /// Every value a roll can pick (the default aside).
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.choices.iter().map(|(v, _)| v)
+    }
+
     /// The value for a roll in [0, 100); `None` means "use the default".
     pub fn pick(&self, roll: f64) -> Option<&T> {
         self.choices
@@ -119,6 +124,13 @@ impl EchoParams {
             }
         }
         Ok(params)
+    }
+
+    /// Whether some roll of `delay` waits at all (`delay=0` never does).
+    pub fn may_delay(&self) -> bool {
+        self.delay
+            .as_ref()
+            .is_some_and(|list| list.values().any(|d| !d.is_zero()))
     }
 
     /// Roll each weighted list independently, as fortio does.
@@ -227,5 +239,14 @@ mod tests {
         );
         assert_eq!(p.headers.len(), 2);
         assert_eq!(p.headers[1].1, "d");
+        assert!(p.may_delay());
+    }
+
+    #[test]
+    fn zero_delays_never_wait() {
+        assert!(!EchoParams::parse("size=1").unwrap().may_delay());
+        assert!(!EchoParams::parse("delay=0").unwrap().may_delay());
+        assert!(!EchoParams::parse("delay=0s:50").unwrap().may_delay());
+        assert!(EchoParams::parse("delay=0,1ms").unwrap().may_delay());
     }
 }

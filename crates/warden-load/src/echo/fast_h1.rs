@@ -1,0 +1,161 @@
+//! The HTTP/1.1 fast path of the echo server (issue #7). hyper's h1 dispatcher was most of the
+//! echo server's user-space CPU: per request it builds a `Request` with a header map, a `Response`
+//! and a body, and moves the bytes through its own buffers. Here body-less requests are parsed
+//! straight from the read buffer and answered into one output buffer: every request of one read
+//! (pipelined ones too) is answered in order with one write.
+//!
+//! Everything else is handed to hyper ([`HyperEcho`]) together with the bytes already read: h2c
+//! (the connection starts with the HTTP/2 preface), and from the first request on that has a
+//! body, a delay, an expectation or anything [`h1_request`](super::h1_request) does not vouch for.
+//! Responses already answered here are written before hyper takes over.
+
+use super::body::next_pattern_chunk;
+use super::counts::ConnectionCounts;
+use super::h1_request::{self, Parsed};
+use super::h1_response::{self, Framing};
+use super::http::HyperEcho;
+use super::http_date;
+use super::replay_io::ReplayIo;
+use super::reply::Plan;
+use bytes::{Buf, BytesMut};
+use http::Method;
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// What an HTTP/2 prior-knowledge connection starts with.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// A request head still incomplete at this size goes to hyper, which allows larger ones.
+const MAX_HEAD: usize = 64 * 1024;
+const READ_SIZE: usize = 8 * 1024;
+/// Write the output out mid-batch once it holds this much (many large pipelined responses).
+const MAX_BUFFERED_OUTPUT: usize = 64 * 1024;
+
+pub(super) async fn serve<S>(mut stream: S, counts: ConnectionCounts, hyper: &HyperEcho)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut input = BytesMut::with_capacity(READ_SIZE);
+    match stream.read_buf(&mut input).await {
+        Ok(0) | Err(_) => return,
+        Ok(_) => {}
+    }
+    // A prefix of the preface counts too: a first read may stop anywhere. An HTTP/1 request that
+    // happens to start the same way is served by hyper just as well.
+    let checked = input.len().min(PREFACE.len());
+    if input[..checked] == PREFACE[..checked] {
+        return hyper
+            .serve(ReplayIo::new(input.freeze(), stream), counts)
+            .await;
+    }
+    let mut conn = Connection {
+        stream,
+        input,
+        out: Vec::with_capacity(READ_SIZE),
+        counts,
+    };
+    loop {
+        let Ok(next) = conn.answer_buffered().await else {
+            return;
+        };
+        if conn.flush().await.is_err() {
+            return;
+        }
+        match next {
+            Next::Read if conn.input.len() < MAX_HEAD => {
+                conn.input.reserve(READ_SIZE);
+                match conn.stream.read_buf(&mut conn.input).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+            Next::Read | Next::Hyper => {
+                let Connection {
+                    stream,
+                    input,
+                    counts,
+                    ..
+                } = conn;
+                return hyper
+                    .serve(ReplayIo::new(input.freeze(), stream), counts)
+                    .await;
+            }
+            Next::Close => {
+                let _ = conn.stream.shutdown().await;
+                return;
+            }
+        }
+    }
+}
+
+/// What the connection does once the buffered requests are answered.
+enum Next {
+    /// Read more: the buffer ends with an incomplete request head, or nothing.
+    Read,
+    /// Hand the connection to hyper from the first unanswered request on.
+    Hyper,
+    /// The last answered request closes the connection.
+    Close,
+}
+
+struct Connection<S> {
+    stream: S,
+    /// Read and not yet answered.
+    input: BytesMut,
+    /// Responses not yet written.
+    out: Vec<u8>,
+    counts: ConnectionCounts,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    /// Answer every complete request in `input`, in order, into `out`.
+    async fn answer_buffered(&mut self) -> io::Result<Next> {
+        let date = http_date::now();
+        loop {
+            let (reply, framing, len) = match h1_request::parse(&self.input) {
+                Parsed::Partial => return Ok(Next::Read),
+                Parsed::Hyper => return Ok(Next::Hyper),
+                Parsed::Fast(request) => {
+                    let plan = Plan::new(request.path, request.query);
+                    // Decided before counting: hyper counts the request it takes over.
+                    if plan.needs_hyper() {
+                        return Ok(Next::Hyper);
+                    }
+                    let framing = Framing {
+                        http10: request.http10,
+                        keep_alive: request.keep_alive,
+                        head: request.method == Method::HEAD,
+                    };
+                    let reply = plan.reply(&request.method, &self.counts);
+                    (reply, framing, request.len)
+                }
+            };
+            self.input.advance(len);
+            let large_body = h1_response::encode(&mut self.out, &reply, &framing, &date);
+            if large_body > 0 || self.out.len() >= MAX_BUFFERED_OUTPUT {
+                self.flush().await?;
+                self.write_pattern(large_body).await?;
+            }
+            if !framing.keep_alive {
+                return Ok(Next::Close);
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.out.is_empty() {
+            self.stream.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    async fn write_pattern(&mut self, mut remaining: usize) -> io::Result<()> {
+        while let Some(chunk) = next_pattern_chunk(&mut remaining) {
+            self.stream.write_all(chunk).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

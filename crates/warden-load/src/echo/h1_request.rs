@@ -1,0 +1,198 @@
+//! One HTTP/1.x request head as the fast path reads it (`httparse`, the parser inside hyper),
+//! and whether the fast path may answer it. Whatever it is not sure about goes to hyper, which
+//! then answers, or refuses, exactly as it always did.
+
+use http::Method;
+use std::mem::MaybeUninit;
+
+/// More headers than this and hyper takes the request (its own limit is 100).
+const MAX_HEADERS: usize = 64;
+/// Longer request targets go to hyper, which enforces its own URI limits.
+const MAX_TARGET: usize = 8 * 1024;
+
+pub(super) enum Parsed<'a> {
+    /// A complete head the fast path can answer.
+    Fast(FastRequest<'a>),
+    /// Not a complete head yet.
+    Partial,
+    /// hyper's job: a body, an upgrade, an expectation, a head or target it must judge itself.
+    Hyper,
+}
+
+/// A request without a body.
+pub(super) struct FastRequest<'a> {
+    pub method: Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub http10: bool,
+    pub keep_alive: bool,
+    /// Length of the head (request line to the empty line), which is the whole request.
+    pub len: usize,
+}
+
+pub(super) fn parse(buf: &[u8]) -> Parsed<'_> {
+    // Uninitialised header slots, as hyper does: zeroing 64 of them costs more than the parse.
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut headers,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        // Malformed, or too many headers.
+        Err(_) => return Parsed::Hyper,
+    };
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Parsed::Hyper;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::Hyper;
+    };
+    // CONNECT turns the connection into a tunnel; that is hyper's business.
+    if method == Method::CONNECT || !is_fast_target(target) {
+        return Parsed::Hyper;
+    }
+    let http10 = version == 0;
+    let Some(keep_alive) = bodyless_keep_alive(req.headers, http10) else {
+        return Parsed::Hyper;
+    };
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
+    Parsed::Fast(FastRequest {
+        method,
+        path,
+        query,
+        http10,
+        keep_alive,
+        len,
+    })
+}
+
+/// Whether the connection stays open after this request, with hyper's rules: HTTP/1.1 unless a
+/// `Connection` line says `close`, HTTP/1.0 only if one says `keep-alive`; once a line said
+/// `close`, a later `keep-alive` does not undo it. `None` when the request has (or may have) a
+/// body, an upgrade or an expectation.
+fn bodyless_keep_alive(headers: &[httparse::Header<'_>], http10: bool) -> Option<bool> {
+    let mut keep_alive = !http10;
+    let mut close = false;
+    let mut saw_length = false;
+    for header in headers {
+        let name = header.name;
+        if name.eq_ignore_ascii_case("connection") {
+            if close || has_token(header.value, "close") {
+                close = true;
+                keep_alive = false;
+            } else if !keep_alive {
+                keep_alive = has_token(header.value, "keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            if saw_length || header.value != b"0" {
+                return None;
+            }
+            saw_length = true;
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+        {
+            return None;
+        }
+    }
+    Some(keep_alive)
+}
+
+/// A comma-separated token in a header value, compared as hyper does: only values of visible
+/// ASCII (what `HeaderValue::to_str` accepts) have tokens at all.
+fn has_token(value: &[u8], token: &str) -> bool {
+    let visible = value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+    visible
+        && value
+            .split(|&b| b == b',')
+            .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// An origin-form target (`/path?query`) made only of bytes `http::Uri` accepts both in a path
+/// and in a query (with the first `?` as the separator), so splitting it at `?` gives what
+/// `Uri::path` and `Uri::query` would. Anything else (`#`, `"`, `` ` ``, non-ASCII, absolute
+/// form, `*`) goes to hyper, which parses it exactly.
+fn is_fast_target(target: &str) -> bool {
+    target.starts_with('/')
+        && target.len() <= MAX_TARGET
+        && target
+            .bytes()
+            .all(|b| matches!(b, 0x21 | 0x24..=0x3b | 0x3d | 0x3f..=0x5f | 0x61..=0x7e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fast(head: &str) -> FastRequest<'_> {
+        match parse(head.as_bytes()) {
+            Parsed::Fast(request) => request,
+            Parsed::Partial => panic!("partial: {head:?}"),
+            Parsed::Hyper => panic!("left to hyper: {head:?}"),
+        }
+    }
+
+    fn left_to_hyper(head: &str) -> bool {
+        matches!(parse(head.as_bytes()), Parsed::Hyper)
+    }
+
+    #[test]
+    fn reads_a_bodyless_request() {
+        let head = "GET /a/b?size=10&x=%20 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\nGET";
+        let request = fast(head);
+        assert_eq!(request.method, Method::GET);
+        assert_eq!(
+            (request.path, request.query),
+            ("/a/b", Some("size=10&x=%20"))
+        );
+        assert!(!request.http10 && request.keep_alive);
+        assert_eq!(request.len, head.len() - 3);
+        assert!(matches!(parse(b"GET / HTTP/1.1\r\nHost:"), Parsed::Partial));
+    }
+
+    #[test]
+    fn keep_alive_follows_hypers_rules() {
+        let keep = |head: &str| fast(head).keep_alive;
+        assert!(!keep(
+            "GET / HTTP/1.1\r\nConnection: Keep-Alive, Close\r\n\r\n"
+        ));
+        assert!(!keep(
+            "GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n"
+        ));
+        assert!(keep("GET / HTTP/1.1\r\nConnection: closed\r\n\r\n"));
+        assert!(!keep("GET / HTTP/1.0\r\n\r\n"));
+        assert!(keep("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(fast("HEAD / HTTP/1.0\r\n\r\n").http10);
+    }
+
+    #[test]
+    fn bodies_upgrades_and_odd_targets_go_to_hyper() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            "GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\r\n\r\n",
+            "OPTIONS * HTTP/1.1\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\n\r\n",
+            "GET /a#b HTTP/1.1\r\n\r\n",
+            "GET /a\"b HTTP/1.1\r\n\r\n",
+            "PRI * HTTP/2.0\r\n\r\n",
+            "GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        ] {
+            assert!(left_to_hyper(head), "{head:?}");
+        }
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert!(left_to_hyper(&format!("GET / HTTP/1.1\r\n{many}\r\n")));
+    }
+}
