@@ -366,10 +366,12 @@ fn lua_other_than_the_seed_pattern_is_reported() {
     assert!(err.contains("Lua filters are not supported"), "{err}");
 }
 
-/// An RLS that answers OK after `delay`, asking for one request and one response header.
+/// An RLS that answers after `delay`: OK asking for one request and one response header, or
+/// OVER_LIMIT for the next 60 s.
 #[derive(Clone)]
 struct ScriptedRls {
     delay: Duration,
+    over_limit: bool,
 }
 
 #[tonic::async_trait]
@@ -381,7 +383,22 @@ impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::
         _request: tonic::Request<warden_ratelimit::RateLimitRequest>,
     ) -> Result<tonic::Response<warden_ratelimit::RateLimitResponse>, tonic::Status> {
         use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
         tokio::time::sleep(self.delay).await;
+        if self.over_limit {
+            return Ok(tonic::Response::new(warden_ratelimit::RateLimitResponse {
+                overall_code: 2,
+                statuses: vec![DescriptorStatus {
+                    code: 2,
+                    duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
+                        seconds: 60,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }));
+        }
         let header = |k: &str, v: &str| HeaderValue {
             key: k.into(),
             value: v.into(),
@@ -396,7 +413,7 @@ impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::
     }
 }
 
-async fn scripted_rls(delay: Duration) -> SocketAddr {
+async fn scripted_rls(delay: Duration, over_limit: bool) -> SocketAddr {
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -406,7 +423,10 @@ async fn scripted_rls(delay: Duration) -> SocketAddr {
     });
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(ScriptedRls { delay }))
+            .add_service(RateLimitServiceServer::new(ScriptedRls {
+                delay,
+                over_limit,
+            }))
             .serve_with_incoming(incoming),
     );
     addr
@@ -414,7 +434,7 @@ async fn scripted_rls(delay: Duration) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rls_headers_are_applied_to_request_and_response() {
-    let rls = scripted_rls(Duration::ZERO).await;
+    let rls = scripted_rls(Duration::ZERO, false).await;
     let up = common::echo_http("up").await;
     let proxy = start_proxy(&format!(
         "{}---\n{}",
@@ -443,7 +463,7 @@ async fn rls_headers_are_applied_to_request_and_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_rls_hits_the_default_20ms_timeout() {
-    let rls = scripted_rls(Duration::from_millis(300)).await;
+    let rls = scripted_rls(Duration::from_millis(300), false).await;
     let up = echo().await;
     let filters =
         |closed: bool| seed_filters(rls, closed, "1s").replace("            timeout: 1s\n", "");
@@ -476,6 +496,43 @@ async fn slow_rls_hits_the_default_20ms_timeout() {
     assert_eq!(counter(&closed, "error"), 4);
     open.shutdown(Duration::from_secs(1));
     closed.shutdown(Duration::from_secs(1));
+}
+
+/// Under overload every RLS call can miss its deadline: the request fails open, but the late
+/// OVER_LIMIT answer still fills the over-limit cache, so the limit holds from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_over_limit_answer_still_fills_the_cache() {
+    let rls = scripted_rls(Duration::from_millis(100), true).await;
+    let up = echo().await;
+    let proxy = start_proxy(&format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls, false, "20ms")
+    ));
+    let c = client_from([127, 0, 0, 1]);
+    let url = format!("http://{}/a", addr(&proxy, 0));
+    assert_eq!(
+        send(&c, &url, 1).await,
+        [1, 0, 0, 0],
+        "timed out: fails open"
+    );
+    assert_eq!(counter(&proxy, "failure_mode_allowed"), 1);
+    // The answer arrives ~80 ms after the timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while counter(&proxy, "over_limit_cache_hits") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "late answer never cached"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_ne!(send(&c, &url, 1).await[3], 1, "no other status");
+    }
+    assert_eq!(
+        send(&c, &url, 5).await,
+        [0, 5, 0, 0],
+        "answered from the cache"
+    );
+    proxy.shutdown(Duration::from_secs(1));
 }
 
 /// The native `method` and `path` actions (warden extension) replace the seed's Lua header: the

@@ -26,13 +26,13 @@ use crate::routing::{Route, RouteAction};
 use crate::snapshot::ProxyIdentity;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use over_limit_cache::{Denial, OverLimitCache};
+use over_limit_cache::{OverLimitCache, OverLimitMemory};
 use policy_rules::PolicyRules;
 use service::RlsBackend;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use warden_config::{ConfigSet, Problem};
 use warden_local_ratelimit::envoy::actions::CompiledEntry;
 use warden_local_ratelimit::envoy::global_config::HttpRateLimit;
@@ -63,11 +63,8 @@ pub struct GlobalRateLimit {
     failure_mode_deny: bool,
     status_on_error: StatusCode,
     rate_limited_status: StatusCode,
-    x_envoy_ratelimited: bool,
-    x_ratelimit_headers: bool,
-    /// The filter's `response_headers_to_add`, on limited responses.
-    limited_headers: Vec<(HeaderName, HeaderValue)>,
-    cache: Arc<OverLimitCache>,
+    /// 429 headers and the over-limit cache.
+    denials: Arc<OverLimitMemory>,
 }
 
 fn problem_at(origin_doc: &warden_config::Location, field: String, message: String) -> Problem {
@@ -281,17 +278,19 @@ impl GlobalRateLimit {
             rate_limited_status: warden_local_ratelimit::envoy::proto_json::limited_status(
                 filter.and_then(|f| f.rate_limited_status.as_ref()),
             ),
-            x_envoy_ratelimited: !filter.is_some_and(|f| f.disable_x_envoy_ratelimited_header),
-            // Envoy Gateway turns DRAFT_03 headers on for policies; an EnvoyFilter opts in.
-            x_ratelimit_headers: match filter {
-                Some(f) => f.enable_x_ratelimit_headers.as_deref() == Some("DRAFT_VERSION_03"),
-                None => true,
-            },
-            limited_headers,
-            cache: previous.map_or_else(
-                || Arc::new(OverLimitCache::new(CACHE_ENTRIES)),
-                |p| p.cache.clone(),
-            ),
+            denials: Arc::new(OverLimitMemory {
+                x_envoy_ratelimited: !filter.is_some_and(|f| f.disable_x_envoy_ratelimited_header),
+                // Envoy Gateway turns DRAFT_03 headers on for policies; an EnvoyFilter opts in.
+                x_ratelimit_headers: match filter {
+                    Some(f) => f.enable_x_ratelimit_headers.as_deref() == Some("DRAFT_VERSION_03"),
+                    None => true,
+                },
+                limited_headers,
+                cache: previous.map_or_else(
+                    || Arc::new(OverLimitCache::new(CACHE_ENTRIES)),
+                    |p| p.denials.cache.clone(),
+                ),
+            }),
         }))
     }
 
@@ -366,37 +365,8 @@ impl GlobalRateLimit {
     }
 
     fn over_limit(&self, resp: &RateLimitResponse, key: String, now: Instant) -> Verdict {
-        let mut headers = HeaderMap::new();
-        if self.x_envoy_ratelimited {
-            headers.insert(
-                response_headers::X_ENVOY_RATELIMITED,
-                HeaderValue::from_static("true"),
-            );
-        }
-        if self.x_ratelimit_headers {
-            response_headers::x_ratelimit(&resp.statuses, &mut headers);
-        }
-        for (n, v) in &self.limited_headers {
-            headers.append(n.clone(), v.clone());
-        }
-        response_headers::append_rls_headers(&resp.response_headers_to_add, &mut headers);
-        let reset = resp
-            .statuses
-            .iter()
-            .filter(|s| s.code == CODE_OVER_LIMIT)
-            .filter_map(|s| s.duration_until_reset.as_ref())
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
-            .max();
-        if let Some(reset) = reset.filter(|r| !r.is_zero()) {
-            self.cache.insert(
-                key,
-                Denial {
-                    until: now + reset,
-                    headers: headers.clone(),
-                },
-                now,
-            );
-        }
+        let headers = self.denials.headers(resp);
+        self.denials.remember(resp, key, &headers, now);
         let mut reply = self.limited_reply();
         if !resp.raw_body.is_empty() {
             reply.body = Bytes::from(resp.raw_body.clone());
@@ -411,7 +381,7 @@ impl GlobalRateLimit {
         }
         let key = cache_key(&descriptors);
         let now = Instant::now();
-        if let Some(denial) = self.cache.get(&key, now) {
+        if let Some(denial) = self.denials.cache.get(&key, now) {
             metrics.global_rate_limit.over_limit_cache_hits.inc();
             let mut headers = denial.headers;
             if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
@@ -432,7 +402,12 @@ impl GlobalRateLimit {
             descriptors,
             hits_addend: 1,
         };
-        match self.backend.should_rate_limit(request).await {
+        let late = {
+            let denials = self.denials.clone();
+            let key = key.clone();
+            move |resp: &RateLimitResponse| denials.remember_late(resp, key)
+        };
+        match self.backend.should_rate_limit(request, late).await {
             Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
                 metrics.global_rate_limit.over_limit.inc();
                 self.over_limit(&resp, key, now)
@@ -440,7 +415,7 @@ impl GlobalRateLimit {
             Ok(resp) if resp.overall_code == CODE_OK => {
                 metrics.global_rate_limit.ok.inc();
                 let mut response = HeaderMap::new();
-                if self.x_ratelimit_headers {
+                if self.denials.x_ratelimit_headers {
                     response_headers::x_ratelimit(&resp.statuses, &mut response);
                 }
                 response_headers::append_rls_headers(&resp.response_headers_to_add, &mut response);

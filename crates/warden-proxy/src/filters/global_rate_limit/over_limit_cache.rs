@@ -1,10 +1,83 @@
 //! OVER_LIMIT answers remembered per descriptor set until their `duration_until_reset`, so a
 //! client already over its limit is answered 429 without an RLS call.
 
-use http::HeaderMap;
+use super::response_headers;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+const CODE_OVER_LIMIT: i32 = 2;
+
+/// What a 429 carries besides its status, and the cache that remembers it: shared (`Arc`) with
+/// calls that outlive their timeout, whose late OVER_LIMIT answers are remembered too.
+#[derive(Debug)]
+pub struct OverLimitMemory {
+    pub x_envoy_ratelimited: bool,
+    pub x_ratelimit_headers: bool,
+    /// The filter's `response_headers_to_add`, on limited responses.
+    pub limited_headers: Vec<(HeaderName, HeaderValue)>,
+    pub cache: std::sync::Arc<OverLimitCache>,
+}
+
+impl OverLimitMemory {
+    /// The headers of the 429 answering `resp`.
+    pub fn headers(&self, resp: &RateLimitResponse) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if self.x_envoy_ratelimited {
+            headers.insert(
+                response_headers::X_ENVOY_RATELIMITED,
+                HeaderValue::from_static("true"),
+            );
+        }
+        if self.x_ratelimit_headers {
+            response_headers::x_ratelimit(&resp.statuses, &mut headers);
+        }
+        for (n, v) in &self.limited_headers {
+            headers.append(n.clone(), v.clone());
+        }
+        response_headers::append_rls_headers(&resp.response_headers_to_add, &mut headers);
+        headers
+    }
+
+    /// Remember an OVER_LIMIT answer for `key` until the latest reset among its over-limit
+    /// descriptors (not at all when the service gave no reset).
+    pub fn remember(
+        &self,
+        resp: &RateLimitResponse,
+        key: String,
+        headers: &HeaderMap,
+        now: Instant,
+    ) {
+        let reset = resp
+            .statuses
+            .iter()
+            .filter(|s| s.code == CODE_OVER_LIMIT)
+            .filter_map(|s| s.duration_until_reset.as_ref())
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .max();
+        if let Some(reset) = reset.filter(|r| !r.is_zero()) {
+            self.cache.insert(
+                key,
+                Denial {
+                    until: now + reset,
+                    headers: headers.clone(),
+                },
+                now,
+            );
+        }
+    }
+
+    /// A late answer (its call had timed out and the request went on): remember it if it
+    /// says OVER_LIMIT, so the client's next requests get their 429 without another call.
+    pub fn remember_late(&self, resp: &RateLimitResponse, key: String) {
+        if resp.overall_code == CODE_OVER_LIMIT {
+            let headers = self.headers(resp);
+            self.remember(resp, key, &headers, Instant::now());
+        }
+    }
+}
 
 const SHARDS: usize = 16;
 

@@ -10,6 +10,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
@@ -60,6 +61,31 @@ fn worker_client(address: &Arc<str>, endpoint: &Endpoint) -> RateLimitServiceCli
     RateLimitServiceClient::new(channel)
 }
 
+/// How long a timed-out call may still finish in the background, and how many may at once.
+const LATE_ANSWER_WAIT: Duration = Duration::from_secs(2);
+const MAX_LATE_CALLS: usize = 4096;
+static LATE_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Let a timed-out call finish so its answer is not lost: under overload every call can miss
+/// its deadline, and an OVER_LIMIT that arrives late still lets the over-limit cache answer the
+/// client's next requests locally (otherwise every request fails open and the limit never
+/// holds). Beyond the bound the call is dropped, as Envoy does with all of them.
+fn finish_late<F, T>(call: F, late: impl FnOnce(&RateLimitResponse) + Send + 'static)
+where
+    F: std::future::Future<Output = Result<tonic::Response<RateLimitResponse>, T>> + Send + 'static,
+{
+    if LATE_CALLS.fetch_add(1, Ordering::Relaxed) >= MAX_LATE_CALLS {
+        LATE_CALLS.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    tokio::spawn(async move {
+        if let Ok(Ok(resp)) = tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
+            late(resp.get_ref());
+        }
+        LATE_CALLS.fetch_sub(1, Ordering::Relaxed);
+    });
+}
+
 impl RlsBackend {
     /// A remote RLS at `address` (`host:port`); nothing connects until the first decision.
     pub fn remote(address: &str, timeout: Duration) -> Result<RlsBackend, RlsSetupError> {
@@ -81,9 +107,12 @@ impl RlsBackend {
         })
     }
 
+    /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
+    /// background (bounded in time and number per worker) and hand its answer to `late`.
     pub async fn should_rate_limit(
         &self,
         request: RateLimitRequest,
+        late: impl FnOnce(&RateLimitResponse) + Send + 'static,
     ) -> Result<RateLimitResponse, RlsCallError> {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
@@ -93,10 +122,14 @@ impl RlsBackend {
                 timeout,
             } => {
                 let mut client = worker_client(address, endpoint);
-                match tokio::time::timeout(*timeout, client.should_rate_limit(request)).await {
+                let mut call = Box::pin(async move { client.should_rate_limit(request).await });
+                match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(Ok(resp)) => Ok(resp.into_inner()),
                     Ok(Err(status)) => Err(RlsCallError::Status(Box::new(status))),
-                    Err(_) => Err(RlsCallError::Timeout(*timeout)),
+                    Err(_) => {
+                        finish_late(call, late);
+                        Err(RlsCallError::Timeout(*timeout))
+                    }
                 }
             }
         }
