@@ -17,6 +17,7 @@ pub mod lua_path_header;
 pub mod over_limit_cache;
 pub mod policy_rules;
 pub mod response_headers;
+mod rls_connection;
 pub mod service;
 
 use crate::local_reply::{LocalReply, ResponseFlag};

@@ -125,6 +125,9 @@ impl Server {
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc = tonic::transport::Server::builder()
+            // grpc-go (the reference) sets no stream limit; hyper's default of 200 would queue
+            // an Envoy worker's decisions behind each other on its one connection.
+            .max_concurrent_streams(u32::MAX)
             .max_connection_age(settings.grpc_max_connection_age)
             .max_connection_age_grace(settings.grpc_max_connection_age_grace)
             .add_service(health_service)

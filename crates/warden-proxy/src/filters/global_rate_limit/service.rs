@@ -1,19 +1,13 @@
 //! Where rate limit decisions come from: the embedded limiter (same code as `warden
-//! ratelimit`, memory backend) or a remote RLS over one long-lived HTTP/2 channel.
-//!
-//! Remote channels are per worker thread, like Envoy's per-worker gRPC clients: a worker's
-//! decisions go out on its own HTTP/2 connection, driven by its own single-threaded runtime,
-//! with no hop to another thread and back per request. Channels are kept per worker and
-//! address, so a config reload reuses the connection; they connect lazily and reconnect by
-//! themselves after the service comes back.
+//! ratelimit`, memory backend) or a remote RLS over this worker's HTTP/2 connection to it
+//! (`rls_connection`).
 
+use super::rls_connection::{self, RlsConnection};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use std::cell::RefCell;
-use std::collections::HashMap;
+use http::uri::Authority;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
 use warden_ratelimit::{RateLimitRequest, RateLimitResponse, RateLimiter};
 
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +16,8 @@ pub enum RlsCallError {
     Timeout(Duration),
     #[error("rate limit service error: {0}")]
     Status(Box<tonic::Status>),
+    #[error("{0}")]
+    Unavailable(Arc<str>),
     #[error("embedded rate limiter error: {0}")]
     Embedded(#[from] warden_ratelimit::RlsError),
 }
@@ -36,29 +32,26 @@ pub enum RlsSetupError {
 pub enum RlsBackend {
     Embedded(Arc<RateLimiter>),
     Remote {
-        /// Boxed: an Endpoint is large, and the enum is cloned into every snapshot.
-        endpoint: Box<Endpoint>,
         address: Arc<str>,
+        authority: Authority,
         timeout: Duration,
     },
 }
 
-thread_local! {
-    /// This thread's channels by RLS address. A worker thread lives as long as its runtime,
-    /// which drives the channels' connection tasks.
-    static CHANNELS: RefCell<HashMap<Arc<str>, Channel>> = RefCell::new(HashMap::new());
-}
-
-/// This worker's channel to `address`, created on first use (inside the worker's runtime).
-fn worker_client(address: &Arc<str>, endpoint: &Endpoint) -> RateLimitServiceClient<Channel> {
-    let channel = CHANNELS.with(|channels| {
-        channels
-            .borrow_mut()
-            .entry(address.clone())
-            .or_insert_with(|| endpoint.connect_lazy())
-            .clone()
-    });
-    RateLimitServiceClient::new(channel)
+/// One ShouldRateLimit call on this worker's connection to `address`.
+async fn remote_call(
+    address: Arc<str>,
+    authority: Authority,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, RlsCallError> {
+    let connection: RlsConnection = rls_connection::get(&address, &authority)
+        .await
+        .map_err(RlsCallError::Unavailable)?;
+    RateLimitServiceClient::new(connection)
+        .should_rate_limit(request)
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| RlsCallError::Status(Box::new(status)))
 }
 
 /// How long a timed-out call may still finish in the background, and how many may at once.
@@ -70,9 +63,9 @@ static LATE_CALLS: AtomicUsize = AtomicUsize::new(0);
 /// its deadline, and an OVER_LIMIT that arrives late still lets the over-limit cache answer the
 /// client's next requests locally (otherwise every request fails open and the limit never
 /// holds). Beyond the bound the call is dropped, as Envoy does with all of them.
-fn finish_late<F, T>(call: F, late: impl FnOnce(&RateLimitResponse) + Send + 'static)
+fn finish_late<F>(call: F, late: impl FnOnce(&RateLimitResponse) + Send + 'static)
 where
-    F: std::future::Future<Output = Result<tonic::Response<RateLimitResponse>, T>> + Send + 'static,
+    F: std::future::Future<Output = Result<RateLimitResponse, RlsCallError>> + Send + 'static,
 {
     if LATE_CALLS.fetch_add(1, Ordering::Relaxed) >= MAX_LATE_CALLS {
         LATE_CALLS.fetch_sub(1, Ordering::Relaxed);
@@ -80,7 +73,7 @@ where
     }
     tokio::spawn(async move {
         if let Ok(Ok(resp)) = tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
-            late(resp.get_ref());
+            late(&resp);
         }
         LATE_CALLS.fetch_sub(1, Ordering::Relaxed);
     });
@@ -89,20 +82,14 @@ where
 impl RlsBackend {
     /// A remote RLS at `address` (`host:port`); nothing connects until the first decision.
     pub fn remote(address: &str, timeout: Duration) -> Result<RlsBackend, RlsSetupError> {
-        let bad = |reason: String| RlsSetupError::Address {
-            address: address.to_string(),
-            reason,
-        };
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| bad(e.to_string()))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(1))
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            // Every request of the worker in flight at once may wait for a decision.
-            .buffer_size(16 * 1024);
+        let authority =
+            rls_connection::authority(address).map_err(|reason| RlsSetupError::Address {
+                address: address.to_string(),
+                reason,
+            })?;
         Ok(RlsBackend::Remote {
-            endpoint: Box::new(endpoint),
             address: Arc::from(address),
+            authority,
             timeout,
         })
     }
@@ -117,15 +104,13 @@ impl RlsBackend {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
             RlsBackend::Remote {
-                endpoint,
                 address,
+                authority,
                 timeout,
             } => {
-                let mut client = worker_client(address, endpoint);
-                let mut call = Box::pin(async move { client.should_rate_limit(request).await });
+                let mut call = Box::pin(remote_call(address.clone(), authority.clone(), request));
                 match tokio::time::timeout(*timeout, &mut call).await {
-                    Ok(Ok(resp)) => Ok(resp.into_inner()),
-                    Ok(Err(status)) => Err(RlsCallError::Status(Box::new(status))),
+                    Ok(result) => result,
                     Err(_) => {
                         finish_late(call, late);
                         Err(RlsCallError::Timeout(*timeout))
