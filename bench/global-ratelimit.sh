@@ -114,6 +114,11 @@ done
 sleep 0.5
 
 url() { echo "http://127.0.0.1:${PORT[$1]}/api/healthz?user=1"; }
+# Warm-up, not measured: every case's 1000 connections are opened once and the attack cases
+# reach their limit (their first window's RLS calls, answered or timed out, are behind them).
+for c in a b-attack c-attack d-attack b-pass c-pass d-pass; do
+  "${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d1s "$(url "$c")" >/dev/null 2>&1 || true
+done
 bench_header
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
