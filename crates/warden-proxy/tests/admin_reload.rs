@@ -4,11 +4,11 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_proxy::{AccessLogTarget, ConfigSource, Proxy, ProxyOptions};
+use warden_testkit::TempDir;
 
 /// Direct response `body` on `/`, with `/slow` routed to an upstream that is not running.
 fn direct_yaml(body: &str) -> String {
@@ -43,27 +43,6 @@ fn with_upstream(body: &str, up: std::net::SocketAddr) -> String {
         routes_only(body),
         service_entry("up.internal", &[up])
     )
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "warden-proxy-{tag}-{}-{}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Replace the file atomically, as config management tools do.
@@ -144,8 +123,8 @@ async fn admin_endpoints_report_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reload_under_load_has_zero_failures_and_invalid_reload_keeps_config() {
     let up = echo_http("up").await;
-    let dir = TempDir::new("reload");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("reload").unwrap();
+    let file = dir.path().join("gw.yaml");
     write_config(&file, &with_upstream("v0", up.addr));
     let mut opts = ProxyOptions::loopback(ConfigSource::Paths(vec![file.clone()]));
     opts.concurrency = 2;
@@ -228,10 +207,10 @@ async fn reload_under_load_has_zero_failures_and_invalid_reload_keeps_config() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_change_triggers_reload() {
-    let dir = TempDir::new("watch");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("watch").unwrap();
+    let file = dir.path().join("gw.yaml");
     write_config(&file, &direct_yaml("before"));
-    let mut opts = ProxyOptions::loopback(ConfigSource::Paths(vec![dir.0.clone()]));
+    let mut opts = ProxyOptions::loopback(ConfigSource::Paths(vec![dir.path().to_path_buf()]));
     opts.watch_config = true;
     let proxy = Proxy::start(opts).unwrap();
     let url = format!("http://{}/", addr(&proxy, 0));
@@ -284,8 +263,8 @@ async fn shutdown_drains_in_flight_requests_then_refuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_writes_json_lines() {
-    let dir = TempDir::new("log");
-    let log = dir.0.join("access.log");
+    let dir = TempDir::new("log").unwrap();
+    let log = dir.path().join("access.log");
     let mut opts = ProxyOptions::loopback(inline(&direct_yaml("logged")));
     opts.access_log = Some(AccessLogTarget::File(log.clone()));
     let proxy = Proxy::start(opts).unwrap();
@@ -327,8 +306,8 @@ fn check_describes_config_and_fails_on_errors() {
     );
     assert!(text.contains("upstreams (1):"), "{text}");
 
-    let dir = TempDir::new("check");
-    let bad = dir.0.join("bad.yaml");
+    let dir = TempDir::new("check").unwrap();
+    let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 80, protocol: HTTPS}}]\n").unwrap();
     let code = warden_proxy::cli::run_check(warden_proxy::cli::CheckArgs {
         config: vec![bad],

@@ -9,12 +9,13 @@ use common::*;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warden_proxy::{ConfigSource, ListenerProtocol, Proxy, ProxyOptions, RunningProxy};
+use warden_testkit::TempDir;
 
 /// A port that was free a moment ago.
 fn free_port() -> u16 {
@@ -39,27 +40,6 @@ fn http_ports(ports: &[u16], upstream: SocketAddr) -> String {
     y.push_str("  - directResponse: {status: 200, body: {string: other}}\n");
     y.push_str(&service_entry("up.internal", &[upstream]));
     y
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "warden-listeners-{tag}-{}-{}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Replace the file atomically, as config management tools do.
@@ -139,8 +119,8 @@ async fn h1_get(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_ports_serve_and_unchanged_port_keeps_its_connections() {
     let up = echo_http("up").await;
-    let dir = TempDir::new("add");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("add").unwrap();
+    let file = dir.path().join("gw.yaml");
     let (a, b) = (free_port(), free_port());
     let proxy = start_from(&file, &http_ports(&[a], up.addr));
     let a_addr = addr(&proxy, a);
@@ -201,8 +181,8 @@ async fn added_ports_serve_and_unchanged_port_keeps_its_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn removed_port_refuses_while_other_port_serves_without_failures() {
     let up = echo_http("up").await;
-    let dir = TempDir::new("remove");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("remove").unwrap();
+    let file = dir.path().join("gw.yaml");
     let (a, b) = (free_port(), free_port());
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let a_url = format!("http://{}/", addr(&proxy, a));
@@ -291,8 +271,8 @@ async fn removed_port_refuses_while_other_port_serves_without_failures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_adding_a_taken_port_keeps_config_and_listeners() {
     let up = echo_http("up").await;
-    let dir = TempDir::new("taken");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("taken").unwrap();
+    let file = dir.path().join("gw.yaml");
     let (a, b, taken) = (free_port(), free_port(), free_port());
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let before = proxy.listeners();
@@ -340,8 +320,8 @@ async fn reload_adding_a_taken_port_keeps_config_and_listeners() {
 async fn protocol_change_switches_the_port() {
     let up = echo_http("up").await;
     let tcp_up = echo_tcp().await;
-    let dir = TempDir::new("proto");
-    let file = dir.0.join("gw.yaml");
+    let dir = TempDir::new("proto").unwrap();
+    let file = dir.path().join("gw.yaml");
     let (a, b) = (free_port(), free_port());
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let b_addr = addr(&proxy, b);
