@@ -85,9 +85,9 @@ h2load_run() {
   out="$(timeout $((SECS + 20)) h2load -D "$SECS" -c 4 -m 64 -t 1 -d "$TMP/request.bin" \
     -H 'content-type: application/grpc' -H 'te: trailers' \
     "http://$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>&1)" || true
-  rps="$(grep -Eo 'finished in [0-9.]+s, [0-9.]+ req/s' <<<"$out" | grep -Eo '[0-9.]+ req/s' | cut -d' ' -f1)"
+  rps="$(grep -Eo 'finished in [0-9.]+s, [0-9.]+ req/s' <<<"$out" | grep -Eo '[0-9.]+ req/s' | cut -d' ' -f1 || true)"
   mean="$(awk '/time for request:/ {print $5}' <<<"$out")"
-  local failed; failed="$(grep -Eo '[0-9]+ failed' <<<"$out" | head -1 | cut -d' ' -f1)"
+  local failed; failed="$(grep -Eo '[0-9]+ failed' <<<"$out" | head -1 | cut -d' ' -f1 || true)"
   printf '%s\tdecisions_per_s=%s\tmean=%s\terrors=%s\n' "$2" "${rps:-0}" "${mean:-?}" "${failed:-?}" >>"$RESULTS"
 }
 
@@ -122,11 +122,11 @@ run_backend redis
 incr_plain="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 300000 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 incr_p16="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 2000000 -P 16 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 
-field() { grep -Eo "$1=[0-9.]+" | cut -d= -f2; }
+field() { { grep -Eo "$1=[0-9.]+" || true; } | cut -d= -f2; }
 printf '\n%-8s %-30s %12s %9s %9s %9s %8s\n' backend load decisions/s p50_ms p99_ms p999_ms errors
 while IFS=$'\t' read -r backend load rest; do
   p50="$(field p50_ms <<<"$rest")"
-  [[ -z "$p50" ]] && p50="mean $(grep -Eo 'mean=[^[:space:]]+' <<<"$rest" | cut -d= -f2)"
+  if [[ -z "$p50" ]]; then p50="mean $(grep -Eo 'mean=[^[:space:]]+' <<<"$rest" | cut -d= -f2 || true)"; fi
   printf '%-8s %-30s %12s %9s %9s %9s %8s\n' "$backend" "$load" \
     "$(field decisions_per_s <<<"$rest")" "$p50" \
     "$(field p99_ms <<<"$rest")" "$(field p999_ms <<<"$rest")" "$(field errors <<<"$rest")"
