@@ -13,7 +13,6 @@ use crate::limiter::RateLimiter;
 use crate::settings::{Backend, Settings};
 use crate::stats::Stats;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use health::Health;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -118,9 +117,9 @@ impl Server {
             shutdown_rx.clone(),
         )));
 
-        let rls = RateLimitServiceServer::new(grpc::RlsService {
+        let rls = grpc::RlsService {
             limiter: limiter.clone(),
-        });
+        };
         let incoming =
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let mut grpc_shutdown = shutdown_rx.clone();

@@ -3,12 +3,14 @@
 //! (`rls_connection`).
 
 use super::rls_connection::{self, RlsConnection};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use http::uri::Authority;
+use http::uri::{Authority, PathAndQuery};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use warden_ratelimit::grpc_codec::SmallMessageCodec;
 use warden_ratelimit::{RateLimitRequest, RateLimitResponse, RateLimiter};
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlsCallError {
@@ -47,11 +49,22 @@ async fn remote_call(
     let connection: RlsConnection = rls_connection::get(&address, &authority)
         .await
         .map_err(RlsCallError::Unavailable)?;
-    RateLimitServiceClient::new(connection)
-        .should_rate_limit(request)
-        .await
-        .map(tonic::Response::into_inner)
-        .map_err(|status| RlsCallError::Status(Box::new(status)))
+    let status = |s: tonic::Status| RlsCallError::Status(Box::new(s));
+    // The generated client's calls, with small per-call codec buffers.
+    let mut grpc = tonic::client::Grpc::new(connection);
+    grpc.ready().await.map_err(|e| {
+        status(tonic::Status::unavailable(format!(
+            "rate limit service not ready: {e}"
+        )))
+    })?;
+    grpc.unary(
+        tonic::Request::new(request),
+        PathAndQuery::from_static(SHOULD_RATE_LIMIT),
+        SmallMessageCodec::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+    .map_err(status)
 }
 
 /// How long a timed-out call may still finish in the background, and how many may at once.
