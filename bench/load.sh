@@ -6,80 +6,30 @@
 # Goals (issue 7): warden load >= wrk and >= 2x hey in req/s; warden echo >= nginx in req/s.
 #
 # Env: CONNS (64), THREADS (1), DURATION seconds per run (4), ROUNDS (3), WARDEN_BIN (skip the cargo build
-# and use this binary), PIN (1: backends on CPU 0, load tools on CPU 1, so the scheduler does not move
-# them onto each other's core mid-run; 0: no pinning). Loopback only; every run is bounded by DURATION; everything it starts is
-# stopped on exit.
-set -euo pipefail
-
-CONNS=${CONNS:-64}
+# and use this binary), PIN (1: backends on CPU 0, load tools on CPU 1; see bench/lib/common.sh).
+# Loopback only; every run is bounded by DURATION; everything it starts is stopped on exit.
+DURATION=${DURATION:-4} # before common.sh, whose default is 5
 THREADS=${THREADS:-1}
-DURATION=${DURATION:-4}
-ROUNDS=${ROUNDS:-3}
-PIN=${PIN:-1}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-
-need=()
-for tool in nginx wrk hey python3 curl; do
-    command -v "$tool" >/dev/null || need+=("$tool")
-done
-if ((${#need[@]})); then
-    pkgs=()
-    for tool in "${need[@]}"; do
-        case $tool in python3) pkgs+=(python3-minimal) ;; *) pkgs+=("$tool") ;; esac
-    done
-    echo "installing ${pkgs[*]}" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >&2
-fi
+source "$(dirname "$0")/lib/common.sh" # CONNS, ROUNDS, PIN, WORK, cleanup, free_port, wait_http
+ensure_pkgs nginx:nginx wrk:wrk hey:hey python3:python3-minimal curl:curl taskset:util-linux
 NGINX=$(command -v nginx)
-if [[ $PIN == 1 && $(nproc) -ge 2 ]]; then
-    ON_SERVER_CPU=(taskset -c 0)
-    ON_CLIENT_CPU=(taskset -c 1)
-else
-    PIN=0
-    ON_SERVER_CPU=()
-    ON_CLIENT_CPU=()
-fi
-
 if [[ -n ${WARDEN_BIN:-} ]]; then
     WARDEN=$WARDEN_BIN
 else
-    (cd "$ROOT" && cargo build --release -p warden >&2)
-    WARDEN=$ROOT/target/release/warden
+    build_warden
 fi
-
-WORK=$(mktemp -d /tmp/warden-load-bench.XXXXXX)
-ECHO_PID=
-cleanup() {
-    [[ -n $ECHO_PID ]] && kill "$ECHO_PID" 2>/dev/null || true
-    [[ -f $WORK/nginx.pid ]] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
-    sleep 0.2
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_http() {
-    for _ in $(seq 50); do
-        curl -s -o /dev/null "$1" && return 0
-        sleep 0.1
-    done
-    echo "backend at $1 did not come up" >&2
-    return 1
-}
+# Short names for the pinning prefixes of common.sh (backends on CPU 0, load tools on CPU 1).
+ON_SERVER_CPU=("${SERVER_CPU[@]}")
+ON_CLIENT_CPU=("${CLIENT_CPU[@]}")
 
 NGINX_PORT=$(free_port)
 sed -e "s#@PREFIX@#$WORK#g" -e "s#@PORT@#$NGINX_PORT#g" "$ROOT/bench/load-nginx.conf" >"$WORK/nginx.conf"
-"${ON_SERVER_CPU[@]}" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf"
+bg_server "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;'
 NGINX_URL=http://127.0.0.1:$NGINX_PORT/
 wait_http "$NGINX_URL"
 
 ECHO_PORT=$(free_port)
-"${ON_SERVER_CPU[@]}" "$WARDEN" echo --http "127.0.0.1:$ECHO_PORT" --threads "$THREADS" 2>"$WORK/echo.log" &
-ECHO_PID=$!
+bg_server "$WARDEN" echo --http "127.0.0.1:$ECHO_PORT" --threads "$THREADS"
 ECHO_URL=http://127.0.0.1:$ECHO_PORT/
 wait_http "$ECHO_URL"
 
@@ -126,7 +76,7 @@ PY
 }
 
 echo "# bench/load.sh  $(date -u +%FT%TZ)  $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $CONNS connections, $THREADS thread(s), ${DURATION}s per run, $ROUNDS rounds, pinned $PIN; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
+echo "# background busy $(background_busy); $CONNS connections, $THREADS thread(s), ${DURATION}s per run, $ROUNDS rounds, pinned $PIN; $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2)"
 
 # Warm both backends up so the first measured tool is not penalised.
 wrk -t1 -c"$CONNS" -d1s "$NGINX_URL" >/dev/null
