@@ -17,23 +17,13 @@ fn direct_yaml(body: &str) -> String {
 
 fn routes_only(body: &str) -> String {
     format!(
-        r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: vs
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - match: [{{uri: {{prefix: /slow}}}}]
+        r#"{head}  - match: [{{uri: {{prefix: /slow}}}}]
     route: [{{destination: {{host: up.internal}}}}]
   - directResponse:
       status: 200
       body: {{string: "{body}"}}
 "#,
-        gw = gateway(&[(0, "HTTP")]),
+        head = gateway_and_route_head(),
     )
 }
 

@@ -10,20 +10,10 @@ use std::time::Duration;
 
 fn one_route(dest_host: &str, extra_route: &str, ses: &str) -> String {
     format!(
-        r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: vs
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - route: [{{destination: {{host: {dest_host}}}}}]
+        r#"{head}  - route: [{{destination: {{host: {dest_host}}}}}]
 {extra_route}
 {ses}"#,
-        gw = gateway(&[(0, "HTTP")]),
+        head = gateway_and_route_head(),
     )
 }
 
@@ -69,17 +59,7 @@ async fn local_replies_503_and_504() {
     let extra = r#"  - name: unused
     route: [{destination: {host: up.internal}}]"#;
     let yaml = format!(
-        r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: vs
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - match: [{{uri: {{prefix: /limited}}}}]
+        r#"{head}  - match: [{{uri: {{prefix: /limited}}}}]
     route: [{{destination: {{host: limited.internal}}}}]
   - match: [{{uri: {{prefix: /dead}}}}]
     route: [{{destination: {{host: dead.internal}}}}]
@@ -99,7 +79,7 @@ spec:
     connectionPool:
       http: {{http2MaxRequests: 1}}
 "#,
-        gw = gateway(&[(0, "HTTP")]),
+        head = gateway_and_route_head(),
         limited = service_entry("limited.internal", &[up.addr]),
         dead_se = service_entry("dead.internal", &[dead]),
         up_se = service_entry("up.internal", &[up.addr]),
@@ -152,17 +132,7 @@ async fn retries_move_to_a_live_endpoint_and_h2_upstream() {
     let up = echo_http("live").await;
     let dead = closed_port().await;
     let yaml = format!(
-        r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: vs
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - match: [{{uri: {{prefix: /h2}}}}]
+        r#"{head}  - match: [{{uri: {{prefix: /h2}}}}]
     route: [{{destination: {{host: h2.internal}}}}]
   - retries: {{attempts: 3}}
     route: [{{destination: {{host: mixed.internal}}}}]
@@ -187,7 +157,7 @@ spec:
     connectionPool:
       http: {{h2UpgradePolicy: UPGRADE}}
 "#,
-        gw = gateway(&[(0, "HTTP")]),
+        head = gateway_and_route_head(),
         mixed = service_entry("mixed.internal", &[dead, up.addr]),
         h2 = service_entry("h2.internal", &[up.addr]),
     );
@@ -283,17 +253,7 @@ async fn destination_rule_limits_upstream_connection_reuse() {
     let (per_conn_up, per_conn_accepted) = counting_upstream().await;
     let (idle_up, idle_accepted) = counting_upstream().await;
     let yaml = format!(
-        r#"{gw}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: vs
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - match: [{{uri: {{prefix: /idle}}}}]
+        r#"{head}  - match: [{{uri: {{prefix: /idle}}}}]
     route: [{{destination: {{host: idle.internal}}}}]
   - route: [{{destination: {{host: perconn.internal}}}}]
 {perconn_se}{idle_se}
@@ -318,7 +278,7 @@ spec:
     connectionPool:
       http: {{idleTimeout: 300ms, maxRequestsPerConnection: 0}}
 "#,
-        gw = gateway(&[(0, "HTTP")]),
+        head = gateway_and_route_head(),
         perconn_se = service_entry("perconn.internal", &[per_conn_up]),
         idle_se = service_entry("idle.internal", &[idle_up]),
     );

@@ -128,6 +128,15 @@ pub fn gateway(servers: &[(u16, &str)]) -> String {
     y
 }
 
+/// A Gateway `gw` on one free HTTP port and the head of a VirtualService `vs` bound to it, up to
+/// its `http:` key: append the route entries.
+pub fn gateway_and_route_head() -> String {
+    format!(
+        "{}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: vs\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n",
+        gateway(&[(0, "HTTP")])
+    )
+}
+
 /// A STATIC ServiceEntry for `host` on port 80 with the given endpoints.
 pub fn service_entry(host: &str, endpoints: &[SocketAddr]) -> String {
     let mut y = format!(
