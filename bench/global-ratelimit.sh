@@ -47,36 +47,6 @@ bg "$WARDEN" ratelimit --config "$WORK/rls" --grpc "127.0.0.1:$RLS" \
   --http "127.0.0.1:$(free_port)" --debug "127.0.0.1:$(free_port)" \
   --backend redis --redis-url "127.0.0.1:$REDIS"
 
-routes() { # PORT
-  cat <<YAML
-apiVersion: networking.istio.io/v1beta1
-kind: Gateway
-metadata: {name: bench, namespace: istio-system}
-spec:
-  selector: {istio: ingressgateway}
-  servers:
-  - port: {number: $1, name: http, protocol: HTTP}
-    hosts: ["*"]
----
-apiVersion: networking.istio.io/v1beta1
-kind: ServiceEntry
-metadata: {name: backend, namespace: istio-system}
-spec:
-  hosts: [backend.local]
-  ports: [{number: 80, name: http, protocol: HTTP}]
-  resolution: STATIC
-  endpoints: [{address: 127.0.0.1, ports: {http: $BACKEND}}]
----
-apiVersion: networking.istio.io/v1beta1
-kind: VirtualService
-metadata: {name: api, namespace: istio-system}
-spec:
-  hosts: ["*"]
-  gateways: [bench]
-  http:
-  - route: [{destination: {host: backend.local, port: {number: 80}}}]
-YAML
-}
 policy() { # local|global REQUESTS UNIT
   cat <<YAML
 apiVersion: warden.dev/v1alpha1
@@ -100,7 +70,7 @@ declare -A PORT ADMIN
 start_case() { # NAME, then config parts on stdin already written to $WORK/NAME
   PORT[$1]=$(free_port)
   ADMIN[$1]=$(free_port)
-  routes "${PORT[$1]}" >"$WORK/$1/gateway.yaml"
+  gateway_to_backend_yaml "${PORT[$1]}" "$BACKEND" >"$WORK/$1/gateway.yaml"
   bg_server "$WARDEN" proxy -c "$WORK/$1" --concurrency 1 --listen-host 127.0.0.1 \
     --admin "127.0.0.1:${ADMIN[$1]}" --no-watch
 }

@@ -70,37 +70,8 @@ backend be
 HAP
 bg_server haproxy -f "$WORK/haproxy.cfg"
 
-# warden: one process per case, same gateway and route; only the policy differs.
-warden_config() { # PORT UPSTREAM_PORT
-  cat <<YAML
-apiVersion: networking.istio.io/v1beta1
-kind: Gateway
-metadata: {name: bench, namespace: istio-system}
-spec:
-  selector: {istio: ingressgateway}
-  servers:
-  - port: {number: $1, name: http, protocol: HTTP}
-    hosts: ["*"]
----
-apiVersion: networking.istio.io/v1beta1
-kind: ServiceEntry
-metadata: {name: backend, namespace: istio-system}
-spec:
-  hosts: [backend.local]
-  ports: [{number: 80, name: http, protocol: HTTP}]
-  resolution: STATIC
-  endpoints: [{address: 127.0.0.1, ports: {http: $2}}]
----
-apiVersion: networking.istio.io/v1beta1
-kind: VirtualService
-metadata: {name: api, namespace: istio-system}
-spec:
-  hosts: ["*"]
-  gateways: [bench]
-  http:
-  - route: [{destination: {host: backend.local, port: {number: 80}}}]
-YAML
-}
+# warden: one process per case, same gateway and route (gateway_to_backend_yaml); only the
+# policy differs.
 policy() { # REQUESTS UNIT
   cat <<YAML
 apiVersion: warden.dev/v1alpha1
@@ -115,11 +86,11 @@ spec:
 YAML
 }
 mkdir -p "$WORK/w-attack" "$WORK/w-loose" "$WORK/w-none"
-warden_config "$W_ATTACK" "$BACKEND_LOGGED" >"$WORK/w-attack/gateway.yaml"
+gateway_to_backend_yaml "$W_ATTACK" "$BACKEND_LOGGED" >"$WORK/w-attack/gateway.yaml"
 policy 300 Minute >"$WORK/w-attack/policy.yaml"
-warden_config "$W_LOOSE" "$BACKEND" >"$WORK/w-loose/gateway.yaml"
+gateway_to_backend_yaml "$W_LOOSE" "$BACKEND" >"$WORK/w-loose/gateway.yaml"
 policy 1000000000 Second >"$WORK/w-loose/policy.yaml"
-warden_config "$W_NONE" "$BACKEND" >"$WORK/w-none/gateway.yaml"
+gateway_to_backend_yaml "$W_NONE" "$BACKEND" >"$WORK/w-none/gateway.yaml"
 for case in attack loose none; do
   bg_server "$WARDEN" proxy -c "$WORK/w-$case" --concurrency 1 --listen-host 127.0.0.1 \
     --admin "127.0.0.1:$(free_port)" --no-watch

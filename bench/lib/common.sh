@@ -64,6 +64,39 @@ wait_http() {
   echo "timeout waiting for $1" >&2; return 1
 }
 
+# gateway_to_backend_yaml PORT BACKEND_PORT — a Gateway on PORT (selector istio=ingressgateway)
+# whose every request goes to the backend on 127.0.0.1:BACKEND_PORT (ServiceEntry backend.local).
+gateway_to_backend_yaml() {
+  cat <<YAML
+apiVersion: networking.istio.io/v1beta1
+kind: Gateway
+metadata: {name: bench, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: $1, name: http, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: ServiceEntry
+metadata: {name: backend, namespace: istio-system}
+spec:
+  hosts: [backend.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {http: $2}}]
+---
+apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata: {name: api, namespace: istio-system}
+spec:
+  hosts: ["*"]
+  gateways: [bench]
+  http:
+  - route: [{destination: {host: backend.local, port: {number: 80}}}]
+YAML
+}
+
 # wrk_run LABEL URL [extra wrk args] — prints "LABEL rps p99_ms non2xx" and appends to $RESULTS.
 # Scripts run their cases ROUNDS times, interleaved (a burst of other work on the machine then
 # hits every case), and call summarize_rounds before reporting.
