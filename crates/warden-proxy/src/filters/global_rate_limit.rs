@@ -403,7 +403,8 @@ impl GlobalRateLimit {
             descriptors,
             hits_addend: 1,
         };
-        let late = {
+        // Only a call that times out needs its own copy of the key and the cache.
+        let late = || {
             let denials = self.denials.clone();
             let key = key.clone();
             move |resp: &RateLimitResponse| denials.remember_late(resp, key)

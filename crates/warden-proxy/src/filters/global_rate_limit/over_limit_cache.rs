@@ -1,14 +1,12 @@
 //! OVER_LIMIT answers remembered per descriptor set until their `duration_until_reset`, so a
 //! client already over its limit is answered 429 without an RLS call.
 
-use super::response_headers;
+use super::{response_headers, CODE_OVER_LIMIT};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-const CODE_OVER_LIMIT: i32 = 2;
 
 /// What a 429 carries besides its status, and the cache that remembers it: shared (`Arc`) with
 /// calls that outlive their timeout, whose late OVER_LIMIT answers are remembered too.

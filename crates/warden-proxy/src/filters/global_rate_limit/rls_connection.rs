@@ -24,7 +24,7 @@ use tonic::body::Body;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// After a failed connect, calls fail without trying again for this long.
-pub const RETRY_AFTER: Duration = Duration::from_millis(100);
+const RETRY_AFTER: Duration = Duration::from_millis(100);
 
 type Connecting = Shared<BoxFuture<'static, Result<SendRequest<Body>, Arc<str>>>>;
 

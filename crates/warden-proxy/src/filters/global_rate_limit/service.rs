@@ -108,12 +108,16 @@ impl RlsBackend {
     }
 
     /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
-    /// background (bounded in time and number per worker) and hand its answer to `late`.
-    pub async fn should_rate_limit(
+    /// background (bounded in time and number) and hand its answer to the handler `late`
+    /// makes (made only then).
+    pub async fn should_rate_limit<L>(
         &self,
         request: RateLimitRequest,
-        late: impl FnOnce(&RateLimitResponse) + Send + 'static,
-    ) -> Result<RateLimitResponse, RlsCallError> {
+        late: impl FnOnce() -> L,
+    ) -> Result<RateLimitResponse, RlsCallError>
+    where
+        L: FnOnce(&RateLimitResponse) + Send + 'static,
+    {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
             RlsBackend::Remote {
@@ -125,7 +129,7 @@ impl RlsBackend {
                 match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(result) => result,
                     Err(_) => {
-                        finish_late(call, late);
+                        finish_late(call, late());
                         Err(RlsCallError::Timeout(*timeout))
                     }
                 }
