@@ -36,21 +36,8 @@ spec:
     y
 }
 
-fn metric(stage: &Stage, line_prefix: &str) -> u64 {
-    stage
-        .proxy
-        .metrics_text()
-        .lines()
-        .find_map(|l| l.strip_prefix(line_prefix))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 pub async fn run(stage: &Stage) -> anyhow::Result<Outcome> {
-    let mut out = Outcome {
-        ok: true,
-        ..Outcome::default()
-    };
+    let mut out = Outcome::default();
     let url = format!("{}/authz", stage.gateway_url);
     let listed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     let unlisted = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -67,10 +54,10 @@ pub async fn run(stage: &Stage) -> anyhow::Result<Outcome> {
     );
 
     stage.echo.reset_counts();
-    let denied_before = metric(stage, "warden_authz_denied_total{policy=\"none\"} ");
+    let denied_before = stage.metric("warden_authz_denied_total{policy=\"none\"} ");
     let codes = send(&url, unlisted, 200, 8, &[]).await?;
     let reached = stage.echo.total();
-    let denied = metric(stage, "warden_authz_denied_total{policy=\"none\"} ") - denied_before;
+    let denied = stage.metric("warden_authz_denied_total{policy=\"none\"} ") - denied_before;
     out.check(
         count(&codes, 403) == 200 && reached == 0 && denied == 200,
         format!(

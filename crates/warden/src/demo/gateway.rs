@@ -37,10 +37,7 @@ spec:
     route: [{destination: {host: echo.demo.local, port: {number: 80}}}]"#;
 
 pub async fn run(stage: &Stage) -> anyhow::Result<Outcome> {
-    let mut out = Outcome {
-        ok: true,
-        ..Outcome::default()
-    };
+    let mut out = Outcome::default();
     let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
     stage.echo.reset_counts();
 

@@ -31,18 +31,35 @@ pub struct Stage {
     pub gateway_url: String,
 }
 
-/// Outcome of one scenario: a line per check, and whether all held.
+impl Stage {
+    /// The value of the gateway's Prometheus sample whose line starts with `line_prefix`
+    /// (name and labels, then a space); 0 when absent.
+    pub fn metric(&self, line_prefix: &str) -> u64 {
+        self.proxy
+            .metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix(line_prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+}
+
+/// Outcome of one scenario: a line per check, and whether any failed.
 #[derive(Default)]
 pub struct Outcome {
     pub lines: Vec<String>,
-    pub ok: bool,
+    failed: bool,
 }
 
 impl Outcome {
     pub fn check(&mut self, ok: bool, line: String) {
         self.lines
             .push(format!("  [{}] {line}", if ok { "ok" } else { "FAIL" }));
-        self.ok &= ok;
+        self.failed |= !ok;
+    }
+
+    pub fn ok(&self) -> bool {
+        !self.failed
     }
 }
 
@@ -133,7 +150,7 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
         for line in &outcome.lines {
             println!("{line}");
         }
-        all_ok &= outcome.ok;
+        all_ok &= outcome.ok();
     }
     let Stage { proxy, echo, .. } = stage;
     tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(2))).await?;
