@@ -10,41 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warden_load::echo::{EchoConfig, EchoServer};
 use warden_proxy::{AccessLogTarget, ConfigSource, Proxy, ProxyOptions};
 
 const LOCAL_1: &str = "127.0.0.1";
 const LOCAL_2: &str = "127.0.0.2";
-
-async fn echo() -> EchoServer {
-    EchoServer::start(EchoConfig {
-        http: Some(([127, 0, 0, 1], 0).into()),
-        tcp: None,
-    })
-    .await
-    .unwrap()
-}
-
-/// One HTTP listener (config port 0) routing everything to `up`, plus `policies`.
-fn http_config(up: SocketAddr, policies: &str) -> String {
-    format!(
-        r#"{gw}
-{se}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: site}}
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:
-  - name: all
-    route: [{{destination: {{host: echo.internal}}}}]
-{policies}"#,
-        gw = gateway(&[(0, "HTTP")]),
-        se = service_entry("echo.internal", &[up]),
-    )
-}
 
 fn allow_ip_blocks(name: &str, field: &str, blocks: &[&str]) -> String {
     format!(
@@ -69,9 +38,10 @@ fn start_with(yaml: &str, num_trusted_proxies: u32) -> warden_proxy::RunningProx
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denial_is_403_rbac_text_and_named_in_metrics_and_log() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let yaml = http_config(
         up.http_addr().unwrap(),
+        "",
         &format!(
             "{}---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: no-admin}}\nspec:\n  action: DENY\n  rules:\n  - to: [{{operation: {{paths: [\"/admin*\"]}}}}]\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: try-post\n  annotations: {{istio.io/dry-run: \"true\"}}\nspec:\n  action: DENY\n  rules:\n  - to: [{{operation: {{paths: [\"/shadow\"]}}}}]\n",
             allow_ip_blocks("allow-two", "ipBlocks", &[LOCAL_2])
@@ -153,9 +123,10 @@ async fn denial_is_403_rbac_text_and_named_in_metrics_and_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_cannot_spoof_ip_blocks() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let yaml = http_config(
         up.http_addr().unwrap(),
+        "",
         &allow_ip_blocks("allow-two", "ipBlocks", &[LOCAL_2]),
     );
     // Even with a trusted hop, ipBlocks look at the TCP peer only.
@@ -185,9 +156,10 @@ async fn x_forwarded_for_cannot_spoof_ip_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_ip_blocks_honour_num_trusted_proxies() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let yaml = http_config(
         up.http_addr().unwrap(),
+        "",
         &allow_ip_blocks("allow-client", "remoteIpBlocks", &["203.0.113.0/24"]),
     );
     let c = client_from(LOCAL_1);
@@ -306,11 +278,12 @@ fn big_allowlist(name: &str, n: u32, shift: u32, extra: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reloading_a_100k_address_policy_under_load_fails_no_request() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let dir = warden_testkit::TempDir::new("authz-reload").unwrap();
     let version = |v: u32| {
         http_config(
             up.http_addr().unwrap(),
+            "",
             &big_allowlist("big", 100_000, v, LOCAL_2),
         )
     };
@@ -376,7 +349,7 @@ async fn reloading_a_100k_address_policy_under_load_fails_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scope_follows_labels_namespace_and_gateway_target_refs() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let deny_all = |name: &str, namespace: &str, scope: &str| {
         format!(
             "---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{scope}  action: DENY\n  rules: [{{}}]\n"
@@ -409,7 +382,7 @@ async fn scope_follows_labels_namespace_and_gateway_target_refs() {
     ];
     for (policy, labels, want) in cases {
         let mut opts =
-            ProxyOptions::loopback(inline(&http_config(up.http_addr().unwrap(), &policy)));
+            ProxyOptions::loopback(inline(&http_config(up.http_addr().unwrap(), "", &policy)));
         opts.labels = labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{addr, gateway, inline, service_entry};
+use common::{addr, counting_echo, gateway, inline, service_entry};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use warden_load::echo::{EchoConfig, EchoServer};
 use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
 use warden_ratelimit::{Backend, ConfigSource, ManualClock, RunningServer, Server, Settings};
 use warden_testkit::RedisServer;
@@ -103,15 +102,6 @@ async fn away_from_minute_edge() {
     }
 }
 
-async fn echo() -> EchoServer {
-    EchoServer::start(EchoConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        tcp: None,
-    })
-    .await
-    .unwrap()
-}
-
 /// `warden ratelimit` on Redis with a frozen clock (one window for the whole test).
 async fn rls_on_redis(
     redis: &RedisServer,
@@ -134,7 +124,7 @@ async fn rls_on_redis(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_policy_limits_per_ip_and_path() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start_proxy(&format!("{}---\n{POLICY}", routes(up.http_addr().unwrap())));
     let base = format!("http://{}", addr(&proxy, 0));
     away_from_minute_edge().await;
@@ -196,7 +186,7 @@ async fn embedded_policy_limits_per_ip_and_path() {
 async fn seed_envoyfilters_through_warden_ratelimit_and_redis() {
     let redis = RedisServer::start().expect("redis-server");
     let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start_proxy(&format!(
         "{}---\n{}",
         routes(up.http_addr().unwrap()),
@@ -244,7 +234,7 @@ async fn seed_envoyfilters_through_warden_ratelimit_and_redis() {
 async fn three_proxies_share_one_limit() {
     let redis = RedisServer::start().expect("redis-server");
     let rls = rls_on_redis(&redis, "ratelimit-config-300.yaml", None).await;
-    let up = echo().await;
+    let up = counting_echo().await;
     let yaml = format!(
         "{}---\n{}",
         routes(up.http_addr().unwrap()),
@@ -270,7 +260,7 @@ async fn rls_down_fails_open_or_closed_and_limiting_resumes() {
     let redis = RedisServer::start().expect("redis-server");
     let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
     let rls_addr = rls.grpc_addr();
-    let up = echo().await;
+    let up = counting_echo().await;
     let open = start_proxy(&format!(
         "{}---\n{}",
         routes(up.http_addr().unwrap()),
@@ -318,7 +308,7 @@ async fn rls_down_fails_open_or_closed_and_limiting_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_limit_applies_before_global() {
-    let up = echo().await;
+    let up = counting_echo().await;
     // Local: 5 per minute per IP; global: 10 per minute per IP. The local limit decides first,
     // so the global limiter only ever sees the 5 requests the local one let through.
     let policy = r#"apiVersion: warden.dev/v1alpha1
@@ -464,7 +454,7 @@ async fn rls_headers_are_applied_to_request_and_response() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_rls_hits_the_default_20ms_timeout() {
     let rls = scripted_rls(Duration::from_millis(300), false).await;
-    let up = echo().await;
+    let up = counting_echo().await;
     let filters =
         |closed: bool| seed_filters(rls, closed, "1s").replace("            timeout: 1s\n", "");
     let open = start_proxy(&format!(
@@ -503,7 +493,7 @@ async fn slow_rls_hits_the_default_20ms_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_over_limit_answer_still_fills_the_cache() {
     let rls = scripted_rls(Duration::from_millis(100), true).await;
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start_proxy(&format!(
         "{}---\n{}",
         routes(up.http_addr().unwrap()),
@@ -564,7 +554,7 @@ async fn native_method_and_path_actions_key_the_limit() {
         "                - method: {}\n                - path:\n                    descriptor_key: \"PATH\"",
     );
     assert!(!native.contains("envoy.lua") && native.contains("- method: {}"));
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start_proxy(&format!("{}---\n{native}", routes(up.http_addr().unwrap())));
     let base = format!("http://{}", addr(&proxy, 0));
     let client = client_from([127, 0, 0, 1]);

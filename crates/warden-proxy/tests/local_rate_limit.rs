@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warden_load::echo::{EchoConfig, EchoServer};
 use warden_load::load::{self, LoadConfig};
 use warden_proxy::{ConfigSource, Proxy, ProxyOptions, RunningProxy};
 
@@ -30,35 +29,6 @@ spec:
       - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
       limit: {requests: 300, unit: Day}
 "#;
-
-async fn echo() -> EchoServer {
-    EchoServer::start(EchoConfig {
-        http: Some(([127, 0, 0, 1], 0).into()),
-        tcp: None,
-    })
-    .await
-    .unwrap()
-}
-
-fn http_config(up: SocketAddr, extra_route: &str, policies: &str) -> String {
-    format!(
-        r#"{gw}
-{se}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: site}}
-spec:
-  hosts: ["*"]
-  gateways: [gw]
-  http:{extra_route}
-  - name: all
-    route: [{{destination: {{host: echo.internal}}}}]
-{policies}"#,
-        gw = gateway(&[(0, "HTTP")]),
-        se = service_entry("echo.internal", &[up]),
-    )
-}
 
 /// Exactly `count` GETs from `source` over `connections` connections; status -> count
 /// (transport errors as 0).
@@ -112,7 +82,7 @@ fn client_from(source: &str) -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_effect_301st_request_is_429_and_never_reaches_the_upstream() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start(&http_config(up.http_addr().unwrap(), "", PER_IP_300));
     let url = format!("http://{}/", addr(&proxy, 0));
 
@@ -154,7 +124,7 @@ async fn seed_effect_301st_request_is_429_and_never_reaches_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_300_reach_the_upstream_under_1000_concurrent_connections() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let mut opts = ProxyOptions::loopback(inline(&http_config(
         up.http_addr().unwrap(),
         "",
@@ -173,7 +143,7 @@ async fn exactly_300_reach_the_upstream_under_1000_concurrent_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_from_an_untrusted_client_does_not_dodge_the_limit() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let proxy = start(&http_config(up.http_addr().unwrap(), "", PER_IP_300));
     let url = format!("http://{}/", addr(&proxy, 0));
     let c = client_from(LOCAL_1);
@@ -194,7 +164,7 @@ async fn x_forwarded_for_from_an_untrusted_client_does_not_dodge_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bucket_state_survives_a_reload_of_an_unchanged_rule() {
-    let up = echo().await;
+    let up = counting_echo().await;
     let dir = warden_testkit::TempDir::new("local-rl-reload").unwrap();
     let direct = "\n  - name: direct\n    match: [{uri: {prefix: /direct}}]\n    directResponse: {status: 204}";
     let file = dir

@@ -137,6 +137,38 @@ pub fn gateway_and_route_head() -> String {
     )
 }
 
+/// `warden echo` (HTTP only, counting requests per source IP) on a free loopback port.
+pub async fn counting_echo() -> warden_load::echo::EchoServer {
+    warden_load::echo::EchoServer::start(warden_load::echo::EchoConfig {
+        http: Some(([127, 0, 0, 1], 0).into()),
+        tcp: None,
+    })
+    .await
+    .unwrap()
+}
+
+/// One HTTP listener (config port 0) whose VirtualService `site` has `extra_route` entries
+/// first, then routes everything to `up` (as `echo.internal`); followed by `policies`.
+pub fn http_config(up: SocketAddr, extra_route: &str, policies: &str) -> String {
+    format!(
+        r#"{gw}
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: site}}
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:{extra_route}
+  - name: all
+    route: [{{destination: {{host: echo.internal}}}}]
+{policies}"#,
+        gw = gateway(&[(0, "HTTP")]),
+        se = service_entry("echo.internal", &[up]),
+    )
+}
+
 /// A STATIC ServiceEntry for `host` on port 80 with the given endpoints.
 pub fn service_entry(host: &str, endpoints: &[SocketAddr]) -> String {
     let mut y = format!(
