@@ -37,7 +37,7 @@ enum Slot {
 thread_local! {
     /// This worker's connections by RLS address. The worker's runtime drives them; the
     /// thread and its runtime end together.
-    static SLOTS: RefCell<HashMap<Arc<str>, Slot>> = RefCell::new(HashMap::new());
+    static SLOTS: RefCell<HashMap<Authority, Slot>> = RefCell::new(HashMap::new());
 }
 
 /// A gRPC service over this worker's connection to one RLS address.
@@ -47,11 +47,11 @@ pub struct RlsConnection {
     authority: Authority,
 }
 
-/// This worker's connection to `address` (`host:port`, checked by [`authority`]).
-pub async fn get(address: &Arc<str>, authority: &Authority) -> Result<RlsConnection, Arc<str>> {
+/// This worker's connection to `authority` (`host:port`, checked by [`authority`]).
+pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
     let connecting = SLOTS.with(|slots| {
         let mut slots = slots.borrow_mut();
-        match slots.get(address) {
+        match slots.get(authority) {
             Some(Slot::Ready(send)) if !send.is_closed() => return Ok(Ok(send.clone())),
             Some(Slot::Connecting(pending)) => return Ok(Err(pending.clone())),
             Some(Slot::Failed { until, reason }) if Instant::now() < *until => {
@@ -59,8 +59,8 @@ pub async fn get(address: &Arc<str>, authority: &Authority) -> Result<RlsConnect
             }
             _ => {}
         }
-        let pending = connect(address.clone()).boxed().shared();
-        slots.insert(address.clone(), Slot::Connecting(pending.clone()));
+        let pending = connect(authority.clone()).boxed().shared();
+        slots.insert(authority.clone(), Slot::Connecting(pending.clone()));
         Ok(Err(pending))
     })?;
     let send = match connecting {
@@ -69,7 +69,7 @@ pub async fn get(address: &Arc<str>, authority: &Authority) -> Result<RlsConnect
             let result = pending.await;
             SLOTS.with(|slots| {
                 let mut slots = slots.borrow_mut();
-                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(address) {
+                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(authority) {
                     *slot = match &result {
                         Ok(send) => Slot::Ready(send.clone()),
                         Err(reason) => Slot::Failed {
@@ -97,19 +97,20 @@ pub fn authority(address: &str) -> Result<Authority, String> {
     Ok(authority)
 }
 
-async fn connect(address: Arc<str>) -> Result<SendRequest<Body>, Arc<str>> {
+async fn connect(authority: Authority) -> Result<SendRequest<Body>, Arc<str>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| -> Arc<str> {
-        Arc::from(format!("{what} rate limit service {address}: {e}"))
+        Arc::from(format!("{what} rate limit service {authority}: {e}"))
     };
-    let stream = match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        tokio::net::TcpStream::connect(&*address),
-    )
-    .await
-    {
+    let connecting = tokio::net::TcpStream::connect(authority.as_str());
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => return Err(failed("cannot connect to", &e)),
-        Err(_) => return Err(failed("timed out connecting to", &"1s")),
+        Err(_) => {
+            return Err(failed(
+                "timed out connecting to",
+                &format!("{CONNECT_TIMEOUT:?}"),
+            ))
+        }
     };
     let _ = stream.set_nodelay(true);
     let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())

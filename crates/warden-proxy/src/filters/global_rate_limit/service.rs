@@ -34,19 +34,18 @@ pub enum RlsSetupError {
 pub enum RlsBackend {
     Embedded(Arc<RateLimiter>),
     Remote {
-        address: Arc<str>,
+        /// `host:port` of the service.
         authority: Authority,
         timeout: Duration,
     },
 }
 
-/// One ShouldRateLimit call on this worker's connection to `address`.
+/// One ShouldRateLimit call on this worker's connection to `authority`.
 async fn remote_call(
-    address: Arc<str>,
     authority: Authority,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, RlsCallError> {
-    let connection: RlsConnection = rls_connection::get(&address, &authority)
+    let connection: RlsConnection = rls_connection::get(&authority)
         .await
         .map_err(RlsCallError::Unavailable)?;
     let status = |s: tonic::Status| RlsCallError::Status(Box::new(s));
@@ -100,11 +99,7 @@ impl RlsBackend {
                 address: address.to_string(),
                 reason,
             })?;
-        Ok(RlsBackend::Remote {
-            address: Arc::from(address),
-            authority,
-            timeout,
-        })
+        Ok(RlsBackend::Remote { authority, timeout })
     }
 
     /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
@@ -120,12 +115,8 @@ impl RlsBackend {
     {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
-            RlsBackend::Remote {
-                address,
-                authority,
-                timeout,
-            } => {
-                let mut call = Box::pin(remote_call(address.clone(), authority.clone(), request));
+            RlsBackend::Remote { authority, timeout } => {
+                let mut call = Box::pin(remote_call(authority.clone(), request));
                 match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(result) => result,
                     Err(_) => {
