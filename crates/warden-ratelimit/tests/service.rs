@@ -582,3 +582,38 @@ descriptors:
         assert!(metrics.contains(series), "missing {series} in\n{metrics}");
     }
 }
+
+/// grpc-go (the reference) sets no limit on concurrent streams per connection, and an Envoy
+/// worker sends all its decisions over one connection: the server must not advertise a small
+/// SETTINGS_MAX_CONCURRENT_STREAMS (hyper's own server builder defaults to 200).
+#[tokio::test]
+async fn one_connection_may_carry_more_than_200_concurrent_calls() {
+    let h = start(
+        &[("config.yaml", "domain: d\ndescriptors:\n  - key: k\n")],
+        None,
+    )
+    .await;
+    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    // The server's SETTINGS arrive with its first frames; a ready stream means they did.
+    let mut client = client.ready().await.unwrap();
+    let (response, _) = client
+        .send_request(
+            http::Request::post("/grpc.health.v1.Health/Check")
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap(),
+            true,
+        )
+        .unwrap();
+    let _ = response.await;
+    assert!(
+        client.current_max_send_streams() > 200,
+        "server allows {} concurrent streams",
+        client.current_max_send_streams()
+    );
+    h.server.shutdown().await;
+}

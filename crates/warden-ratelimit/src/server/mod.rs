@@ -124,8 +124,9 @@ impl Server {
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc = tonic::transport::Server::builder()
-            // grpc-go (the reference) sets no stream limit; hyper's default of 200 would queue
-            // an Envoy worker's decisions behind each other on its one connection.
+            // No limit on concurrent streams per connection, as grpc-go (the reference): an
+            // Envoy worker sends all its decisions over one connection. Stated rather than left
+            // to the HTTP/2 stack's default.
             .max_concurrent_streams(u32::MAX)
             .max_connection_age(settings.grpc_max_connection_age)
             .max_connection_age_grace(settings.grpc_max_connection_age_grace)
