@@ -6,24 +6,22 @@
 //!
 //! Everything else is handed to hyper ([`HyperEcho`]) together with the bytes already read: h2c
 //! (the connection starts with the HTTP/2 preface), and from the first request on that has a
-//! body, a delay, an expectation or anything [`h1_request`](super::h1_request) does not vouch for.
+//! body, a delay, an expectation or anything [`request_head`](warden_http1::request_head) does not vouch for.
 //! Responses already answered here are written before hyper takes over.
 
 use super::body::next_pattern_chunk;
 use super::counts::ConnectionCounts;
-use super::h1_request::{self, Parsed};
-use super::h1_response::{self, Framing};
+use super::h1_response;
 use super::http::HyperEcho;
-use super::http_date;
-use super::replay_io::ReplayIo;
 use super::reply::Plan;
 use bytes::{Buf, BytesMut};
 use http::Method;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-/// What an HTTP/2 prior-knowledge connection starts with.
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use warden_http1::http_date;
+use warden_http1::replay_io::ReplayIo;
+use warden_http1::request_head::{self, Parsed};
+use warden_http1::response_head::Framing;
 /// A request head still incomplete at this size goes to hyper, which allows larger ones.
 const MAX_HEAD: usize = 64 * 1024;
 const READ_SIZE: usize = 8 * 1024;
@@ -39,10 +37,7 @@ where
         Ok(0) | Err(_) => return,
         Ok(_) => {}
     }
-    // A prefix of the preface counts too: a first read may stop anywhere. An HTTP/1 request that
-    // happens to start the same way is served by hyper just as well.
-    let checked = input.len().min(PREFACE.len());
-    if input[..checked] == PREFACE[..checked] {
+    if warden_http1::starts_like_h2(&input) {
         return hyper
             .serve(ReplayIo::new(input.freeze(), stream), counts)
             .await;
@@ -111,7 +106,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn answer_buffered(&mut self) -> io::Result<Next> {
         let date = http_date::now();
         loop {
-            let (reply, framing, len) = match h1_request::parse(&self.input) {
+            let mut slots = request_head::header_slots();
+            let (reply, framing, len) = match request_head::parse(&self.input, &mut slots) {
                 Parsed::Partial => return Ok(Next::Read),
                 Parsed::Hyper => return Ok(Next::Hyper),
                 Parsed::Fast(request) => {

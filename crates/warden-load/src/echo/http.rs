@@ -5,7 +5,6 @@
 use super::body::EchoBody;
 use super::counts::{ConnectionCounts, SourceCounts};
 use super::fast_h1;
-use super::replay_io::ReplayIo;
 use super::reply::{Plan, Reply, ReplyBody};
 use futures_util::future::{ready, Either, Ready};
 use http::header::CONTENT_TYPE;
@@ -22,6 +21,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use warden_http1::replay_io::ReplayIo;
 
 type HyperReply = Result<Response<EchoBody>, Infallible>;
 type HandlerFuture = Either<Ready<HyperReply>, Pin<Box<dyn Future<Output = HyperReply> + Send>>>;

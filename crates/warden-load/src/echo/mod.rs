@@ -1,7 +1,7 @@
 //! `warden echo`: an HTTP (h1 + h2c) and TCP echo server that counts requests per source IP.
 //!
 //! HTTP connections start on a hand-written HTTP/1.1 fast path for body-less requests
-//! (`fast_h1`, `h1_request`, `h1_response`) and move to hyper (`http`) for h2c, request bodies,
+//! (`fast_h1`, `h1_response`, on the pieces in `warden-http1`) and move to hyper (`http`) for h2c, request bodies,
 //! delays and anything unusual; `reply` decides the answer for both.
 //!
 //! ```no_run
@@ -18,12 +18,9 @@
 mod body;
 mod counts;
 mod fast_h1;
-mod h1_request;
 mod h1_response;
 mod http;
-mod http_date;
 pub mod params;
-mod replay_io;
 mod reply;
 mod tcp;
 

@@ -6,6 +6,7 @@ use crate::echo::counts::SourceCounts;
 use bytes::Bytes;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
+use warden_http1::http_date;
 
 /// Send `requests` in one write on a fresh connection served by the fast path or by hyper alone,
 /// and return everything written back until the server closes.

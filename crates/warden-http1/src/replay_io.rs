@@ -8,13 +8,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub(super) struct ReplayIo<S> {
+pub struct ReplayIo<S> {
     replay: Bytes,
     inner: S,
 }
 
 impl<S> ReplayIo<S> {
-    pub(super) fn new(replay: Bytes, inner: S) -> ReplayIo<S> {
+    pub fn new(replay: Bytes, inner: S) -> ReplayIo<S> {
         ReplayIo { replay, inner }
     }
 }

@@ -1,18 +1,30 @@
-//! One HTTP/1.x request head as the fast path reads it (`httparse`, the parser inside hyper),
+//! One HTTP/1.x request head as a fast path reads it (`httparse`, the parser inside hyper),
 //! and whether the fast path may answer it. Whatever it is not sure about goes to hyper, which
 //! then answers, or refuses, exactly as it always did.
+//!
+//! The caller owns the header slots ([`HeaderSlots`]) so that the parsed headers can borrow
+//! both the read buffer and the slots without an allocation per request.
 
 use http::Method;
 use std::mem::MaybeUninit;
 
 /// More headers than this and hyper takes the request (its own limit is 100).
-const MAX_HEADERS: usize = 64;
+pub const MAX_HEADERS: usize = 64;
 /// Longer request targets go to hyper, which enforces its own URI limits.
 const MAX_TARGET: usize = 8 * 1024;
 
-pub(super) enum Parsed<'a> {
+/// Room for one request's headers, left uninitialised as hyper does: zeroing 64 of them
+/// costs more than the parse.
+pub type HeaderSlots<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS];
+
+/// Fresh slots for [`parse`].
+pub fn header_slots<'b>() -> HeaderSlots<'b> {
+    [const { MaybeUninit::uninit() }; MAX_HEADERS]
+}
+
+pub enum Parsed<'b, 'h> {
     /// A complete head the fast path can answer.
-    Fast(FastRequest<'a>),
+    Fast(FastRequest<'b, 'h>),
     /// Not a complete head yet.
     Partial,
     /// hyper's job: a body, an upgrade, an expectation, a head or target it must judge itself.
@@ -20,25 +32,22 @@ pub(super) enum Parsed<'a> {
 }
 
 /// A request without a body.
-pub(super) struct FastRequest<'a> {
+pub struct FastRequest<'b, 'h> {
     pub method: Method,
-    pub path: &'a str,
-    pub query: Option<&'a str>,
+    pub path: &'b str,
+    pub query: Option<&'b str>,
+    /// The header lines as sent (names in their original case).
+    pub headers: &'h [httparse::Header<'b>],
     pub http10: bool,
     pub keep_alive: bool,
     /// Length of the head (request line to the empty line), which is the whole request.
     pub len: usize,
 }
 
-pub(super) fn parse(buf: &[u8]) -> Parsed<'_> {
-    // Uninitialised header slots, as hyper does: zeroing 64 of them costs more than the parse.
-    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+pub fn parse<'b, 'h>(buf: &'b [u8], slots: &'h mut HeaderSlots<'b>) -> Parsed<'b, 'h> {
     let mut req = httparse::Request::new(&mut []);
-    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
-        &mut req,
-        buf,
-        &mut headers,
-    );
+    let parsed =
+        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, slots);
     let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
@@ -56,7 +65,8 @@ pub(super) fn parse(buf: &[u8]) -> Parsed<'_> {
         return Parsed::Hyper;
     }
     let http10 = version == 0;
-    let Some(keep_alive) = bodyless_keep_alive(req.headers, http10) else {
+    let headers: &'h [httparse::Header<'b>] = &*std::mem::take(&mut req.headers);
+    let Some(keep_alive) = bodyless_keep_alive(headers, http10) else {
         return Parsed::Hyper;
     };
     let (path, query) = match target.split_once('?') {
@@ -67,6 +77,7 @@ pub(super) fn parse(buf: &[u8]) -> Parsed<'_> {
         method,
         path,
         query,
+        headers,
         http10,
         keep_alive,
         len,
@@ -133,16 +144,40 @@ fn is_fast_target(target: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn fast(head: &str) -> FastRequest<'_> {
-        match parse(head.as_bytes()) {
-            Parsed::Fast(request) => request,
+    /// What the tests look at of a fast request (the slots do not outlive the call).
+    struct Seen {
+        method: Method,
+        path: String,
+        query: Option<String>,
+        headers: Vec<(String, Vec<u8>)>,
+        http10: bool,
+        keep_alive: bool,
+        len: usize,
+    }
+
+    fn fast(head: &str) -> Seen {
+        let mut slots = header_slots();
+        match parse(head.as_bytes(), &mut slots) {
+            Parsed::Fast(r) => Seen {
+                method: r.method,
+                path: r.path.into(),
+                query: r.query.map(Into::into),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_string(), h.value.to_vec()))
+                    .collect(),
+                http10: r.http10,
+                keep_alive: r.keep_alive,
+                len: r.len,
+            },
             Parsed::Partial => panic!("partial: {head:?}"),
             Parsed::Hyper => panic!("left to hyper: {head:?}"),
         }
     }
 
     fn left_to_hyper(head: &str) -> bool {
-        matches!(parse(head.as_bytes()), Parsed::Hyper)
+        matches!(parse(head.as_bytes(), &mut header_slots()), Parsed::Hyper)
     }
 
     #[test]
@@ -151,12 +186,22 @@ mod tests {
         let request = fast(head);
         assert_eq!(request.method, Method::GET);
         assert_eq!(
-            (request.path, request.query),
+            (request.path.as_str(), request.query.as_deref()),
             ("/a/b", Some("size=10&x=%20"))
+        );
+        assert_eq!(
+            request.headers,
+            [
+                ("Host".to_string(), b"h".to_vec()),
+                ("Content-Length".to_string(), b"0".to_vec())
+            ]
         );
         assert!(!request.http10 && request.keep_alive);
         assert_eq!(request.len, head.len() - 3);
-        assert!(matches!(parse(b"GET / HTTP/1.1\r\nHost:"), Parsed::Partial));
+        assert!(matches!(
+            parse(b"GET / HTTP/1.1\r\nHost:", &mut header_slots()),
+            Parsed::Partial
+        ));
     }
 
     #[test]

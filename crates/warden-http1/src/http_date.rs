@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `Sun, 06 Nov 1994 08:49:37 GMT`
-pub(super) const DATE_LEN: usize = 29;
+pub const DATE_LEN: usize = 29;
 
 thread_local! {
     /// (unix second, that second formatted)
@@ -14,7 +14,7 @@ thread_local! {
 }
 
 /// The current time as an HTTP date.
-pub(super) fn now() -> [u8; DATE_LEN] {
+pub fn now() -> [u8; DATE_LEN] {
     let now = SystemTime::now();
     let second = now
         .duration_since(UNIX_EPOCH)
