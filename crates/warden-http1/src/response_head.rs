@@ -27,7 +27,7 @@ pub fn encode<'a>(
     out: &mut Vec<u8>,
     framing: &Framing,
     status: StatusCode,
-    reason: &str,
+    reason: &[u8],
     headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     body_len: usize,
     date: &[u8; DATE_LEN],
@@ -39,7 +39,7 @@ pub fn encode<'a>(
     });
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         header(out, name, value);
@@ -81,7 +81,7 @@ mod tests {
             &mut out,
             &framing,
             status,
-            default_reason(status),
+            default_reason(status).as_bytes(),
             [(&b"x-a"[..], &b"1"[..])],
             body_len,
             b"Mon, 30 Nov 2026 03:07:17 GMT",

@@ -12,6 +12,7 @@ pub mod client_addr;
 pub mod cluster;
 mod config_source;
 pub mod error;
+mod fast_h1;
 pub mod filters;
 pub mod forwarding_headers;
 mod framing_guard;

@@ -21,7 +21,7 @@ use crate::forwarding_headers::{add_forwarding, strip_hop_by_hop, X_FORWARDED_FO
 use crate::local_reply::{LocalReply, ResponseFlag};
 use crate::routing::{host_of, Route, RouteAction, RouteInput};
 use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
-use crate::state::{ConnCtx, WorkerCtx};
+use crate::state::{ConnCtx, Shared, WorkerCtx};
 use crate::upstream::forward;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
@@ -32,6 +32,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use warden_config::{ConfigSet, Problem};
+use warden_local_ratelimit::RateLimitHeaders;
 
 /// What the policy stages see of a request.
 pub struct RequestAttrs<'a> {
@@ -190,7 +191,84 @@ pub async fn handle(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
     }
-    let status = response.status().as_u16();
+    record(shared, conn, start, response.status(), &outcome, log);
+    response
+}
+
+/// A body-less HTTP/1 request as the fast path ([`crate::fast_h1`]) read it.
+pub struct FastRequest<'a> {
+    pub method: &'a Method,
+    pub version: http::Version,
+    /// Path without the query string.
+    pub path: &'a str,
+    /// The `Host` header (the fast path reads only origin-form targets).
+    pub authority: &'a str,
+    pub headers: &'a HeaderMap,
+}
+
+/// Answer `req` when its answer is decided in the proxy without waiting for anything: no
+/// route (404), a direct response, or a denial by authz or the local limiter. `None` when the
+/// request needs an upstream or the global limiter; nothing has then been counted or charged,
+/// and hyper takes the connection from this request on (running the whole pipeline).
+pub fn answer_locally(
+    req: &FastRequest<'_>,
+    conn: &ConnCtx,
+    worker: &WorkerCtx,
+) -> Option<Response<ProxyBody>> {
+    let start = Instant::now();
+    let shared = &*worker.shared;
+    let snapshot = shared.snapshot.load();
+    if snapshot.filters.global_rate_limit.is_some() {
+        return None;
+    }
+    let mut outcome = Outcome::default();
+    let mut log = None;
+    let front = Front::read(
+        conn,
+        shared,
+        req.method,
+        req.authority,
+        req.path,
+        req.headers,
+        req.version,
+        &mut log,
+    );
+    let response = match front.route(&snapshot, conn) {
+        None => local(LocalReply::no_route(), &mut outcome),
+        Some(route) => {
+            let RouteAction::Direct {
+                status,
+                body,
+                content_type,
+            } = &route.action
+            else {
+                return None;
+            };
+            outcome.route = Some(route.clone());
+            match sync_policies(&snapshot.filters, &front.attrs, route, shared, &mut outcome) {
+                Err(reply) => reply,
+                Ok(passed) => {
+                    let mut response = direct_response(*status, body, content_type.as_ref());
+                    respond(&mut response, route, passed.local_limit_headers, None);
+                    response
+                }
+            }
+        }
+    };
+    record(shared, conn, start, response.status(), &outcome, log);
+    Some(response)
+}
+
+/// Metrics and the access log line of one answered request.
+fn record(
+    shared: &Shared,
+    conn: &ConnCtx,
+    start: Instant,
+    status: http::StatusCode,
+    outcome: &Outcome,
+    log: Option<LogFields>,
+) {
+    let status = status.as_u16();
     let elapsed = start.elapsed();
     let metrics = &shared.metrics;
     metrics.requests.inc();
@@ -232,7 +310,177 @@ pub async fn handle(
             shadow_policy: outcome.shadow_policy.as_deref(),
         });
     }
-    response
+}
+
+/// Stage 1 and the route lookup of stage 2, the same for hyper's requests and the fast path's.
+struct Front<'a> {
+    attrs: RequestAttrs<'a>,
+}
+
+impl<'a> Front<'a> {
+    /// The trusted client address and, when logging, the log fields.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        conn: &ConnCtx,
+        shared: &Shared,
+        method: &'a Method,
+        authority: &'a str,
+        path: &'a str,
+        headers: &'a HeaderMap,
+        version: http::Version,
+        log: &mut Option<LogFields>,
+    ) -> Front<'a> {
+        let peer_ip = conn.peer.ip();
+        let client_ip = trusted_client_addr(
+            peer_ip,
+            headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .map(|v| v.as_bytes()),
+            true,
+            shared.num_trusted_proxies,
+        );
+        if shared.access_log.is_some() {
+            *log = Some(LogFields {
+                method: method.clone(),
+                authority: authority.to_string(),
+                path: path.to_string(),
+                protocol: match version {
+                    http::Version::HTTP_2 => "HTTP/2",
+                    http::Version::HTTP_10 => "HTTP/1.0",
+                    _ => "HTTP/1.1",
+                },
+                request_id: headers
+                    .get(&X_REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .map(Into::into),
+                client_ip,
+            });
+        }
+        Front {
+            attrs: RequestAttrs {
+                peer_ip,
+                client_ip,
+                method,
+                authority,
+                path,
+                headers,
+                port: conn.port,
+                local_addr: conn.local,
+            },
+        }
+    }
+
+    /// The VirtualService route (first match wins); `None` answers 404 `NR`.
+    fn route<'s>(&self, snapshot: &'s Snapshot, conn: &ConnCtx) -> Option<&'s Arc<Route>> {
+        let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(conn.port) else {
+            return None;
+        };
+        let attrs = &self.attrs;
+        table.find(&RouteInput {
+            method: attrs.method,
+            host: host_of(attrs.authority),
+            authority: attrs.authority,
+            path: attrs.path,
+            headers: attrs.headers,
+            port: conn.port,
+        })
+    }
+}
+
+/// What the synchronous policy stages let through.
+#[derive(Default)]
+struct SyncPass {
+    /// `x-ratelimit-*` of the local limiter, applied straight to the response at the end: no
+    /// header map on the hot path.
+    local_limit_headers: Option<RateLimitHeaders>,
+    /// For the upstream request (shadow mode's `request_headers_to_add_when_not_enforced`).
+    request_headers: Option<HeaderMap>,
+}
+
+/// Stages 3 (authz) and 4 (local rate limit); `Err` is the reply that ends the request.
+fn sync_policies(
+    filters: &Filters,
+    attrs: &RequestAttrs<'_>,
+    route: &Route,
+    shared: &Shared,
+    outcome: &mut Outcome,
+) -> Result<SyncPass, Response<ProxyBody>> {
+    let mut passed = SyncPass::default();
+    let logging = shared.access_log.is_some();
+    if let Some(authz) = &filters.authz {
+        let note = authz.check_http(attrs, &shared.metrics);
+        outcome.shadow_policy = note.shadow_denied_by;
+        if let Some(policy) = note.denied_by {
+            outcome.policy = Some(policy);
+            outcome.details = Some(RBAC_DENIED);
+            return Err(local(authz::denied_reply(), outcome));
+        }
+    }
+    if let Some(limiter) = &filters.local_rate_limit {
+        match limiter.check_http(attrs, route) {
+            LimitVerdict::Pass {
+                response_headers,
+                request_headers,
+                shadow_rule,
+            } => {
+                passed.local_limit_headers = response_headers;
+                if !request_headers.is_empty() {
+                    let add = passed.request_headers.get_or_insert_with(HeaderMap::new);
+                    for (name, value) in request_headers {
+                        add.insert(name.clone(), value.clone());
+                    }
+                }
+                if let (true, Some(rule)) = (logging, shadow_rule) {
+                    outcome.shadow_policy = Some(Arc::from(rule));
+                }
+            }
+            LimitVerdict::Limited { response, rule } => {
+                outcome.flag = Some(ResponseFlag::RateLimited);
+                outcome.details = Some(LOCAL_RATE_LIMITED);
+                if logging {
+                    outcome.policy = Some(Arc::from(rule));
+                }
+                return Err(response);
+            }
+        }
+    }
+    Ok(passed)
+}
+
+/// A VirtualService `directResponse`.
+fn direct_response(
+    status: http::StatusCode,
+    body: &bytes::Bytes,
+    content_type: Option<&HeaderValue>,
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::full(body.clone()));
+    *resp.status_mut() = status;
+    if status.canonical_reason().is_none() {
+        // As Envoy does; hyper would otherwise write `<none>`.
+        resp.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(b"Unknown"));
+    }
+    if let Some(ct) = content_type {
+        resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
+    }
+    resp
+}
+
+/// Stage 7: the route's response headers, then the policy stages' headers.
+fn respond(
+    response: &mut Response<ProxyBody>,
+    route: &Route,
+    local_limit_headers: Option<RateLimitHeaders>,
+    extra_headers: Option<HeaderMap>,
+) {
+    route.response_headers.apply(response.headers_mut());
+    if let Some(h) = local_limit_headers {
+        h.apply(response.headers_mut());
+    }
+    if let Some(h) = extra_headers {
+        response.headers_mut().extend(h);
+    }
 }
 
 /// Envoy's response code details of the policy stages.
@@ -264,17 +512,6 @@ async fn run(
 ) -> Response<ProxyBody> {
     let shared = &*worker.shared;
     let (mut parts, body) = req.into_parts();
-    let peer_ip = conn.peer.ip();
-    let client_ip = trusted_client_addr(
-        peer_ip,
-        parts
-            .headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .map(|v| v.as_bytes()),
-        true,
-        shared.num_trusted_proxies,
-    );
     let authority: &str = match parts.uri.authority() {
         Some(a) => a.as_str(),
         None => parts
@@ -283,24 +520,16 @@ async fn run(
             .and_then(|h| h.to_str().ok())
             .unwrap_or(""),
     };
-    if shared.access_log.is_some() {
-        *log = Some(LogFields {
-            method: parts.method.clone(),
-            authority: authority.to_string(),
-            path: parts.uri.path().to_string(),
-            protocol: match parts.version {
-                http::Version::HTTP_2 => "HTTP/2",
-                http::Version::HTTP_10 => "HTTP/1.0",
-                _ => "HTTP/1.1",
-            },
-            request_id: parts
-                .headers
-                .get(&X_REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .map(Into::into),
-            client_ip,
-        });
-    }
+    let front = Front::read(
+        conn,
+        shared,
+        &parts.method,
+        authority,
+        parts.uri.path(),
+        &parts.headers,
+        parts.version,
+        log,
+    );
 
     // 1. decode
     if conn.take_framing_violation() {
@@ -308,83 +537,31 @@ async fn run(
     }
 
     // 2. route
-    let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(conn.port) else {
-        return local(LocalReply::no_route(), outcome);
-    };
-    let attrs = RequestAttrs {
-        peer_ip,
-        client_ip,
-        method: &parts.method,
-        authority,
-        path: parts.uri.path(),
-        headers: &parts.headers,
-        port: conn.port,
-        local_addr: conn.local,
-    };
-    let input = RouteInput {
-        method: attrs.method,
-        host: host_of(authority),
-        authority,
-        path: attrs.path,
-        headers: attrs.headers,
-        port: conn.port,
-    };
-    let Some(route) = table.find(&input) else {
+    let Some(route) = front.route(snapshot, conn) else {
         return local(LocalReply::no_route(), outcome);
     };
     outcome.route = Some(route.clone());
     let route = route.clone();
 
-    // 3-5. policies
-    let mut extra_headers: Option<HeaderMap> = None;
-    let mut extra_request_headers: Option<HeaderMap> = None;
+    // 3-4. synchronous policies
     let filters = &snapshot.filters;
-    let logging = log.is_some();
-    // Applied straight to the response at the end: no header map on the hot path.
-    let mut local_limit_headers = None;
-    if let Some(authz) = &filters.authz {
-        let note = authz.check_http(&attrs, &shared.metrics);
-        outcome.shadow_policy = note.shadow_denied_by;
-        if let Some(policy) = note.denied_by {
-            outcome.policy = Some(policy);
-            outcome.details = Some(RBAC_DENIED);
-            return local(authz::denied_reply(), outcome);
-        }
-    }
-    if let Some(limiter) = &filters.local_rate_limit {
-        match limiter.check_http(&attrs, &route) {
-            LimitVerdict::Pass {
-                response_headers,
-                request_headers,
-                shadow_rule,
-            } => {
-                local_limit_headers = response_headers;
-                if !request_headers.is_empty() {
-                    let add = extra_request_headers.get_or_insert_with(HeaderMap::new);
-                    for (name, value) in request_headers {
-                        add.insert(name.clone(), value.clone());
-                    }
-                }
-                if let (true, Some(rule)) = (logging, shadow_rule) {
-                    outcome.shadow_policy = Some(Arc::from(rule));
-                }
-            }
-            LimitVerdict::Limited { response, rule } => {
-                outcome.flag = Some(ResponseFlag::RateLimited);
-                outcome.details = Some(LOCAL_RATE_LIMITED);
-                if logging {
-                    outcome.policy = Some(Arc::from(rule));
-                }
-                return response;
-            }
-        }
-    }
+    let passed = match sync_policies(filters, &front.attrs, &route, shared, outcome) {
+        Ok(passed) => passed,
+        Err(reply) => return reply,
+    };
+    let SyncPass {
+        mut local_limit_headers,
+        request_headers: mut extra_request_headers,
+    } = passed;
+
+    // 5. global rate limit
+    let mut extra_headers: Option<HeaderMap> = None;
     if let Some(f) = &filters.global_rate_limit {
         // The global stage's own replies carry them too.
         if let Some(h) = local_limit_headers.take() {
             h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
         }
-        match f.check(&attrs, &route, &shared.metrics).await {
+        match f.check(&front.attrs, &route, &shared.metrics).await {
             Verdict::Continue => {}
             Verdict::ContinueWithHeaders(h) => {
                 extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
@@ -404,6 +581,8 @@ async fn run(
             }
         }
     }
+    let client_ip = front.attrs.client_ip;
+    let peer_ip = front.attrs.peer_ip;
 
     // 6. action
     let mut response = match &route.action {
@@ -411,19 +590,7 @@ async fn run(
             status,
             body,
             content_type,
-        } => {
-            let mut resp = Response::new(ProxyBody::full(body.clone()));
-            *resp.status_mut() = *status;
-            if status.canonical_reason().is_none() {
-                // As Envoy does; hyper would otherwise write `<none>`.
-                resp.extensions_mut()
-                    .insert(hyper::ext::ReasonPhrase::from_static(b"Unknown"));
-            }
-            if let Some(ct) = content_type {
-                resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
-            }
-            resp
-        }
+        } => direct_response(*status, body, content_type.as_ref()),
         RouteAction::Forward {
             timeout, retries, ..
         } => {
@@ -476,12 +643,6 @@ async fn run(
     };
 
     // 7. respond
-    route.response_headers.apply(response.headers_mut());
-    if let Some(h) = local_limit_headers {
-        h.apply(response.headers_mut());
-    }
-    if let Some(h) = extra_headers {
-        response.headers_mut().extend(h);
-    }
+    respond(&mut response, &route, local_limit_headers, extra_headers);
     response
 }

@@ -5,16 +5,14 @@
 //! new accept loops (through the worker's channel) and pauses, switches or retires existing
 //! ones (through each loop's [`ListenerCommand`] channel); unchanged loops see nothing.
 
-use crate::framing_guard::FramingGuard;
-use crate::pipeline;
+use crate::fast_h1;
 use crate::snapshot::{ListenerProtocol, ListenerSpec};
 use crate::state::{ConnCtx, Shared, WorkerCtx};
 use crate::tcp_proxy;
 use crate::upstream::{UpstreamClients, IDLE_SWEEP_INTERVAL};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -167,6 +165,9 @@ impl Drop for ActiveConn {
 /// listener is retired, switches protocol or the proxy stops.
 struct Served {
     http: GracefulShutdown,
+    /// Every HTTP connection on the fast path holds a receiver; a send closes them between
+    /// requests (those handed to hyper drain through `http`).
+    fast: watch::Sender<()>,
     /// Every TCP connection holds a receiver; `closed()` resolves when the last one ends.
     tcp: watch::Sender<()>,
 }
@@ -175,6 +176,7 @@ impl Served {
     fn new() -> Self {
         Served {
             http: GracefulShutdown::new(),
+            fast: watch::channel(()).0,
             tcp: watch::channel(()).0,
         }
     }
@@ -182,7 +184,9 @@ impl Served {
     /// HTTP connections finish their in-flight requests and close; TCP connections are left
     /// to end by themselves (a byte stream has no request boundary to stop at).
     async fn drain(self) {
+        let _ = self.fast.send(());
         self.http.shutdown().await;
+        self.fast.closed().await;
         self.tcp.closed().await;
     }
 }
@@ -258,20 +262,18 @@ async fn accept_loop(
                     ListenerProtocol::Http => {
                         let local = stream.local_addr().unwrap_or(peer);
                         let violation = Arc::new(AtomicBool::new(false));
-                        let conn = Arc::new(ConnCtx::new(peer, local, port, violation.clone()));
-                        let io = TokioIo::new(FramingGuard::new(stream, violation));
-                        let w = worker.clone();
-                        let service = hyper::service::service_fn(move |req| {
-                            let w = w.clone();
-                            let conn = conn.clone();
-                            async move { Ok::<_, Infallible>(pipeline::handle(req, &conn, &w).await) }
-                        });
-                        let conn = served.http.watch(builder.serve_connection(io, service).into_owned());
+                        let serving = fast_h1::Serving {
+                            conn: Arc::new(ConnCtx::new(peer, local, port, violation.clone())),
+                            worker: worker.clone(),
+                            hyper: builder.clone(),
+                            watcher: served.http.watcher(),
+                            stop: served.fast.subscribe(),
+                            violation,
+                            max_head: MAX_HEADER_BYTES,
+                        };
                         let guard = ActiveConn::new(worker.shared.clone(), None);
                         tokio::spawn(async move {
-                            if let Err(e) = conn.await {
-                                tracing::debug!(error = %e, "downstream connection error");
-                            }
+                            fast_h1::serve(stream, serving).await;
                             drop(guard);
                         });
                     }

@@ -29,7 +29,7 @@ pub(super) fn encode(
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
     let status = reply.status;
-    let reason = response_head::default_reason(status);
+    let reason = response_head::default_reason(status).as_bytes();
     if !response_head::encode(out, framing, status, reason, headers, body_len, date) {
         return 0;
     }

@@ -1,0 +1,206 @@
+//! The HTTP/1.1 fast path for local replies (src/fast_h1.rs) answers exactly as hyper does, and
+//! hands a connection to hyper mid-stream when a request needs more than a local reply.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+/// Direct responses, a 404, an authz denial and a local limit of 1 per day on `/limited`.
+fn local_replies_config(up: std::net::SocketAddr) -> String {
+    http_config(
+        up,
+        r#"
+  - match: [{uri: {prefix: /direct}}]
+    headers: {response: {set: {x-route: direct}}}
+    directResponse: {status: 333, body: {string: test}}
+  - match: [{uri: {prefix: /limited}}]
+    directResponse: {status: 200, body: {string: ok}}
+  - match: [{uri: {prefix: /deny}}]
+    directResponse: {status: 200, body: {string: never}}
+  - match: [{uri: {prefix: /empty}}]
+    directResponse: {status: 204}
+  - match: [{uri: {prefix: /nothing}}]
+    directResponse: {status: 404}"#,
+        r#"---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-deny}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/deny"]}}]
+---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: one-a-day}
+spec:
+  local:
+    rules:
+    - clientSelectors:
+      - path: {type: PathPrefix, value: /limited}
+      limit: {requests: 1, unit: Day}
+"#,
+    )
+}
+
+/// Requests answered locally, pipelined in one write; the last one closes the connection.
+const LOCAL_BATCH: &str = concat!(
+    "GET /direct HTTP/1.1\r\nHost: a\r\n\r\n",
+    "HEAD /direct HTTP/1.1\r\nHost: a\r\n\r\n",
+    "GET /nothing?q=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+    "GET /deny HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
+    "GET /limited HTTP/1.1\r\nHost: a\r\n\r\n",
+    "GET /limited HTTP/1.1\r\nhost: a\r\n\r\n",
+    "DELETE /empty HTTP/1.1\r\nHost: a\r\n\r\n",
+    "GET /direct HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+    "GET /direct HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+);
+
+/// Every status line in a stream of responses (bodies are not line-terminated, so a status
+/// line may follow a body on the same line).
+fn status_lines(text: &str) -> Vec<&str> {
+    text.match_indices("HTTP/1.")
+        .map(|(at, _)| {
+            let line = &text[at..];
+            &line[..line.find("\r\n").unwrap_or(line.len())]
+        })
+        .collect()
+}
+
+/// The text with every `date:` value blanked (the second may tick between responses).
+fn without_dates(text: &str) -> String {
+    text.split("\r\n")
+        .map(|line| match line.strip_prefix("date: ") {
+            Some(_) => "date: -",
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+async fn stop(proxy: warden_proxy::RunningProxy) {
+    tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(1)))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn local_replies_are_byte_identical_to_hypers() {
+    let up = counting_echo().await;
+    let config = local_replies_config(up.http_addr().unwrap());
+    // One proxy per path, so each starts with a full bucket on `/limited`.
+    let fast_proxy = start(&config);
+    let hyper_proxy = start(&config);
+    let wait = Duration::from_secs(5);
+
+    let fast = raw(addr(&fast_proxy, 0), LOCAL_BATCH.as_bytes(), wait).await;
+    // A request with a body goes to hyper, which then keeps the connection: the batch after it
+    // is answered by hyper alone.
+    let lead = "POST /direct HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx";
+    let by_hyper = raw(
+        addr(&hyper_proxy, 0),
+        format!("{lead}{LOCAL_BATCH}").as_bytes(),
+        wait,
+    )
+    .await;
+    let first_end = by_hyper.find("\r\n\r\ntest").expect("lead answered") + "\r\n\r\ntest".len();
+    let by_hyper = &by_hyper[first_end..];
+
+    assert_eq!(without_dates(&fast), without_dates(by_hyper));
+    // And the answers are the ones the config asks for.
+    let statuses = status_lines(&fast);
+    assert_eq!(
+        statuses,
+        [
+            "HTTP/1.1 333 Unknown",
+            "HTTP/1.1 333 Unknown",
+            "HTTP/1.1 404 Not Found",
+            "HTTP/1.1 403 Forbidden",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 429 Too Many Requests",
+            "HTTP/1.1 204 No Content",
+            "HTTP/1.0 333 Unknown",
+            "HTTP/1.1 333 Unknown",
+        ]
+    );
+    assert!(fast.contains("x-route: direct\r\n"), "{fast}");
+    assert!(fast.contains("RBAC: access denied"), "{fast}");
+    assert!(fast.contains("local_rate_limited"), "{fast}");
+    assert!(fast.contains("x-ratelimit-limit: 1\r\n"), "{fast}");
+    assert!(fast.contains("connection: keep-alive\r\n"), "{fast}");
+    assert!(
+        without_dates(&fast)
+            .ends_with("connection: close\r\ncontent-length: 4\r\ndate: -\r\n\r\ntest"),
+        "{fast}"
+    );
+    assert_eq!(up.total(), 0, "nothing reached the upstream");
+
+    // The fast path counts as hyper's path does (the hyper proxy also answered the lead).
+    let fast_metrics = fast_proxy.metrics_text();
+    for line in [
+        "warden_http_requests_total{route=\"default/site/0\",code=\"333\"} 4",
+        "warden_http_requests_total{route=\"default/site/1\",code=\"429\"} 1",
+        "warden_http_requests_total{route=\"default/site/2\",code=\"403\"} 1",
+        "warden_http_request_duration_seconds_count 9",
+        "warden_authz_denied_total{policy=\"ns[default]-policy[no-deny]-rule[0]\"} 1",
+        "warden_local_rate_limit_requests_total{group=\"RateLimitPolicy/one-a-day\",result=\"rate_limited\"} 1",
+    ] {
+        assert!(fast_metrics.contains(line), "missing {line:?} in\n{fast_metrics}");
+    }
+    stop(fast_proxy).await;
+    stop(hyper_proxy).await;
+}
+
+#[tokio::test]
+async fn a_connection_moves_to_hyper_at_the_first_request_for_an_upstream() {
+    let up = counting_echo().await;
+    let proxy = start(&local_replies_config(up.http_addr().unwrap()));
+    // Local, upstream, local again, then a body: answered in order on one connection.
+    let batch = concat!(
+        "GET /direct HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /to-upstream HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /direct HTTP/1.1\r\nHost: a\r\n\r\n",
+        "POST /upstream-body HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+        "GET /direct HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let text = raw(addr(&proxy, 0), batch.as_bytes(), Duration::from_secs(5)).await;
+    let statuses = status_lines(&text);
+    assert_eq!(
+        statuses,
+        [
+            "HTTP/1.1 333 Unknown",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 333 Unknown",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 333 Unknown",
+        ],
+        "{text}"
+    );
+    assert_eq!(up.total(), 2, "{text}");
+    stop(proxy).await;
+}
+
+#[tokio::test]
+async fn a_head_split_over_many_reads_is_answered() {
+    let up = counting_echo().await;
+    let proxy = start(&local_replies_config(up.http_addr().unwrap()));
+    let mut s = tokio::net::TcpStream::connect(addr(&proxy, 0))
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for piece in [
+        "GET /dir",
+        "ect HTTP/1.1\r\nHo",
+        "st: a\r\nConnection: close\r\n",
+        "\r\n",
+    ] {
+        s.write_all(piece.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 333 Unknown\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\ntest"), "{out}");
+    stop(proxy).await;
+}
