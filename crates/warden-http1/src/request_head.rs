@@ -34,6 +34,8 @@ pub enum Parsed<'b, 'h> {
 /// A request without a body.
 pub struct FastRequest<'b, 'h> {
     pub method: Method,
+    /// The request target as sent: `path[?query]`.
+    pub target: &'b str,
     pub path: &'b str,
     pub query: Option<&'b str>,
     /// The header lines as sent (names in their original case).
@@ -75,6 +77,7 @@ pub fn parse<'b, 'h>(buf: &'b [u8], slots: &'h mut HeaderSlots<'b>) -> Parsed<'b
     };
     Parsed::Fast(FastRequest {
         method,
+        target,
         path,
         query,
         headers,

@@ -1,22 +1,26 @@
-//! The HTTP/1.1 fast path of a downstream connection, for answers the proxy makes itself.
+//! The HTTP/1.1 fast path of a downstream connection.
 //!
-//! A request that gets no route (404), a direct response, or a denial from authz (403) or the
-//! local limiter (429) never needs hyper's machinery: such body-less requests are parsed from the
-//! read buffer, decided by [`pipeline::answer_locally`] (the same stages, metrics and access log
-//! as hyper's requests) and answered into one output buffer, pipelined ones in order with one
-//! write. This is what an attacker's requests cost, and what a direct responder costs.
+//! hyper's HTTP/1 server dispatch (its own buffers, a request and response per call, channel
+//! hand-offs) was most of the proxy's user-space CPU for small requests. Every HTTP connection
+//! starts here instead: body-less requests are parsed from the read buffer, run through the
+//! same [`pipeline::handle`] as hyper's requests (routing, policies, upstream, metrics, access
+//! log) and answered into one output buffer, written the way hyper's server writes responses
+//! (warden-http1's `response_head`). Pipelined requests answered without waiting go out in
+//! one write; upstream bodies are streamed (chunked when their length is unknown).
 //!
-//! Everything else goes to hyper with the bytes already read ([`ReplayIo`]), from the first
-//! request on that needs an upstream or the global limiter, has a body, or is anything
+//! Everything else goes to hyper with the bytes already read ([`ReplayIo`]): from the first
+//! request on that has a body, an upgrade, an expectation or anything
 //! [`request_head`] does not vouch for; h2c goes to hyper from its first byte. hyper keeps the
 //! connection from then on. Responses already answered here are written before it takes over.
 
 use crate::body::ProxyBody;
 use crate::framing_guard::FramingGuard;
-use crate::pipeline::{self, FastRequest};
+use crate::pipeline;
 use crate::state::{ConnCtx, WorkerCtx};
-use bytes::{Buf, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response};
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
+use http_body::Body;
+use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
@@ -24,13 +28,14 @@ use std::convert::Infallible;
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use warden_http1::http_date::{self, DATE_LEN};
+use warden_http1::http_date;
 use warden_http1::replay_io::ReplayIo;
-use warden_http1::request_head::{self, Parsed};
-use warden_http1::response_head::{self, Framing};
+use warden_http1::request_head::{self, FastRequest, Parsed};
+use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head, Written};
 
 const READ_SIZE: usize = 8 * 1024;
 /// Write the output out mid-batch once it holds this much (many pipelined requests).
@@ -52,14 +57,17 @@ pub struct Serving {
 }
 
 /// Serve one accepted HTTP connection until it closes.
-pub async fn serve(mut stream: TcpStream, mut serving: Serving) {
+pub async fn serve(mut stream: TcpStream, serving: Serving) {
+    // One registration with the drain signal per connection, not one per read.
+    let mut stop = serving.stop.clone();
+    let mut stopped = std::pin::pin!(stop.changed());
     let mut input = BytesMut::with_capacity(READ_SIZE);
     tokio::select! {
         read = stream.read_buf(&mut input) => match read {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         },
-        _ = serving.stop.changed() => return,
+        _ = &mut stopped => return,
     }
     if warden_http1::starts_like_h2(&input) {
         return with_hyper(stream, input, serving).await;
@@ -68,7 +76,6 @@ pub async fn serve(mut stream: TcpStream, mut serving: Serving) {
         stream,
         input,
         out: Vec::with_capacity(READ_SIZE),
-        headers: HeaderMap::new(),
     };
     loop {
         let next = fast.answer_buffered(&serving).await;
@@ -84,7 +91,7 @@ pub async fn serve(mut stream: TcpStream, mut serving: Serving) {
                         Ok(_) => {}
                     },
                     // Draining: close between requests, as hyper does with an idle connection.
-                    _ = serving.stop.changed() => return,
+                    _ = &mut stopped => return,
                 }
             }
             Ok(Next::Read | Next::Hyper) => {
@@ -116,7 +123,10 @@ async fn with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) {
     let service = hyper::service::service_fn(move |req| {
         let worker = worker.clone();
         let conn = conn.clone();
-        async move { Ok::<_, Infallible>(pipeline::handle(req, &conn, &worker).await) }
+        async move {
+            let req = req.map(ProxyBody::Streamed);
+            Ok::<_, Infallible>(pipeline::handle(req, &conn, &worker).await)
+        }
     });
     if let Err(e) = watcher
         .watch(hyper.serve_connection(io, service).into_owned())
@@ -142,61 +152,108 @@ struct Connection {
     input: BytesMut,
     /// Responses not yet written.
     out: Vec<u8>,
-    /// The current request's headers; reused so a request allocates no map.
-    headers: HeaderMap,
 }
 
 impl Connection {
-    /// Answer every complete request in `input` that the proxy answers itself, in order.
+    /// Answer every complete request in `input`, in order, until one must go to hyper.
     async fn answer_buffered(&mut self, serving: &Serving) -> io::Result<Next> {
-        let date = http_date::now();
         loop {
-            let mut slots = request_head::header_slots();
-            let request = match request_head::parse(&self.input, &mut slots) {
-                Parsed::Partial => return Ok(Next::Read),
-                Parsed::Hyper => return Ok(Next::Hyper),
-                Parsed::Fast(request) => request,
+            let (request, framing, len) = {
+                let mut slots = request_head::header_slots();
+                match request_head::parse(&self.input, &mut slots) {
+                    Parsed::Partial => return Ok(Next::Read),
+                    Parsed::Hyper => return Ok(Next::Hyper),
+                    Parsed::Fast(head) => {
+                        let Some(request) = to_request(&head) else {
+                            return Ok(Next::Hyper);
+                        };
+                        let framing = Framing {
+                            http10: head.http10,
+                            keep_alive: head.keep_alive,
+                            head: head.method == Method::HEAD,
+                        };
+                        (request, framing, head.len)
+                    }
+                }
             };
-            if !fill_headers(&mut self.headers, request.headers) {
-                return Ok(Next::Hyper);
-            }
-            let authority = match self.headers.get(header::HOST) {
-                Some(host) => match host.to_str() {
-                    Ok(host) => host,
-                    Err(_) => return Ok(Next::Hyper),
-                },
-                None => "",
-            };
-            let fast = FastRequest {
-                method: &request.method,
-                version: if request.http10 {
-                    http::Version::HTTP_10
-                } else {
-                    http::Version::HTTP_11
-                },
-                path: request.path,
-                authority,
-                headers: &self.headers,
-            };
-            let Some(response) = pipeline::answer_locally(&fast, &serving.conn, &serving.worker)
-            else {
-                return Ok(Next::Hyper);
-            };
-            let framing = Framing {
-                http10: request.http10,
-                keep_alive: request.keep_alive,
-                head: request.method == Method::HEAD,
-            };
-            let len = request.len;
-            encode(&mut self.out, &response, &framing, &date);
             self.input.advance(len);
-            if !framing.keep_alive {
+            let answering = pipeline::handle(request, &serving.conn, &serving.worker);
+            let mut answering = std::pin::pin!(answering);
+            let response = match futures_util::poll!(&mut answering) {
+                Poll::Ready(response) => response,
+                // Waiting for an upstream or the RLS: what is answered so far goes out first.
+                Poll::Pending => {
+                    self.flush().await?;
+                    answering.await
+                }
+            };
+            let (head, body) = response.into_parts();
+            let written = encode_head(&mut self.out, &head, &body, &framing);
+            self.write_body(body, written.body).await?;
+            if !written.keep_alive {
                 return Ok(Next::Close);
             }
             if self.out.len() >= MAX_BUFFERED_OUTPUT {
                 self.flush().await?;
             }
         }
+    }
+
+    /// Append (or stream) the body after its head, as `encoding` says.
+    async fn write_body(&mut self, body: ProxyBody, encoding: BodyEncoding) -> io::Result<()> {
+        if encoding == BodyEncoding::Length(0) {
+            return Ok(());
+        }
+        match body {
+            ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
+            ProxyBody::Full(None) | ProxyBody::Empty => {}
+            ProxyBody::Streamed(mut incoming) => loop {
+                let frame = match futures_util::poll!(incoming.frame()) {
+                    Poll::Ready(frame) => frame,
+                    // Nothing more yet: let the client have what there is (a slow or
+                    // streaming upstream must not hold the head back).
+                    Poll::Pending => {
+                        self.flush().await?;
+                        incoming.frame().await
+                    }
+                };
+                match frame {
+                    None => break,
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            self.append(&data, encoding).await?;
+                        }
+                    }
+                    Some(Err(e)) => return Err(io::Error::other(e)),
+                }
+            },
+        }
+        if encoding == BodyEncoding::Chunked {
+            self.out.extend_from_slice(response_head::LAST_CHUNK);
+        }
+        Ok(())
+    }
+
+    /// Body bytes into the output (as one chunk when chunked); large ones are written straight
+    /// from their buffer.
+    async fn append(&mut self, data: &[u8], encoding: BodyEncoding) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunked = encoding == BodyEncoding::Chunked;
+        if chunked {
+            response_head::chunk_size_line(&mut self.out, data.len());
+        }
+        if self.out.len() + data.len() > MAX_BUFFERED_OUTPUT {
+            self.flush().await?;
+            self.stream.write_all(data).await?;
+        } else {
+            self.out.extend_from_slice(data);
+        }
+        if chunked {
+            self.out.extend_from_slice(b"\r\n");
+        }
+        Ok(())
     }
 
     async fn flush(&mut self) -> io::Result<()> {
@@ -208,45 +265,63 @@ impl Connection {
     }
 }
 
-/// The request's header lines as a header map (what the pipeline's stages read); false when a
-/// line is not a valid header, which hyper then judges.
-fn fill_headers(map: &mut HeaderMap, lines: &[httparse::Header<'_>]) -> bool {
-    map.clear();
-    for line in lines {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(line.name.as_bytes()),
-            HeaderValue::from_bytes(line.value),
-        ) else {
-            return false;
-        };
-        map.append(name, value);
+/// The parsed head as the request the pipeline takes (what hyper would have built); `None`
+/// when a header line or the target is not valid for `http`, which hyper then judges.
+fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
+    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    for line in head.headers {
+        let name = HeaderName::from_bytes(line.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(line.value).ok()?;
+        headers.append(name, value);
     }
-    true
+    let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(head.target.as_bytes())).ok()?;
+    let mut request = Request::new(ProxyBody::Empty);
+    *request.method_mut() = head.method.clone();
+    *request.uri_mut() = uri;
+    *request.version_mut() = if head.http10 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    *request.headers_mut() = headers;
+    Some(request)
 }
 
-/// A local reply written as hyper writes it: its reason phrase (or the one set by the
-/// pipeline), its headers in order, then length and date.
-fn encode(
+/// A response head written as hyper writes it, for the body it has.
+fn encode_head(
     out: &mut Vec<u8>,
-    response: &Response<ProxyBody>,
+    head: &http::response::Parts,
+    body: &ProxyBody,
     framing: &Framing,
-    date: &[u8; DATE_LEN],
-) {
-    let status = response.status();
-    let reason = match response.extensions().get::<hyper::ext::ReasonPhrase>() {
+) -> Written {
+    let status = head.status;
+    let reason = match head.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(reason) => reason.as_bytes(),
         None => response_head::default_reason(status).as_bytes(),
     };
-    let body: &[u8] = match response.body() {
-        ProxyBody::Full(Some(bytes)) => bytes,
-        // Local replies are built from bytes; a streamed body never gets here.
-        ProxyBody::Full(None) | ProxyBody::Empty | ProxyBody::Streamed(_) => &[],
+    let length = match body {
+        ProxyBody::Full(Some(bytes)) => BodyLength::Known(bytes.len() as u64),
+        ProxyBody::Full(None) | ProxyBody::Empty => BodyLength::Empty,
+        ProxyBody::Streamed(incoming) if incoming.is_end_stream() => BodyLength::Empty,
+        ProxyBody::Streamed(incoming) => incoming
+            .size_hint()
+            .exact()
+            .map_or(BodyLength::Unknown, BodyLength::Known),
     };
-    let headers = response
-        .headers()
+    let headers = head
+        .headers
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-    if response_head::encode(out, framing, status, reason, headers, body.len(), date) {
-        out.extend_from_slice(body);
-    }
+    response_head::encode(
+        out,
+        framing,
+        Head {
+            status,
+            reason,
+            http10: head.version == Version::HTTP_10,
+            headers,
+            body: length,
+        },
+        &http_date::now(),
+    )
 }

@@ -24,7 +24,6 @@ use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
 use crate::state::{ConnCtx, Shared, WorkerCtx};
 use crate::upstream::forward;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
-use hyper::body::Incoming;
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -173,8 +172,10 @@ struct LogFields {
     client_ip: IpAddr,
 }
 
+/// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
+/// (the fast path's body-less requests).
 pub async fn handle(
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
     conn: &ConnCtx,
     worker: &WorkerCtx,
 ) -> Response<ProxyBody> {
@@ -193,70 +194,6 @@ pub async fn handle(
     }
     record(shared, conn, start, response.status(), &outcome, log);
     response
-}
-
-/// A body-less HTTP/1 request as the fast path ([`crate::fast_h1`]) read it.
-pub struct FastRequest<'a> {
-    pub method: &'a Method,
-    pub version: http::Version,
-    /// Path without the query string.
-    pub path: &'a str,
-    /// The `Host` header (the fast path reads only origin-form targets).
-    pub authority: &'a str,
-    pub headers: &'a HeaderMap,
-}
-
-/// Answer `req` when its answer is decided in the proxy without waiting for anything: no
-/// route (404), a direct response, or a denial by authz or the local limiter. `None` when the
-/// request needs an upstream or the global limiter; nothing has then been counted or charged,
-/// and hyper takes the connection from this request on (running the whole pipeline).
-pub fn answer_locally(
-    req: &FastRequest<'_>,
-    conn: &ConnCtx,
-    worker: &WorkerCtx,
-) -> Option<Response<ProxyBody>> {
-    let start = Instant::now();
-    let shared = &*worker.shared;
-    let snapshot = shared.snapshot.load();
-    if snapshot.filters.global_rate_limit.is_some() {
-        return None;
-    }
-    let mut outcome = Outcome::default();
-    let mut log = None;
-    let front = Front::read(
-        conn,
-        shared,
-        req.method,
-        req.authority,
-        req.path,
-        req.headers,
-        req.version,
-        &mut log,
-    );
-    let response = match front.route(&snapshot, conn) {
-        None => local(LocalReply::no_route(), &mut outcome),
-        Some(route) => {
-            let RouteAction::Direct {
-                status,
-                body,
-                content_type,
-            } = &route.action
-            else {
-                return None;
-            };
-            outcome.route = Some(route.clone());
-            match sync_policies(&snapshot.filters, &front.attrs, route, shared, &mut outcome) {
-                Err(reply) => reply,
-                Ok(passed) => {
-                    let mut response = direct_response(*status, body, content_type.as_ref());
-                    respond(&mut response, route, passed.local_limit_headers, None);
-                    response
-                }
-            }
-        }
-    };
-    record(shared, conn, start, response.status(), &outcome, log);
-    Some(response)
 }
 
 /// Metrics and the access log line of one answered request.
@@ -398,14 +335,21 @@ struct SyncPass {
     request_headers: Option<HeaderMap>,
 }
 
-/// Stages 3 (authz) and 4 (local rate limit); `Err` is the reply that ends the request.
+/// What stages 3-4 decided.
+enum Policies {
+    Pass(SyncPass),
+    /// The reply that ends the request.
+    Reply(Response<ProxyBody>),
+}
+
+/// Stages 3 (authz) and 4 (local rate limit).
 fn sync_policies(
     filters: &Filters,
     attrs: &RequestAttrs<'_>,
     route: &Route,
     shared: &Shared,
     outcome: &mut Outcome,
-) -> Result<SyncPass, Response<ProxyBody>> {
+) -> Policies {
     let mut passed = SyncPass::default();
     let logging = shared.access_log.is_some();
     if let Some(authz) = &filters.authz {
@@ -414,7 +358,7 @@ fn sync_policies(
         if let Some(policy) = note.denied_by {
             outcome.policy = Some(policy);
             outcome.details = Some(RBAC_DENIED);
-            return Err(local(authz::denied_reply(), outcome));
+            return Policies::Reply(local(authz::denied_reply(), outcome));
         }
     }
     if let Some(limiter) = &filters.local_rate_limit {
@@ -441,11 +385,11 @@ fn sync_policies(
                 if logging {
                     outcome.policy = Some(Arc::from(rule));
                 }
-                return Err(response);
+                return Policies::Reply(response);
             }
         }
     }
-    Ok(passed)
+    Policies::Pass(passed)
 }
 
 /// A VirtualService `directResponse`.
@@ -503,7 +447,7 @@ fn local_with_headers(
 }
 
 async fn run(
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
     conn: &ConnCtx,
     worker: &WorkerCtx,
     snapshot: &Snapshot,
@@ -546,8 +490,8 @@ async fn run(
     // 3-4. synchronous policies
     let filters = &snapshot.filters;
     let passed = match sync_policies(filters, &front.attrs, &route, shared, outcome) {
-        Ok(passed) => passed,
-        Err(reply) => return reply,
+        Policies::Pass(passed) => passed,
+        Policies::Reply(reply) => return reply,
     };
     let SyncPass {
         mut local_limit_headers,

@@ -78,7 +78,7 @@ pub async fn forward(
     metrics: &Metrics,
     target: &WeightedCluster,
     parts: request::Parts,
-    body: Incoming,
+    body: ProxyBody,
     timeout: Option<Duration>,
     retries: &RetryPolicy,
 ) -> Result<Upstreamed, ForwardFailure> {
@@ -90,7 +90,7 @@ pub async fn forward(
                 metrics,
                 target,
                 parts,
-                ProxyBody::Streamed(body),
+                body,
                 None,
                 retries.per_try_timeout,
             )

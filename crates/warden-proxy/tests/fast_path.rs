@@ -1,5 +1,6 @@
-//! The HTTP/1.1 fast path for local replies (src/fast_h1.rs) answers exactly as hyper does, and
-//! hands a connection to hyper mid-stream when a request needs more than a local reply.
+//! The HTTP/1.1 fast path (src/fast_h1.rs) answers exactly as hyper does, local replies and
+//! proxied responses alike, and hands a connection to hyper mid-stream at the first request
+//! with a body.
 
 mod common;
 
@@ -153,10 +154,10 @@ async fn local_replies_are_byte_identical_to_hypers() {
 }
 
 #[tokio::test]
-async fn a_connection_moves_to_hyper_at_the_first_request_for_an_upstream() {
+async fn a_connection_moves_to_hyper_at_the_first_request_with_a_body() {
     let up = counting_echo().await;
     let proxy = start(&local_replies_config(up.http_addr().unwrap()));
-    // Local, upstream, local again, then a body: answered in order on one connection.
+    // Local, upstream, local again, then a body (hyper from here on): answered in order.
     let batch = concat!(
         "GET /direct HTTP/1.1\r\nHost: a\r\n\r\n",
         "GET /to-upstream HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -202,5 +203,89 @@ async fn a_head_split_over_many_reads_is_answered() {
     s.read_to_string(&mut out).await.unwrap();
     assert!(out.starts_with("HTTP/1.1 333 Unknown\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\ntest"), "{out}");
+    stop(proxy).await;
+}
+
+/// An upstream answering every request head by path: `/chunked` with a chunked body (length
+/// unknown to the proxy), `/sized` with `content-length` and its own `date`, anything else 204.
+async fn raw_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        let reply: &[u8] = if head.contains(" /chunked") {
+                            b"HTTP/1.1 200 OK\r\nx-up: chunked\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+                        } else if head.contains(" /sized") {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-up: sized\r\n\r\nhello"
+                        } else {
+                            b"HTTP/1.1 204 No Content\r\nx-up: none\r\n\r\n"
+                        };
+                        let reply = if head.starts_with("HEAD") {
+                            // No body on HEAD; a chunked answer ends at its head.
+                            let end = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                            &reply[..end]
+                        } else {
+                            reply
+                        };
+                        if s.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn proxied_responses_are_byte_identical_to_hypers() {
+    let up = raw_upstream().await;
+    let proxy = start(&http_config(up, "", ""));
+    let batch = concat!(
+        "GET /chunked HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /sized HTTP/1.1\r\nHost: a\r\n\r\n",
+        "HEAD /sized HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /empty HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /sized HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+        // Length unknown to an HTTP/1.0 client: the body ends with the connection.
+        "GET /chunked HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+    );
+    let wait = Duration::from_secs(5);
+    let fast = raw(addr(&proxy, 0), batch.as_bytes(), wait).await;
+    let lead = "POST /empty HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx";
+    let by_hyper = raw(addr(&proxy, 0), format!("{lead}{batch}").as_bytes(), wait).await;
+    let first_end = by_hyper.find("x-up: none\r\n").expect("lead answered");
+    let first_end = first_end + by_hyper[first_end..].find("\r\n\r\n").unwrap() + 4;
+    assert_eq!(without_dates(&fast), without_dates(&by_hyper[first_end..]));
+    assert_eq!(
+        status_lines(&fast),
+        [
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 204 No Content",
+            "HTTP/1.0 200 OK",
+            "HTTP/1.0 200 OK",
+        ]
+    );
+    assert!(fast.contains("transfer-encoding: chunked\r\n"), "{fast}");
+    assert!(
+        fast.contains("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+        "{fast}"
+    );
+    assert!(fast.ends_with("hello world"), "{fast}");
     stop(proxy).await;
 }

@@ -5,7 +5,7 @@
 use super::body::next_pattern_chunk;
 use super::reply::{Reply, ReplyBody};
 use warden_http1::http_date::DATE_LEN;
-use warden_http1::response_head::{self, Framing};
+use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head};
 
 /// Largest pattern body copied into the output buffer; bigger ones are written straight from the
 /// static pattern after it.
@@ -29,8 +29,17 @@ pub(super) fn encode(
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
     let status = reply.status;
-    let reason = response_head::default_reason(status).as_bytes();
-    if !response_head::encode(out, framing, status, reason, headers, body_len, date) {
+    let head = Head {
+        status,
+        reason: response_head::default_reason(status).as_bytes(),
+        http10: false,
+        headers,
+        body: match body_len {
+            0 => BodyLength::Empty,
+            n => BodyLength::Known(n as u64),
+        },
+    };
+    if response_head::encode(out, framing, head, date).body == BodyEncoding::Length(0) {
         return 0;
     }
     match &reply.body {
