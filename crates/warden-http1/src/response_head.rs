@@ -144,7 +144,8 @@ where
             BodyLength::Known(n) => {
                 if !bodiless_status {
                     out.extend_from_slice(b"content-length: ");
-                    let _ = write!(out, "{n}");
+                    // itoa: `write!` goes through the formatting machinery on every response.
+                    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
                     out.extend_from_slice(b"\r\n");
                 }
                 BodyEncoding::Length(n)
