@@ -22,6 +22,9 @@ pub struct RatelimitArgs {
     /// Debug listen address for /rlconfig and /metrics (default DEBUG_HOST:DEBUG_PORT, 0.0.0.0:6070).
     #[arg(long, value_name = "ADDR")]
     pub debug: Option<SocketAddr>,
+    /// gRPC serving threads (default GRPC_THREADS, else one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub grpc_threads: Option<u16>,
     /// Redis address (host:port, redis://..., or a unix socket path); implies --backend redis.
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
@@ -45,6 +48,9 @@ impl RatelimitArgs {
         }
         if let Some(a) = self.grpc {
             settings.grpc_addr = a;
+        }
+        if let Some(n) = self.grpc_threads {
+            settings.grpc_threads = usize::from(n);
         }
         if let Some(a) = self.http {
             settings.http_addr = a;
@@ -81,7 +87,9 @@ pub fn run(args: RatelimitArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // The control runtime: accepting, HTTP/debug listeners, config reload, health probe. gRPC
+    // calls are served on their own threads (see `server::grpc_threads`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {

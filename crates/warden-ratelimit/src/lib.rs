@@ -22,6 +22,7 @@ pub mod limiter;
 mod local_cache;
 pub mod matcher;
 pub mod server;
+mod serving_thread;
 pub mod settings;
 pub mod stats;
 pub mod store;

@@ -7,7 +7,7 @@ use crate::config::{Algorithm, ConfigSet, Unit};
 use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
 use crate::stats::{LimitStats, Stats};
-use crate::store::{CounterOp, MemoryStore, Store, StoreError};
+use crate::store::{CounterOp, CounterResult, MemoryStore, Store, StoreError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -119,6 +119,7 @@ struct Checked {
     hits: u64,
     unit: Unit,
     algorithm: Algorithm,
+    /// Moved into the store op when there is one.
     key: String,
     /// Answered from the over-limit local cache; no store op.
     cached_over: bool,
@@ -281,7 +282,7 @@ impl RateLimiter {
 
         // 4. One store round trip for all descriptors still to count.
         let mut ops: Vec<CounterOp> = checks
-            .iter()
+            .iter_mut()
             .filter(|c| !c.cached_over)
             .map(|c| self.counter_op(c, now))
             .collect();
@@ -301,7 +302,6 @@ impl RateLimiter {
                 }
             }
         }
-        let charged: Vec<u64> = ops.iter().map(|op| op.hits).collect();
         let results = if ops.is_empty() {
             Vec::new()
         } else {
@@ -309,7 +309,7 @@ impl RateLimiter {
         };
 
         // 5. Statuses.
-        let mut results = results.into_iter().zip(charged);
+        let mut results = results.into_iter().zip(&ops);
         for check in &checks {
             let div = check.unit.divider();
             let reset = div - now % div;
@@ -325,7 +325,11 @@ impl RateLimiter {
                 check.stats.over_limit_with_local_cache.inc_by(check.hits);
                 true
             } else {
-                let (result, hits) = results.next().unwrap_or_default();
+                let (result, hits, key) = results
+                    .next()
+                    .map_or((CounterResult::default(), 0, None), |(r, op)| {
+                        (r, op.hits, Some(op.key.as_str()))
+                    });
                 let after = match check.algorithm {
                     Algorithm::FixedWindow => result.after,
                     Algorithm::SlidingWindow => {
@@ -338,10 +342,10 @@ impl RateLimiter {
                 let before = after.saturating_sub(hits);
                 let over = self.count_stats(&check.stats, rpu, before, after, hits);
                 if over {
-                    if let (Some(cache), Algorithm::FixedWindow) =
-                        (&self.local_cache, check.algorithm)
+                    if let (Some(cache), Some(key), Algorithm::FixedWindow) =
+                        (&self.local_cache, key, check.algorithm)
                     {
-                        cache.insert(&check.key, now_millis + div * 1000, now_millis);
+                        cache.insert(key, now_millis + div * 1000, now_millis);
                     }
                 } else {
                     status.limit_remaining = (u64::from(rpu) - after) as u32;
@@ -417,12 +421,11 @@ impl RateLimiter {
                 levels: Vec::new(),
             })));
         }
-        let entries: Vec<(&str, &str)> = descriptor
+        let entries = descriptor
             .entries
             .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
-        Ok(snapshot.get_limit(domain, &entries))
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        Ok(snapshot.get_limit_of(domain, entries))
     }
 
     /// Counters for this request: the limit's own, or per-value ones for `detailed_metric` /
@@ -483,7 +486,8 @@ impl RateLimiter {
         key
     }
 
-    fn counter_op(&self, check: &Checked, now: u64) -> CounterOp {
+    /// The store op of `check`, taking its key.
+    fn counter_op(&self, check: &mut Checked, now: u64) -> CounterOp {
         let div = check.unit.divider();
         let jitter = match self.settings.expiration_jitter_max_seconds {
             0 => 0,
@@ -503,7 +507,7 @@ impl RateLimiter {
             }
         };
         CounterOp {
-            key: check.key.clone(),
+            key: std::mem::take(&mut check.key),
             hits: check.hits,
             ttl_secs,
             prev_key,

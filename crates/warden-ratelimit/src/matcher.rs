@@ -75,10 +75,20 @@ impl Snapshot {
     /// The reference's `GetLimit` for one descriptor's entries (override handled by the caller).
     /// The limit's path is unique, so `Limit::levels` tells which config node matched each entry.
     pub fn get_limit(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Arc<Limit>> {
+        self.get_limit_of(domain, entries.iter().copied())
+    }
+
+    /// [`Snapshot::get_limit`] over borrowed entries, without collecting them first.
+    pub fn get_limit_of<'a>(
+        &self,
+        domain: &str,
+        entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Arc<Limit>> {
         let mut node = self.domains.get(domain)?;
         let mut result = None;
         let mut lookup = String::new();
-        for (i, (key, value)) in entries.iter().enumerate() {
+        let last = entries.len().checked_sub(1)?;
+        for (i, (key, value)) in entries.enumerate() {
             lookup.clear();
             lookup.push_str(key);
             lookup.push('_');
@@ -92,9 +102,9 @@ impl Snapshot {
                         .find(|(w, _)| w.matches(&lookup))
                         .map(|(_, n)| n)
                 })
-                .or_else(|| node.children.get(*key));
+                .or_else(|| node.children.get(key));
             let Some(next) = next else { break };
-            if i == entries.len() - 1 {
+            if i == last {
                 result = next.limit.clone();
             }
             if next.children.is_empty() && next.wildcards.is_empty() {

@@ -30,6 +30,9 @@ pub struct Settings {
     /// `GRPC_MAX_CONNECTION_AGE` / `_GRACE`.
     pub grpc_max_connection_age: Duration,
     pub grpc_max_connection_age_grace: Duration,
+    /// gRPC serving threads, each with its own runtime and Redis connections (warden:
+    /// `GRPC_THREADS`, default one per core).
+    pub grpc_threads: usize,
     /// `LOG_LEVEL` (reference default WARN) and `LOG_FORMAT` (text|json).
     pub log_level: String,
     pub log_format: String,
@@ -220,6 +223,11 @@ impl Settings {
             env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600));
         let grpc_max_connection_age_grace =
             env.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let grpc_threads = env.num("GRPC_THREADS", cores);
+        if grpc_threads == 0 {
+            env.errors.push("GRPC_THREADS: must be at least 1".into());
+        }
         if env.raw("GRPC_UDS").is_some_and(|v| !v.is_empty()) {
             env.errors
                 .push("GRPC_UDS: serving gRPC on a unix socket is not supported yet".into());
@@ -341,6 +349,7 @@ impl Settings {
                 debug_addr,
                 grpc_max_connection_age,
                 grpc_max_connection_age_grace,
+                grpc_threads,
                 log_level,
                 log_format,
                 config_source,
@@ -368,6 +377,8 @@ impl Settings {
             debug_addr: any,
             grpc_max_connection_age: Duration::from_secs(24 * 3600),
             grpc_max_connection_age_grace: Duration::from_secs(3600),
+            // More than one, so that tests cross threads even on a one-core machine.
+            grpc_threads: 2,
             log_level: "WARN".into(),
             log_format: "text".into(),
             config_source,

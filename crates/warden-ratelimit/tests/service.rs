@@ -617,3 +617,89 @@ async fn one_connection_may_carry_more_than_200_concurrent_calls() {
     );
     h.server.shutdown().await;
 }
+
+/// gRPC calls are served on several threads (one runtime each): connections spread over them
+/// share one limiter, and shutdown stops them all: the port closes and `shutdown` returns only
+/// after every serving thread has ended.
+#[tokio::test]
+async fn serving_threads_share_limits_and_stop_on_shutdown() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n";
+    let clock = Arc::new(ManualClock::new(T0));
+    let h = start_with(
+        &[("config.yaml", yaml)],
+        None,
+        |s| s.grpc_threads = 3,
+        Some(clock),
+    )
+    .await;
+    let addr = h.server.grpc_addr();
+    let r = req("d", vec![desc(&[("k", "v")])]);
+    let mut ok = 0;
+    for _ in 0..6 {
+        // A new connection each time: handed to the thread with the fewest open ones.
+        let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
+            format!("http://{addr}"),
+        )
+        .await
+        .unwrap();
+        for _ in 0..3 {
+            let resp = client.should_rate_limit(r.clone()).await.unwrap();
+            ok += usize::from(resp.into_inner().overall_code == OK);
+        }
+    }
+    assert_eq!(
+        ok, 10,
+        "18 calls over 6 connections, exactly the limit pass"
+    );
+
+    let server_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                    .filter(|name| name.starts_with("rls-grpc-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    if cfg!(target_os = "linux") {
+        assert!(
+            server_threads() >= 3,
+            "{} serving threads",
+            server_threads()
+        );
+    }
+    drop(h.client);
+    h.server.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+/// `GRPC_MAX_CONNECTION_AGE`: the server sends GOAWAY once a connection is that old, and closes
+/// it (at the latest after `_GRACE`), so clients reconnect and spread over servers.
+#[tokio::test]
+async fn connections_end_after_their_max_age() {
+    let h = start_with(
+        &[("config.yaml", "domain: d\ndescriptors:\n  - key: k\n")],
+        None,
+        |s| {
+            s.grpc_max_connection_age = Duration::from_millis(300);
+            s.grpc_max_connection_age_grace = Duration::from_millis(300);
+        },
+        None,
+    )
+    .await;
+    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (_client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(ended.is_ok(), "connection still open after 5 s");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "closed after {:?}",
+        started.elapsed()
+    );
+    h.server.shutdown().await;
+}

@@ -1,7 +1,10 @@
 //! The whole service in-process: gRPC (RLS v3 + grpc.health.v1), HTTP (`/json`,
 //! `/healthcheck`), debug (`/rlconfig`, `/metrics`), config reload and health probing.
 
+mod counted_stream;
 mod grpc;
+mod grpc_conn;
+mod grpc_threads;
 mod health;
 mod http;
 mod reload;
@@ -13,6 +16,7 @@ use crate::limiter::RateLimiter;
 use crate::settings::{Backend, Settings};
 use crate::stats::Stats;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+use grpc_threads::GrpcThreads;
 use health::Health;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -31,6 +35,8 @@ pub enum ServerError {
     },
     #[error("redis settings: {0}")]
     Redis(#[from] StoreError),
+    #[error("cannot start the gRPC serving threads: {0}")]
+    Threads(std::io::Error),
 }
 
 /// Starts the service; see [`RunningServer`].
@@ -57,6 +63,7 @@ impl Server {
             Backend::Redis => Store::Redis(Arc::new(RedisStore::new(
                 &settings.redis,
                 settings.redis_per_second.as_ref(),
+                settings.grpc_threads,
             )?)),
         };
         let limiter = Arc::new(RateLimiter::new(
@@ -99,12 +106,12 @@ impl Server {
             store,
             shutting_down: Default::default(),
         });
-        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let reporter = tonic_health::server::HealthReporter::new();
         let mut tasks = Vec::new();
 
         tasks.push(tokio::spawn(health::run_probe(
             health.clone(),
-            reporter,
+            reporter.clone(),
             settings.health_probe_interval,
             stats.clone(),
             shutdown_rx.clone(),
@@ -117,29 +124,26 @@ impl Server {
             shutdown_rx.clone(),
         )));
 
-        let rls = grpc::RlsService {
-            limiter: limiter.clone(),
+        let routes = grpc_conn::GrpcRoutes {
+            rls: grpc::RlsService {
+                limiter: limiter.clone(),
+            },
+            health: tonic_health::pb::health_server::HealthServer::new(
+                tonic_health::server::HealthService::from_health_reporter(reporter),
+            ),
         };
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-        let mut grpc_shutdown = shutdown_rx.clone();
-        let grpc = tonic::transport::Server::builder()
-            // No limit on concurrent streams per connection, as grpc-go (the reference): an
-            // Envoy worker sends all its decisions over one connection. Stated rather than left
-            // to the HTTP/2 stack's default.
-            .max_concurrent_streams(u32::MAX)
-            .max_connection_age(settings.grpc_max_connection_age)
-            .max_connection_age_grace(settings.grpc_max_connection_age_grace)
-            .add_service(health_service)
-            .add_service(rls)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = grpc_shutdown.changed().await;
-            });
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = grpc.await {
-                tracing::error!(error = %e, "gRPC server failed");
-            }
-        }));
+        let limits = grpc_conn::ConnLimits {
+            max_age: settings.grpc_max_connection_age,
+            max_age_grace: settings.grpc_max_connection_age_grace,
+        };
+        let grpc = GrpcThreads::start(
+            settings.grpc_threads,
+            grpc_listener,
+            routes,
+            limits,
+            shutdown_rx.clone(),
+        )
+        .map_err(ServerError::Threads)?;
 
         let ctx = |listener| http::HttpCtx {
             limiter: limiter.clone(),
@@ -179,12 +183,13 @@ impl Server {
             initial_config_error: initial_error,
             shutdown: shutdown_tx,
             tasks,
+            grpc,
         })
     }
 }
 
-/// A started service. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
-/// until the runtime ends.
+/// A started service. Dropping it without [`RunningServer::shutdown`] stops it too, without
+/// waiting: the listeners stop accepting and open connections are drained.
 #[derive(Debug)]
 pub struct RunningServer {
     grpc_addr: SocketAddr,
@@ -196,6 +201,7 @@ pub struct RunningServer {
     initial_config_error: Option<String>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    grpc: GrpcThreads,
 }
 
 impl RunningServer {
@@ -228,13 +234,15 @@ impl RunningServer {
         self.health.healthy()
     }
 
-    /// Marks the service unhealthy, stops accepting, and waits for the tasks to end.
+    /// Marks the service unhealthy, stops accepting, and waits for the tasks and the gRPC
+    /// serving threads to end.
     pub async fn shutdown(self) {
         self.health.shutting_down.store(true, Ordering::Relaxed);
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
+        self.grpc.join().await;
     }
 
     /// Resolves when the process receives SIGTERM or Ctrl-C (for the CLI).

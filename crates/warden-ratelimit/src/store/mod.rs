@@ -48,6 +48,10 @@ pub enum Store {
 
 impl Store {
     /// Applies all updates of one request (one round trip per Redis client).
+    ///
+    /// The Redis round trip's state (pipelines, timers, two clients) is boxed: inline it made
+    /// every decision's future, memory ones too, over 2 KiB, and each call boxes that future
+    /// (allocations of 1 KiB and more take glibc's slow path, with heap consolidation).
     pub async fn apply(
         &self,
         ops: &[CounterOp],
@@ -55,7 +59,7 @@ impl Store {
     ) -> Result<Vec<CounterResult>, StoreError> {
         match self {
             Store::Memory(m) => Ok(m.apply(ops, now_millis)),
-            Store::Redis(r) => r.apply(ops).await,
+            Store::Redis(r) => Box::pin(r.apply(ops)).await,
         }
     }
 
@@ -63,7 +67,7 @@ impl Store {
     pub async fn get(&self, ops: &[CounterOp], now_millis: u64) -> Result<Vec<u64>, StoreError> {
         match self {
             Store::Memory(m) => Ok(m.get(ops, now_millis)),
-            Store::Redis(r) => r.get(ops).await,
+            Store::Redis(r) => Box::pin(r.get(ops)).await,
         }
     }
 
