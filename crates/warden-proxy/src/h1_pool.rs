@@ -22,7 +22,9 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use socket2::{SockRef, TcpKeepalive};
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -177,7 +179,11 @@ impl H1Pool {
                 },
             }
         }
-        let mut conn = Conn::new(self.connect(endpoint).await?, *limits);
+        // Boxed: the connect future is large and rarely needed; inline it would make every
+        // request's future (moved per request) that much larger.
+        let connecting: Pin<Box<dyn Future<Output = _> + Send + '_>> =
+            Box::pin(self.connect(endpoint));
+        let mut conn = Conn::new(connecting.await?, *limits);
         let sent = conn.sender.send_request(req);
         self.checkin(endpoint, conn);
         sent.await.map_err(H1Error::Request)

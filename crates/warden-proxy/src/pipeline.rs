@@ -22,7 +22,7 @@ use crate::local_reply::{LocalReply, ResponseFlag};
 use crate::routing::{host_of, Route, RouteAction, RouteInput};
 use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
 use crate::state::{ConnCtx, Shared, WorkerCtx};
-use crate::upstream::forward;
+use crate::upstream::forward_boxed;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use std::fmt;
 use std::future::Future;
@@ -559,9 +559,9 @@ async fn run(
             }
             route.request_headers.apply(&mut parts.headers);
             target.request_headers.apply(&mut parts.headers);
-            // Boxed: the upstream future is large, and hyper moves the request future into
-            // place per request; direct responses should not pay for its size.
-            let upstream = Box::pin(forward(
+            // Boxed (see `forward_boxed`): the request's future is moved into place per
+            // request, and direct responses should not pay for the upstream future's size.
+            let upstream = forward_boxed(
                 &worker.upstream,
                 &shared.metrics,
                 target,
@@ -569,7 +569,7 @@ async fn run(
                 body,
                 *timeout,
                 retries,
-            ));
+            );
             match upstream.await {
                 Ok(up) => {
                     outcome.upstream = Some(up.endpoint);
