@@ -14,6 +14,7 @@
 //! connection from then on. Responses already answered here are written before it takes over.
 
 use crate::body::ProxyBody;
+use crate::buffer_pool;
 use crate::framing_guard::FramingGuard;
 use crate::pipeline;
 use crate::state::{ConnCtx, WorkerCtx};
@@ -29,7 +30,7 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use warden_http1::http_date;
@@ -37,7 +38,6 @@ use warden_http1::replay_io::ReplayIo;
 use warden_http1::request_head::{self, FastRequest, Parsed};
 use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head, Written};
 
-const READ_SIZE: usize = 8 * 1024;
 /// Write the output out mid-batch once it holds this much (many pipelined requests).
 const MAX_BUFFERED_OUTPUT: usize = 64 * 1024;
 
@@ -57,45 +57,50 @@ pub struct Serving {
 }
 
 /// Serve one accepted HTTP connection until it closes.
-pub async fn serve(mut stream: TcpStream, serving: Serving) {
+pub async fn serve(stream: TcpStream, serving: Serving) {
     // One registration with the drain signal per connection, not one per read.
     let mut stop = serving.stop.clone();
     let mut stopped = std::pin::pin!(stop.changed());
-    let mut input = BytesMut::with_capacity(READ_SIZE);
-    tokio::select! {
-        read = stream.read_buf(&mut input) => match read {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        },
-        _ = &mut stopped => return,
-    }
-    if warden_http1::starts_like_h2(&input) {
-        return with_hyper(stream, input, serving).await;
-    }
     let mut fast = Connection {
         stream,
-        input,
-        out: Vec::with_capacity(READ_SIZE),
+        bufs: Buffers::default(),
     };
+    let mut first_read = true;
     loop {
+        // Wait for bytes holding no buffer (see `buffer_pool`).
+        tokio::select! {
+            ready = fast.stream.readable() => if ready.is_err() { return },
+            // Draining: close between requests, as hyper does with an idle connection.
+            _ = &mut stopped => return,
+        }
+        let input = &mut fast.bufs.input;
+        if input.capacity() == 0 {
+            *input = buffer_pool::take_input();
+        } else {
+            input.reserve(buffer_pool::BUFFER_SIZE);
+        }
+        match fast.stream.try_read_buf(input) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                fast.bufs.release_idle();
+                continue;
+            }
+            Err(_) => return,
+        }
+        if std::mem::take(&mut first_read) && warden_http1::starts_like_h2(&fast.bufs.input) {
+            let input = std::mem::take(&mut fast.bufs.input);
+            return with_hyper(fast.stream, input, serving).await;
+        }
         let next = fast.answer_buffered(&serving).await;
         if fast.flush().await.is_err() {
             return;
         }
         match next {
-            Ok(Next::Read) if fast.input.len() < serving.max_head => {
-                fast.input.reserve(READ_SIZE);
-                tokio::select! {
-                    read = fast.stream.read_buf(&mut fast.input) => match read {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    },
-                    // Draining: close between requests, as hyper does with an idle connection.
-                    _ = &mut stopped => return,
-                }
-            }
+            Ok(Next::Read) if fast.bufs.input.len() < serving.max_head => fast.bufs.release_idle(),
             Ok(Next::Read | Next::Hyper) => {
-                return with_hyper(fast.stream, fast.input, serving).await;
+                let input = std::mem::take(&mut fast.bufs.input);
+                return with_hyper(fast.stream, input, serving).await;
             }
             Ok(Next::Close) => {
                 let _ = fast.stream.shutdown().await;
@@ -148,19 +153,48 @@ enum Next {
 
 struct Connection {
     stream: TcpStream,
+    bufs: Buffers,
+}
+
+/// A connection's buffers, taken from the thread's pool when bytes arrive and given back
+/// when the connection is idle or ends.
+#[derive(Default)]
+struct Buffers {
     /// Read and not yet answered.
     input: BytesMut,
     /// Responses not yet written.
     out: Vec<u8>,
 }
 
+impl Buffers {
+    /// Between requests: hand back what holds nothing (a partial request head stays).
+    fn release_idle(&mut self) {
+        if self.input.is_empty() {
+            buffer_pool::give_input(std::mem::take(&mut self.input));
+        }
+        if self.out.is_empty() {
+            buffer_pool::give_output(std::mem::take(&mut self.out));
+        }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        self.input.clear();
+        self.release_idle();
+    }
+}
+
 impl Connection {
     /// Answer every complete request in `input`, in order, until one must go to hyper.
     async fn answer_buffered(&mut self, serving: &Serving) -> io::Result<Next> {
+        if self.bufs.out.capacity() == 0 {
+            self.bufs.out = buffer_pool::take_output();
+        }
         loop {
             let (request, framing, len) = {
                 let mut slots = request_head::header_slots();
-                match request_head::parse(&self.input, &mut slots) {
+                match request_head::parse(&self.bufs.input, &mut slots) {
                     Parsed::Partial => return Ok(Next::Read),
                     Parsed::Hyper => return Ok(Next::Hyper),
                     Parsed::Fast(head) => {
@@ -176,7 +210,7 @@ impl Connection {
                     }
                 }
             };
-            self.input.advance(len);
+            self.bufs.input.advance(len);
             let answering = pipeline::handle(request, &serving.conn, &serving.worker);
             let mut answering = std::pin::pin!(answering);
             let response = match futures_util::poll!(&mut answering) {
@@ -188,12 +222,12 @@ impl Connection {
                 }
             };
             let (head, body) = response.into_parts();
-            let written = encode_head(&mut self.out, &head, &body, &framing);
+            let written = encode_head(&mut self.bufs.out, &head, &body, &framing);
             self.write_body(body, written.body).await?;
             if !written.keep_alive {
                 return Ok(Next::Close);
             }
-            if self.out.len() >= MAX_BUFFERED_OUTPUT {
+            if self.bufs.out.len() >= MAX_BUFFERED_OUTPUT {
                 self.flush().await?;
             }
         }
@@ -229,7 +263,7 @@ impl Connection {
             },
         }
         if encoding == BodyEncoding::Chunked {
-            self.out.extend_from_slice(response_head::LAST_CHUNK);
+            self.bufs.out.extend_from_slice(response_head::LAST_CHUNK);
         }
         Ok(())
     }
@@ -242,24 +276,24 @@ impl Connection {
         }
         let chunked = encoding == BodyEncoding::Chunked;
         if chunked {
-            response_head::chunk_size_line(&mut self.out, data.len());
+            response_head::chunk_size_line(&mut self.bufs.out, data.len());
         }
-        if self.out.len() + data.len() > MAX_BUFFERED_OUTPUT {
+        if self.bufs.out.len() + data.len() > MAX_BUFFERED_OUTPUT {
             self.flush().await?;
             self.stream.write_all(data).await?;
         } else {
-            self.out.extend_from_slice(data);
+            self.bufs.out.extend_from_slice(data);
         }
         if chunked {
-            self.out.extend_from_slice(b"\r\n");
+            self.bufs.out.extend_from_slice(b"\r\n");
         }
         Ok(())
     }
 
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.out.is_empty() {
-            self.stream.write_all(&self.out).await?;
-            self.out.clear();
+        if !self.bufs.out.is_empty() {
+            self.stream.write_all(&self.bufs.out).await?;
+            self.bufs.out.clear();
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod body;
+mod buffer_pool;
 pub mod check;
 pub mod cli;
 pub mod client_addr;
