@@ -156,7 +156,9 @@ done
 bench_header
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
-  for label in "${WARDEN_CASES[@]}"; do wrk_run "$label" "http://127.0.0.1:${CASE_PORT[$label]}/"; done
+  for label in "${WARDEN_CASES[@]}"; do
+    CPU_PID=${CASE_PID[$label]} wrk_run "$label" "http://127.0.0.1:${CASE_PORT[$label]}/"
+  done
   wrk_run "nginx no list" "http://127.0.0.1:$N_NONE/"
   wrk_run "nginx geo 100k" "http://127.0.0.1:$N_GEO/"
   wrk_run "haproxy no list" "http://127.0.0.1:$H_NONE/"
@@ -187,7 +189,8 @@ echo "$RELOADS" >&2
 stop_pid "$W_PID"
 fi
 
-python3 - "$RESULTS" "$RSS" "$RELOADS" <<'PY'
+cpu_medians >"$WORK/cpu"
+python3 - "$RESULTS" "$RSS" "$RELOADS" "$WORK/cpu" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 res = {r[0]: (float(r[1] or 0), r[2], int(r[3] or 0), r[4] if len(r) > 4 else "") for r in rows}
@@ -208,6 +211,14 @@ for name, (rps, *_rest) in res.items():
     ok = rps >= 0.98 * base and rps >= best
     ok_all &= ok
     print(f"{name:<28} {rps / base:.3f} of (a), {rps / best:.3f} of best(nginx geo, haproxy acl)  [{'PASS' if ok else 'FAIL'}]")
+cpu = dict((l.split("\t")[0], float(l.split("\t")[1])) for l in open(sys.argv[4]) if "\t" in l)
+cpu_base = cpu.get("warden (a) no policy")
+if cpu_base:
+    # The server's own CPU time per request, median of the rounds: what the policy's size costs,
+    # without the client's and the machine's noise in req/s.
+    print("warden CPU per request (user+system, median of rounds), ratio to (a):")
+    for name, us in cpu.items():
+        print(f"  {name:<28} {us:6.2f} us  {us / cpu_base:.3f}")
 print(f"haproxy src -f / nginx geo with 100k: {res['haproxy src -f 100k'][0] / res['haproxy no list'][0]:.3f} / "
       f"{res['nginx geo 100k'][0] / res['nginx no list'][0]:.3f} of their no-list rate")
 if base:

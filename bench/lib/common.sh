@@ -106,7 +106,14 @@ CONNS=${CONNS:-64}
 RESULTS="$WORK/results"
 wrk_run() {
   local label=$1 url=$2; shift 2
+  local ticks0=""; [ -n "${CPU_PID:-}" ] && ticks0=$(cpu_ticks "$CPU_PID")
   local out; out=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  if [ -n "$ticks0" ]; then
+    # CPU time the server spent per request (user + system): the cost of a request, less
+    # sensitive than req/s to what else the machine runs.
+    local ticks1 reqs; ticks1=$(cpu_ticks "$CPU_PID"); reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+    python3 -c "print('$label\t%.2f' % (($ticks1 - $ticks0) * 1e6 / $(getconf CLK_TCK) / max(1, ${reqs:-0})))" >>"$RESULTS.cpu"
+  fi
   local rps p99 non
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
@@ -114,6 +121,23 @@ wrk_run() {
   local errs; errs=$(awk '/Socket errors/ {print $0}' <<<"$out")
   printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >>"$RESULTS"
   printf '  %-40s %10s rps   p99 %8s   non-2xx/3xx %s %s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >&2
+}
+
+# cpu_ticks PID — user + system CPU ticks the process has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# cpu_medians — "LABEL<TAB>median CPU us per request" for every case measured with CPU_PID set.
+cpu_medians() {
+  [ -f "$RESULTS.cpu" ] || return 0
+  python3 - "$RESULTS.cpu" <<'PY'
+import sys, statistics
+rows = {}
+for line in open(sys.argv[1]):
+    label, us = line.rstrip("\n").split("\t")
+    rows.setdefault(label, []).append(float(us))
+for label, v in rows.items():
+    print(f"{label}\t{statistics.median(v):.2f}")
+PY
 }
 
 # summarize_rounds — replace $RESULTS (one row per case and round) by one row per case: the round
