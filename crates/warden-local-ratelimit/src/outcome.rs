@@ -33,10 +33,25 @@ const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-messa
 impl RateLimitHeaders {
     /// Set the three headers on a response.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
-        headers.insert(X_RATELIMIT_LIMIT, self.limit.into());
-        headers.insert(X_RATELIMIT_REMAINING, self.remaining.into());
-        headers.insert(X_RATELIMIT_RESET, self.reset.into());
+        headers.insert(X_RATELIMIT_LIMIT, number_value(self.limit));
+        headers.insert(X_RATELIMIT_REMAINING, number_value(self.remaining));
+        headers.insert(X_RATELIMIT_RESET, number_value(self.reset));
     }
+}
+
+/// Values below this are rendered once and shared.
+const SHARED_NUMBERS: u64 = 1024;
+
+/// `n` as a header value. Limits, remaining tokens and seconds to reset are almost always
+/// small; an attacker's every 429 carries three of them, and rendering each one allocates.
+fn number_value(n: u64) -> http::HeaderValue {
+    static SHARED: std::sync::OnceLock<Vec<http::HeaderValue>> = std::sync::OnceLock::new();
+    let shared = SHARED.get_or_init(|| (0..SHARED_NUMBERS).map(http::HeaderValue::from).collect());
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| shared.get(i))
+        .cloned()
+        .unwrap_or_else(|| n.into())
 }
 
 /// Body of Envoy's local 429 (18 bytes).
@@ -120,5 +135,17 @@ impl Outcome<'_> {
     /// True when the proxy must answer with `response` instead of forwarding.
     pub fn is_rejected(&self) -> bool {
         self.response.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_render_the_same_shared_or_not() {
+        for n in [0, 1, 300, SHARED_NUMBERS - 1, SHARED_NUMBERS, 86_400, u64::MAX] {
+            assert_eq!(number_value(n), http::HeaderValue::from(n), "{n}");
+        }
     }
 }
