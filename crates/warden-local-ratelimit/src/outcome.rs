@@ -144,7 +144,15 @@ mod tests {
 
     #[test]
     fn numbers_render_the_same_shared_or_not() {
-        for n in [0, 1, 300, SHARED_NUMBERS - 1, SHARED_NUMBERS, 86_400, u64::MAX] {
+        for n in [
+            0,
+            1,
+            300,
+            SHARED_NUMBERS - 1,
+            SHARED_NUMBERS,
+            86_400,
+            u64::MAX,
+        ] {
             assert_eq!(number_value(n), http::HeaderValue::from(n), "{n}");
         }
     }
