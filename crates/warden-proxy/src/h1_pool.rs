@@ -22,9 +22,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use socket2::{SockRef, TcpKeepalive};
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -179,11 +177,7 @@ impl H1Pool {
                 },
             }
         }
-        // Boxed: the connect future is large and rarely needed; inline it would make every
-        // request's future (moved per request) that much larger.
-        let connecting: Pin<Box<dyn Future<Output = _> + Send + '_>> =
-            Box::pin(self.connect(endpoint));
-        let mut conn = Conn::new(connecting.await?, *limits);
+        let mut conn = Conn::new(self.connect(endpoint).await?, *limits);
         let sent = conn.sender.send_request(req);
         self.checkin(endpoint, conn);
         sent.await.map_err(H1Error::Request)

@@ -249,80 +249,68 @@ fn record(
     }
 }
 
-/// Stage 1 and the route lookup of stage 2, the same for hyper's requests and the fast path's.
-struct Front<'a> {
-    attrs: RequestAttrs<'a>,
+/// Stage 1: what the policy stages see of the request (the trusted client address per the
+/// XFF rules) and, when logging, the log fields.
+fn request_attrs<'a>(
+    conn: &ConnCtx,
+    shared: &Shared,
+    parts: &'a http::request::Parts,
+    authority: &'a str,
+    log: &mut Option<LogFields>,
+) -> RequestAttrs<'a> {
+    let headers = &parts.headers;
+    let peer_ip = conn.peer.ip();
+    let client_ip = trusted_client_addr(
+        peer_ip,
+        headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.as_bytes()),
+        true,
+        shared.num_trusted_proxies,
+    );
+    if shared.access_log.is_some() {
+        *log = Some(LogFields {
+            method: parts.method.clone(),
+            authority: authority.to_string(),
+            path: parts.uri.path().to_string(),
+            protocol: match parts.version {
+                http::Version::HTTP_2 => "HTTP/2",
+                http::Version::HTTP_10 => "HTTP/1.0",
+                _ => "HTTP/1.1",
+            },
+            request_id: headers
+                .get(&X_REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .map(Into::into),
+            client_ip,
+        });
+    }
+    RequestAttrs {
+        peer_ip,
+        client_ip,
+        method: &parts.method,
+        authority,
+        path: parts.uri.path(),
+        headers,
+        port: conn.port,
+        local_addr: conn.local,
+    }
 }
 
-impl<'a> Front<'a> {
-    /// The trusted client address and, when logging, the log fields.
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        conn: &ConnCtx,
-        shared: &Shared,
-        method: &'a Method,
-        authority: &'a str,
-        path: &'a str,
-        headers: &'a HeaderMap,
-        version: http::Version,
-        log: &mut Option<LogFields>,
-    ) -> Front<'a> {
-        let peer_ip = conn.peer.ip();
-        let client_ip = trusted_client_addr(
-            peer_ip,
-            headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
-                .map(|v| v.as_bytes()),
-            true,
-            shared.num_trusted_proxies,
-        );
-        if shared.access_log.is_some() {
-            *log = Some(LogFields {
-                method: method.clone(),
-                authority: authority.to_string(),
-                path: path.to_string(),
-                protocol: match version {
-                    http::Version::HTTP_2 => "HTTP/2",
-                    http::Version::HTTP_10 => "HTTP/1.0",
-                    _ => "HTTP/1.1",
-                },
-                request_id: headers
-                    .get(&X_REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .map(Into::into),
-                client_ip,
-            });
-        }
-        Front {
-            attrs: RequestAttrs {
-                peer_ip,
-                client_ip,
-                method,
-                authority,
-                path,
-                headers,
-                port: conn.port,
-                local_addr: conn.local,
-            },
-        }
-    }
-
-    /// The VirtualService route (first match wins); `None` answers 404 `NR`.
-    fn route<'s>(&self, snapshot: &'s Snapshot, conn: &ConnCtx) -> Option<&'s Arc<Route>> {
-        let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(conn.port) else {
-            return None;
-        };
-        let attrs = &self.attrs;
-        table.find(&RouteInput {
-            method: attrs.method,
-            host: host_of(attrs.authority),
-            authority: attrs.authority,
-            path: attrs.path,
-            headers: attrs.headers,
-            port: conn.port,
-        })
-    }
+/// Stage 2: the VirtualService route (first match wins); `None` answers 404 `NR`.
+fn find_route<'s>(snapshot: &'s Snapshot, attrs: &RequestAttrs<'_>) -> Option<&'s Arc<Route>> {
+    let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(attrs.port) else {
+        return None;
+    };
+    table.find(&RouteInput {
+        method: attrs.method,
+        host: host_of(attrs.authority),
+        authority: attrs.authority,
+        path: attrs.path,
+        headers: attrs.headers,
+        port: attrs.port,
+    })
 }
 
 /// What the synchronous policy stages let through.
@@ -464,16 +452,7 @@ async fn run(
             .and_then(|h| h.to_str().ok())
             .unwrap_or(""),
     };
-    let front = Front::read(
-        conn,
-        shared,
-        &parts.method,
-        authority,
-        parts.uri.path(),
-        &parts.headers,
-        parts.version,
-        log,
-    );
+    let attrs = request_attrs(conn, shared, &parts, authority, log);
 
     // 1. decode
     if conn.take_framing_violation() {
@@ -481,7 +460,7 @@ async fn run(
     }
 
     // 2. route
-    let Some(route) = front.route(snapshot, conn) else {
+    let Some(route) = find_route(snapshot, &attrs) else {
         return local(LocalReply::no_route(), outcome);
     };
     outcome.route = Some(route.clone());
@@ -489,7 +468,7 @@ async fn run(
 
     // 3-4. synchronous policies
     let filters = &snapshot.filters;
-    let passed = match sync_policies(filters, &front.attrs, &route, shared, outcome) {
+    let passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
         Policies::Pass(passed) => passed,
         Policies::Reply(reply) => return reply,
     };
@@ -505,7 +484,7 @@ async fn run(
         if let Some(h) = local_limit_headers.take() {
             h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
         }
-        match f.check(&front.attrs, &route, &shared.metrics).await {
+        match f.check(&attrs, &route, &shared.metrics).await {
             Verdict::Continue => {}
             Verdict::ContinueWithHeaders(h) => {
                 extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
@@ -525,8 +504,8 @@ async fn run(
             }
         }
     }
-    let client_ip = front.attrs.client_ip;
-    let peer_ip = front.attrs.peer_ip;
+    let client_ip = attrs.client_ip;
+    let peer_ip = attrs.peer_ip;
 
     // 6. action
     let mut response = match &route.action {

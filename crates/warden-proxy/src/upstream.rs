@@ -73,8 +73,6 @@ fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFai
     ForwardFailure { reply, endpoint }
 }
 
-/// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
-/// no body: bodies are streamed and cannot be replayed.
 /// [`forward`] on the heap, built outside any `async fn`: a future that is constructed and
 /// then boxed inside an async body still reserves its full size in the caller's state
 /// (rust-lang/rust#62958), and that state is moved on every request.
@@ -92,7 +90,9 @@ pub fn forward_boxed<'a>(
     ))
 }
 
-pub async fn forward(
+/// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
+/// no body: bodies are streamed and cannot be replayed.
+async fn forward(
     clients: &UpstreamClients,
     metrics: &Metrics,
     target: &WeightedCluster,
@@ -232,14 +232,14 @@ async fn attempt(
                 uri.path_and_query = Some(path);
                 parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
                 parts.version = Version::HTTP_2;
-                // Boxed for the same reason as [`forward_boxed`]: hyper-util's request future
-                // is large, and HTTP/1 requests should not carry its size.
-                let request: Pin<Box<dyn Future<Output = _> + Send>> =
-                    Box::pin(clients.h2.request(Request::from_parts(parts, body)));
-                request.await.map_err(|e| match e.is_connect() {
-                    true => SendError::Connect,
-                    false => SendError::Other(e.to_string()),
-                })
+                clients
+                    .h2
+                    .request(Request::from_parts(parts, body))
+                    .await
+                    .map_err(|e| match e.is_connect() {
+                        true => SendError::Connect,
+                        false => SendError::Other(e.to_string()),
+                    })
             }
         }
     };
