@@ -289,3 +289,58 @@ async fn proxied_responses_are_byte_identical_to_hypers() {
     assert!(fast.ends_with("hello world"), "{fast}");
     stop(proxy).await;
 }
+
+#[tokio::test]
+async fn a_streaming_upstream_body_reaches_the_client_before_it_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The upstream sends its head and a first chunk, then holds the rest until the test has
+    // seen that chunk arrive at the client through the proxy.
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            head.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+            .await
+            .unwrap();
+        let _ = seen_rx.await;
+        s.write_all(b"4\r\nlast\r\n0\r\n\r\n").await.unwrap();
+    });
+    let proxy = start(&http_config(up, "", ""));
+    let mut client = tokio::net::TcpStream::connect(addr(&proxy, 0))
+        .await
+        .unwrap();
+    client
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let first = tokio::time::timeout(Duration::from_secs(5), async {
+        while !String::from_utf8_lossy(&got).contains("first") {
+            let n = client.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(
+        first.is_ok(),
+        "the first chunk was held back: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    seen_tx.send(()).unwrap();
+    client.read_to_end(&mut got).await.unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.ends_with("5\r\nfirst\r\n4\r\nlast\r\n0\r\n\r\n"),
+        "{text}"
+    );
+    stop(proxy).await;
+}
