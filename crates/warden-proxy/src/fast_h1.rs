@@ -80,7 +80,7 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
         } else {
             input.reserve(buffer_pool::BUFFER_SIZE);
         }
-        match fast.stream.try_read_buf(input) {
+        match read_available(&fast.stream, input) {
             Ok(0) => return,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -110,6 +110,25 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
             Err(_) => return,
         }
     }
+}
+
+/// Read what the socket holds into `input`, without blocking.
+///
+/// `try_read_buf` leaves tokio's readiness set after a short read, so the next wait would
+/// return at once and cost a second `recv` that fails with EAGAIN: one wasted syscall per
+/// request (measured: 2 recvfrom per request against nginx's 1). A read that did not fill the
+/// buffer drained the socket (epoll is edge-triggered, any later byte raises a new edge), so
+/// the readiness is cleared here as tokio's own `poll_read` does. This runs on a current-thread
+/// runtime: its I/O driver cannot record a new edge between the read and the clear.
+fn read_available(stream: &TcpStream, input: &mut BytesMut) -> io::Result<usize> {
+    let room = input.capacity() - input.len();
+    let n = stream.try_read_buf(input)?;
+    if n > 0 && n < room {
+        let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+    Ok(n)
 }
 
 /// hyper serves the rest of the connection, starting with the bytes in `input`.
