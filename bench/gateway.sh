@@ -2,7 +2,7 @@
 # Gateway bench (issue 2): warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
 # reverse proxy to the same backend and as a direct responder (status 333, body "test", as in
 # shared/seeds/001). One run, loopback only, wrk -t1 -c64, cases interleaved over ROUNDS rounds
-# (median shown). Env: DURATION (s per case and round, default 5), CONNS, ROUNDS (3), PIN (1: the
+# (best round shown; SUMMARY=median for the median, see bench/lib/common.sh). Env: DURATION (s per case and round, default 5), CONNS, ROUNDS (3), PIN (1: the
 # proxies on CPU 0, wrk and the backend on CPU 1; see bench/lib/common.sh).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
@@ -98,16 +98,14 @@ for url in "http://127.0.0.1:$W_PROXY/" "http://127.0.0.1:$W_DIRECT/"; do
 done
 
 bench_header
-for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS" >&2
-  wrk_run "backend direct"          "http://127.0.0.1:$BACKEND/"
-  wrk_run "proxy: nginx"            "http://127.0.0.1:$N_PROXY/"
-  wrk_run "proxy: haproxy"          "http://127.0.0.1:$H_PROXY/"
-  wrk_run "proxy: warden"           "http://127.0.0.1:$W_PROXY/"
-  wrk_run "direct 333: nginx"       "http://127.0.0.1:$N_DIRECT/"
-  wrk_run "direct 333: haproxy"     "http://127.0.0.1:$H_DIRECT/"
-  wrk_run "direct 333: warden"      "http://127.0.0.1:$W_DIRECT/"
-done
+run_rounds \
+  "wrk_run 'backend direct' http://127.0.0.1:$BACKEND/" \
+  "wrk_run 'proxy: nginx' http://127.0.0.1:$N_PROXY/" \
+  "wrk_run 'proxy: haproxy' http://127.0.0.1:$H_PROXY/" \
+  "wrk_run 'proxy: warden' http://127.0.0.1:$W_PROXY/" \
+  "wrk_run 'direct 333: nginx' http://127.0.0.1:$N_DIRECT/" \
+  "wrk_run 'direct 333: haproxy' http://127.0.0.1:$H_DIRECT/" \
+  "wrk_run 'direct 333: warden' http://127.0.0.1:$W_DIRECT/"
 summarize_rounds
 LOADED_RSS=$(rss_kb "$WPID")
 

@@ -13,7 +13,7 @@
 # concurrent calls outrun the RLS on 2 cores, every pass-through call times out and fails open,
 # and the pass-through rate would measure waiting for the timeout instead of decisions (the
 # table of decisions at the end shows which happened).
-# Cases are interleaved over ROUNDS rounds (median shown); the proxies run on CPU 0, wrk and the
+# Cases are interleaved over ROUNDS rounds (best round shown; SUMMARY=median for the median, see bench/lib/common.sh); the proxies run on CPU 0, wrk and the
 # backend on CPU 1, the RLS and Redis where the scheduler puts them (PIN, see bench/lib/common.sh).
 # Env: DURATION (s per case and round, default 5), CONNS (default 1000), ROUNDS (3), PIN (1),
 # WARDEN (prebuilt binary: skips the release build).
@@ -96,17 +96,15 @@ for c in a b-attack c-attack d-attack b-pass c-pass d-pass; do
   "${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d1s "$(url "$c")" >/dev/null 2>&1 || true
 done
 bench_header
-for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS" >&2
-  wrk_run "attack (a) no limiter"          "$(url a)"
-  wrk_run "attack (b) embedded"            "$(url b-attack)"
-  wrk_run "attack (c) warden ratelimit+redis" "$(url c-attack)"
-  wrk_run "attack (d) local+global"        "$(url d-attack)"
-  wrk_run "pass (a) no limiter"            "$(url a)"
-  wrk_run "pass (b) embedded"              "$(url b-pass)"
-  wrk_run "pass (c) warden ratelimit+redis" "$(url c-pass)"
-  wrk_run "pass (d) local+global"          "$(url d-pass)"
-done
+run_rounds \
+  "wrk_run 'attack (a) no limiter' $(url a)" \
+  "wrk_run 'attack (b) embedded' $(url b-attack)" \
+  "wrk_run 'attack (c) warden ratelimit+redis' $(url c-attack)" \
+  "wrk_run 'attack (d) local+global' $(url d-attack)" \
+  "wrk_run 'pass (a) no limiter' $(url a)" \
+  "wrk_run 'pass (b) embedded' $(url b-pass)" \
+  "wrk_run 'pass (c) warden ratelimit+redis' $(url c-pass)" \
+  "wrk_run 'pass (d) local+global' $(url d-pass)"
 summarize_rounds
 
 python3 - "$RESULTS" <<'PY'
