@@ -70,6 +70,9 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
     loop {
         // Wait for bytes holding no buffer (see `buffer_pool`).
         tokio::select! {
+            // Readable first: the drain signal is only polled (and its waker registered, once,
+            // as `stopped` lives across requests) when there is nothing to read.
+            biased;
             ready = fast.stream.readable() => if ready.is_err() { return },
             // Draining: close between requests, as hyper does with an idle connection.
             _ = &mut stopped => return,
@@ -231,8 +234,7 @@ impl Connection {
                 }
             };
             self.bufs.input.advance(len);
-            let answering = pipeline::handle(request, &serving.conn, &serving.worker);
-            let mut answering = std::pin::pin!(answering);
+            let mut answering = Box::pin(pipeline::handle(request, &serving.conn, &serving.worker));
             let response = match futures_util::poll!(&mut answering) {
                 Poll::Ready(response) => response,
                 // Waiting for an upstream or the RLS: what is answered so far goes out first.
