@@ -4,12 +4,15 @@
 //! and moves the bytes through its own buffers; for answers decided without an upstream that
 //! was most of the user-space CPU. A fast path parses body-less requests straight from its read
 //! buffer ([`request_head`]), answers into one output buffer ([`response_head`], [`http_date`])
-//! and hands the connection to hyper mid-stream ([`replay_io`]) for anything else.
+//! and hands the connection to hyper mid-stream ([`replay_io`]) for anything else. The proxy's
+//! upstream side reads body-less exchanges' responses with [`response_read`].
 
 pub mod http_date;
 pub mod replay_io;
 pub mod request_head;
 pub mod response_head;
+pub mod response_read;
+pub mod socket_read;
 
 /// What an HTTP/2 prior-knowledge connection starts with.
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -1,6 +1,8 @@
 //! One body type for both directions, so nothing is boxed per request: a streamed hyper body,
-//! a pre-built `Bytes` (direct and local replies) or nothing.
+//! an upstream response read without hyper ([`H1Body`]), a pre-built `Bytes` (direct and local
+//! replies) or nothing.
 
+use crate::h1_exchange::{BoxError, H1Body};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -10,6 +12,8 @@ use std::task::{Context, Poll};
 #[derive(Debug)]
 pub enum ProxyBody {
     Streamed(Incoming),
+    /// Boxed: it holds the connection, and `ProxyBody` is moved around with every response.
+    H1(Box<H1Body>),
     Full(Option<Bytes>),
     Empty,
 }
@@ -26,14 +30,15 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Streamed(b) => Pin::new(b).poll_frame(cx),
+            ProxyBody::Streamed(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ProxyBody::H1(b) => Pin::new(b).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Empty => Poll::Ready(None),
         }
@@ -42,6 +47,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Streamed(b) => b.is_end_stream(),
+            ProxyBody::H1(b) => b.is_end_stream(),
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Empty => true,
         }
@@ -50,6 +56,7 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Streamed(b) => b.size_hint(),
+            ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) | ProxyBody::Empty => SizeHint::with_exact(0),
         }

@@ -38,6 +38,7 @@ use warden_http1::http_date;
 use warden_http1::replay_io::ReplayIo;
 use warden_http1::request_head::{self, FastRequest, Parsed};
 use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head, Written};
+use warden_http1::socket_read::read_available;
 
 /// Write the output out mid-batch once it holds this much (many pipelined requests).
 const MAX_BUFFERED_OUTPUT: usize = 64 * 1024;
@@ -80,10 +81,8 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
         let input = &mut fast.bufs.input;
         if input.capacity() == 0 {
             *input = buffer_pool::take_input();
-        } else {
-            input.reserve(buffer_pool::BUFFER_SIZE);
         }
-        match read_available(&fast.stream, input) {
+        match read_available(&fast.stream, input, buffer_pool::BUFFER_SIZE) {
             Ok(0) => return,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -113,25 +112,6 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
             Err(_) => return,
         }
     }
-}
-
-/// Read what the socket holds into `input`, without blocking.
-///
-/// `try_read_buf` leaves tokio's readiness set after a short read, so the next wait would
-/// return at once and cost a second `recv` that fails with EAGAIN: one wasted syscall per
-/// request (measured: 2 recvfrom per request against nginx's 1). A read that did not fill the
-/// buffer drained the socket (epoll is edge-triggered, any later byte raises a new edge), so
-/// the readiness is cleared here as tokio's own `poll_read` does. This runs on a current-thread
-/// runtime: its I/O driver cannot record a new edge between the read and the clear.
-fn read_available(stream: &TcpStream, input: &mut BytesMut) -> io::Result<usize> {
-    let room = input.capacity() - input.len();
-    let n = stream.try_read_buf(input)?;
-    if n > 0 && n < room {
-        let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-            Err::<(), _>(io::ErrorKind::WouldBlock.into())
-        });
-    }
-    Ok(n)
 }
 
 /// hyper serves the rest of the connection, starting with the bytes in `input`.
@@ -263,14 +243,14 @@ impl Connection {
         match body {
             ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
             ProxyBody::Full(None) | ProxyBody::Empty => {}
-            ProxyBody::Streamed(mut incoming) => loop {
-                let frame = match futures_util::poll!(incoming.frame()) {
+            mut streamed @ (ProxyBody::Streamed(_) | ProxyBody::H1(_)) => loop {
+                let frame = match futures_util::poll!(streamed.frame()) {
                     Poll::Ready(frame) => frame,
                     // Nothing more yet: let the client have what there is (a slow or
                     // streaming upstream must not hold the head back).
                     Poll::Pending => {
                         self.flush().await?;
-                        incoming.frame().await
+                        streamed.frame().await
                     }
                 };
                 match frame {
@@ -358,8 +338,8 @@ fn encode_head(
     let length = match body {
         ProxyBody::Full(Some(bytes)) => BodyLength::Known(bytes.len() as u64),
         ProxyBody::Full(None) | ProxyBody::Empty => BodyLength::Empty,
-        ProxyBody::Streamed(incoming) if incoming.is_end_stream() => BodyLength::Empty,
-        ProxyBody::Streamed(incoming) => incoming
+        streamed if streamed.is_end_stream() => BodyLength::Empty,
+        streamed => streamed
             .size_hint()
             .exact()
             .map_or(BodyLength::Unknown, BodyLength::Known),

@@ -1,29 +1,32 @@
-//! A worker's HTTP/1.1 upstream connections: hyper `client::conn::http1` senders kept per
-//! endpoint, without hyper-util's legacy pool (whose checkout, key clones and per-request
-//! "wait until idle" task showed up in proxy profiles).
+//! A worker's HTTP/1.1 upstream connections, per endpoint, without hyper-util's legacy pool
+//! (whose checkout, key clones and per-request "wait until idle" task showed up in proxy
+//! profiles). Two kinds share the same bookkeeping:
+//! - body-less requests go over [`LeanConn`]s ([`crate::h1_exchange`]): a connection is out of
+//!   the pool while its exchange runs and goes back when its response body has been read;
+//! - requests with a body go over hyper `client::conn::http1` senders. A sender goes back to
+//!   its list right after it was handed a request: hyper marks it ready again once the
+//!   previous response body has been read, so checkout takes the least recently used ready
+//!   sender and no task has to wait for the exchange to finish.
 //!
-//! A sender goes back to its list right after it was handed a request: hyper marks it ready
-//! again once the previous response body has been read, so checkout takes the least recently
-//! used ready sender and no task has to wait for the exchange to finish. Connections closed by
-//! the upstream are dropped on the way; [`H1Pool::sweep`] closes the ones unused since the
-//! previous sweep.
+//! Connections closed by the upstream are dropped on the way; [`H1Pool::sweep`] closes the ones
+//! unused since the previous sweep.
 //!
 //! A cluster's [`ReuseLimits`] (DestinationRule `maxRequestsPerConnection`, `idleTimeout`)
 //! are checked without timers: a connection that has carried its last allowed request is not
-//! put back (dropping its sender closes it once the response is read), and an idle connection
-//! past its timeout is dropped when a checkout or a sweep comes across it.
+//! put back (dropping it closes it once the response is read), and an idle connection past its
+//! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::body::ProxyBody;
+use crate::h1_exchange::{self, ExchangeError, H1Body, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
-use http::{header, HeaderValue, Request, Response};
-use hyper::body::Incoming;
+use http::{header, request, HeaderValue, Method, Request, Response};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use socket2::{SockRef, TcpKeepalive};
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -38,6 +41,8 @@ pub enum H1Error {
     Handshake(hyper::Error),
     #[error("upstream request: {0}")]
     Request(hyper::Error),
+    #[error("upstream exchange: {0}")]
+    Exchange(ExchangeError),
 }
 
 impl H1Error {
@@ -56,8 +61,35 @@ pub struct ReuseLimits {
     pub idle_timeout: Option<Duration>,
 }
 
-struct Conn {
-    sender: SendRequest<ProxyBody>,
+/// What the pool needs to know about a connection of either kind.
+pub trait PoolConn {
+    fn is_closed(&self) -> bool;
+    /// Can take a request now.
+    fn is_ready(&self) -> bool;
+}
+
+impl PoolConn for SendRequest<ProxyBody> {
+    fn is_closed(&self) -> bool {
+        SendRequest::is_closed(self)
+    }
+    fn is_ready(&self) -> bool {
+        SendRequest::is_ready(self)
+    }
+}
+
+impl PoolConn for LeanConn {
+    fn is_closed(&self) -> bool {
+        LeanConn::is_closed(self)
+    }
+    /// Only idle lean connections are in the pool.
+    fn is_ready(&self) -> bool {
+        true
+    }
+}
+
+/// A connection with its reuse bookkeeping.
+pub struct Pooled<C> {
+    pub conn: C,
     /// Set on checkout, cleared by [`H1Pool::sweep`].
     used: bool,
     /// Requests handed to this connection so far.
@@ -70,10 +102,10 @@ struct Conn {
     active_at: Option<Instant>,
 }
 
-impl Conn {
-    fn new(sender: SendRequest<ProxyBody>, limits: ReuseLimits) -> Self {
-        Conn {
-            sender,
+impl<C> Pooled<C> {
+    fn new(conn: C, limits: ReuseLimits) -> Self {
+        Pooled {
+            conn,
             used: true,
             requests: 0,
             limits,
@@ -93,21 +125,20 @@ impl Conn {
 }
 
 /// An endpoint's connections, least recently used first.
-#[derive(Default)]
-struct EndpointConns {
-    conns: VecDeque<Conn>,
+struct EndpointConns<C> {
+    conns: VecDeque<Pooled<C>>,
 }
 
-impl EndpointConns {
+impl<C: PoolConn> EndpointConns<C> {
     /// The least recently used ready connection under `limits` (taken out of the list),
     /// dropping closed and expired ones on the way.
-    fn checkout(&mut self, limits: &ReuseLimits) -> Option<Conn> {
+    fn checkout(&mut self, limits: &ReuseLimits) -> Option<Pooled<C>> {
         // Read the clock at most once, and only for clusters with an idle timeout.
         let mut now = None;
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
-            if c.sender.is_closed() {
+            if c.conn.is_closed() {
                 self.conns.remove(i);
                 continue;
             }
@@ -115,7 +146,7 @@ impl EndpointConns {
                 i += 1;
                 continue;
             }
-            let ready = c.sender.is_ready();
+            let ready = c.conn.is_ready();
             if limits.idle_timeout.is_some() {
                 let now = *now.get_or_insert_with(Instant::now);
                 if !ready {
@@ -135,63 +166,32 @@ impl EndpointConns {
     }
 }
 
-/// HTTP/1.1 connections of one worker, per endpoint.
-pub struct H1Pool {
-    endpoints: Mutex<HashMap<Authority, EndpointConns>>,
-    connect_timeout: Duration,
+/// One kind of connection of one worker, per endpoint.
+pub struct Conns<C> {
+    endpoints: Mutex<HashMap<Authority, EndpointConns<C>>>,
 }
 
-impl H1Pool {
-    pub fn new(connect_timeout: Duration) -> Self {
-        H1Pool {
+/// The connections body-less requests use (shared with their response bodies, which put them
+/// back).
+pub type LeanConns = Conns<LeanConn>;
+
+impl<C: PoolConn> Conns<C> {
+    fn new() -> Self {
+        Conns {
             endpoints: Mutex::new(HashMap::new()),
-            connect_timeout,
         }
     }
 
-    /// Send `req` (origin-form URI; a missing `Host` is set to `endpoint`) to `endpoint` over
-    /// a ready pooled connection or a new one, reusing connections within `limits`. A request
-    /// that a pooled connection could not take (closed by the upstream meanwhile) is retried
-    /// once on a new connection.
-    pub async fn send(
-        &self,
-        endpoint: &Authority,
-        limits: &ReuseLimits,
-        mut req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, H1Error> {
-        if !req.headers().contains_key(header::HOST) {
-            if let Ok(v) =
-                HeaderValue::from_maybe_shared(Bytes::copy_from_slice(endpoint.as_str().as_bytes()))
-            {
-                req.headers_mut().insert(header::HOST, v);
-            }
-        }
-        if let Some(mut conn) = self.checkout(endpoint, limits) {
-            let sent = conn.sender.try_send_request(req);
-            self.checkin(endpoint, conn);
-            match sent.await {
-                Ok(resp) => return Ok(resp),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => req = unsent,
-                    None => return Err(H1Error::Request(e.into_error())),
-                },
-            }
-        }
-        let mut conn = Conn::new(self.connect(endpoint).await?, *limits);
-        let sent = conn.sender.send_request(req);
-        self.checkin(endpoint, conn);
-        sent.await.map_err(H1Error::Request)
-    }
-
-    fn checkout(&self, endpoint: &Authority, limits: &ReuseLimits) -> Option<Conn> {
+    fn checkout(&self, endpoint: &Authority, limits: &ReuseLimits) -> Option<Pooled<C>> {
         let mut map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         map.get_mut(endpoint)?.checkout(limits)
     }
 
-    /// Put a connection back right after handing it a request: it turns ready again by
-    /// itself. One that has now carried its last allowed request is dropped instead: without
-    /// its sender, hyper closes the connection after this response.
-    fn checkin(&self, endpoint: &Authority, mut conn: Conn) {
+    /// Put a connection back after one more request: a hyper sender right after it was
+    /// handed the request (it turns ready again by itself), a lean connection once its
+    /// response was read. One that has now carried its last allowed request is dropped
+    /// instead, which closes it once the response is read.
+    pub fn checkin(&self, endpoint: &Authority, mut conn: Pooled<C>) {
         conn.requests = conn.requests.saturating_add(1);
         if conn
             .limits
@@ -208,14 +208,156 @@ impl H1Pool {
         match map.get_mut(endpoint) {
             Some(e) => e.conns.push_back(conn),
             None => {
-                let mut e = EndpointConns::default();
-                e.conns.push_back(conn);
-                map.insert(endpoint.clone(), e);
+                let mut conns = VecDeque::new();
+                conns.push_back(conn);
+                map.insert(endpoint.clone(), EndpointConns { conns });
             }
         }
     }
 
-    async fn connect(&self, endpoint: &Authority) -> Result<SendRequest<ProxyBody>, H1Error> {
+    /// See [`H1Pool::sweep`].
+    fn sweep(&self, now: Instant) {
+        let mut map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, e| {
+            e.conns.retain_mut(|c| {
+                let keep = match c.limits.idle_timeout {
+                    _ if c.conn.is_closed() => false,
+                    // A configured idle timeout replaces the sweep's own rule, so a long one
+                    // keeps connections past the next sweep.
+                    Some(_) if !c.conn.is_ready() => {
+                        c.active_at = Some(now);
+                        true
+                    }
+                    Some(_) => !c.expired(now),
+                    None => c.used,
+                };
+                c.used = false;
+                keep
+            });
+            !e.conns.is_empty()
+        });
+    }
+
+    fn len(&self) -> usize {
+        let map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().map(|e| e.conns.len()).sum()
+    }
+}
+
+/// HTTP/1.1 connections of one worker, per endpoint.
+pub struct H1Pool {
+    hyper: Conns<SendRequest<ProxyBody>>,
+    lean: Arc<LeanConns>,
+    connect_timeout: Duration,
+}
+
+/// Sets a missing `Host` to the endpoint, as the request goes to it directly.
+fn ensure_host(headers: &mut http::HeaderMap, endpoint: &Authority) {
+    if !headers.contains_key(header::HOST) {
+        if let Ok(v) =
+            HeaderValue::from_maybe_shared(Bytes::copy_from_slice(endpoint.as_str().as_bytes()))
+        {
+            headers.insert(header::HOST, v);
+        }
+    }
+}
+
+impl H1Pool {
+    pub fn new(connect_timeout: Duration) -> Self {
+        H1Pool {
+            hyper: Conns::new(),
+            lean: Arc::new(Conns::new()),
+            connect_timeout,
+        }
+    }
+
+    /// Send `req` (origin-form URI; a missing `Host` is set to `endpoint`) to `endpoint` over
+    /// a ready pooled connection or a new one, reusing connections within `limits`. Body-less
+    /// requests take the lean path ([`Self::send_bodyless`]). A request that a pooled
+    /// connection could not take (closed by the upstream meanwhile) is retried once on a new
+    /// connection.
+    pub async fn send(
+        &self,
+        endpoint: &Authority,
+        limits: &ReuseLimits,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<ProxyBody>, H1Error> {
+        let (mut parts, body) = req.into_parts();
+        if matches!(body, ProxyBody::Empty) && parts.method != Method::CONNECT {
+            return self.send_bodyless(endpoint, limits, parts).await;
+        }
+        ensure_host(&mut parts.headers, endpoint);
+        let mut req = Request::from_parts(parts, body);
+        if let Some(mut conn) = self.hyper.checkout(endpoint, limits) {
+            let sent = conn.conn.try_send_request(req);
+            self.hyper.checkin(endpoint, conn);
+            match sent.await {
+                Ok(resp) => return Ok(resp.map(ProxyBody::Streamed)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => req = unsent,
+                    None => return Err(H1Error::Request(e.into_error())),
+                },
+            }
+        }
+        let sender = self.handshake(self.connect(endpoint).await?).await?;
+        let mut conn = Pooled::new(sender, *limits);
+        let sent = conn.conn.send_request(req);
+        self.hyper.checkin(endpoint, conn);
+        let resp = sent.await.map_err(H1Error::Request)?;
+        Ok(resp.map(ProxyBody::Streamed))
+    }
+
+    /// A body-less request over a lean connection ([`crate::h1_exchange`]). A pooled
+    /// connection that turns out closed before answering anything (the upstream closed it
+    /// while idle) is replaced by a new one, for idempotent methods only, as nginx does.
+    async fn send_bodyless(
+        &self,
+        endpoint: &Authority,
+        limits: &ReuseLimits,
+        mut parts: request::Parts,
+    ) -> Result<Response<ProxyBody>, H1Error> {
+        ensure_host(&mut parts.headers, endpoint);
+        let head_request = parts.method == Method::HEAD;
+        let mut wire = Vec::with_capacity(512);
+        h1_exchange::encode_request(&mut wire, &parts);
+        if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
+            match conn.conn.exchange(&wire, head_request).await {
+                Ok((head, bytes)) => return self.lean_response(endpoint, conn, &head, &bytes),
+                Err(ExchangeError::NoResponse(_)) if parts.method.is_idempotent() => {}
+                Err(e) => return Err(H1Error::Exchange(e)),
+            }
+        }
+        let mut conn = Pooled::new(LeanConn::new(self.connect(endpoint).await?), *limits);
+        let (head, bytes) = conn
+            .conn
+            .exchange(&wire, head_request)
+            .await
+            .map_err(H1Error::Exchange)?;
+        self.lean_response(endpoint, conn, &head, &bytes)
+    }
+
+    fn lean_response(
+        &self,
+        endpoint: &Authority,
+        conn: Pooled<LeanConn>,
+        head: &warden_http1::response_read::ResponseHead,
+        bytes: &Bytes,
+    ) -> Result<Response<ProxyBody>, H1Error> {
+        let parts = h1_exchange::to_response(head, bytes).map_err(H1Error::Exchange)?;
+        let home = Home {
+            pool: self.lean.clone(),
+            endpoint: endpoint.clone(),
+        };
+        let body = H1Body::new(head.framing, conn, head.reusable, home);
+        let body = if http_body::Body::is_end_stream(&body) {
+            ProxyBody::Empty
+        } else {
+            ProxyBody::H1(Box::new(body))
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+
+    async fn connect(&self, endpoint: &Authority) -> Result<TcpStream, H1Error> {
         let addr = (endpoint.host(), endpoint.port_u16().unwrap_or(80));
         let stream =
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
@@ -226,6 +368,10 @@ impl H1Pool {
         let _ = stream.set_nodelay(true);
         let _ = SockRef::from(&stream)
             .set_tcp_keepalive(&TcpKeepalive::new().with_time(Duration::from_secs(60)));
+        Ok(stream)
+    }
+
+    async fn handshake(&self, stream: TcpStream) -> Result<SendRequest<ProxyBody>, H1Error> {
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
@@ -242,31 +388,13 @@ impl H1Pool {
     /// previous sweep (dropping the sender ends the connection once it is idle).
     pub fn sweep(&self) {
         let now = Instant::now();
-        let mut map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, e| {
-            e.conns.retain_mut(|c| {
-                let keep = match c.limits.idle_timeout {
-                    _ if c.sender.is_closed() => false,
-                    // A configured idle timeout replaces the sweep's own rule, so a long one
-                    // keeps connections past the next sweep.
-                    Some(_) if !c.sender.is_ready() => {
-                        c.active_at = Some(now);
-                        true
-                    }
-                    Some(_) => !c.expired(now),
-                    None => c.used,
-                };
-                c.used = false;
-                keep
-            });
-            !e.conns.is_empty()
-        });
+        self.hyper.sweep(now);
+        self.lean.sweep(now);
     }
 
     /// Open connections (for tests).
     pub fn connections(&self) -> usize {
-        let map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        map.values().map(|e| e.conns.len()).sum()
+        self.hyper.len() + self.lean.len()
     }
 }
 
@@ -274,6 +402,7 @@ impl H1Pool {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use hyper::body::Incoming;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -302,21 +431,37 @@ mod tests {
         (addr.to_string().parse().unwrap(), accepted)
     }
 
+    /// A body-less request: the lean path.
     fn get() -> Request<ProxyBody> {
         Request::builder().uri("/x").body(ProxyBody::Empty).unwrap()
     }
 
-    async fn body(resp: Response<Incoming>) -> Bytes {
+    /// A request with a body: hyper's client.
+    fn post() -> Request<ProxyBody> {
+        Request::builder()
+            .method("POST")
+            .uri("/x")
+            .body(ProxyBody::full(Bytes::from("data")))
+            .unwrap()
+    }
+
+    async fn body(resp: Response<ProxyBody>) -> Bytes {
         resp.into_body().collect().await.unwrap().to_bytes()
     }
 
     #[tokio::test]
     async fn reuses_one_connection_for_sequential_requests() {
+        for request in [get, post] {
+            reuses_one_connection(request).await;
+        }
+    }
+
+    async fn reuses_one_connection(request: fn() -> Request<ProxyBody>) {
         let (ep, accepted) = server(true).await;
         let pool = H1Pool::new(Duration::from_secs(1));
         for _ in 0..5 {
             let resp = pool
-                .send(&ep, &ReuseLimits::default(), get())
+                .send(&ep, &ReuseLimits::default(), request())
                 .await
                 .unwrap();
             assert_eq!(resp.headers()["x-host"], ep.as_str());
@@ -344,7 +489,40 @@ mod tests {
 
     #[tokio::test]
     async fn replaces_connections_the_upstream_closed() {
-        let (ep, accepted) = server(false).await;
+        for (request, left) in [(get as fn() -> Request<ProxyBody>, 0), (post, 1)] {
+            let (ep, accepted) = server(false).await;
+            let pool = H1Pool::new(Duration::from_secs(1));
+            for _ in 0..3 {
+                let resp = pool
+                    .send(&ep, &ReuseLimits::default(), request())
+                    .await
+                    .unwrap();
+                assert_eq!(body(resp).await, "ok");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(accepted.load(Ordering::SeqCst), 3);
+            // A lean connection answered with `connection: close` is never put back; hyper's
+            // closed senders are dropped at the next checkout, so only the last one is left.
+            assert_eq!(pool.connections(), left);
+        }
+    }
+
+    /// An upstream that answers one request per connection, then closes it without saying so
+    /// (no `connection: close`): the next request finds the pooled connection closed.
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_replaced() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ep: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
         let pool = H1Pool::new(Duration::from_secs(1));
         for _ in 0..3 {
             let resp = pool
@@ -354,9 +532,56 @@ mod tests {
             assert_eq!(body(resp).await, "ok");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
-        // Closed connections are dropped at the next checkout: only the last one is left.
-        assert_eq!(pool.connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn lean_responses_stream_every_framing() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let answers: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            b"HTTP/1.1 299 Custom\r\nx-a: 1\r\nx-a: 2\r\ncontent-length: 5\r\n\r\nabcde",
+            b"HTTP/1.1 103 Early\r\nlink: <a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\nuntil close",
+        ];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ep: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        tokio::spawn(async move {
+            for answer in answers {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                // In two writes, so the body arrives after the head.
+                let (a, b) = answer.split_at(answer.len() / 2);
+                s.write_all(a).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.write_all(b).await.unwrap();
+            }
+        });
+        let pool = H1Pool::new(Duration::from_secs(1));
+        let limits = ReuseLimits {
+            max_requests: NonZeroU32::new(1),
+            idle_timeout: None,
+        };
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let resp = pool.send(&ep, &limits, get()).await.unwrap();
+            let status = resp.status().as_u16();
+            let reason = resp
+                .extensions()
+                .get::<hyper::ext::ReasonPhrase>()
+                .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
+            let xa = resp.headers().get_all("x-a").iter().count();
+            seen.push((status, reason, xa, body(resp).await));
+        }
+        assert_eq!(
+            seen,
+            [
+                (200, None, 0, Bytes::from("abcde")),
+                (299, Some("Custom".to_string()), 2, Bytes::from("abcde")),
+                (204, None, 0, Bytes::new()),
+                (200, None, 0, Bytes::from("until close")),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ mod fast_h1;
 pub mod filters;
 pub mod forwarding_headers;
 mod framing_guard;
+pub mod h1_exchange;
 pub mod h1_pool;
 pub mod header_ops;
 mod listen;

@@ -555,7 +555,7 @@ async fn run(
                     let (mut head, body) = up.response.into_parts();
                     strip_hop_by_hop(&mut head.headers);
                     target.response_headers.apply(&mut head.headers);
-                    Response::from_parts(head, ProxyBody::Streamed(body))
+                    Response::from_parts(head, body)
                 }
                 Err(failure) => {
                     outcome.upstream = failure.endpoint;

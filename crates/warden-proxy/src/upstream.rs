@@ -9,7 +9,6 @@ use crate::metrics::Metrics;
 use crate::routing::{RetryPolicy, WeightedCluster};
 use http::uri::{PathAndQuery, Scheme};
 use http::{request, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -60,7 +59,7 @@ enum SendError {
 
 /// The upstream's answer, with the endpoint that produced it (for access logs).
 pub struct Upstreamed {
-    pub response: Response<Incoming>,
+    pub response: Response<ProxyBody>,
     pub endpoint: http::uri::Authority,
 }
 
@@ -236,6 +235,7 @@ async fn attempt(
                     .h2
                     .request(Request::from_parts(parts, body))
                     .await
+                    .map(|r| r.map(ProxyBody::Streamed))
                     .map_err(|e| match e.is_connect() {
                         true => SendError::Connect,
                         false => SendError::Other(e.to_string()),

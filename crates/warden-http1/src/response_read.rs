@@ -1,0 +1,513 @@
+//! Reading an upstream's HTTP/1.x response: its head (`httparse`, as hyper's client parses it)
+//! and how its body is delimited (RFC 9112 §6.3), then the body itself ([`BodyReader`]):
+//! counted, chunked (decoded, trailers dropped) or up to the end of the connection.
+
+use bytes::{Buf, Bytes, BytesMut};
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+/// More header lines than this and the response is refused (hyper's client allows 100).
+pub const MAX_HEADERS: usize = 100;
+/// A head longer than this is refused (hyper's default read buffer limit is about 400 KiB; an
+/// upstream sending this much head is broken).
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Trailer sections longer than this are refused.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// How the body after a head is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body: a HEAD request, 1xx, 204, 304, or `content-length: 0`.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Up to the end of the connection (no length given).
+    UntilClose,
+}
+
+/// A parsed response head; names and values are ranges into the head's bytes, so the caller
+/// can share them (`Bytes::slice`) instead of copying.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub reason: Range<usize>,
+    pub http10: bool,
+    pub headers: Vec<(Range<usize>, Range<usize>)>,
+    pub framing: BodyFraming,
+    /// The connection may carry another request once this body has been read.
+    pub reusable: bool,
+    /// Length of the head, the empty line included.
+    pub len: usize,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ParsedResponse {
+    Partial,
+    /// An interim (1xx other than 101) head of this length: skip it, the real one follows.
+    Interim(usize),
+    /// Boxed so that `Partial` and `Interim` stay small.
+    Head(Box<ResponseHead>),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ResponseError {
+    #[error("invalid response head: {0}")]
+    Head(httparse::Error),
+    #[error("response head larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("invalid content-length")]
+    ContentLength,
+    #[error("101 Switching Protocols without an upgrade request")]
+    UnexpectedSwitch,
+    #[error("invalid chunked body")]
+    Chunked,
+    #[error("connection closed before the response completed")]
+    Incomplete,
+}
+
+/// Parse the head at the start of `buf`, for a request that was `HEAD` if `head_request`.
+pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, ResponseError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, &mut slots)
+    {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(ResponseError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(ParsedResponse::Partial),
+        Err(e) => return Err(ResponseError::Head(e)),
+    };
+    let status = res.code.unwrap_or(0);
+    let http10 = res.version == Some(0);
+    if status == 101 {
+        return Err(ResponseError::UnexpectedSwitch);
+    }
+    if (100..200).contains(&status) {
+        return Ok(ParsedResponse::Interim(len));
+    }
+    let offset = |s: &[u8]| s.as_ptr() as usize - buf.as_ptr() as usize;
+    let range = |s: &[u8]| offset(s)..offset(s) + s.len();
+    let mut headers = Vec::with_capacity(res.headers.len());
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut transfer_encoding = false;
+    let mut close = http10;
+    for h in res.headers.iter() {
+        headers.push((range(h.name.as_bytes()), range(h.value)));
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = parse_length(h.value).ok_or(ResponseError::ContentLength)?;
+            // Repeated values must agree (RFC 9110 §8.6).
+            if length.is_some_and(|l| l != n) {
+                return Err(ResponseError::ContentLength);
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            transfer_encoding = true;
+            // Only the last coding says whether the body is chunked.
+            chunked = last_token(h.value).eq_ignore_ascii_case(b"chunked");
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if http10 && token.eq_ignore_ascii_case(b"keep-alive") {
+                    close = false;
+                }
+            }
+        }
+    }
+    let framing = if head_request || status == 204 || status == 304 {
+        BodyFraming::Empty
+    } else if transfer_encoding {
+        // Transfer-Encoding overrides Content-Length; a body not chunked last runs to the end.
+        if chunked {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::UntilClose
+        }
+    } else {
+        match length {
+            Some(0) => BodyFraming::Empty,
+            Some(n) => BodyFraming::Length(n),
+            None => BodyFraming::UntilClose,
+        }
+    };
+    // A head with both is suspect (request smuggling): do not reuse the connection after it.
+    let reusable =
+        !close && framing != BodyFraming::UntilClose && !(transfer_encoding && length.is_some());
+    Ok(ParsedResponse::Head(Box::new(ResponseHead {
+        status,
+        reason: range(res.reason.unwrap_or("").as_bytes()),
+        http10,
+        headers,
+        framing,
+        reusable,
+        len,
+    })))
+}
+
+fn parse_length(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+fn last_token(v: &[u8]) -> &[u8] {
+    v.rsplit(|&b| b == b',').next().unwrap_or(v).trim_ascii()
+}
+
+/// What [`BodyReader::next`] found in the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyStep {
+    Data(Bytes),
+    /// Read more bytes into the buffer, then call again.
+    NeedMore,
+    /// The body is complete; what is left in the buffer is not part of it.
+    Done,
+}
+
+/// Takes a body out of a read buffer as it fills.
+#[derive(Debug)]
+pub struct BodyReader {
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Length(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers,
+    UntilClose,
+    Done,
+}
+
+impl BodyReader {
+    pub fn new(framing: BodyFraming) -> Self {
+        let state = match framing {
+            BodyFraming::Empty | BodyFraming::Length(0) => State::Done,
+            BodyFraming::Length(n) => State::Length(n),
+            BodyFraming::Chunked => State::ChunkSize,
+            BodyFraming::UntilClose => State::UntilClose,
+        };
+        BodyReader { state }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Bytes still expected, when the framing says.
+    pub fn remaining(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Done => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The next piece of body from `buf`.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<BodyStep, ResponseError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(BodyStep::Done),
+                State::Length(n) => {
+                    if buf.is_empty() {
+                        return Ok(BodyStep::NeedMore);
+                    }
+                    let take = n.min(buf.len() as u64);
+                    let rest = n - take;
+                    self.state = if rest == 0 {
+                        State::Done
+                    } else {
+                        State::Length(rest)
+                    };
+                    return Ok(BodyStep::Data(buf.split_to(take as usize).freeze()));
+                }
+                State::UntilClose => {
+                    if buf.is_empty() {
+                        return Ok(BodyStep::NeedMore);
+                    }
+                    return Ok(BodyStep::Data(buf.split().freeze()));
+                }
+                State::ChunkSize => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        buf.advance(used);
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::ChunkData(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) if buf.len() > 1024 => {
+                        return Err(ResponseError::Chunked)
+                    }
+                    Ok(httparse::Status::Partial) => return Ok(BodyStep::NeedMore),
+                    Err(_) => return Err(ResponseError::Chunked),
+                },
+                State::ChunkData(n) => {
+                    if buf.is_empty() {
+                        return Ok(BodyStep::NeedMore);
+                    }
+                    let take = n.min(buf.len() as u64);
+                    let rest = n - take;
+                    self.state = if rest == 0 {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(rest)
+                    };
+                    return Ok(BodyStep::Data(buf.split_to(take as usize).freeze()));
+                }
+                State::ChunkEnd => {
+                    if buf.len() < 2 {
+                        return Ok(BodyStep::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(ResponseError::Chunked);
+                    }
+                    buf.advance(2);
+                    self.state = State::ChunkSize;
+                }
+                State::Trailers => {
+                    // Trailer fields are dropped, as a proxy to an HTTP/1 client may do.
+                    let end = if buf.starts_with(b"\r\n") {
+                        Some(2)
+                    } else {
+                        buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+                    };
+                    match end {
+                        Some(end) => {
+                            buf.advance(end);
+                            self.state = State::Done;
+                        }
+                        None if buf.len() > MAX_TRAILERS => return Err(ResponseError::Chunked),
+                        None => return Ok(BodyStep::NeedMore),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection ended: fine for a body that runs to the end, an error for the others.
+    pub fn on_eof(&mut self) -> Result<(), ResponseError> {
+        match self.state {
+            State::UntilClose | State::Done => {
+                self.state = State::Done;
+                Ok(())
+            }
+            _ => Err(ResponseError::Incomplete),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str, head_request: bool) -> ResponseHead {
+        match parse_head(raw.as_bytes(), head_request).unwrap() {
+            ParsedResponse::Head(h) => *h,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let cases = [
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                false,
+                BodyFraming::Length(5),
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                false,
+                BodyFraming::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                true,
+                BodyFraming::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 204 No Content\r\n\r\n",
+                false,
+                BodyFraming::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n",
+                false,
+                BodyFraming::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+                false,
+                BodyFraming::Chunked,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+                false,
+                BodyFraming::UntilClose,
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+                false,
+                BodyFraming::Chunked,
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\n\r\n",
+                false,
+                BodyFraming::UntilClose,
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 1\r\nconnection: close\r\n\r\n",
+                false,
+                BodyFraming::Length(1),
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n",
+                false,
+                BodyFraming::Length(1),
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\ncontent-length: 1\r\nConnection: Keep-Alive\r\n\r\n",
+                false,
+                BodyFraming::Length(1),
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n",
+                false,
+                BodyFraming::Length(2),
+                true,
+            ),
+        ];
+        for (raw, head_request, framing, reusable) in cases {
+            let h = head(raw, head_request);
+            assert_eq!((h.framing, h.reusable), (framing, reusable), "{raw:?}");
+            assert_eq!(h.len, raw.len());
+        }
+    }
+
+    #[test]
+    fn bad_heads_are_errors() {
+        for raw in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 1x\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+        ] {
+            assert!(parse_head(raw.as_bytes(), false).is_err(), "{raw:?}");
+        }
+        assert_eq!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-len", false),
+            Ok(ParsedResponse::Partial)
+        );
+        assert_eq!(
+            parse_head(
+                b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200",
+                false
+            ),
+            Ok(ParsedResponse::Interim(40))
+        );
+    }
+
+    #[test]
+    fn head_ranges_point_into_the_buffer() {
+        let raw = "HTTP/1.1 299 Fine Thanks\r\nX-A: 1\r\nx-b:  two \r\n\r\n";
+        let h = head(raw, false);
+        assert_eq!(h.status, 299);
+        assert_eq!(&raw[h.reason.clone()], "Fine Thanks");
+        let pairs: Vec<_> = h
+            .headers
+            .iter()
+            .map(|(n, v)| (&raw[n.clone()], &raw[v.clone()]))
+            .collect();
+        assert_eq!(pairs, [("X-A", "1"), ("x-b", "two")]);
+    }
+
+    /// Feed `wire` to a reader one piece at a time; the body and what is left after it.
+    fn read_all(framing: BodyFraming, wire: &[u8], piece: usize) -> (Vec<u8>, Vec<u8>) {
+        let mut reader = BodyReader::new(framing);
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        let mut fed = 0;
+        loop {
+            match reader.next(&mut buf).unwrap() {
+                BodyStep::Data(d) => body.extend_from_slice(&d),
+                BodyStep::Done => return (body, buf.to_vec()),
+                BodyStep::NeedMore if fed < wire.len() => {
+                    let end = (fed + piece).min(wire.len());
+                    buf.extend_from_slice(&wire[fed..end]);
+                    fed = end;
+                }
+                BodyStep::NeedMore => {
+                    reader.on_eof().unwrap();
+                    return (body, buf.to_vec());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bodies_are_read_whatever_the_read_sizes() {
+        let chunked = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        for piece in [1, 2, 3, 7, 1000] {
+            assert_eq!(
+                read_all(BodyFraming::Chunked, chunked, piece).0,
+                b"hello world!"
+            );
+            let (body, _) = read_all(BodyFraming::Chunked, b"3\r\nabc\r\n0\r\n\r\n", piece);
+            assert_eq!(body, b"abc");
+            assert_eq!(
+                read_all(BodyFraming::Length(5), b"12345NEXT", piece).0,
+                b"12345"
+            );
+            assert_eq!(
+                read_all(BodyFraming::UntilClose, b"to the end", piece).0,
+                b"to the end"
+            );
+        }
+        // Whatever is fed after the end stays in the buffer.
+        assert_eq!(read_all(BodyFraming::Chunked, chunked, 1000).1, b"NEXT");
+        assert_eq!(
+            read_all(BodyFraming::Length(5), b"12345NEXT", 1000).1,
+            b"NEXT"
+        );
+    }
+
+    #[test]
+    fn broken_bodies_are_errors() {
+        let mut reader = BodyReader::new(BodyFraming::Chunked);
+        let mut buf = BytesMut::from(&b"zz\r\n"[..]);
+        assert_eq!(reader.next(&mut buf), Err(ResponseError::Chunked));
+
+        let mut reader = BodyReader::new(BodyFraming::Chunked);
+        let mut buf = BytesMut::from(&b"3\r\nabcX\r\n"[..]);
+        assert!(matches!(reader.next(&mut buf), Ok(BodyStep::Data(_))));
+        assert_eq!(reader.next(&mut buf), Err(ResponseError::Chunked));
+
+        let mut reader = BodyReader::new(BodyFraming::Length(10));
+        let mut buf = BytesMut::from(&b"abc"[..]);
+        assert!(matches!(reader.next(&mut buf), Ok(BodyStep::Data(_))));
+        assert_eq!(reader.remaining(), Some(7));
+        assert_eq!(reader.on_eof(), Err(ResponseError::Incomplete));
+    }
+}
