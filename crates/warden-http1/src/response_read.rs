@@ -148,6 +148,22 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
     })))
 }
 
+/// Below this, body data is copied out of the read buffer instead of split off.
+const COPY_BELOW: usize = 4096;
+
+/// The first `n` bytes of `buf`. Small pieces are copied: a split-off piece shares the buffer,
+/// so the connection's next read would have to allocate a new one; large ones are split off
+/// without a copy.
+fn take_bytes(buf: &mut BytesMut, n: usize) -> Bytes {
+    if n < COPY_BELOW {
+        let bytes = Bytes::copy_from_slice(&buf[..n]);
+        buf.advance(n);
+        bytes
+    } else {
+        buf.split_to(n).freeze()
+    }
+}
+
 fn parse_length(v: &[u8]) -> Option<u64> {
     let v = v.trim_ascii();
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
@@ -227,13 +243,14 @@ impl BodyReader {
                     } else {
                         State::Length(rest)
                     };
-                    return Ok(BodyStep::Data(buf.split_to(take as usize).freeze()));
+                    return Ok(BodyStep::Data(take_bytes(buf, take as usize)));
                 }
                 State::UntilClose => {
                     if buf.is_empty() {
                         return Ok(BodyStep::NeedMore);
                     }
-                    return Ok(BodyStep::Data(buf.split().freeze()));
+                    let all = buf.len();
+                    return Ok(BodyStep::Data(take_bytes(buf, all)));
                 }
                 State::ChunkSize => match httparse::parse_chunk_size(buf) {
                     Ok(httparse::Status::Complete((used, size))) => {
@@ -261,7 +278,7 @@ impl BodyReader {
                     } else {
                         State::ChunkData(rest)
                     };
-                    return Ok(BodyStep::Data(buf.split_to(take as usize).freeze()));
+                    return Ok(BodyStep::Data(take_bytes(buf, take as usize)));
                 }
                 State::ChunkEnd => {
                     if buf.len() < 2 {

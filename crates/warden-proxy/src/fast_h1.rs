@@ -304,7 +304,9 @@ impl Connection {
 /// The parsed head as the request the pipeline takes (what hyper would have built); `None`
 /// when a header line or the target is not valid for `http`, which hyper then judges.
 fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
-    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    // Room for the forwarding headers the pipeline adds (x-forwarded-for, -proto,
+    // x-request-id, x-envoy-external-address), so proxying does not regrow the map.
+    let mut headers = HeaderMap::with_capacity(head.headers.len() + 4);
     for line in head.headers {
         let name = HeaderName::from_bytes(line.name.as_bytes()).ok()?;
         let value = HeaderValue::from_bytes(line.value).ok()?;

@@ -97,7 +97,11 @@ impl LeanConn {
                     ParsedResponse::Partial => break,
                     ParsedResponse::Interim(len) => self.buf.advance(len),
                     ParsedResponse::Head(head) => {
-                        let bytes = self.buf.split_to(head.len).freeze();
+                        // Copied out (a small allocation) rather than split off: a split
+                        // shares the buffer, and the next exchange's read would then have to
+                        // allocate a new one.
+                        let bytes = Bytes::copy_from_slice(&self.buf[..head.len]);
+                        self.buf.advance(head.len);
                         return Ok((head, bytes));
                     }
                 }
@@ -107,8 +111,9 @@ impl LeanConn {
 }
 
 /// The request head as hyper's client writes a body-less request: the request line with the
-/// origin-form target, the headers in map order, names as the map holds them.
-pub fn encode_request(out: &mut Vec<u8>, parts: &request::Parts) {
+/// origin-form target, the headers in map order, names as the map holds them, and a `Host`
+/// naming the endpoint last when the request has none.
+pub fn encode_request(out: &mut Vec<u8>, parts: &request::Parts, endpoint: &Authority) {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
@@ -122,6 +127,11 @@ pub fn encode_request(out: &mut Vec<u8>, parts: &request::Parts) {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(http::header::HOST) {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(endpoint.as_str().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");

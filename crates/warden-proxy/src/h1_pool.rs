@@ -251,6 +251,11 @@ pub struct H1Pool {
     connect_timeout: Duration,
 }
 
+/// Whether a request goes over a lean connection ([`H1Pool::send_bodyless`]).
+pub fn bodyless(parts: &request::Parts, body: &ProxyBody) -> bool {
+    matches!(body, ProxyBody::Empty) && parts.method != Method::CONNECT
+}
+
 /// Sets a missing `Host` to the endpoint, as the request goes to it directly.
 fn ensure_host(headers: &mut http::HeaderMap, endpoint: &Authority) {
     if !headers.contains_key(header::HOST) {
@@ -283,8 +288,8 @@ impl H1Pool {
         req: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, H1Error> {
         let (mut parts, body) = req.into_parts();
-        if matches!(body, ProxyBody::Empty) && parts.method != Method::CONNECT {
-            return self.send_bodyless(endpoint, limits, parts).await;
+        if bodyless(&parts, &body) {
+            return self.send_bodyless(endpoint, limits, &parts).await;
         }
         ensure_host(&mut parts.headers, endpoint);
         let mut req = Request::from_parts(parts, body);
@@ -310,16 +315,16 @@ impl H1Pool {
     /// A body-less request over a lean connection ([`crate::h1_exchange`]). A pooled
     /// connection that turns out closed before answering anything (the upstream closed it
     /// while idle) is replaced by a new one, for idempotent methods only, as nginx does.
-    async fn send_bodyless(
+    /// Takes the request by reference: retries replay it without a copy.
+    pub async fn send_bodyless(
         &self,
         endpoint: &Authority,
         limits: &ReuseLimits,
-        mut parts: request::Parts,
+        parts: &request::Parts,
     ) -> Result<Response<ProxyBody>, H1Error> {
-        ensure_host(&mut parts.headers, endpoint);
         let head_request = parts.method == Method::HEAD;
         let mut wire = Vec::with_capacity(512);
-        h1_exchange::encode_request(&mut wire, &parts);
+        h1_exchange::encode_request(&mut wire, parts, endpoint);
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
             match conn.conn.exchange(&wire, head_request).await {
                 Ok((head, bytes)) => return self.lean_response(endpoint, conn, &head, &bytes),

@@ -3,7 +3,7 @@
 
 use crate::body::ProxyBody;
 use crate::cluster::{PickError, UpstreamProtocol};
-use crate::h1_pool::H1Pool;
+use crate::h1_pool::{bodyless, H1Pool};
 use crate::local_reply::LocalReply;
 use crate::metrics::Metrics;
 use crate::routing::{RetryPolicy, WeightedCluster};
@@ -107,7 +107,7 @@ async fn forward(
                 clients,
                 metrics,
                 target,
-                parts,
+                &parts,
                 body,
                 None,
                 retries.per_try_timeout,
@@ -117,12 +117,11 @@ async fn forward(
         let mut exclude = None;
         let mut last = None;
         for n in 0..=retries.attempts {
-            let copy = clone_parts(&parts);
             match attempt(
                 clients,
                 metrics,
                 target,
-                copy,
+                &parts,
                 ProxyBody::Empty,
                 exclude,
                 retries.per_try_timeout,
@@ -183,11 +182,13 @@ fn clone_parts(parts: &request::Parts) -> request::Parts {
     req.into_parts().0
 }
 
+/// One try. The request is borrowed: a body-less HTTP/1.1 request is written straight from
+/// it, so retries need no copy; the others are copied for hyper's clients.
 async fn attempt(
     clients: &UpstreamClients,
     metrics: &Metrics,
     target: &WeightedCluster,
-    mut parts: request::Parts,
+    parts: &request::Parts,
     body: ProxyBody,
     exclude: Option<usize>,
     per_try_timeout: Option<Duration>,
@@ -204,31 +205,41 @@ async fn attempt(
         }
     })?;
     let endpoint = lease.endpoint().authority.clone();
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
     let sent = async {
+        let h1_error = |e: crate::h1_pool::H1Error| match e.is_connect() {
+            true => SendError::Connect,
+            false => SendError::Other(e.to_string()),
+        };
+        let path = || {
+            parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"))
+        };
         match cluster.protocol {
+            UpstreamProtocol::Http1 if bodyless(parts, &body) => clients
+                .h1
+                .send_bodyless(&endpoint, &cluster.reuse, parts)
+                .await
+                .map_err(h1_error),
             UpstreamProtocol::Http1 => {
+                let mut parts = clone_parts(parts);
                 // Origin-form: the connection is already to the endpoint.
                 parts.version = Version::HTTP_11;
-                parts.uri = Uri::from(path);
+                parts.uri = Uri::from(path());
                 clients
                     .h1
                     .send(&endpoint, &cluster.reuse, Request::from_parts(parts, body))
                     .await
-                    .map_err(|e| match e.is_connect() {
-                        true => SendError::Connect,
-                        false => SendError::Other(e.to_string()),
-                    })
+                    .map_err(h1_error)
             }
             UpstreamProtocol::Http2 => {
+                let mut parts = clone_parts(parts);
                 let mut uri = http::uri::Parts::default();
                 uri.scheme = Some(Scheme::HTTP);
                 uri.authority = Some(endpoint.clone());
-                uri.path_and_query = Some(path);
+                uri.path_and_query = Some(path());
                 parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
                 parts.version = Version::HTTP_2;
                 clients
