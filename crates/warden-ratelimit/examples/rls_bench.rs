@@ -6,12 +6,18 @@
 //!
 //! With `--rate`, each stream sends on a fixed schedule (open loop) and latency is measured from
 //! the scheduled send time, so a stalled server cannot hide its queueing (coordinated omission).
+//!
+//! `--method health` sends `grpc.health.v1.Health/Check` instead, on the same connections and
+//! schedule: a call the service answers without a decision, so its latency is what this client,
+//! HTTP/2 and the machine cost by themselves (the floor under the ShouldRateLimit numbers).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hdrhistogram::Histogram;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 use std::time::{Duration, Instant};
 use tonic::transport::Endpoint;
 
@@ -23,6 +29,7 @@ struct Args {
     rate: Option<f64>,
     keys: usize,
     label: String,
+    health: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -34,6 +41,7 @@ fn parse_args() -> Result<Args, String> {
         rate: None,
         keys: 1000,
         label: "run".into(),
+        health: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -47,6 +55,11 @@ fn parse_args() -> Result<Args, String> {
             "--rate" => args.rate = Some(value.parse().map_err(|_| format!("bad {flag}"))?),
             "--keys" => args.keys = value.parse().map_err(bad)?,
             "--label" => args.label = value.clone(),
+            "--method" => match value.as_str() {
+                "health" => args.health = true,
+                "should-rate-limit" => args.health = false,
+                _ => return Err(format!("unknown method {value} (health, should-rate-limit)")),
+            },
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -92,8 +105,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .buffer_size(4096)
             .connect()
             .await?;
-        clients.push(RateLimitServiceClient::new(channel));
+        clients.push((
+            RateLimitServiceClient::new(channel.clone()),
+            HealthClient::new(channel),
+        ));
     }
+    let health = args.health;
     let requests: Vec<RateLimitRequest> = (0..args.keys).map(request).collect();
     let requests = std::sync::Arc::new(requests);
     let started = Instant::now();
@@ -103,7 +120,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|r| Duration::from_secs_f64(args.streams as f64 / r.max(1.0)));
     let mut tasks = Vec::new();
     for s in 0..args.streams {
-        let mut client = clients[s % clients.len()].clone();
+        let (mut client, mut health_client) = clients[s % clients.len()].clone();
         let requests = requests.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
@@ -140,17 +157,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         now
                     }
                 };
-                let req = requests[i % requests.len()].clone();
-                i += 7;
-                match client.should_rate_limit(req).await {
-                    Ok(resp) => {
-                        if resp.into_inner().overall_code == 2 {
-                            over += 1;
-                        } else {
-                            ok += 1;
-                        }
+                if health {
+                    match health_client.check(HealthCheckRequest::default()).await {
+                        Ok(_) => ok += 1,
+                        Err(_) => errors += 1,
                     }
-                    Err(_) => errors += 1,
+                } else {
+                    let req = requests[i % requests.len()].clone();
+                    i += 7;
+                    match client.should_rate_limit(req).await {
+                        Ok(resp) => {
+                            if resp.into_inner().overall_code == 2 {
+                                over += 1;
+                            } else {
+                                ok += 1;
+                            }
+                        }
+                        Err(_) => errors += 1,
+                    }
                 }
                 let micros = scheduled.elapsed().as_micros() as u64;
                 let _ = hist.record(micros.max(1));
