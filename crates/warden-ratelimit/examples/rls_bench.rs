@@ -16,10 +16,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hdrhistogram::Histogram;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 use std::time::{Duration, Instant};
 use tonic::transport::Endpoint;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 struct Args {
     addr: String,
@@ -58,7 +58,11 @@ fn parse_args() -> Result<Args, String> {
             "--method" => match value.as_str() {
                 "health" => args.health = true,
                 "should-rate-limit" => args.health = false,
-                _ => return Err(format!("unknown method {value} (health, should-rate-limit)")),
+                _ => {
+                    return Err(format!(
+                        "unknown method {value} (health, should-rate-limit)"
+                    ))
+                }
             },
             _ => return Err(format!("unknown flag {flag}")),
         }
