@@ -45,8 +45,7 @@ pub enum ParsedResponse {
     Partial,
     /// An interim (1xx other than 101) head of this length: skip it, the real one follows.
     Interim(usize),
-    /// Boxed so that `Partial` and `Interim` stay small.
-    Head(Box<ResponseHead>),
+    Head(ResponseHead),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -137,7 +136,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
     // A head with both is suspect (request smuggling): do not reuse the connection after it.
     let reusable =
         !close && framing != BodyFraming::UntilClose && !(transfer_encoding && length.is_some());
-    Ok(ParsedResponse::Head(Box::new(ResponseHead {
+    Ok(ParsedResponse::Head(ResponseHead {
         status,
         reason: range(res.reason.unwrap_or("").as_bytes()),
         http10,
@@ -145,7 +144,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
         framing,
         reusable,
         len,
-    })))
+    }))
 }
 
 /// Below this, body data is copied out of the read buffer instead of split off.
@@ -328,7 +327,7 @@ mod tests {
 
     fn head(raw: &str, head_request: bool) -> ResponseHead {
         match parse_head(raw.as_bytes(), head_request).unwrap() {
-            ParsedResponse::Head(h) => *h,
+            ParsedResponse::Head(h) => h,
             other => panic!("{other:?}"),
         }
     }

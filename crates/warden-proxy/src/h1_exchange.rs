@@ -47,6 +47,8 @@ pub enum ExchangeError {
 pub struct LeanConn {
     stream: TcpStream,
     buf: BytesMut,
+    /// The request head being written, kept for the next request.
+    wire: Vec<u8>,
 }
 
 impl LeanConn {
@@ -54,6 +56,7 @@ impl LeanConn {
         LeanConn {
             stream,
             buf: BytesMut::new(),
+            wire: Vec::new(),
         }
     }
 
@@ -65,16 +68,19 @@ impl LeanConn {
         self.stream.poll_read_ready(&mut cx).is_ready() || !self.buf.is_empty()
     }
 
-    /// Write `wire` (a request head) and read the response head.
+    /// Write the request's head and read the response head.
     pub async fn exchange(
         &mut self,
-        wire: &[u8],
-        head_request: bool,
-    ) -> Result<(Box<ResponseHead>, Bytes), ExchangeError> {
+        parts: &request::Parts,
+        endpoint: &Authority,
+    ) -> Result<(ResponseHead, Bytes), ExchangeError> {
+        self.wire.clear();
+        encode_request(&mut self.wire, parts, endpoint);
         self.stream
-            .write_all(wire)
+            .write_all(&self.wire)
             .await
             .map_err(ExchangeError::NoResponse)?;
+        let head_request = parts.method == http::Method::HEAD;
         let mut received = false;
         loop {
             self.stream.readable().await.map_err(ExchangeError::Io)?;

@@ -166,9 +166,11 @@ impl<C: PoolConn> EndpointConns<C> {
     }
 }
 
-/// One kind of connection of one worker, per endpoint.
+/// One kind of connection of one worker, per endpoint. foldhash, not SipHash: `Authority`
+/// hashes byte by byte (lowercased), two lookups per request, and the keys come from the
+/// configuration, not from clients.
 pub struct Conns<C> {
-    endpoints: Mutex<HashMap<Authority, EndpointConns<C>>>,
+    endpoints: Mutex<HashMap<Authority, EndpointConns<C>, foldhash::fast::RandomState>>,
 }
 
 /// The connections body-less requests use (shared with their response bodies, which put them
@@ -178,7 +180,7 @@ pub type LeanConns = Conns<LeanConn>;
 impl<C: PoolConn> Conns<C> {
     fn new() -> Self {
         Conns {
-            endpoints: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(HashMap::default()),
         }
     }
 
@@ -322,11 +324,8 @@ impl H1Pool {
         limits: &ReuseLimits,
         parts: &request::Parts,
     ) -> Result<Response<ProxyBody>, H1Error> {
-        let head_request = parts.method == Method::HEAD;
-        let mut wire = Vec::with_capacity(512);
-        h1_exchange::encode_request(&mut wire, parts, endpoint);
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
-            match conn.conn.exchange(&wire, head_request).await {
+            match conn.conn.exchange(parts, endpoint).await {
                 Ok((head, bytes)) => return self.lean_response(endpoint, conn, &head, &bytes),
                 Err(ExchangeError::NoResponse(_)) if parts.method.is_idempotent() => {}
                 Err(e) => return Err(H1Error::Exchange(e)),
@@ -335,7 +334,7 @@ impl H1Pool {
         let mut conn = Pooled::new(LeanConn::new(self.connect(endpoint).await?), *limits);
         let (head, bytes) = conn
             .conn
-            .exchange(&wire, head_request)
+            .exchange(parts, endpoint)
             .await
             .map_err(H1Error::Exchange)?;
         self.lean_response(endpoint, conn, &head, &bytes)
