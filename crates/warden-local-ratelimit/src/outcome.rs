@@ -33,7 +33,7 @@ const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-messa
 impl RateLimitHeaders {
     /// Set the three headers on a response.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
-        headers.insert(X_RATELIMIT_LIMIT, number_value(self.limit));
+        headers.insert(X_RATELIMIT_LIMIT, limit_value(self.limit));
         headers.insert(X_RATELIMIT_REMAINING, number_value(self.remaining));
         headers.insert(X_RATELIMIT_RESET, number_value(self.reset));
     }
@@ -52,6 +52,26 @@ fn number_value(n: u64) -> http::HeaderValue {
         .and_then(|i| shared.get(i))
         .cloned()
         .unwrap_or_else(|| n.into())
+}
+
+/// `x-ratelimit-limit` as a header value: a rule's limit is the same on every response, so the
+/// last large one rendered on this thread is kept (shared, not re-rendered and allocated).
+fn limit_value(n: u64) -> http::HeaderValue {
+    if n < SHARED_NUMBERS {
+        return number_value(n);
+    }
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, http::HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((m, v)) if *m == n => v.clone(),
+        _ => {
+            let v = http::HeaderValue::from(n);
+            *last = Some((n, v.clone()));
+            v
+        }
+    })
 }
 
 /// Body of Envoy's local 429 (18 bytes).
@@ -154,6 +174,9 @@ mod tests {
             u64::MAX,
         ] {
             assert_eq!(number_value(n), http::HeaderValue::from(n), "{n}");
+            // Twice: rendered, then from the per-thread cache.
+            assert_eq!(limit_value(n), http::HeaderValue::from(n), "{n}");
+            assert_eq!(limit_value(n), http::HeaderValue::from(n), "{n}");
         }
     }
 }
