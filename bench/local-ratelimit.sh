@@ -48,6 +48,7 @@ http { access_log off; keepalive_requests 1000000;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGX
 bg_server nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
+N_MASTER=$LAST_PID
 
 cat >"$WORK/haproxy.cfg" <<HAP
 global
@@ -69,6 +70,7 @@ backend be
   server s1 127.0.0.1:$BACKEND_LOGGED
 HAP
 bg_server haproxy -f "$WORK/haproxy.cfg"
+H_PID=$LAST_PID
 
 # warden: one process per case, same gateway and route (gateway_to_backend_yaml); only the
 # policy differs.
@@ -91,9 +93,11 @@ policy 300 Minute >"$WORK/w-attack/policy.yaml"
 gateway_to_backend_yaml "$W_LOOSE" "$BACKEND" >"$WORK/w-loose/gateway.yaml"
 policy 1000000000 Second >"$WORK/w-loose/policy.yaml"
 gateway_to_backend_yaml "$W_NONE" "$BACKEND" >"$WORK/w-none/gateway.yaml"
+declare -A W_PID
 for case in attack loose none; do
   bg_server "$WARDEN" proxy -c "$WORK/w-$case" --concurrency 1 --listen-host 127.0.0.1 \
     --admin "127.0.0.1:$(free_port)" --no-watch
+  W_PID[$case]=$LAST_PID
 done
 
 for url in "http://127.0.0.1:$BACKEND/" "http://127.0.0.1:$BACKEND_LOGGED/" \
@@ -114,18 +118,22 @@ attack() {
 }
 
 bench_header
+# The server's CPU time per request is recorded too (CPU_PID, see wrk_run): nginx's worker,
+# HAProxy, each warden.
+N_WORKER=$(pgrep -P "$N_MASTER" | head -1)
 run_rounds \
-  "attack 'attack c$CONNS: nginx limit_req' http://127.0.0.1:$N_ATTACK/api/healthz $CONNS" \
-  "attack 'attack c$CONNS: haproxy stick-table' http://127.0.0.1:$H_ATTACK/api/healthz $CONNS" \
-  "attack 'attack c$CONNS: warden' http://127.0.0.1:$W_ATTACK/api/healthz $CONNS" \
-  "attack 'attack c$SEED_CONNS: nginx limit_req' http://127.0.0.1:$N_ATTACK/api/healthz $SEED_CONNS" \
-  "attack 'attack c$SEED_CONNS: haproxy stick-table' http://127.0.0.1:$H_ATTACK/api/healthz $SEED_CONNS" \
-  "attack 'attack c$SEED_CONNS: warden' http://127.0.0.1:$W_ATTACK/api/healthz $SEED_CONNS" \
-  "wrk_run 'pass: warden no policy' http://127.0.0.1:$W_NONE/api/healthz" \
-  "wrk_run 'pass: warden non-triggering policy' http://127.0.0.1:$W_LOOSE/api/healthz"
+  "CPU_PID=$N_WORKER attack 'attack c$CONNS: nginx limit_req' http://127.0.0.1:$N_ATTACK/api/healthz $CONNS" \
+  "CPU_PID=$H_PID attack 'attack c$CONNS: haproxy stick-table' http://127.0.0.1:$H_ATTACK/api/healthz $CONNS" \
+  "CPU_PID=${W_PID[attack]} attack 'attack c$CONNS: warden' http://127.0.0.1:$W_ATTACK/api/healthz $CONNS" \
+  "CPU_PID=$N_WORKER attack 'attack c$SEED_CONNS: nginx limit_req' http://127.0.0.1:$N_ATTACK/api/healthz $SEED_CONNS" \
+  "CPU_PID=$H_PID attack 'attack c$SEED_CONNS: haproxy stick-table' http://127.0.0.1:$H_ATTACK/api/healthz $SEED_CONNS" \
+  "CPU_PID=${W_PID[attack]} attack 'attack c$SEED_CONNS: warden' http://127.0.0.1:$W_ATTACK/api/healthz $SEED_CONNS" \
+  "CPU_PID=${W_PID[none]} wrk_run 'pass: warden no policy' http://127.0.0.1:$W_NONE/api/healthz" \
+  "CPU_PID=${W_PID[loose]} wrk_run 'pass: warden non-triggering policy' http://127.0.0.1:$W_LOOSE/api/healthz"
 summarize_rounds
 
-python3 - "$RESULTS" "$WORK/hits" "$CONNS" "$SEED_CONNS" <<'PY'
+cpu_medians >"$WORK/cpu"
+python3 - "$RESULTS" "$WORK/hits" "$CONNS" "$SEED_CONNS" "$WORK/cpu" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 hits = {}
@@ -150,4 +158,20 @@ loose = res["pass: warden non-triggering policy"][0]
 applied = all(int(res[f"attack c{c}: warden"][2] or 0) > 0 for c in (conns, seed))
 verdict = ('PASS' if loose >= 0.97 * base else 'FAIL') if applied else 'n/a: policy not applied'
 print(f"non-triggering policy / no policy = {loose/base:.3f}  [{verdict}, goal >= 0.97]")
+# CPU time per request: what each request costs the server, less sensitive than req/s to other
+# load on this machine (the goals above are stated in req/s).
+cpu = dict((l.split("\t")[0], float(l.split("\t")[1])) for l in open(sys.argv[5]))
+print("server CPU per request (user+system, median of rounds):")
+for name in res:
+    if name in cpu:
+        print(f"  {name:<42}{cpu[name]:>8.2f} us")
+for c in (conns, seed):
+    w = cpu.get(f"attack c{c}: warden")
+    others = [cpu.get(f"attack c{c}: nginx limit_req"), cpu.get(f"attack c{c}: haproxy stick-table")]
+    others = [o for o in others if o]
+    if w and others:
+        print(f"attack c{c:<5} CPU per 429: warden / cheapest(nginx, haproxy) = {w / min(others):.3f}")
+if cpu.get("pass: warden no policy") and cpu.get("pass: warden non-triggering policy"):
+    print(f"non-triggering policy CPU per request / no policy = "
+          f"{cpu['pass: warden non-triggering policy'] / cpu['pass: warden no policy']:.3f}")
 PY
