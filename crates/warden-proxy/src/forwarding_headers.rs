@@ -16,6 +16,11 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 /// Remove connection-specific headers (RFC 9110 §7.6.1), including those named by
 /// `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the few names a message has, instead of six hashed lookups on every
+    // request and response; the lookups below only run when there is something to remove.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let Some(conn) = headers.get(header::CONNECTION) {
         let named: Vec<HeaderName> = conn
             .to_str()
@@ -39,6 +44,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TE
+        || name == KEEP_ALIVE
+        || name == PROXY_CONNECTION
 }
 
 /// The peer address rendered once per connection, for `x-forwarded-for`.
@@ -81,9 +95,9 @@ pub fn add_forwarding(
     if num_trusted_proxies == 0 || !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
     }
-    if !headers.contains_key(&X_REQUEST_ID) {
-        headers.insert(X_REQUEST_ID.clone(), new_request_id());
-    }
+    headers
+        .entry(X_REQUEST_ID.clone())
+        .or_insert_with(new_request_id);
     let external = if client == peer {
         Some(peer_value.clone())
     } else {
