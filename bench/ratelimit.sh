@@ -25,10 +25,11 @@ command -v curl >/dev/null || { echo "bench: curl is required" >&2; exit 1; }
 
 echo "bench: building (release)..." >&2
 cargo build --release -q -p warden
-cargo build --release -q -p warden-ratelimit --example rls_bench
+cargo build --release -q -p warden-ratelimit --example rls_bench --example plain_health_server
 TARGET="${CARGO_TARGET_DIR:-target}"
 WARDEN="$TARGET/release/warden"
 CLIENT="$TARGET/release/examples/rls_bench"
+PLAIN_HEALTH="$TARGET/release/examples/plain_health_server"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
@@ -123,6 +124,19 @@ run_backend() { # backend
 run_backend memory
 run_backend redis
 
+# Reference: a plain tonic server answering only health checks, same client and load. If its
+# p99 matches the rows above, the tail comes from the client and the machine, not from
+# `warden ratelimit`'s serving.
+plain_port="$(free_port)"
+"$PLAIN_HEALTH" "127.0.0.1:$plain_port" &
+plain_pid=$!
+PIDS+=("$plain_pid")
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$plain_port") 2>/dev/null && break; sleep 0.05; done
+"$CLIENT" --addr "127.0.0.1:$plain_port" --seconds 1 --streams 16 --method health --label warmup >/dev/null
+"$CLIENT" --addr "127.0.0.1:$plain_port" --seconds "$SECS" --connections 8 --streams 1000 --rate 20000 \
+  --method health --label "tonic	1000 streams, 20k/s, health, plain server" >>"$RESULTS"
+kill "$plain_pid"; wait "$plain_pid" 2>/dev/null || true
+
 incr_plain="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 300000 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 incr_p16="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 2000000 -P 16 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 
@@ -168,12 +182,14 @@ host_stalls
 
 p99_of() { grep -P "^$1\t1000 streams, $2" "$RESULTS" | field p99_ms; }
 for backend in memory redis; do
-  python3 - "$backend" "$(p99_of "$backend" "open loop")" "$(p99_of "$backend" "20k/s, health")" <<'PY'
+  python3 - "$backend" "$(p99_of "$backend" "open loop")" "$(p99_of "$backend" "20k/s, health")" \
+    "$(p99_of tonic "20k/s, health, plain")" <<'PY'
 import sys
-backend, p99, floor = sys.argv[1], float(sys.argv[2] or 0), float(sys.argv[3] or 0)
+backend, p99, floor, plain = sys.argv[1], *(float(x or 0) for x in sys.argv[2:5])
 verdict = "PASS" if 0 < p99 < 2 else "FAIL"
 print(f"{backend:<7} p99 at 1000 streams, 20k/s: {p99:.2f} ms  [{verdict}, goal < 2 ms]; "
-      f"health check on the same load (no decision, the floor): {floor:.2f} ms")
+      f"health check on the same load (no decision): {floor:.2f} ms; "
+      f"a plain tonic health server: {plain:.2f} ms")
 PY
 done
 python3 - "$mem" "$red" "$incr_plain" "${mem_h2:-0}" "${red_h2:-0}" <<'PY'
