@@ -13,6 +13,8 @@ pub const MAX_HEADERS: usize = 100;
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Trailer sections longer than this are refused.
 const MAX_TRAILERS: usize = 16 * 1024;
+/// A chunk-size line (with extensions) longer than this is refused.
+const MAX_CHUNK_SIZE_LINE: usize = 1024;
 
 /// How the body after a head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +165,12 @@ fn take_bytes(buf: &mut BytesMut, n: usize) -> Bytes {
     }
 }
 
+/// Up to `n` counted body bytes from a non-empty `buf`, and how many are still due after them.
+fn take_counted(buf: &mut BytesMut, n: u64) -> (Bytes, u64) {
+    let take = n.min(buf.len() as u64);
+    (take_bytes(buf, take as usize), n - take)
+}
+
 fn parse_length(v: &[u8]) -> Option<u64> {
     let v = v.trim_ascii();
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
@@ -231,23 +239,19 @@ impl BodyReader {
         loop {
             match self.state {
                 State::Done => return Ok(BodyStep::Done),
+                State::Length(_) | State::ChunkData(_) | State::UntilClose if buf.is_empty() => {
+                    return Ok(BodyStep::NeedMore)
+                }
                 State::Length(n) => {
-                    if buf.is_empty() {
-                        return Ok(BodyStep::NeedMore);
-                    }
-                    let take = n.min(buf.len() as u64);
-                    let rest = n - take;
+                    let (data, rest) = take_counted(buf, n);
                     self.state = if rest == 0 {
                         State::Done
                     } else {
                         State::Length(rest)
                     };
-                    return Ok(BodyStep::Data(take_bytes(buf, take as usize)));
+                    return Ok(BodyStep::Data(data));
                 }
                 State::UntilClose => {
-                    if buf.is_empty() {
-                        return Ok(BodyStep::NeedMore);
-                    }
                     let all = buf.len();
                     return Ok(BodyStep::Data(take_bytes(buf, all)));
                 }
@@ -260,24 +264,20 @@ impl BodyReader {
                             State::ChunkData(size)
                         };
                     }
-                    Ok(httparse::Status::Partial) if buf.len() > 1024 => {
+                    Ok(httparse::Status::Partial) if buf.len() > MAX_CHUNK_SIZE_LINE => {
                         return Err(ResponseError::Chunked)
                     }
                     Ok(httparse::Status::Partial) => return Ok(BodyStep::NeedMore),
                     Err(_) => return Err(ResponseError::Chunked),
                 },
                 State::ChunkData(n) => {
-                    if buf.is_empty() {
-                        return Ok(BodyStep::NeedMore);
-                    }
-                    let take = n.min(buf.len() as u64);
-                    let rest = n - take;
+                    let (data, rest) = take_counted(buf, n);
                     self.state = if rest == 0 {
                         State::ChunkEnd
                     } else {
                         State::ChunkData(rest)
                     };
-                    return Ok(BodyStep::Data(take_bytes(buf, take as usize)));
+                    return Ok(BodyStep::Data(data));
                 }
                 State::ChunkEnd => {
                     if buf.len() < 2 {
