@@ -2,12 +2,15 @@
 //! an upstream response read without hyper ([`H1Body`]), a pre-built `Bytes` (direct and local
 //! replies) or nothing.
 
-use crate::h1_exchange::{BoxError, H1Body};
+use crate::h1_exchange::H1Body;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+
+/// The body's error: hyper's, or the lean upstream exchange's.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug)]
 pub enum ProxyBody {

@@ -9,6 +9,7 @@
 //! `response_read`), and the body streamed by [`H1Body`], which puts the connection back into
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
+use crate::body::BoxError;
 use crate::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
@@ -27,8 +28,6 @@ use warden_http1::socket_read::read_available;
 
 /// Room made in the read buffer before each read.
 const READ_ROOM: usize = 8 * 1024;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {

@@ -107,7 +107,7 @@ async fn forward(
                 clients,
                 metrics,
                 target,
-                &parts,
+                Head::Owned(parts),
                 body,
                 None,
                 retries.per_try_timeout,
@@ -121,7 +121,7 @@ async fn forward(
                 clients,
                 metrics,
                 target,
-                &parts,
+                Head::Borrowed(&parts),
                 ProxyBody::Empty,
                 exclude,
                 retries.per_try_timeout,
@@ -182,13 +182,47 @@ fn clone_parts(parts: &request::Parts) -> request::Parts {
     req.into_parts().0
 }
 
-/// One try. The request is borrowed: a body-less HTTP/1.1 request is written straight from
-/// it, so retries need no copy; the others are copied for hyper's clients.
+/// The request head an attempt sends: borrowed when retries may replay it, owned otherwise.
+/// Not boxed: it is moved once into `attempt`, as the head by value always was, and a box
+/// would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
+enum Head<'a> {
+    Borrowed(&'a request::Parts),
+    Owned(request::Parts),
+}
+
+impl Head<'_> {
+    fn get(&self) -> &request::Parts {
+        match self {
+            Head::Borrowed(parts) => parts,
+            Head::Owned(parts) => parts,
+        }
+    }
+
+    /// For hyper's clients, which take the request by value: a borrowed head is copied.
+    fn into_owned(self) -> request::Parts {
+        match self {
+            Head::Borrowed(parts) => clone_parts(parts),
+            Head::Owned(parts) => parts,
+        }
+    }
+}
+
+/// A client's error as an attempt's failure: a connect failure or anything else.
+fn send_error(is_connect: bool, e: impl std::fmt::Display) -> SendError {
+    match is_connect {
+        true => SendError::Connect,
+        false => SendError::Other(e.to_string()),
+    }
+}
+
+/// One try. A body-less HTTP/1.1 request is written straight from a borrowed head, so retries
+/// need no copy.
 async fn attempt(
     clients: &UpstreamClients,
     metrics: &Metrics,
     target: &WeightedCluster,
-    parts: &request::Parts,
+    head: Head<'_>,
     body: ProxyBody,
     exclude: Option<usize>,
     per_try_timeout: Option<Duration>,
@@ -206,40 +240,35 @@ async fn attempt(
     })?;
     let endpoint = lease.endpoint().authority.clone();
     let sent = async {
-        let h1_error = |e: crate::h1_pool::H1Error| match e.is_connect() {
-            true => SendError::Connect,
-            false => SendError::Other(e.to_string()),
-        };
-        let path = || {
-            parts
-                .uri
-                .path_and_query()
-                .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/"))
-        };
+        let path = head
+            .get()
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         match cluster.protocol {
-            UpstreamProtocol::Http1 if bodyless(parts, &body) => clients
+            UpstreamProtocol::Http1 if bodyless(head.get(), &body) => clients
                 .h1
-                .send_bodyless(&endpoint, &cluster.reuse, parts)
+                .send_bodyless(&endpoint, &cluster.reuse, head.get())
                 .await
-                .map_err(h1_error),
+                .map_err(|e| send_error(e.is_connect(), e)),
             UpstreamProtocol::Http1 => {
-                let mut parts = clone_parts(parts);
+                let mut parts = head.into_owned();
                 // Origin-form: the connection is already to the endpoint.
                 parts.version = Version::HTTP_11;
-                parts.uri = Uri::from(path());
+                parts.uri = Uri::from(path);
                 clients
                     .h1
                     .send(&endpoint, &cluster.reuse, Request::from_parts(parts, body))
                     .await
-                    .map_err(h1_error)
+                    .map_err(|e| send_error(e.is_connect(), e))
             }
             UpstreamProtocol::Http2 => {
-                let mut parts = clone_parts(parts);
+                let mut parts = head.into_owned();
                 let mut uri = http::uri::Parts::default();
                 uri.scheme = Some(Scheme::HTTP);
                 uri.authority = Some(endpoint.clone());
-                uri.path_and_query = Some(path());
+                uri.path_and_query = Some(path);
                 parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
                 parts.version = Version::HTTP_2;
                 clients
@@ -247,10 +276,7 @@ async fn attempt(
                     .request(Request::from_parts(parts, body))
                     .await
                     .map(|r| r.map(ProxyBody::Streamed))
-                    .map_err(|e| match e.is_connect() {
-                        true => SendError::Connect,
-                        false => SendError::Other(e.to_string()),
-                    })
+                    .map_err(|e| send_error(e.is_connect(), e))
             }
         }
     };
