@@ -9,7 +9,7 @@
 //! `response_read`), and the body streamed by [`H1Body`], which puts the connection back into
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
-use crate::body::BoxError;
+use crate::body::{BoxError, ProxyBody};
 use crate::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
@@ -22,7 +22,7 @@ use std::task::{ready, Context, Poll, Waker};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use warden_http1::response_read::{
-    self, BodyFraming, BodyReader, BodyStep, ParsedResponse, ResponseError, ResponseHead,
+    self, BodyReader, BodyStep, ParsedResponse, ResponseError, ResponseHead,
 };
 use warden_http1::socket_read::read_available;
 
@@ -142,12 +142,27 @@ pub fn encode_request(out: &mut Vec<u8>, parts: &request::Parts, endpoint: &Auth
     out.extend_from_slice(b"\r\n");
 }
 
-/// The parsed head as the response hyper's client would have returned: header values share
-/// the head's bytes, the reason phrase is kept when it is not the canonical one.
-pub fn to_response(
+/// The response to hand on: its head as hyper's client would have built it, and a body that
+/// gives `conn` back to its pool (`home`) once read to its end.
+pub fn into_response(
     head: &ResponseHead,
     bytes: &Bytes,
-) -> Result<http::response::Parts, ExchangeError> {
+    conn: Pooled<LeanConn>,
+    home: Home,
+) -> Result<Response<ProxyBody>, ExchangeError> {
+    let parts = to_response(head, bytes)?;
+    let body = H1Body::new(head, conn, home);
+    let body = if body.is_end_stream() {
+        ProxyBody::Empty
+    } else {
+        ProxyBody::H1(Box::new(body))
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+/// The parsed head as the response hyper's client would have returned: header values share
+/// the head's bytes, the reason phrase is kept when it is not the canonical one.
+fn to_response(head: &ResponseHead, bytes: &Bytes) -> Result<http::response::Parts, ExchangeError> {
     let mut headers = HeaderMap::with_capacity(head.headers.len());
     for (name, value) in &head.headers {
         let name =
@@ -190,11 +205,11 @@ pub struct H1Body {
 }
 
 impl H1Body {
-    pub fn new(framing: BodyFraming, conn: Pooled<LeanConn>, reusable: bool, home: Home) -> Self {
+    fn new(head: &ResponseHead, conn: Pooled<LeanConn>, home: Home) -> Self {
         let mut body = H1Body {
-            reader: BodyReader::new(framing),
+            reader: BodyReader::new(head.framing),
             conn: Some(conn),
-            reusable,
+            reusable: head.reusable,
             home,
         };
         if body.reader.is_done() {

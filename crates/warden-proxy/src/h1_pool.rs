@@ -17,7 +17,7 @@
 //! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::body::ProxyBody;
-use crate::h1_exchange::{self, ExchangeError, H1Body, Home, LeanConn};
+use crate::h1_exchange::{self, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
 use http::{header, request, HeaderValue, Method, Request, Response};
@@ -340,6 +340,7 @@ impl H1Pool {
         self.lean_response(endpoint, conn, &head, &bytes)
     }
 
+    /// The response, its body owning `conn` until read to its end.
     fn lean_response(
         &self,
         endpoint: &Authority,
@@ -347,18 +348,11 @@ impl H1Pool {
         head: &warden_http1::response_read::ResponseHead,
         bytes: &Bytes,
     ) -> Result<Response<ProxyBody>, H1Error> {
-        let parts = h1_exchange::to_response(head, bytes).map_err(H1Error::Exchange)?;
         let home = Home {
             pool: self.lean.clone(),
             endpoint: endpoint.clone(),
         };
-        let body = H1Body::new(head.framing, conn, head.reusable, home);
-        let body = if http_body::Body::is_end_stream(&body) {
-            ProxyBody::Empty
-        } else {
-            ProxyBody::H1(Box::new(body))
-        };
-        Ok(Response::from_parts(parts, body))
+        h1_exchange::into_response(head, bytes, conn, home).map_err(H1Error::Exchange)
     }
 
     async fn connect(&self, endpoint: &Authority) -> Result<TcpStream, H1Error> {
