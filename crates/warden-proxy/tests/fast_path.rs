@@ -209,45 +209,23 @@ async fn a_head_split_over_many_reads_is_answered() {
 /// An upstream answering every request head by path: `/chunked` with a chunked body (length
 /// unknown to the proxy), `/sized` with `content-length` and its own `date`, anything else 204.
 async fn raw_upstream() -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        buf.drain(..end + 4);
-                        let reply: &[u8] = if head.contains(" /chunked") {
-                            b"HTTP/1.1 200 OK\r\nx-up: chunked\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
-                        } else if head.contains(" /sized") {
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-up: sized\r\n\r\nhello"
-                        } else {
-                            b"HTTP/1.1 204 No Content\r\nx-up: none\r\n\r\n"
-                        };
-                        let reply = if head.starts_with("HEAD") {
-                            // No body on HEAD; a chunked answer ends at its head.
-                            let end = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-                            &reply[..end]
-                        } else {
-                            reply
-                        };
-                        if s.write_all(reply).await.is_err() {
-                            return;
-                        }
-                    }
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
+    common::raw_upstream(|head| {
+        let reply: &[u8] = if head.contains(" /chunked") {
+            b"HTTP/1.1 200 OK\r\nx-up: chunked\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        } else if head.contains(" /sized") {
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-up: sized\r\n\r\nhello"
+        } else {
+            b"HTTP/1.1 204 No Content\r\nx-up: none\r\n\r\n"
+        };
+        if head.starts_with("HEAD") {
+            // No body on HEAD; a chunked answer ends at its head.
+            let end = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            reply[..end].to_vec()
+        } else {
+            reply.to_vec()
         }
-    });
-    addr
+    })
+    .await
 }
 
 #[tokio::test]

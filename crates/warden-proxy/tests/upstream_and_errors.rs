@@ -5,7 +5,6 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use futures_util::StreamExt;
 use std::time::Duration;
 
 fn one_route(dest_host: &str, extra_route: &str, ses: &str) -> String {
@@ -39,72 +38,30 @@ async fn ten_megabyte_post_is_streamed_through() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let mut total = 0usize;
-    let mut stream = r.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.unwrap();
-        for (k, b) in chunk.iter().enumerate() {
-            let i = (total + k) / CHUNK;
-            assert_eq!(*b, (i % 251) as u8, "byte {} differs", total + k);
-        }
-        total += chunk.len();
-    }
+    let total = read_patterned(r, CHUNK).await;
     assert_eq!(total, CHUNK * CHUNKS);
 }
 
-/// An HTTP/1.1 upstream serving 10 MB bodies on keep-alive connections: `/sized` with a
-/// content-length, anything else chunked in 64 KiB chunks. Byte `i` is `(i / 65536) % 251`.
+/// An HTTP/1.1 upstream serving 10 MB [`patterned`] bodies on keep-alive connections:
+/// `/sized` with a content-length, anything else chunked in 64 KiB chunks.
 async fn big_body_upstream() -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const CHUNK: usize = 64 * 1024;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut read = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let sized = String::from_utf8_lossy(&buf[..end]).contains(" /sized");
-                        buf.drain(..end + 4);
-                        let head = if sized {
-                            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 160 * CHUNK)
-                        } else {
-                            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_string()
-                        };
-                        if s.write_all(head.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        for i in 0..160 {
-                            let data = vec![(i % 251) as u8; CHUNK];
-                            let framed = if sized {
-                                data
-                            } else {
-                                [
-                                    format!("{CHUNK:x}\r\n").into_bytes(),
-                                    data,
-                                    b"\r\n".to_vec(),
-                                ]
-                                .concat()
-                            };
-                            if s.write_all(&framed).await.is_err() {
-                                return;
-                            }
-                        }
-                        if !sized && s.write_all(b"0\r\n\r\n").await.is_err() {
-                            return;
-                        }
-                    }
-                    match s.read(&mut read).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&read[..n]),
-                    }
-                }
-            });
+    raw_upstream(|head| {
+        const CHUNK: usize = 64 * 1024;
+        let body = patterned(160 * CHUNK, CHUNK);
+        if head.contains(" /sized") {
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            return [head.into_bytes(), body].concat();
         }
-    });
-    addr
+        let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for data in body.chunks(CHUNK) {
+            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    })
+    .await
 }
 
 /// Body-less requests take the proxy's own HTTP/1.1 exchange (not hyper's client): large
@@ -124,16 +81,7 @@ async fn ten_megabyte_responses_are_streamed_back() {
         let url = format!("http://{}{path}", addr(&proxy, 0));
         let r = client.get(&url).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
-        let mut total = 0usize;
-        let mut stream = r.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.unwrap();
-            for (k, b) in chunk.iter().enumerate() {
-                let i = (total + k) / CHUNK;
-                assert_eq!(*b, (i % 251) as u8, "{path}: byte {} differs", total + k);
-            }
-            total += chunk.len();
-        }
+        let total = read_patterned(r, CHUNK).await;
         assert_eq!(total, 160 * CHUNK, "{path}");
     }
 }

@@ -231,6 +231,57 @@ pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A hand-written HTTP/1.1 upstream on keep-alive connections: for every request head it
+/// reads (requests carry no body), it writes what `answer(head)` returns, byte for byte.
+pub async fn raw_upstream(answer: fn(&str) -> Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        if s.write_all(&answer(&head)).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Byte `i` of a test body made of `chunk`-sized runs: `(i / chunk) % 251`.
+pub fn patterned(len: usize, chunk: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i / chunk) % 251) as u8).collect()
+}
+
+/// Read a response body to its end, checking it is [`patterned`] with runs of `chunk`;
+/// returns its length.
+pub async fn read_patterned(resp: reqwest::Response, chunk: usize) -> usize {
+    use futures_util::StreamExt;
+    let mut total = 0usize;
+    let mut stream = resp.bytes_stream();
+    while let Some(piece) = stream.next().await {
+        let piece = piece.unwrap();
+        for (k, b) in piece.iter().enumerate() {
+            let i = (total + k) / chunk;
+            assert_eq!(*b, (i % 251) as u8, "byte {} differs", total + k);
+        }
+        total += piece.len();
+    }
+    total
+}
+
 pub fn empty() -> Empty<Bytes> {
     Empty::new()
 }
