@@ -229,27 +229,30 @@ impl RedisStore {
             .collect()
     }
 
-    pub async fn apply(&self, ops: &[CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
+    /// `call` on each pool with its share of `ops` (both at once), results in `ops` order.
+    async fn on_pools<T: Copy>(
+        &self,
+        ops: &[CounterOp],
+        call: impl AsyncFn(&RedisPool, &[&CounterOp]) -> Result<Vec<T>, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
         let (main_ops, second_ops) = self.split(ops);
         let (main, second) = match &self.per_second {
-            None => (self.main.apply(&main_ops).await?, Vec::new()),
+            None => (call(&self.main, &main_ops).await?, Vec::new()),
             Some(ps) => {
-                let (a, b) = tokio::join!(self.main.apply(&main_ops), ps.apply(&second_ops));
+                let (a, b) = tokio::join!(call(&self.main, &main_ops), call(ps, &second_ops));
                 (a?, b?)
             }
         };
         Ok(Self::merge(ops, self.per_second.is_some(), main, second))
     }
 
+    pub async fn apply(&self, ops: &[CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
+        self.on_pools(ops, async |pool, ops| pool.apply(ops).await)
+            .await
+    }
+
     pub async fn get(&self, ops: &[CounterOp]) -> Result<Vec<u64>, StoreError> {
-        let (main_ops, second_ops) = self.split(ops);
-        let (main, second) = match &self.per_second {
-            None => (self.main.get(&main_ops).await?, Vec::new()),
-            Some(ps) => {
-                let (a, b) = tokio::join!(self.main.get(&main_ops), ps.get(&second_ops));
-                (a?, b?)
-            }
-        };
-        Ok(Self::merge(ops, self.per_second.is_some(), main, second))
+        self.on_pools(ops, async |pool, ops| pool.get(ops).await)
+            .await
     }
 }
