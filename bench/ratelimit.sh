@@ -5,8 +5,10 @@
 #
 #   bench/ratelimit.sh [SECONDS]
 #
-# Load: crates/warden-ratelimit/examples/rls_bench.rs (tonic client, N streams over C HTTP/2
-# connections, hdrhistogram percentiles). Descriptor: the seed's remote_address + PATH over
+# Load: crates/warden-ratelimit/examples/rls_bench.rs (N streams over C HTTP/2 connections,
+# hdrhistogram percentiles; warden's own gRPC client, the one the proxy uses, and one row with
+# tonic's generated client). Open-loop rows run 1 s of uncounted warm-up first: the first call
+# of each of 1000 streams waits up to ~100 ms, a start-up cost that is not the steady state. Descriptor: the seed's remote_address + PATH over
 # 1000 client IPs, limit high enough that every decision counts in the store. The tonic client
 # costs about as much CPU as the server, and both share 2 cores, so decisions/s are also
 # measured with h2load (nghttp2, a C HTTP/2 load tool: the same gRPC request bytes, one
@@ -35,6 +37,16 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 TMP="$(mktemp -d)"
 PIDS=()
+# Reads one percentile (p50, p99, p99.9) in ms from `warden load`'s text report on stdin.
+ROOT_LOAD_MS="$TMP/load_ms.py"
+cat >"$ROOT_LOAD_MS" <<'PY'
+import re, sys
+text = sys.stdin.read()
+m = re.search(r"\b" + re.escape(sys.argv[1]) + r" ([0-9.]+) (µs|ms|s)\b", text)
+if m:
+    v = float(m.group(1)) * {"µs": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+    print(f"{v:.3f}")
+PY
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -111,12 +123,17 @@ run_backend() { # backend
     --label "$backend	64 streams, closed loop" >>"$RESULTS"
   "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --connections 8 --streams 1000 \
     --label "$backend	1000 streams, closed loop" >>"$RESULTS"
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --connections 8 --streams 1000 --rate 20000 \
-    --label "$backend	1000 streams, open loop 20k/s" >>"$RESULTS"
+  local rate
+  for rate in 5000 20000; do
+    "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+      --rate "$rate" --label "$backend	1000 streams, open loop $((rate / 1000))k/s" >>"$RESULTS"
+  done
+  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+    --rate 20000 --client tonic --label "$backend	1000 streams, 20k/s, tonic client" >>"$RESULTS"
   # The same load with grpc.health.v1 Check (no decision): the latency floor of this client,
   # HTTP/2 and the machine, under the ShouldRateLimit row above.
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --connections 8 --streams 1000 --rate 20000 \
-    --method health --label "$backend	1000 streams, 20k/s, health (floor)" >>"$RESULTS"
+  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+    --rate 20000 --method health --label "$backend	1000 streams, 20k/s, health (floor)" >>"$RESULTS"
   h2load_run "127.0.0.1:$grpc" "$backend	h2load 4x64 streams, 1 key"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
@@ -133,9 +150,23 @@ plain_pid=$!
 PIDS+=("$plain_pid")
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$plain_port") 2>/dev/null && break; sleep 0.05; done
 "$CLIENT" --addr "127.0.0.1:$plain_port" --seconds 1 --streams 16 --method health --label warmup >/dev/null
-"$CLIENT" --addr "127.0.0.1:$plain_port" --seconds "$SECS" --connections 8 --streams 1000 --rate 20000 \
-  --method health --label "tonic	1000 streams, 20k/s, health, plain server" >>"$RESULTS"
+"$CLIENT" --addr "127.0.0.1:$plain_port" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+  --rate 20000 --method health --label "tonic	1000 streams, 20k/s, health, plain server" >>"$RESULTS"
 kill "$plain_pid"; wait "$plain_pid" 2>/dev/null || true
+
+# The machine's own floor, without gRPC: plain HTTP/1.1 GETs to `warden echo` from `warden load`
+# (open loop, 64 connections) at the same rates.
+echo_port="$(free_port)"
+"$WARDEN" echo --http "127.0.0.1:$echo_port" --threads 1 >/dev/null 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$echo_port") 2>/dev/null && break; sleep 0.05; done
+for rate in 5000 20000; do
+  out="$("$WARDEN" load -c 64 -q "$rate" -t "${SECS}s" --quiet "http://127.0.0.1:$echo_port/" 2>&1)"
+  printf 'http\t64 conns, %sk/s, GET warden echo (floor)\tdecisions_per_s=%s\tp50_ms=%s\tp99_ms=%s\tp999_ms=%s\terrors=0\n' \
+    "$((rate / 1000))" "$rate" \
+    "$(python3 "$ROOT_LOAD_MS" p50 <<<"$out")" "$(python3 "$ROOT_LOAD_MS" p99 <<<"$out")" \
+    "$(python3 "$ROOT_LOAD_MS" p99.9 <<<"$out")" >>"$RESULTS"
+done
 
 incr_plain="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 300000 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 incr_p16="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 2000000 -P 16 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
@@ -180,16 +211,20 @@ PY
 }
 host_stalls
 
-p99_of() { grep -P "^$1\t1000 streams, $2" "$RESULTS" | field p99_ms; }
+p99_of() { grep -P "^$1\t$2" "$RESULTS" | field p99_ms; }
 for backend in memory redis; do
-  python3 - "$backend" "$(p99_of "$backend" "open loop")" "$(p99_of "$backend" "20k/s, health")" \
-    "$(p99_of tonic "20k/s, health, plain")" <<'PY'
+  python3 - "$backend" "$(p99_of "$backend" "1000 streams, open loop 5k")" \
+    "$(p99_of "$backend" "1000 streams, open loop 20k")" "$(p99_of "$backend" "1000 streams, 20k/s, health")" \
+    "$(p99_of tonic "1000 streams, 20k/s, health, plain")" \
+    "$(p99_of http "64 conns, 5k")" "$(p99_of http "64 conns, 20k")" <<'PY'
 import sys
-backend, p99, floor, plain = sys.argv[1], *(float(x or 0) for x in sys.argv[2:5])
-verdict = "PASS" if 0 < p99 < 2 else "FAIL"
-print(f"{backend:<7} p99 at 1000 streams, 20k/s: {p99:.2f} ms  [{verdict}, goal < 2 ms]; "
-      f"health check on the same load (no decision): {floor:.2f} ms; "
-      f"a plain tonic health server: {plain:.2f} ms")
+backend, p5, p20, health, plain, http5, http20 = sys.argv[1], *(float(x or 0) for x in sys.argv[2:8])
+for rate, p99, http in (("5k/s", p5, http5), ("20k/s", p20, http20)):
+    verdict = "PASS" if 0 < p99 < 2 else "FAIL"
+    print(f"{backend:<7} p99 at 1000 streams, {rate:>5}: {p99:.2f} ms  [{verdict}, goal < 2 ms]; "
+          f"plain HTTP GET floor at {rate}: {http:.2f} ms")
+print(f"{backend:<7} floors at 20k/s: health check (no decision) {health:.2f} ms; "
+      f"a plain tonic health server {plain:.2f} ms")
 PY
 done
 python3 - "$mem" "$red" "$incr_plain" "${mem_h2:-0}" "${red_h2:-0}" <<'PY'

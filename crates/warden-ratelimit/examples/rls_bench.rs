@@ -2,34 +2,51 @@
 //! connections for a bounded time, reporting decisions/s and latency percentiles.
 //!
 //! `cargo run --release -p warden-ratelimit --example rls_bench -- --addr 127.0.0.1:8081
-//!   --connections 4 --streams 64 --seconds 5 [--rate 50000] [--keys 1000]`
+//!   --connections 4 --streams 64 --seconds 5 [--rate 50000] [--keys 1000] [--warmup 1]`
+//!
+//! `--warmup` seconds of calls run first and are not counted: every stream's first call opens
+//! its HTTP/2 stream state on both sides, and with 1000 streams those first calls wait up to
+//! ~100 ms, which a short run would report as the steady state's p99.
 //!
 //! With `--rate`, each stream sends on a fixed schedule (open loop) and latency is measured from
 //! the scheduled send time, so a stalled server cannot hide its queueing (coordinated omission).
+//!
+//! `--client lean` (default) makes the calls with warden's own gRPC client
+//! (`warden_ratelimit::grpc_client`, the one the proxy uses: h2, no per-call tasks);
+//! `--client tonic` with tonic's generated client, which costs the 2-core machine about as much
+//! CPU per call as the server does.
 //!
 //! `--method health` sends `grpc.health.v1.Health/Check` instead, on the same connections and
 //! schedule: a call the service answers without a decision, so its latency is what this client,
 //! HTTP/2 and the machine cost by themselves (the floor under the ShouldRateLimit numbers).
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use h2::client::SendRequest;
 use hdrhistogram::Histogram;
+use http::uri::{Authority, Uri};
 use std::time::{Duration, Instant};
-use tonic::transport::Endpoint;
+use tokio::net::TcpStream;
+use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use warden_ratelimit::grpc_client;
 
 struct Args {
     addr: String,
     connections: usize,
     streams: usize,
     seconds: f64,
+    warmup: f64,
     rate: Option<f64>,
     keys: usize,
     label: String,
     health: bool,
+    tonic: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -38,10 +55,12 @@ fn parse_args() -> Result<Args, String> {
         connections: 4,
         streams: 64,
         seconds: 5.0,
+        warmup: 0.0,
         rate: None,
         keys: 1000,
         label: "run".into(),
         health: false,
+        tonic: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,6 +71,7 @@ fn parse_args() -> Result<Args, String> {
             "--connections" => args.connections = value.parse().map_err(bad)?,
             "--streams" => args.streams = value.parse().map_err(bad)?,
             "--seconds" => args.seconds = value.parse().map_err(|_| format!("bad {flag}"))?,
+            "--warmup" => args.warmup = value.parse().map_err(|_| format!("bad {flag}"))?,
             "--rate" => args.rate = Some(value.parse().map_err(|_| format!("bad {flag}"))?),
             "--keys" => args.keys = value.parse().map_err(bad)?,
             "--label" => args.label = value.clone(),
@@ -64,6 +84,11 @@ fn parse_args() -> Result<Args, String> {
                     ))
                 }
             },
+            "--client" => match value.as_str() {
+                "lean" => args.tonic = false,
+                "tonic" => args.tonic = true,
+                _ => return Err(format!("unknown client {value} (lean, tonic)")),
+            },
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -72,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
     }
     // Bounded: never run longer than a minute.
     args.seconds = args.seconds.clamp(0.5, 60.0);
+    args.warmup = args.warmup.clamp(0.0, 10.0);
     Ok(args)
 }
 
@@ -99,32 +125,106 @@ fn request(i: usize) -> RateLimitRequest {
 /// How late a sleeping stream may wake without that counting as latency (as in `warden load`).
 const TIMER_SLACK: Duration = Duration::from_millis(2);
 
+/// One connection's calls, made by one of the two clients.
+#[derive(Clone)]
+enum Client {
+    Tonic(RateLimitServiceClient<Channel>, HealthClient<Channel>),
+    Lean {
+        send: SendRequest<Bytes>,
+        should_rate_limit: Uri,
+        health: Uri,
+    },
+}
+
+/// What a call came back with.
+enum Outcome {
+    Ok,
+    OverLimit,
+    Error,
+}
+
+impl Client {
+    async fn connect(addr: &str, tonic: bool) -> Result<Client, Box<dyn std::error::Error>> {
+        if tonic {
+            let channel = Endpoint::from_shared(format!("http://{addr}"))?
+                .tcp_nodelay(true)
+                .buffer_size(4096)
+                .connect()
+                .await?;
+            return Ok(Client::Tonic(
+                RateLimitServiceClient::new(channel.clone()),
+                HealthClient::new(channel),
+            ));
+        }
+        let authority: Authority = addr.parse()?;
+        let (send, connection) = grpc_client::handshake(TcpStream::connect(addr).await?).await?;
+        tokio::spawn(connection);
+        Ok(Client::Lean {
+            send,
+            should_rate_limit: grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT),
+            health: grpc_client::method_uri(&authority, grpc_client::HEALTH_CHECK),
+        })
+    }
+
+    async fn call(&mut self, health: bool, request: &RateLimitRequest) -> Outcome {
+        let decision = |code: i32| match code {
+            2 => Outcome::OverLimit,
+            _ => Outcome::Ok,
+        };
+        match self {
+            Client::Tonic(_, client) if health => {
+                match client.check(HealthCheckRequest::default()).await {
+                    Ok(_) => Outcome::Ok,
+                    Err(_) => Outcome::Error,
+                }
+            }
+            Client::Tonic(client, _) => match client.should_rate_limit(request.clone()).await {
+                Ok(resp) => decision(resp.get_ref().overall_code),
+                Err(_) => Outcome::Error,
+            },
+            Client::Lean {
+                send, health: uri, ..
+            } if health => {
+                let check = HealthCheckRequest::default();
+                let call = grpc_client::unary::<_, HealthCheckResponse>(send.clone(), uri, &check);
+                match call.await {
+                    Ok(_) => Outcome::Ok,
+                    Err(_) => Outcome::Error,
+                }
+            }
+            Client::Lean {
+                send,
+                should_rate_limit: uri,
+                ..
+            } => {
+                let call = grpc_client::unary::<_, RateLimitResponse>(send.clone(), uri, request);
+                match call.await {
+                    Ok(resp) => decision(resp.overall_code),
+                    Err(_) => Outcome::Error,
+                }
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let mut clients = Vec::new();
     for _ in 0..args.connections {
-        let channel = Endpoint::from_shared(format!("http://{}", args.addr))?
-            .tcp_nodelay(true)
-            .buffer_size(4096)
-            .connect()
-            .await?;
-        clients.push((
-            RateLimitServiceClient::new(channel.clone()),
-            HealthClient::new(channel),
-        ));
+        clients.push(Client::connect(&args.addr, args.tonic).await?);
     }
     let health = args.health;
     let requests: Vec<RateLimitRequest> = (0..args.keys).map(request).collect();
     let requests = std::sync::Arc::new(requests);
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(args.seconds);
+    let measured_from = Instant::now() + Duration::from_secs_f64(args.warmup);
+    let deadline = measured_from + Duration::from_secs_f64(args.seconds);
     let interval = args
         .rate
         .map(|r| Duration::from_secs_f64(args.streams as f64 / r.max(1.0)));
     let mut tasks = Vec::new();
     for s in 0..args.streams {
-        let (mut client, mut health_client) = clients[s % clients.len()].clone();
+        let mut client = clients[s % clients.len()].clone();
         let requests = requests.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
@@ -161,24 +261,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         now
                     }
                 };
-                if health {
-                    match health_client.check(HealthCheckRequest::default()).await {
-                        Ok(_) => ok += 1,
-                        Err(_) => errors += 1,
-                    }
-                } else {
-                    let req = requests[i % requests.len()].clone();
-                    i += 7;
-                    match client.should_rate_limit(req).await {
-                        Ok(resp) => {
-                            if resp.into_inner().overall_code == 2 {
-                                over += 1;
-                            } else {
-                                ok += 1;
-                            }
-                        }
-                        Err(_) => errors += 1,
-                    }
+                let outcome = client.call(health, &requests[i % requests.len()]).await;
+                i += 7;
+                if scheduled < measured_from {
+                    continue; // warm-up
+                }
+                match outcome {
+                    Outcome::Ok => ok += 1,
+                    Outcome::OverLimit => over += 1,
+                    Outcome::Error => errors += 1,
                 }
                 let micros = scheduled.elapsed().as_micros() as u64;
                 let _ = hist.record(micros.max(1));
@@ -195,7 +286,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         over += v;
         errors += e;
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    let elapsed = measured_from.elapsed().as_secs_f64();
     let total = ok + over + errors;
     println!(
         "{label}\tdecisions_per_s={:.0}\tp50_ms={:.3}\tp99_ms={:.3}\tp999_ms={:.3}\tok={ok}\tover={over}\terrors={errors}",

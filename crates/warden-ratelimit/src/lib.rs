@@ -16,6 +16,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod grpc_client;
 pub mod grpc_codec;
 pub mod json;
 pub mod limiter;

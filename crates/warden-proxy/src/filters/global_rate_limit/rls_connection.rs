@@ -1,35 +1,42 @@
 //! One HTTP/2 connection to each rate limit service per worker thread, like Envoy's per-worker
-//! gRPC clients, used straight through hyper's HTTP/2 client.
+//! gRPC clients; calls are made on it by [`warden_ratelimit::grpc_client`].
 //!
-//! Why not tonic's `Channel`: it queues every call through a `tower::Buffer` task and a stack
-//! of reconnect layers; measured in the proxy, that cost about as much CPU per decision as
-//! forwarding the request upstream. Here a call is handed to the connection task directly.
 //! The connection is made on first use, shared by the worker's concurrent calls while it is
 //! being made, replaced when it closes, and after a failed connect the service is not tried
-//! again for [`RETRY_AFTER`] (calls fail at once, and fail open or closed as configured).
+//! again for [`RETRY_AFTER`] (calls fail at once, and fail open or closed as configured). A
+//! keep-alive PING every [`KEEP_ALIVE_INTERVAL`] closes a connection whose peer went silent.
 
+use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use http::uri::{Authority, Scheme, Uri};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use h2::client::SendRequest;
+use h2::{Ping, PingPong};
+use http::uri::{Authority, Uri};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tonic::body::Body;
+use warden_ratelimit::grpc_client;
+use warden_ratelimit::{RateLimitRequest, RateLimitResponse};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// A PING not answered within this closes the connection (hyper's default).
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After a failed connect, calls fail without trying again for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 
-type Connecting = Shared<BoxFuture<'static, Result<SendRequest<Body>, Arc<str>>>>;
+/// A live connection: its sender and whether its task has ended.
+#[derive(Clone)]
+struct Live {
+    send: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<Live, Arc<str>>>>;
 
 enum Slot {
-    Ready(SendRequest<Body>),
+    Ready(Live),
     Connecting(Connecting),
     Failed { until: Instant, reason: Arc<str> },
 }
@@ -40,11 +47,20 @@ thread_local! {
     static SLOTS: RefCell<HashMap<Authority, Slot>> = RefCell::new(HashMap::new());
 }
 
-/// A gRPC service over this worker's connection to one RLS address.
-#[derive(Clone)]
+/// This worker's connection to one RLS address.
 pub struct RlsConnection {
-    send: SendRequest<Body>,
-    authority: Authority,
+    send: SendRequest<Bytes>,
+}
+
+impl RlsConnection {
+    /// One ShouldRateLimit call; `uri` is [`call_uri`] of the connection's authority.
+    pub async fn should_rate_limit(
+        self,
+        uri: &Uri,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        grpc_client::unary(self.send, uri, request).await
+    }
 }
 
 /// This worker's connection to `authority` (`host:port`, checked by [`authority`]).
@@ -52,7 +68,9 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
     let connecting = SLOTS.with(|slots| {
         let mut slots = slots.borrow_mut();
         match slots.get(authority) {
-            Some(Slot::Ready(send)) if !send.is_closed() => return Ok(Ok(send.clone())),
+            Some(Slot::Ready(live)) if !live.closed.load(Ordering::Relaxed) => {
+                return Ok(Ok(live.send.clone()))
+            }
             Some(Slot::Connecting(pending)) => return Ok(Err(pending.clone())),
             Some(Slot::Failed { until, reason }) if Instant::now() < *until => {
                 return Err(reason.clone())
@@ -71,7 +89,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
                 let mut slots = slots.borrow_mut();
                 if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(authority) {
                     *slot = match &result {
-                        Ok(send) => Slot::Ready(send.clone()),
+                        Ok(live) => Slot::Ready(live.clone()),
                         Err(reason) => Slot::Failed {
                             until: Instant::now() + RETRY_AFTER,
                             reason: reason.clone(),
@@ -79,13 +97,10 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
                     };
                 }
             });
-            result?
+            result?.send
         }
     };
-    Ok(RlsConnection {
-        send,
-        authority: authority.clone(),
-    })
+    Ok(RlsConnection { send })
 }
 
 /// `host:port` as a URI authority; the port is required.
@@ -97,7 +112,12 @@ pub fn authority(address: &str) -> Result<Authority, String> {
     Ok(authority)
 }
 
-async fn connect(authority: Authority) -> Result<SendRequest<Body>, Arc<str>> {
+/// The URI of a ShouldRateLimit call to `authority`.
+pub fn call_uri(authority: &Authority) -> Uri {
+    grpc_client::method_uri(authority, grpc_client::SHOULD_RATE_LIMIT)
+}
+
+async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| -> Arc<str> {
         Arc::from(format!("{what} rate limit service {authority}: {e}"))
     };
@@ -112,38 +132,36 @@ async fn connect(authority: Authority) -> Result<SendRequest<Body>, Arc<str>> {
             ))
         }
     };
-    let _ = stream.set_nodelay(true);
-    let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .handshake(TokioIo::new(stream))
+    let (send, mut connection) = grpc_client::handshake(stream)
         .await
         .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let ping_pong = connection.ping_pong();
+    let done = closed.clone();
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "rate limit service connection closed");
+        tokio::select! {
+            result = connection => if let Err(e) = result {
+                tracing::debug!(error = %e, "rate limit service connection closed");
+            },
+            () = keep_alive(ping_pong) => {
+                tracing::debug!("rate limit service did not answer a keep-alive PING; closing");
+            }
         }
+        done.store(true, Ordering::Relaxed);
     });
-    Ok(send)
+    Ok(Live { send, closed })
 }
 
-impl tonic::codegen::Service<http::Request<Body>> for RlsConnection {
-    type Response = http::Response<hyper::body::Incoming>;
-    type Error = hyper::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.send.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
-        // The generated client sends a path only; HTTP/2 needs :scheme and :authority.
-        let mut parts = std::mem::take(request.uri_mut()).into_parts();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(self.authority.clone());
-        if let Ok(uri) = Uri::from_parts(parts) {
-            *request.uri_mut() = uri;
+/// Returns when a PING goes unanswered (or cannot be sent); never without a PingPong.
+async fn keep_alive(ping_pong: Option<PingPong>) {
+    let Some(mut ping_pong) = ping_pong else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(KEEP_ALIVE_INTERVAL).await;
+        let pong = tokio::time::timeout(KEEP_ALIVE_TIMEOUT, ping_pong.ping(Ping::opaque()));
+        if !matches!(pong.await, Ok(Ok(_))) {
+            return;
         }
-        Box::pin(self.send.send_request(request))
     }
 }

@@ -2,15 +2,12 @@
 //! ratelimit`, memory backend) or a remote RLS over this worker's HTTP/2 connection to it
 //! (`rls_connection`).
 
-use super::rls_connection::{self, RlsConnection};
-use http::uri::{Authority, PathAndQuery};
+use super::rls_connection;
+use http::uri::{Authority, Uri};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use warden_ratelimit::grpc_codec::SmallMessageCodec;
 use warden_ratelimit::{RateLimitRequest, RateLimitResponse, RateLimiter};
-
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlsCallError {
@@ -36,6 +33,8 @@ pub enum RlsBackend {
     Remote {
         /// `host:port` of the service.
         authority: Authority,
+        /// Its ShouldRateLimit URI.
+        uri: Uri,
         timeout: Duration,
     },
 }
@@ -43,27 +42,16 @@ pub enum RlsBackend {
 /// One ShouldRateLimit call on this worker's connection to `authority`.
 async fn remote_call(
     authority: Authority,
+    uri: Uri,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, RlsCallError> {
-    let connection: RlsConnection = rls_connection::get(&authority)
+    let connection = rls_connection::get(&authority)
         .await
         .map_err(RlsCallError::Unavailable)?;
-    let status = |s: tonic::Status| RlsCallError::Status(Box::new(s));
-    // The generated client's calls, with small per-call codec buffers.
-    let mut grpc = tonic::client::Grpc::new(connection);
-    grpc.ready().await.map_err(|e| {
-        status(tonic::Status::unavailable(format!(
-            "rate limit service not ready: {e}"
-        )))
-    })?;
-    grpc.unary(
-        tonic::Request::new(request),
-        PathAndQuery::from_static(SHOULD_RATE_LIMIT),
-        SmallMessageCodec::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
-    .map_err(status)
+    connection
+        .should_rate_limit(&uri, &request)
+        .await
+        .map_err(|s| RlsCallError::Status(Box::new(s)))
 }
 
 /// How long a timed-out call may still finish in the background, and how many may at once.
@@ -99,7 +87,12 @@ impl RlsBackend {
                 address: address.to_string(),
                 reason,
             })?;
-        Ok(RlsBackend::Remote { authority, timeout })
+        let uri = rls_connection::call_uri(&authority);
+        Ok(RlsBackend::Remote {
+            authority,
+            uri,
+            timeout,
+        })
     }
 
     /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
@@ -115,8 +108,12 @@ impl RlsBackend {
     {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
-            RlsBackend::Remote { authority, timeout } => {
-                let mut call = Box::pin(remote_call(authority.clone(), request));
+            RlsBackend::Remote {
+                authority,
+                uri,
+                timeout,
+            } => {
+                let mut call = Box::pin(remote_call(authority.clone(), uri.clone(), request));
                 match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(result) => result,
                     Err(_) => {
