@@ -8,11 +8,12 @@
 # Load: crates/warden-ratelimit/examples/rls_bench.rs (N streams over C HTTP/2 connections,
 # hdrhistogram percentiles; warden's own gRPC client, the one the proxy uses, and one row with
 # tonic's generated client). Open-loop rows run 1 s of uncounted warm-up first: the first call
-# of each of 1000 streams waits up to ~100 ms, a start-up cost that is not the steady state. Descriptor: the seed's remote_address + PATH over
-# 1000 client IPs, limit high enough that every decision counts in the store. The tonic client
-# costs about as much CPU as the server, and both share 2 cores, so decisions/s are also
-# measured with h2load (nghttp2, a C HTTP/2 load tool: the same gRPC request bytes, one
-# descriptor, 4 connections x 64 streams), which leaves the server more of the machine.
+# of each of 1000 streams waits up to ~100 ms, a start-up cost that is not the steady state.
+# Descriptor: the seed's remote_address + PATH over 1000 client IPs, limit high enough that
+# every decision counts in the store. Any in-process client costs CPU on the same 2 cores as
+# the server, so decisions/s are also measured with h2load (nghttp2, a C HTTP/2 load tool: the
+# same gRPC request bytes, one descriptor, 4 connections x 64 streams). The `http` rows are the
+# machine's latency floor without gRPC: plain GETs to `warden echo` at the same open-loop rates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
