@@ -382,5 +382,7 @@ async fn chunked_responses_are_read_whole_on_kept_alive_connections() {
         report.to_text()
     );
     assert_eq!(report.bytes_received, 50 * 10);
-    assert_eq!(report.sockets, 2);
+    // Kept alive: no socket per request. A connection opens lazily, so when the other one
+    // has already taken all 50 requests it never opens (seen once in CI-like load).
+    assert!((1..=2).contains(&report.sockets), "{}", report.sockets);
 }
