@@ -23,6 +23,7 @@ pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 const PREFIX: usize = 5;
 /// A response larger than this is refused, as tonic's default decoding limit does.
 const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+const NO_MESSAGE: &str = "gRPC service answered OK without a message";
 /// Flow-control windows as hyper's client sets them. h2 charges small unread DATA frames
 /// against a budget of half the connection window; with its 64 KiB default, only ~140 calls
 /// could hold an unread answer at once before h2 closes the connection (ENHANCE_YOUR_CALM).
@@ -82,7 +83,7 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     // A trailers-only response (an error before any message) has its status in the headers.
     if let Some(status) = Status::from_header_map(&parts.headers) {
         return Err(if status.code() == Code::Ok {
-            Status::internal("gRPC service answered OK without a message")
+            Status::internal(NO_MESSAGE)
         } else {
             status
         });
@@ -154,9 +155,7 @@ impl MessageBuf {
     fn decode<Resp: Message + Default>(&self) -> Result<Resp, Status> {
         let bytes = self.bytes();
         let Some((prefix, rest)) = bytes.split_first_chunk::<PREFIX>() else {
-            return Err(Status::internal(
-                "gRPC service answered OK without a message",
-            ));
+            return Err(Status::internal(NO_MESSAGE));
         };
         if prefix[0] != 0 {
             return Err(Status::internal(
