@@ -163,7 +163,9 @@ pub fn into_response(
 /// The parsed head as the response hyper's client would have returned: header values share
 /// the head's bytes, the reason phrase is kept when it is not the canonical one.
 fn to_response(head: &ResponseHead, bytes: &Bytes) -> Result<http::response::Parts, ExchangeError> {
-    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    // Room for the headers the pipeline may add on the way back (a local limit's three
+    // x-ratelimit-*, an RLS's), so they do not regrow and rehash the map.
+    let mut headers = HeaderMap::with_capacity(head.headers.len() + 4);
     for (name, value) in &head.headers {
         let name =
             HeaderName::from_bytes(&bytes[name.clone()]).map_err(|_| ExchangeError::Header)?;
