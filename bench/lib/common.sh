@@ -177,6 +177,31 @@ with open(path, "w") as out, open(path + ".rounds", "w") as rounds:
 PY
 }
 
+# paired_ratio NAME URL_A URL_B [PAIRS] [SECS] — "NAME<TAB>median<TAB>r1 r2 ..." of B's req/s
+# over A's, from PAIRS back-to-back runs of SECS each (order swapped every pair). This VM's
+# slowdowns last seconds and move whole rounds by up to ~45%; two runs seconds apart see nearly
+# the same machine, so the median of per-pair ratios estimates a small difference (a 3% cost)
+# that best-of-rounds req/s cannot resolve.
+paired_ratio() {
+  local name=$1 url_a=$2 url_b=$3 pairs=${4:-8} secs=${5:-2} i ra rb ratios=()
+  local rps_of='/Requests\/sec/ {print $2}'
+  for i in $(seq "$pairs"); do
+    if ((i % 2)); then
+      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_a" | awk "$rps_of")
+      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_b" | awk "$rps_of")
+    else
+      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_b" | awk "$rps_of")
+      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_a" | awk "$rps_of")
+    fi
+    ratios+=("$(python3 -c "print(f'{${rb:-0} / max(1.0, ${ra:-0}):.3f}')")")
+  done
+  python3 - "$name" "${ratios[@]}" <<'PY'
+import statistics, sys
+name, ratios = sys.argv[1], [float(r) for r in sys.argv[2:]]
+print(f"{name}\t{statistics.median(ratios):.3f}\t{' '.join(f'{r:.3f}' for r in ratios)}")
+PY
+}
+
 # background_busy — percent of all CPUs busy during one second, before the load starts: other
 # work on the machine (a build, another VM) shows up here and the numbers are not comparable.
 background_busy() {
