@@ -33,8 +33,11 @@ const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-messa
 impl RateLimitHeaders {
     /// Set the three headers on a response.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
-        headers.insert(X_RATELIMIT_LIMIT, limit_value(self.limit));
-        headers.insert(X_RATELIMIT_REMAINING, number_value(self.remaining));
+        headers.insert(X_RATELIMIT_LIMIT, repeated_value(&LAST_LIMIT, self.limit));
+        headers.insert(
+            X_RATELIMIT_REMAINING,
+            repeated_value(&LAST_REMAINING, self.remaining),
+        );
         headers.insert(X_RATELIMIT_RESET, number_value(self.reset));
     }
 }
@@ -54,17 +57,22 @@ fn number_value(n: u64) -> http::HeaderValue {
         .unwrap_or_else(|| n.into())
 }
 
-/// `x-ratelimit-limit` as a header value: a rule's limit is the same on every response, so the
-/// last large one rendered on this thread is kept (shared, not re-rendered and allocated).
-fn limit_value(n: u64) -> http::HeaderValue {
+type LastRendered = std::cell::RefCell<Option<(u64, http::HeaderValue)>>;
+
+thread_local! {
+    static LAST_LIMIT: LastRendered = const { std::cell::RefCell::new(None) };
+    static LAST_REMAINING: LastRendered = const { std::cell::RefCell::new(None) };
+}
+
+/// A large number that tends to repeat, as a header value: the last one rendered on this
+/// thread for that header is kept (shared, not re-rendered and allocated). A rule's limit is
+/// the same on every response; under a policy that does not trigger, buckets stay full, so
+/// `remaining` repeats too.
+fn repeated_value(last: &'static std::thread::LocalKey<LastRendered>, n: u64) -> http::HeaderValue {
     if n < SHARED_NUMBERS {
         return number_value(n);
     }
-    thread_local! {
-        static LAST: std::cell::RefCell<Option<(u64, http::HeaderValue)>> =
-            const { std::cell::RefCell::new(None) };
-    }
-    LAST.with_borrow_mut(|last| match last {
+    last.with_borrow_mut(|last| match last {
         Some((m, v)) if *m == n => v.clone(),
         _ => {
             let v = http::HeaderValue::from(n);
@@ -175,8 +183,10 @@ mod tests {
         ] {
             assert_eq!(number_value(n), http::HeaderValue::from(n), "{n}");
             // Twice: rendered, then from the per-thread cache.
-            assert_eq!(limit_value(n), http::HeaderValue::from(n), "{n}");
-            assert_eq!(limit_value(n), http::HeaderValue::from(n), "{n}");
+            for last in [&LAST_LIMIT, &LAST_REMAINING] {
+                assert_eq!(repeated_value(last, n), http::HeaderValue::from(n), "{n}");
+                assert_eq!(repeated_value(last, n), http::HeaderValue::from(n), "{n}");
+            }
         }
     }
 }
