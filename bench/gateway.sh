@@ -141,3 +141,15 @@ for kind in ("proxy", "direct 333"):
         print(f"  {kind:<10} nginx {row['nginx']:.2f} us, haproxy {row['haproxy']:.2f} us, "
               f"warden {row['warden']:.2f} us: warden / cheapest = {row['warden'] / cheapest:.3f}")
 PY
+
+# The same comparisons from back-to-back pairs of short runs (paired_ratio, bench/lib/common.sh):
+# the rounds above are seconds apart per case and this machine's slowdowns move whole rounds.
+PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
+echo
+for kind in "proxy $N_PROXY $H_PROXY $W_PROXY" "direct-333 $N_DIRECT $H_DIRECT $W_DIRECT"; do
+  read -r name nginx haproxy warden <<<"$kind"
+  for other in "nginx $nginx" "haproxy $haproxy"; do
+    paired_ratio "$name warden / ${other% *}" "http://127.0.0.1:${other#* }/" \
+      "http://127.0.0.1:$warden/" "$PAIRS" "$PAIRED_SECS" | paired_verdict 1.0
+  done
+done

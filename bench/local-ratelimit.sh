@@ -179,15 +179,6 @@ PY
 # The same ratios from back-to-back pairs of short runs (see paired_ratio in bench/lib/common.sh):
 # the rounds above are 5 s apart per case and this machine's slowdowns move whole rounds.
 PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
-paired_verdict() { # GOAL, then paired_ratio's line on stdin
-  python3 -c '
-import sys
-goal = float(sys.argv[1])
-name, median, pairs = sys.stdin.read().rstrip("\n").split("\t")
-verdict = "PASS" if float(median) >= goal else "FAIL"
-print(f"{name}, median of {len(pairs.split())} back-to-back pairs = {median}  [{verdict}, goal >= {goal}]")
-print(f"  per pair: {pairs}")' "$1"
-}
 echo
 for c in "$CONNS" "$SEED_CONNS"; do
   for other in "nginx $N_ATTACK" "haproxy $H_ATTACK"; do

@@ -202,6 +202,18 @@ print(f"{name}\t{statistics.median(ratios):.3f}\t{' '.join(f'{r:.3f}' for r in r
 PY
 }
 
+# paired_verdict GOAL — paired_ratio's line on stdin as "NAME, median of N back-to-back pairs =
+# X  [PASS|FAIL, goal >= GOAL]" and the per-pair ratios under it.
+paired_verdict() {
+  python3 -c '
+import sys
+goal = float(sys.argv[1])
+name, median, pairs = sys.stdin.read().rstrip("\n").split("\t")
+verdict = "PASS" if float(median) >= goal else "FAIL"
+print(f"{name}, median of {len(pairs.split())} back-to-back pairs = {median}  [{verdict}, goal >= {goal}]")
+print(f"  per pair: {pairs}")' "$1"
+}
+
 # background_busy — percent of all CPUs busy during one second, before the load starts: other
 # work on the machine (a build, another VM) shows up here and the numbers are not comparable.
 background_busy() {
