@@ -7,10 +7,11 @@
 //! streaming codecs and metadata maps. With 1000 calls in flight, that machinery made the
 //! proxy's decisions about 10% slower (A/B in one run); here the call is made inside the
 //! caller's task. The wire format is the gRPC HTTP/2 protocol: the message behind a 5-byte
-//! prefix (compressed flag, big-endian length), the status in the `grpc-status` and
+//! prefix (`grpc_frame`), the status in the `grpc-status` and
 //! `grpc-message` trailers (or in the headers of a trailers-only response).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use crate::grpc_frame::{self, MessageBuf, NO_MESSAGE};
+use bytes::Bytes;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
 use http::{HeaderValue, Method, StatusCode, Uri};
@@ -19,11 +20,6 @@ use tonic::{Code, Status};
 
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
-/// Compressed flag (1 byte) and message length (4 bytes, big-endian) before each message.
-const PREFIX: usize = 5;
-/// A response larger than this is refused, as tonic's default decoding limit does.
-const MAX_RESPONSE: usize = 4 * 1024 * 1024;
-const NO_MESSAGE: &str = "gRPC service answered OK without a message";
 /// Flow-control windows as hyper's client sets them. h2 charges small unread DATA frames
 /// against a budget of half the connection window; with its 64 KiB default, only ~140 calls
 /// could hold an unread answer at once before h2 closes the connection (ENHANCE_YOUR_CALM).
@@ -74,7 +70,9 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
     let (response, mut stream) = send.send_request(head, false).map_err(h2_status)?;
-    stream.send_data(encode(request), true).map_err(h2_status)?;
+    stream
+        .send_data(grpc_frame::encode(request), true)
+        .map_err(h2_status)?;
 
     let (parts, mut body) = response.await.map_err(h2_status)?.into_parts();
     if parts.status != StatusCode::OK {
@@ -88,7 +86,7 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
             status
         });
     }
-    let mut message = MessageBuf::Empty;
+    let mut message = MessageBuf::default();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(h2_status)?;
         let _ = body.flow_control().release_capacity(chunk.len());
@@ -99,77 +97,6 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
         Some(status) if status.code() == Code::Ok => message.decode(),
         Some(status) => Err(status),
         None => Err(Status::internal("gRPC service response has no grpc-status")),
-    }
-}
-
-/// The request behind its gRPC prefix, in one buffer.
-fn encode(request: &impl Message) -> Bytes {
-    let len = request.encoded_len();
-    let mut buf = BytesMut::with_capacity(PREFIX + len);
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-    // Cannot fail: the buffer was sized by `encoded_len`.
-    let _ = request.encode(&mut buf);
-    buf.freeze()
-}
-
-/// The response body as it arrives: usually one DATA frame, so no copy.
-enum MessageBuf {
-    Empty,
-    One(Bytes),
-    Joined(BytesMut),
-}
-
-impl MessageBuf {
-    fn push(&mut self, chunk: Bytes) -> Result<(), Status> {
-        *self = match std::mem::replace(self, MessageBuf::Empty) {
-            MessageBuf::Empty => MessageBuf::One(chunk),
-            MessageBuf::One(first) => {
-                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
-                joined.extend_from_slice(&first);
-                joined.extend_from_slice(&chunk);
-                MessageBuf::Joined(joined)
-            }
-            MessageBuf::Joined(mut joined) => {
-                joined.extend_from_slice(&chunk);
-                MessageBuf::Joined(joined)
-            }
-        };
-        if self.bytes().len() > PREFIX + MAX_RESPONSE {
-            return Err(Status::resource_exhausted(format!(
-                "gRPC service response larger than {MAX_RESPONSE} bytes"
-            )));
-        }
-        Ok(())
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            MessageBuf::Empty => &[],
-            MessageBuf::One(b) => b,
-            MessageBuf::Joined(b) => b,
-        }
-    }
-
-    /// The one message of a unary response.
-    fn decode<Resp: Message + Default>(&self) -> Result<Resp, Status> {
-        let bytes = self.bytes();
-        let Some((prefix, rest)) = bytes.split_first_chunk::<PREFIX>() else {
-            return Err(Status::internal(NO_MESSAGE));
-        };
-        if prefix[0] != 0 {
-            return Err(Status::internal(
-                "gRPC service sent a compressed message (no compression was offered)",
-            ));
-        }
-        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if rest.len() != len {
-            return Err(Status::internal(format!(
-                "gRPC service message is {} bytes, its prefix says {len}",
-                rest.len()
-            )));
-        }
-        Resp::decode(rest).map_err(|e| Status::internal(format!("gRPC response: {e}")))
     }
 }
 

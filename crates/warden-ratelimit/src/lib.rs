@@ -17,7 +17,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod grpc_client;
-pub mod grpc_codec;
+pub mod grpc_frame;
 pub mod json;
 pub mod limiter;
 mod local_cache;

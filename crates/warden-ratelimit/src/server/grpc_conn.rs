@@ -1,5 +1,5 @@
-//! One gRPC connection served by hyper's HTTP/2 server directly: calls are routed by path and
-//! decoded/encoded by tonic's `Grpc` (in the services). tonic's own server stack (axum router,
+//! One gRPC connection served by hyper's HTTP/2 server directly: calls are routed by path;
+//! ShouldRateLimit is read and answered with `grpc_frame` (`grpc.rs`), health by tonic-health. tonic's own server stack (axum router,
 //! body and extension wrappers, boxed services per call) was about a tenth of a decision's CPU.
 //! What it did that matters here is kept: HTTP/2 only, no limit on concurrent streams, the
 //! client's `grpc-timeout`, `GRPC_MAX_CONNECTION_AGE`(+`_GRACE`) and graceful shutdown.
