@@ -135,6 +135,18 @@ pc = res["attack (c) warden ratelimit+redis"][1]
 print(f"attack p99 (c) - p99 (a) = {pc - pa:+.2f} ms  [{'PASS' if pc <= pa + 1 else 'FAIL'}, goal <= +1 ms]")
 PY
 
+# The same ratios from back-to-back pairs of short runs (paired_ratio, bench/lib/common.sh):
+# the rounds above are seconds apart per case and this machine's slowdowns move whole rounds.
+PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
+echo
+for shape in attack pass; do
+  goal=$([ "$shape" = attack ] && echo 0.9 || echo 0.7)
+  for case in b c; do
+    paired_ratio "$shape rps ($case) / (a)" "$(url a)" "$(url "$case-$shape")" "$PAIRS" "$PAIRED_SECS" \
+      | paired_verdict "$goal"
+  done
+done
+
 # How the decisions were made: an RLS call that misses the timeout (default 20 ms) fails open,
 # so a pass-through rate with many failures measures waiting for the timeout, not decisions.
 echo
