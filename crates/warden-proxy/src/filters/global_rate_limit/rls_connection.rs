@@ -26,10 +26,11 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After a failed connect, calls fail without trying again for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 
-/// A live connection: its sender and whether its task has ended.
+/// A live connection: its sender, its ShouldRateLimit URI, and whether its task has ended.
 #[derive(Clone)]
 struct Live {
     send: SendRequest<Bytes>,
+    uri: Uri,
     closed: Arc<AtomicBool>,
 }
 
@@ -50,16 +51,16 @@ thread_local! {
 /// This worker's connection to one RLS address.
 pub struct RlsConnection {
     send: SendRequest<Bytes>,
+    uri: Uri,
 }
 
 impl RlsConnection {
-    /// One ShouldRateLimit call; `uri` is [`call_uri`] of the connection's authority.
+    /// One ShouldRateLimit call.
     pub async fn should_rate_limit(
         self,
-        uri: &Uri,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        grpc_client::unary(self.send, uri, request).await
+        grpc_client::unary(self.send, &self.uri, request).await
     }
 }
 
@@ -69,7 +70,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
         let mut slots = slots.borrow_mut();
         match slots.get(authority) {
             Some(Slot::Ready(live)) if !live.closed.load(Ordering::Relaxed) => {
-                return Ok(Ok(live.send.clone()))
+                return Ok(Ok(live.clone()))
             }
             Some(Slot::Connecting(pending)) => return Ok(Err(pending.clone())),
             Some(Slot::Failed { until, reason }) if Instant::now() < *until => {
@@ -81,8 +82,8 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
         slots.insert(authority.clone(), Slot::Connecting(pending.clone()));
         Ok(Err(pending))
     })?;
-    let send = match connecting {
-        Ok(send) => send,
+    let live = match connecting {
+        Ok(live) => live,
         Err(pending) => {
             let result = pending.await;
             SLOTS.with(|slots| {
@@ -97,10 +98,13 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
                     };
                 }
             });
-            result?.send
+            result?
         }
     };
-    Ok(RlsConnection { send })
+    Ok(RlsConnection {
+        send: live.send,
+        uri: live.uri,
+    })
 }
 
 /// `host:port` as a URI authority; the port is required.
@@ -110,11 +114,6 @@ pub fn authority(address: &str) -> Result<Authority, String> {
         return Err("a port is required (host:port)".into());
     }
     Ok(authority)
-}
-
-/// The URI of a ShouldRateLimit call to `authority`.
-pub fn call_uri(authority: &Authority) -> Uri {
-    grpc_client::method_uri(authority, grpc_client::SHOULD_RATE_LIMIT)
 }
 
 async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
@@ -149,7 +148,8 @@ async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
         }
         done.store(true, Ordering::Relaxed);
     });
-    Ok(Live { send, closed })
+    let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
+    Ok(Live { send, uri, closed })
 }
 
 /// Returns when a PING goes unanswered (or cannot be sent); never without a PingPong.

@@ -3,7 +3,7 @@
 //! (`rls_connection`).
 
 use super::rls_connection;
-use http::uri::{Authority, Uri};
+use http::uri::Authority;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,8 +33,6 @@ pub enum RlsBackend {
     Remote {
         /// `host:port` of the service.
         authority: Authority,
-        /// Its ShouldRateLimit URI.
-        uri: Uri,
         timeout: Duration,
     },
 }
@@ -42,14 +40,13 @@ pub enum RlsBackend {
 /// One ShouldRateLimit call on this worker's connection to `authority`.
 async fn remote_call(
     authority: Authority,
-    uri: Uri,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, RlsCallError> {
     let connection = rls_connection::get(&authority)
         .await
         .map_err(RlsCallError::Unavailable)?;
     connection
-        .should_rate_limit(&uri, &request)
+        .should_rate_limit(&request)
         .await
         .map_err(|s| RlsCallError::Status(Box::new(s)))
 }
@@ -87,12 +84,7 @@ impl RlsBackend {
                 address: address.to_string(),
                 reason,
             })?;
-        let uri = rls_connection::call_uri(&authority);
-        Ok(RlsBackend::Remote {
-            authority,
-            uri,
-            timeout,
-        })
+        Ok(RlsBackend::Remote { authority, timeout })
     }
 
     /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
@@ -108,12 +100,8 @@ impl RlsBackend {
     {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
-            RlsBackend::Remote {
-                authority,
-                uri,
-                timeout,
-            } => {
-                let mut call = Box::pin(remote_call(authority.clone(), uri.clone(), request));
+            RlsBackend::Remote { authority, timeout } => {
+                let mut call = Box::pin(remote_call(authority.clone(), request));
                 match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(result) => result,
                     Err(_) => {
