@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # warden ratelimit throughput/latency on loopback, memory vs Redis backend, next to
-# redis-benchmark INCR (the physical limit of a Redis-backed limiter). Bounded in time:
-# about 6 phases x SECONDS (default 5) + builds.
+# redis-benchmark INCR (the physical limit of a Redis-backed limiter). Bounded in time: about
+# 3 min with the defaults, plus builds.
 #
 #   bench/ratelimit.sh [SECONDS]
 #
@@ -21,6 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
+# PAIRS rounds of PAIRED_SECS-second h2load pairs; P99_RUNS runs of each open-loop row.
+PAIRS="${PAIRS:-5}"; PAIRED_SECS="${PAIRED_SECS:-2}"; P99_RUNS="${P99_RUNS:-3}"
 
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null \
   || ! command -v h2load >/dev/null; then
@@ -87,54 +89,81 @@ msg = field(1, b"ratelimit") + field(2, entry("remote_address", "10.0.0.1") + en
 open(sys.argv[1], "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
 PY
 
-# h2load_run ADDR LABEL — decisions/s from h2load, bounded by SECS; latency is h2load's mean.
-h2load_run() {
-  local out rps mean
-  out="$(timeout $((SECS + 20)) h2load -D "$SECS" -c 4 -m 64 -t 1 -d "$TMP/request.bin" \
+# h2load_stats ADDR SECS — "req/s mean_latency failed" from one h2load run bounded by SECS.
+h2load_stats() {
+  local out rps mean failed
+  out="$(timeout $(($2 + 20)) h2load -D "$2" -c 4 -m 64 -t 1 -d "$TMP/request.bin" \
     -H 'content-type: application/grpc' -H 'te: trailers' \
     "http://$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>&1)" || true
   rps="$(grep -Eo 'finished in [0-9.]+s, [0-9.]+ req/s' <<<"$out" | grep -Eo '[0-9.]+ req/s' | cut -d' ' -f1 || true)"
   mean="$(awk '/time for request:/ {print $5}' <<<"$out")"
-  local failed; failed="$(grep -Eo '[0-9]+ failed' <<<"$out" | head -1 | cut -d' ' -f1 || true)"
-  printf '%s\tdecisions_per_s=%s\tmean=%s\terrors=%s\n' "$2" "${rps:-0}" "${mean:-?}" "${failed:-?}" >>"$RESULTS"
+  failed="$(grep -Eo '[0-9]+ failed' <<<"$out" | head -1 | cut -d' ' -f1 || true)"
+  echo "${rps:-0} ${mean:-?} ${failed:-?}"
 }
 
-run_backend() { # backend
-  local backend="$1" grpc http debug pid
+# h2load_run ADDR LABEL — one row of decisions/s from h2load; latency is h2load's mean.
+h2load_run() {
+  local rps mean failed
+  read -r rps mean failed < <(h2load_stats "$1" "$SECS")
+  printf '%s\tdecisions_per_s=%s\tmean=%s\terrors=%s\n' "$2" "$rps" "$mean" "$failed" >>"$RESULTS"
+}
+
+# incr_rate N — unpipelined INCR/s of redis-benchmark with 50 clients over N requests.
+incr_rate() {
+  redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n "$1" -q | tr '\r' '\n' \
+    | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1
+}
+
+# start_backend BACKEND — starts `warden ratelimit` with BACKEND; its gRPC address goes to
+# GRPC[BACKEND]. Both servers stay up to the end, so the paired runs below can alternate.
+declare -A GRPC
+start_backend() {
+  local backend="$1" grpc http debug
   grpc="$(free_port)"; http="$(free_port)"; debug="$(free_port)"
   local extra=()
   if [[ "$backend" == redis ]]; then extra=(--redis-url "127.0.0.1:$REDIS_PORT"); fi
   env -i PATH="$PATH" RUST_LOG=warn REDIS_TIMEOUT=1s \
     "$WARDEN" ratelimit --config "$TMP/config.yaml" --backend "$backend" "${extra[@]}" \
     --grpc "127.0.0.1:$grpc" --http "127.0.0.1:$http" --debug "127.0.0.1:$debug" &
-  pid=$!
-  PIDS+=("$pid")
+  PIDS+=("$!")
   for _ in $(seq 200); do
     [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http/healthcheck")" == 200 ]] && break
     sleep 0.05
   done
   "$CLIENT" --addr "127.0.0.1:$grpc" --seconds 1 --streams 16 --label warmup >/dev/null
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --connections 4 --streams 64 \
+  GRPC[$backend]="127.0.0.1:$grpc"
+}
+
+run_backend() { # backend
+  local backend="$1" addr="${GRPC[$1]}"
+  "$CLIENT" --addr "$addr" --seconds "$SECS" --connections 4 --streams 64 \
     --label "$backend	64 streams, closed loop" >>"$RESULTS"
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --connections 8 --streams 1000 \
+  "$CLIENT" --addr "$addr" --seconds "$SECS" --connections 8 --streams 1000 \
     --label "$backend	1000 streams, closed loop" >>"$RESULTS"
-  local rate
-  for rate in 5000 20000; do
-    "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
-      --rate "$rate" --label "$backend	1000 streams, open loop $((rate / 1000))k/s" >>"$RESULTS"
-  done
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+  "$CLIENT" --addr "$addr" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
     --rate 20000 --client tonic --label "$backend	1000 streams, 20k/s, tonic client" >>"$RESULTS"
   # The same load with grpc.health.v1 Check (no decision): the latency floor of this client,
   # HTTP/2 and the machine, under the ShouldRateLimit row above.
-  "$CLIENT" --addr "127.0.0.1:$grpc" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
+  "$CLIENT" --addr "$addr" --seconds "$SECS" --warmup 1 --connections 8 --streams 1000 \
     --rate 20000 --method health --label "$backend	1000 streams, 20k/s, health (floor)" >>"$RESULTS"
-  h2load_run "127.0.0.1:$grpc" "$backend	h2load 4x64 streams, 1 key"
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  h2load_run "$addr" "$backend	h2load 4x64 streams, 1 key"
 }
 
+start_backend memory
+start_backend redis
 run_backend memory
 run_backend redis
+# The latency goal's rows, P99_RUNS rounds alternating the backends: a host stall of a few ms
+# (counted at the end) moves one run's p99; the verdict takes the median run.
+for round in $(seq "$P99_RUNS"); do
+  for backend in memory redis; do
+    for rate in 5000 20000; do
+      "$CLIENT" --addr "${GRPC[$backend]}" --seconds "$SECS" --warmup 1 --connections 8 \
+        --streams 1000 --rate "$rate" \
+        --label "$backend	1000 streams, open loop $((rate / 1000))k/s" >>"$RESULTS"
+    done
+  done
+done
 
 # Reference: a plain tonic server answering only health checks, same client and load. If its
 # p99 matches the rows above, the tail comes from the client and the machine, not from
@@ -149,7 +178,23 @@ for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$plain_port") 2>/dev/null &
   --rate 20000 --method health --label "tonic	1000 streams, 20k/s, health, plain server" >>"$RESULTS"
 kill "$plain_pid"; wait "$plain_pid" 2>/dev/null || true
 
-incr_plain="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 300000 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
+# Paired throughput: PAIRS rounds of back-to-back h2load runs on the memory and the Redis
+# backend (order swapped every round) and redis-benchmark INCR, the machine's yardstick: the
+# issue measured 131k INCR/s on this kind of machine, and this VM's speed moves by tens of
+# percent within minutes, so each round's ratios compare runs seconds apart.
+: >"$TMP/paired"
+for i in $(seq "$PAIRS"); do
+  if ((i % 2)); then
+    read -r mem_rps _ < <(h2load_stats "${GRPC[memory]}" "$PAIRED_SECS")
+    read -r red_rps _ < <(h2load_stats "${GRPC[redis]}" "$PAIRED_SECS")
+  else
+    read -r red_rps _ < <(h2load_stats "${GRPC[redis]}" "$PAIRED_SECS")
+    read -r mem_rps _ < <(h2load_stats "${GRPC[memory]}" "$PAIRED_SECS")
+  fi
+  echo "$mem_rps $red_rps $(incr_rate 200000)" >>"$TMP/paired"
+done
+
+incr_plain="$(incr_rate 300000)"
 incr_p16="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 2000000 -P 16 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
 
 field() { { grep -Eo "$1=[0-9.]+" || true; } | cut -d= -f2; }
@@ -196,28 +241,45 @@ host_stalls
 row_of() { grep -P "^$1\t$2" "$RESULTS"; }
 for backend in memory redis; do
   for rate in 5k 20k; do
-    row="$(row_of "$backend" "1000 streams, open loop $rate")"
-    python3 - "$backend" "$rate" "$(field '\bp99_ms' <<<"$row")" "$(field strict_p99_ms <<<"$row")" \
-      "$(field wake_late_p99_ms <<<"$row")" <<'PY'
-import sys
-backend, rate, p99, strict, late = sys.argv[1], sys.argv[2], *(float(x or 0) for x in sys.argv[3:6])
+    # One "p99 strict late" triple per run of this row.
+    runs="$(row_of "$backend" "1000 streams, open loop $rate" | while read -r row; do
+      echo "$(field '\bp99_ms' <<<"$row") $(field strict_p99_ms <<<"$row") $(field wake_late_p99_ms <<<"$row")"
+    done)"
+    python3 - "$backend" "$rate" "$runs" <<'PY'
+import statistics, sys
+backend, rate = sys.argv[1], sys.argv[2]
+runs = [[float(x or 0) for x in line.split()] for line in sys.argv[3].splitlines() if line.strip()]
+p99, strict, late = (statistics.median(r[i] for r in runs) for i in range(3))
 verdict = "PASS" if 0 < p99 < 2 else "FAIL"
-print(f"{backend:<7} p99 at 1000 streams, {rate + '/s':>6}: {p99:.2f} ms  [{verdict}, goal < 2 ms]; "
-      f"strict (client timer lateness included, its p99 {late:.2f} ms): {strict:.2f} ms")
+print(f"{backend:<7} p99 at 1000 streams, {rate + '/s':>6}, median of {len(runs)} runs: {p99:.2f} ms  "
+      f"[{verdict}, goal < 2 ms]  (runs: {' '.join(f'{r[0]:.2f}' for r in runs)})")
+print(f"{'':<7} strict, from the schedule (client timer lateness included, its p99 {late:.2f} ms): "
+      f"{strict:.2f} ms")
 PY
   done
   health="$(row_of "$backend" "1000 streams, 20k/s, health" | field '\bp99_ms')"
   plain="$(row_of tonic "1000 streams, 20k/s, health, plain" | field '\bp99_ms')"
   echo "$backend  floors at 20k/s, p99: health check (no decision) ${health} ms; a plain tonic health server ${plain} ms"
 done
-python3 - "$mem" "$red" "$incr_plain" "${mem_h2:-0}" "${red_h2:-0}" <<'PY'
-import sys
+python3 - "$mem" "$red" "$incr_plain" "${mem_h2:-0}" "${red_h2:-0}" "$TMP/paired" <<'PY'
+import statistics, sys
 mem, red, incr, mem_h2, red_h2 = (float(x) for x in sys.argv[1:6])
-best = max(mem, mem_h2)
-print(f"\nmemory backend, best client: {best:.0f} decisions/s  [{'PASS' if best >= 150000 else 'FAIL'}, goal >= 150000]")
-if mem_h2:
-    print(f"with h2load: redis / memory = {red_h2 / mem_h2:.2f}  [{'PASS' if red_h2 >= 0.5 * mem_h2 else 'FAIL'}, goal >= 0.5]")
-print(f"\nredis backend / memory backend: {red / mem:.2f}")
+paired = [[float(x) for x in l.split()] for l in open(sys.argv[6]) if l.strip()]
+# The issue's goal and its yardstick, both measured on this kind of machine.
+GOAL, ISSUE_INCR = 150000, 131000
+print(f"\nh2load, {len(paired)} rounds of back-to-back runs (memory, redis, redis-benchmark INCR -c 50):")
+for m, r, i in paired:
+    print(f"  memory {m:>9.0f}  redis {r:>9.0f}  INCR {i:>9.0f}   redis/memory {r / m:.2f}  memory/INCR {m / i:.2f}")
+if paired:
+    med = statistics.median(m for m, _, _ in paired)
+    ratio = statistics.median(r / m for m, r, _ in paired)
+    per_incr = statistics.median(m / i for m, _, i in paired)
+    print(f"memory backend, median decisions/s: {med:.0f}  [{'PASS' if med >= GOAL else 'FAIL'}, goal >= {GOAL}]")
+    print(f"memory backend / INCR/s, median of rounds: {per_incr:.2f}  [{'PASS' if per_incr >= GOAL / ISSUE_INCR else 'FAIL'}, "
+          f"goal >= {GOAL / ISSUE_INCR:.2f}: the goal over the issue's {ISSUE_INCR // 1000}k INCR/s on this kind of machine]")
+    print(f"redis / memory, median of rounds: {ratio:.2f}  [{'PASS' if ratio >= 0.5 else 'FAIL'}, goal >= 0.5]")
+print(f"\nsingle runs above: memory best client {max(mem, mem_h2):.0f} decisions/s; h2load redis / memory "
+      f"{red_h2 / mem_h2 if mem_h2 else 0:.2f}; rls_bench 64 streams redis / memory {red / mem:.2f}")
 print(f"memory backend decisions / unpipelined INCR/s: {mem / incr:.2f}")
 print(f"redis backend decisions / unpipelined INCR/s: {red / incr:.2f} (each decision = INCRBY + EXPIRE)")
 print("note: closed-loop latency at N streams is N / throughput (Little's law); the open-loop rows")
