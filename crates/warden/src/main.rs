@@ -6,6 +6,13 @@ mod demo;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+// jemalloc, not glibc's malloc: a proxied request boxes futures of 1.7-3.5 KB, past glibc's
+// per-thread cache (1 KB), and `warden ratelimit` allocates per call in h2 and prost. With
+// jemalloc's thread caches, user CPU per request fell ~10% in the proxy and ~12% per decision in
+// the service; idle RSS grows ~1 MB (mimalloc was tried: +10 MB).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "warden",
