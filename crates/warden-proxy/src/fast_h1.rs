@@ -28,6 +28,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
 use std::convert::Infallible;
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
@@ -209,23 +210,9 @@ impl Connection {
             self.bufs.out = buffer_pool::take_output();
         }
         loop {
-            let (request, framing, len) = {
-                let mut slots = request_head::header_slots();
-                match request_head::parse(&self.bufs.input, &mut slots) {
-                    Parsed::Partial => return Ok(Next::Read),
-                    Parsed::Hyper => return Ok(Next::Hyper),
-                    Parsed::Fast(head) => {
-                        let Some(request) = to_request(&head) else {
-                            return Ok(Next::Hyper);
-                        };
-                        let framing = Framing {
-                            http10: head.http10,
-                            keep_alive: head.keep_alive,
-                            head: head.method == Method::HEAD,
-                        };
-                        (request, framing, head.len)
-                    }
-                }
+            let (request, framing, len) = match next_head(&self.bufs.input) {
+                ControlFlow::Continue(answer) => answer,
+                ControlFlow::Break(next) => return Ok(next),
             };
             self.bufs.input.advance(len);
             let mut answering = Box::pin(pipeline::handle(request, &serving.conn, &serving.worker));
@@ -317,6 +304,29 @@ impl Connection {
 
 /// The parsed head as the request the pipeline takes (what hyper would have built); `None`
 /// when a header line or the target is not valid for `http`, which hyper then judges.
+/// The first request head in `input`: one to answer here (with its framing and head length),
+/// or where the connection goes instead. Parsed outside `answer_buffered`'s body: the header
+/// slots (2 KiB) then live on the stack only, not in the boxed future of every connection that
+/// is answering (2664 -> 968 bytes).
+fn next_head(input: &[u8]) -> ControlFlow<Next, (Request<ProxyBody>, Framing, usize)> {
+    let mut slots = request_head::header_slots();
+    match request_head::parse(input, &mut slots) {
+        Parsed::Partial => ControlFlow::Break(Next::Read),
+        Parsed::Hyper => ControlFlow::Break(Next::Hyper),
+        Parsed::Fast(head) => match to_request(&head) {
+            None => ControlFlow::Break(Next::Hyper),
+            Some(request) => {
+                let framing = Framing {
+                    http10: head.http10,
+                    keep_alive: head.keep_alive,
+                    head: head.method == Method::HEAD,
+                };
+                ControlFlow::Continue((request, framing, head.len))
+            }
+        },
+    }
+}
+
 fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
     // Room for the forwarding headers the pipeline adds (x-forwarded-for, -proto,
     // x-request-id, x-envoy-external-address), so proxying does not regrow the map.
