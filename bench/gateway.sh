@@ -10,6 +10,7 @@ build_warden
 
 BACKEND=$(free_port); W_PROXY=$(free_port); W_DIRECT=$(free_port); W_ADMIN=$(free_port)
 N_PROXY=$(free_port); N_DIRECT=$(free_port); H_PROXY=$(free_port); H_DIRECT=$(free_port)
+N_PROXY_H=$(free_port); H_PROXY_H=$(free_port)
 
 # Backend: nginx, one worker, `return 200` with a small body. Shared by all three proxies.
 mkdir -p "$WORK/nginx-backend" "$WORK/nginx-proxy"
@@ -28,7 +29,12 @@ http { access_log off; keepalive_requests 1000000;
   upstream backend { server 127.0.0.1:$BACKEND; keepalive 128; }
   server { listen 127.0.0.1:$N_PROXY;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-  server { listen 127.0.0.1:$N_DIRECT; location / { default_type text/plain; return 333 "test"; } } }
+  server { listen 127.0.0.1:$N_DIRECT; location / { default_type text/plain; return 333 "test"; } }
+  # The same work as warden, which adds Envoy's forwarding headers to every upstream request.
+  server { listen 127.0.0.1:$N_PROXY_H;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$remote_addr; proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Request-Id \$request_id; proxy_set_header X-Envoy-External-Address \$remote_addr; } } }
 NGX
 bg_server nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 N_MASTER=$LAST_PID
@@ -45,6 +51,14 @@ defaults
   http-reuse always
 frontend proxy
   bind 127.0.0.1:$H_PROXY
+  default_backend be
+frontend proxy_headers
+  bind 127.0.0.1:$H_PROXY_H
+  option forwardfor
+  unique-id-format %[uuid()]
+  unique-id-header x-request-id
+  http-request set-header x-forwarded-proto http
+  http-request set-header x-envoy-external-address %[src]
   default_backend be
 frontend direct
   bind 127.0.0.1:$H_DIRECT
@@ -92,6 +106,7 @@ bg_server "$WARDEN" proxy -c "$WORK/warden.yaml" --concurrency 1 --listen-host 1
 WPID=$LAST_PID
 
 for url in "http://127.0.0.1:$BACKEND/" "http://127.0.0.1:$N_PROXY/" "http://127.0.0.1:$H_PROXY/" \
+           "http://127.0.0.1:$N_PROXY_H/" "http://127.0.0.1:$H_PROXY_H/" \
            "http://127.0.0.1:$W_PROXY/" "http://127.0.0.1:$W_DIRECT/"; do wait_http "$url"; done
 sleep 0.5
 IDLE_RSS=$(rss_kb "$WPID")
@@ -144,9 +159,13 @@ PY
 
 # The same comparisons from back-to-back pairs of short runs (paired_ratio, bench/lib/common.sh):
 # the rounds above are seconds apart per case and this machine's slowdowns move whole rounds.
+# "proxy-same-headers": nginx and HAProxy also add the four headers warden adds upstream
+# (x-forwarded-for, x-forwarded-proto, x-request-id, x-envoy-external-address), as Envoy does;
+# the plain rows add none, and the backend shares CPU 1 with wrk, so parsing them costs there.
 PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
 echo
-for kind in "proxy $N_PROXY $H_PROXY $W_PROXY" "direct-333 $N_DIRECT $H_DIRECT $W_DIRECT"; do
+for kind in "proxy $N_PROXY $H_PROXY $W_PROXY" "proxy-same-headers $N_PROXY_H $H_PROXY_H $W_PROXY" \
+  "direct-333 $N_DIRECT $H_DIRECT $W_DIRECT"; do
   read -r name nginx haproxy warden <<<"$kind"
   for other in "nginx $nginx" "haproxy $haproxy"; do
     paired_ratio "$name warden / ${other% *}" "http://127.0.0.1:${other#* }/" \
