@@ -302,8 +302,6 @@ impl Connection {
     }
 }
 
-/// The parsed head as the request the pipeline takes (what hyper would have built); `None`
-/// when a header line or the target is not valid for `http`, which hyper then judges.
 /// The first request head in `input`: one to answer here (with its framing and head length),
 /// or where the connection goes instead. Parsed outside `answer_buffered`'s body: the header
 /// slots (2 KiB) then live on the stack only, not in the boxed future of every connection that
@@ -327,6 +325,8 @@ fn next_head(input: &[u8]) -> ControlFlow<Next, (Request<ProxyBody>, Framing, us
     }
 }
 
+/// The parsed head as the request the pipeline takes (what hyper would have built); `None`
+/// when a header line or the target is not valid for `http`, which hyper then judges.
 fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
     // Room for the forwarding headers the pipeline adds (x-forwarded-for, -proto,
     // x-request-id, x-envoy-external-address), so proxying does not regrow the map.

@@ -49,10 +49,7 @@ thread_local! {
 }
 
 /// This worker's connection to one RLS address.
-pub struct RlsConnection {
-    send: SendRequest<Bytes>,
-    uri: Uri,
-}
+pub struct RlsConnection(Live);
 
 impl RlsConnection {
     /// One ShouldRateLimit call.
@@ -60,7 +57,7 @@ impl RlsConnection {
         self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        grpc_client::unary(self.send, &self.uri, request).await
+        grpc_client::unary(self.0.send, &self.0.uri, request).await
     }
 }
 
@@ -82,7 +79,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
         slots.insert(authority.clone(), Slot::Connecting(pending.clone()));
         Ok(Err(pending))
     })?;
-    let live = match connecting {
+    Ok(RlsConnection(match connecting {
         Ok(live) => live,
         Err(pending) => {
             let result = pending.await;
@@ -100,11 +97,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
             });
             result?
         }
-    };
-    Ok(RlsConnection {
-        send: live.send,
-        uri: live.uri,
-    })
+    }))
 }
 
 /// `host:port` as a URI authority; the port is required.
