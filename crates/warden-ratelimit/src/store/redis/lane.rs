@@ -51,6 +51,7 @@ impl LaneFactory {
             RedisType::Cluster => LaneFactory::Cluster {
                 client: Arc::new(
                     ClusterClient::builder(infos)
+                        .tcp_settings(super::settings::tcp_settings())
                         .connection_timeout(settings.timeout)
                         .response_timeout(settings.timeout)
                         .build()

@@ -77,11 +77,36 @@ impl RedisSettings {
                 }
                 _ => info,
             };
-            infos.push(info);
+            // redis-rs leaves Nagle on: a pipeline written while the previous one is unacked
+            // would wait for that ACK, a round trip added to the decision.
+            infos.push(info.set_tcp_settings(tcp_settings()));
         }
         if infos.is_empty() {
             return Err(StoreError::Redis("REDIS_URL is empty".into()));
         }
         Ok(infos)
+    }
+}
+
+/// TCP options of every Redis connection: `TCP_NODELAY`, as Go's net package (the reference's
+/// Redis client) sets by default.
+pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tcp_connection_disables_nagle() {
+        let settings = RedisSettings {
+            socket_type: "tcp".into(),
+            url: "127.0.0.1:6379, redis://10.0.0.2:6380".into(),
+            ..RedisSettings::default()
+        };
+        let infos = settings.connection_infos().expect("valid urls");
+        assert_eq!(infos.len(), 2);
+        assert!(infos.iter().all(|i| i.tcp_settings().nodelay()));
     }
 }
