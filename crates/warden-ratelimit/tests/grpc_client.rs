@@ -84,15 +84,23 @@ async fn health_check_and_error_statuses_from_the_service() {
 /// An HTTP/2 server that answers every request with `status` and no gRPC status, like a
 /// proxy in front of the service that cannot reach it.
 async fn plain_h2_server(status: u16) -> std::net::SocketAddr {
+    h2_server(move || http::Response::builder().status(status).body(()).unwrap()).await
+}
+
+/// An HTTP/2 server that answers every request with the head `response` makes, ending the
+/// stream there.
+async fn h2_server(
+    response: impl Fn() -> http::Response<()> + Clone + Send + 'static,
+) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            let response = response.clone();
             tokio::spawn(async move {
                 let mut conn = h2::server::handshake(stream).await.unwrap();
                 while let Some(Ok((_request, mut respond))) = conn.accept().await {
-                    let response = http::Response::builder().status(status).body(()).unwrap();
-                    let _ = respond.send_response(response, true);
+                    let _ = respond.send_response(response(), true);
                 }
             });
         }
@@ -115,4 +123,27 @@ async fn non_200_answers_map_to_grpc_codes() {
         assert_eq!(err.code(), code, "HTTP {status}: {err}");
         assert!(err.message().contains(&status.to_string()), "{err}");
     }
+}
+
+#[tokio::test]
+async fn a_trailers_only_error_keeps_its_code_and_decoded_message() {
+    // grpc-status-details-bin that is not base64 made tonic's header parsing panic; the
+    // client reads code and message itself.
+    let addr = h2_server(|| {
+        http::Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", "8")
+            .header("grpc-message", "over%20quota")
+            .header("grpc-status-details-bin", "!!not base64")
+            .body(())
+            .unwrap()
+    })
+    .await;
+    let (send, authority) = connect(addr).await;
+    let uri = grpc_client::method_uri(&authority, SHOULD_RATE_LIMIT);
+    let err = grpc_client::unary::<_, RateLimitResponse>(send, &uri, &req("d", vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert_eq!(err.message(), "over quota");
 }
