@@ -108,9 +108,10 @@ h2load_run() {
   printf '%s\tdecisions_per_s=%s\tmean=%s\terrors=%s\n' "$2" "$rps" "$mean" "$failed" >>"$RESULTS"
 }
 
-# incr_rate N — unpipelined INCR/s of redis-benchmark with 50 clients over N requests.
+# incr_rate N [ARGS] — INCR/s of redis-benchmark with 50 clients over N requests (unpipelined
+# unless ARGS say otherwise, e.g. -P 16).
 incr_rate() {
-  redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n "$1" -q | tr '\r' '\n' \
+  redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n "$1" "${@:2}" -q | tr '\r' '\n' \
     | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1
 }
 
@@ -195,7 +196,7 @@ for i in $(seq "$PAIRS"); do
 done
 
 incr_plain="$(incr_rate 300000)"
-incr_p16="$(redis-benchmark -p "$REDIS_PORT" -t incr -c 50 -n 2000000 -P 16 -q | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)"
+incr_p16="$(incr_rate 2000000 -P 16)"
 
 field() { { grep -Eo "$1=[0-9.]+" || true; } | cut -d= -f2; }
 printf '\n%-8s %-38s %12s %9s %9s %9s %8s %11s %14s\n' backend load decisions/s p50_ms p99_ms p999_ms errors strict_p99 wake_late_p99

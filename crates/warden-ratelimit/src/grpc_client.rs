@@ -84,7 +84,7 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     match grpc_status(&parts.headers) {
         None => {}
         Some(Code::Ok) => return Err(Status::internal(NO_MESSAGE)),
-        Some(_) => return Err(error_status(&parts.headers)),
+        Some(code) => return Err(error_status(code, &parts.headers)),
     }
     let mut message = MessageBuf::default();
     while let Some(chunk) = body.data().await {
@@ -95,7 +95,7 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     let trailers = body.trailers().await.map_err(h2_status)?;
     match trailers.as_ref().and_then(|t| Some((grpc_status(t)?, t))) {
         Some((Code::Ok, _)) => message.decode(),
-        Some((_, trailers)) => Err(error_status(trailers)),
+        Some((code, trailers)) => Err(error_status(code, trailers)),
         None => Err(Status::internal("gRPC service response has no grpc-status")),
     }
 }
@@ -109,10 +109,9 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<Code> {
         .map(|v| Code::from_bytes(v.as_bytes()))
 }
 
-/// The status of an answer whose `grpc-status` is not OK: its code and its percent-decoded
-/// `grpc-message` (details and other metadata are not used here).
-fn error_status(headers: &http::HeaderMap) -> Status {
-    let code = grpc_status(headers).unwrap_or(Code::Unknown);
+/// The status of an answer whose `grpc-status` is `code` (not OK): the code and the
+/// percent-decoded `grpc-message` (details and other metadata are not used here).
+fn error_status(code: Code, headers: &http::HeaderMap) -> Status {
     let message = headers.get(GRPC_MESSAGE).map_or_else(String::new, |v| {
         percent_encoding::percent_decode(v.as_bytes())
             .decode_utf8_lossy()
