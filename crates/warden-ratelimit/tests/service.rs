@@ -618,6 +618,54 @@ async fn one_connection_may_carry_more_than_200_concurrent_calls() {
     h.server.shutdown().await;
 }
 
+/// An OK answer is framed as grpc-go frames it: `content-type` and no `date` or
+/// `content-length` (headers every client would only decode), the message, then
+/// `grpc-status: 0` in the trailers.
+#[tokio::test]
+async fn an_ok_answer_carries_only_the_headers_grpc_go_sends() {
+    let h = start(
+        &[(
+            "config.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+        )],
+        None,
+    )
+    .await;
+    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let (response, mut stream) = client
+        .send_request(
+            http::Request::post(warden_ratelimit::grpc_client::SHOULD_RATE_LIMIT)
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap(),
+            false,
+        )
+        .unwrap();
+    let message = warden_ratelimit::grpc_frame::encode(&req("d", vec![desc(&[("k", "v")])]));
+    stream.send_data(message, true).unwrap();
+    let (head, mut body) = response.await.unwrap().into_parts();
+    assert_eq!(head.status, 200);
+    let names: Vec<_> = head.headers.keys().map(|k| k.as_str()).collect();
+    assert_eq!(names, ["content-type"]);
+    assert_eq!(head.headers["content-type"], "application/grpc");
+    let mut answer = warden_ratelimit::grpc_frame::MessageBuf::default();
+    while let Some(chunk) = body.data().await {
+        answer.push(chunk.unwrap()).unwrap();
+    }
+    let answer: warden_ratelimit::RateLimitResponse = answer.decode().unwrap();
+    assert_eq!(answer.overall_code, 1, "OK");
+    assert_eq!(answer.statuses[0].limit_remaining, 4);
+    let trailers = body.trailers().await.unwrap().unwrap();
+    assert_eq!(trailers["grpc-status"], "0");
+    h.server.shutdown().await;
+}
+
 /// gRPC calls are served on several threads (one runtime each): connections spread over them
 /// share one limiter, and shutdown stops them all: the port closes and `shutdown` returns only
 /// after every serving thread has ended.

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue};
 use http_body_util::BodyExt;
+use hyper::body::Frame;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -72,14 +73,46 @@ impl RlsService {
 
 /// A unary call's answer: its message, then `grpc-status: 0` in the trailers.
 fn ok_response(message: Bytes) -> http::Response<Body> {
-    let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let body = http_body_util::Full::new(message).with_trailers(async { Some(Ok(trailers)) });
-    let mut response = http::Response::new(Body::new(body));
+    let mut response = http::Response::new(Body::new(UnaryAnswer {
+        message: Some(message),
+        ended: false,
+    }));
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     response
+}
+
+/// An OK answer's body: the message, then `grpc-status: 0`. Its size hint is not exact, so
+/// hyper sends no `content-length` (neither does grpc-go): one header fewer for every client
+/// to decode and check.
+struct UnaryAnswer {
+    message: Option<Bytes>,
+    ended: bool,
+}
+
+impl hyper::body::Body for UnaryAnswer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(message) = self.message.take() {
+            return Poll::Ready(Some(Ok(Frame::data(message))));
+        }
+        if std::mem::replace(&mut self.ended, true) {
+            return Poll::Ready(None);
+        }
+        let mut trailers = HeaderMap::with_capacity(1);
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
 }
 
 impl<B> tonic::codegen::Service<http::Request<B>> for RlsService

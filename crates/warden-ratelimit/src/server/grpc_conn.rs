@@ -96,7 +96,10 @@ pub(crate) async fn serve(
         .timer(TokioTimer::new())
         // No limit on concurrent streams per connection, as grpc-go (the reference): an Envoy
         // worker sends all its decisions over one connection (hyper's default is 200).
-        .max_concurrent_streams(u32::MAX);
+        .max_concurrent_streams(u32::MAX)
+        // No `date` on answers either, as grpc-go: every client would decode a new value each
+        // second, and nothing reads it.
+        .auto_date_header(false);
     let service = hyper::service::service_fn(move |request| routes.call(request));
     let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
     // First the connection's age, then (after a graceful GOAWAY) its grace period.
