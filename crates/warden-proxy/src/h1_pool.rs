@@ -146,30 +146,24 @@ impl<C: PoolConn> EndpointConns<C> {
     fn checkout(&mut self, limits: &ReuseLimits) -> Option<Pooled<C>> {
         // Read the clock at most once, and only for clusters with an idle timeout.
         let mut now = None;
-        // Logical positions after a removed one shift down by one; newest first walks down
-        // from the end, so the positions still to visit never move.
-        let mut i = if C::NEWEST_FIRST { self.conns.len() } else { 0 };
-        loop {
+        // Counted from the preferred end; a removal there leaves `visited` pointing at the
+        // next one to look at.
+        let mut visited = 0;
+        while visited < self.conns.len() {
             let at = if C::NEWEST_FIRST {
-                i = i.checked_sub(1)?;
-                i
-            } else if i < self.conns.len() {
-                i
+                self.conns.len() - 1 - visited
             } else {
-                return None;
+                visited
             };
             match self.conns[at].examine(limits, &mut now) {
                 Examined::Take => return self.conns.remove(at),
                 Examined::Drop => {
                     self.conns.remove(at);
-                    continue;
                 }
-                Examined::Skip => {}
-            }
-            if !C::NEWEST_FIRST {
-                i += 1;
+                Examined::Skip => visited += 1,
             }
         }
+        None
     }
 }
 
