@@ -510,17 +510,23 @@ mod tests {
         assert_eq!(pool.connections(), 1);
     }
 
+    /// Two body-less requests sent at once (each needs its own connection), answered.
+    async fn two_at_once(
+        pool: &H1Pool,
+        ep: &Authority,
+        limits: &ReuseLimits,
+    ) -> (Response<ProxyBody>, Response<ProxyBody>) {
+        let (a, b) = tokio::join!(pool.send(ep, limits, get()), pool.send(ep, limits, get()));
+        (a.unwrap(), b.unwrap())
+    }
+
     #[tokio::test]
     async fn opens_more_connections_for_concurrent_requests() {
         let (ep, accepted) = server(true).await;
         let pool = H1Pool::new(Duration::from_secs(1));
-        let limits = ReuseLimits::default();
-        let (a, b) = tokio::join!(
-            pool.send(&ep, &limits, get()),
-            pool.send(&ep, &limits, get())
-        );
-        assert_eq!(body(a.unwrap()).await, "ok");
-        assert_eq!(body(b.unwrap()).await, "ok");
+        let (a, b) = two_at_once(&pool, &ep, &ReuseLimits::default()).await;
+        assert_eq!(body(a).await, "ok");
+        assert_eq!(body(b).await, "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
@@ -529,11 +535,7 @@ mod tests {
         let (ep, accepted) = server(true).await;
         let pool = H1Pool::new(Duration::from_secs(1));
         let limits = ReuseLimits::default();
-        let (a, b) = tokio::join!(
-            pool.send(&ep, &limits, get()),
-            pool.send(&ep, &limits, get())
-        );
-        let (a, b) = (a.unwrap(), b.unwrap());
+        let (a, b) = two_at_once(&pool, &ep, &limits).await;
         let last = b.headers()["x-conn"].clone();
         assert_ne!(a.headers()["x-conn"], last);
         // Read in this order, `b`'s connection goes back to the pool last.

@@ -10,19 +10,16 @@
 //! prefix (`grpc_frame`), the status in the `grpc-status` and
 //! `grpc-message` trailers (or in the headers of a trailers-only response).
 
-use crate::grpc_frame::{self, MessageBuf, NO_MESSAGE};
+use crate::grpc_frame::{self, MessageBuf, GRPC_MESSAGE, GRPC_STATUS, NO_MESSAGE};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderValue, Method, StatusCode, Uri};
 use prost::Message;
 use tonic::{Code, Status};
 
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
-// Names, not strings: a `&str` key is parsed and validated again on every lookup.
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 /// Flow-control windows as hyper's client sets them. h2 charges small unread DATA frames
 /// against a budget of half the connection window; with its 64 KiB default, only ~140 calls
 /// could hold an unread answer at once before h2 closes the connection (ENHANCE_YOUR_CALM).

@@ -3,6 +3,7 @@
 //! ShouldRateLimit handler. Only uncompressed messages: none of the peers offers compression.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderName;
 use prost::Message;
 use tonic::Status;
 
@@ -11,6 +12,10 @@ const PREFIX: usize = 5;
 /// A larger message is refused, as tonic's default decoding limit does.
 pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 pub const NO_MESSAGE: &str = "no gRPC message";
+/// The status trailers. Names, not strings: a `&str` key is parsed and validated again on
+/// every lookup or insert.
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// `message` behind its prefix, in one buffer.
 pub fn encode(message: &impl Message) -> Bytes {

@@ -583,6 +583,25 @@ descriptors:
     }
 }
 
+/// A plain h2 client connection to the gRPC listener (its driver spawned), ready to send.
+async fn raw_h2(h: &Harness) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    client.ready().await.unwrap()
+}
+
+/// The head of a gRPC call to `path`, as gRPC clients send it.
+fn grpc_post(path: &str) -> http::Request<()> {
+    http::Request::post(path)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
 /// grpc-go (the reference) sets no limit on concurrent streams per connection, and an Envoy
 /// worker sends all its decisions over one connection: the server must not advertise a small
 /// SETTINGS_MAX_CONCURRENT_STREAMS (hyper's own server builder defaults to 200).
@@ -593,21 +612,10 @@ async fn one_connection_may_carry_more_than_200_concurrent_calls() {
         None,
     )
     .await;
-    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
-        .await
-        .unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    // The server's SETTINGS arrive with its first frames; a ready stream means they did.
-    let mut client = client.ready().await.unwrap();
+    let mut client = raw_h2(&h).await;
+    // The server's SETTINGS arrive with its first frames; an answer means they did.
     let (response, _) = client
-        .send_request(
-            http::Request::post("/grpc.health.v1.Health/Check")
-                .header("content-type", "application/grpc")
-                .body(())
-                .unwrap(),
-            true,
-        )
+        .send_request(grpc_post("/grpc.health.v1.Health/Check"), true)
         .unwrap();
     let _ = response.await;
     assert!(
@@ -631,19 +639,10 @@ async fn an_ok_answer_carries_only_the_headers_grpc_go_sends() {
         None,
     )
     .await;
-    let tcp = tokio::net::TcpStream::connect(h.server.grpc_addr())
-        .await
-        .unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut client = client.ready().await.unwrap();
+    let mut client = raw_h2(&h).await;
     let (response, mut stream) = client
         .send_request(
-            http::Request::post(warden_ratelimit::grpc_client::SHOULD_RATE_LIMIT)
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .body(())
-                .unwrap(),
+            grpc_post(warden_ratelimit::grpc_client::SHOULD_RATE_LIMIT),
             false,
         )
         .unwrap();

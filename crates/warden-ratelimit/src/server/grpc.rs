@@ -106,7 +106,7 @@ impl hyper::body::Body for UnaryAnswer {
             return Poll::Ready(None);
         }
         let mut trailers = HeaderMap::with_capacity(1);
-        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        trailers.insert(grpc_frame::GRPC_STATUS, HeaderValue::from_static("0"));
         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
