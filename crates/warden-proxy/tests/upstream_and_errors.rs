@@ -115,7 +115,7 @@ spec:
 "#,
         head = gateway_and_route_head(),
         limited = service_entry("limited.internal", &[up.addr]),
-        dead_se = service_entry("dead.internal", &[dead]),
+        dead_se = service_entry("dead.internal", &[dead.addr()]),
         up_se = service_entry("up.internal", &[up.addr]),
     );
     let proxy = start(&yaml);
@@ -192,7 +192,7 @@ spec:
       http: {{h2UpgradePolicy: UPGRADE}}
 "#,
         head = gateway_and_route_head(),
-        mixed = service_entry("mixed.internal", &[dead, up.addr]),
+        mixed = service_entry("mixed.internal", &[dead.addr(), up.addr]),
         h2 = service_entry("h2.internal", &[up.addr]),
     );
     let proxy = start(&yaml);

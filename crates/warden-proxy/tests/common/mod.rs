@@ -77,12 +77,23 @@ async fn echo_handler(
     Ok(builder.body(body).unwrap())
 }
 
-/// An upstream that accepts nothing: a port that was just closed.
-pub async fn closed_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
+/// An upstream that accepts nothing: a bound port with no listener.
+pub async fn closed_port() -> ClosedPort {
+    // Bound but never listening: connects are refused, and while the socket lives no other
+    // socket gets the port (a freed port could be rebound by a parallel test, or taken as a
+    // source port and connect to itself).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    ClosedPort(socket)
+}
+
+/// A loopback port nothing listens on, held for the guard's lifetime.
+pub struct ClosedPort(tokio::net::TcpSocket);
+
+impl ClosedPort {
+    pub fn addr(&self) -> SocketAddr {
+        self.0.local_addr().unwrap()
+    }
 }
 
 /// TCP echo with half-close: echoes bytes, and after the client's EOF writes `bye` and closes.
