@@ -41,6 +41,8 @@ pub struct GlobalRateLimitMetrics {
     pub failure_mode_allowed: Counter,
     /// Requests answered 429 from the over-limit cache, without an RPC.
     pub over_limit_cache_hits: Counter,
+    /// Requests admitted on a quota lease, without an RPC.
+    pub lease_hits: Counter,
 }
 
 impl GlobalRateLimitMetrics {
@@ -66,6 +68,11 @@ impl GlobalRateLimitMetrics {
             "over_limit_cache_hits",
             "Requests limited from the over-limit cache, without an RLS call",
             self.over_limit_cache_hits.clone(),
+        );
+        sub.register(
+            "lease_hits",
+            "Requests admitted on a quota lease the RLS granted, without an RLS call",
+            self.lease_hits.clone(),
         );
     }
 }

@@ -102,22 +102,35 @@ async fn away_from_minute_edge() {
     }
 }
 
-/// `warden ratelimit` on Redis with a frozen clock (one window for the whole test).
+/// `warden ratelimit` on Redis with a frozen clock (one window for the whole test), reading
+/// `config` of the examples.
 async fn rls_on_redis(
     redis: &RedisServer,
     config: &str,
     grpc: Option<SocketAddr>,
 ) -> RunningServer {
-    let mut s =
-        Settings::loopback_for_tests(ConfigSource::Paths(vec![examples_dir().join(config)]));
+    let mut s = rls_settings(redis, examples_dir().join(config));
+    if let Some(a) = grpc {
+        s.grpc_addr = a;
+    }
+    start_rls(s).await
+}
+
+fn rls_settings(redis: &RedisServer, config: PathBuf) -> Settings {
+    let mut s = Settings::loopback_for_tests(ConfigSource::Paths(vec![config]));
     s.backend = Backend::Redis;
     s.redis.socket_type = "tcp".into();
     s.redis.url = redis.addr();
     s.redis.timeout = Duration::from_secs(2);
-    if let Some(a) = grpc {
-        s.grpc_addr = a;
-    }
-    Server::start_with_clock(s, Arc::new(ManualClock::new(1_700_000_010_000)))
+    s
+}
+
+async fn start_rls(s: Settings) -> RunningServer {
+    start_rls_at(s, 1_700_000_010_000).await
+}
+
+async fn start_rls_at(s: Settings, now_millis: u64) -> RunningServer {
+    Server::start_with_clock(s, Arc::new(ManualClock::new(now_millis)))
         .await
         .expect("rls starts")
 }
@@ -249,6 +262,72 @@ async fn three_proxies_share_one_limit() {
     }
     assert_eq!(passed, 300, "300/min held across three proxies");
     assert_eq!(up.total(), 300, "the upstream sees exactly 300");
+    for p in proxies {
+        p.shutdown(Duration::from_secs(1));
+    }
+    rls.shutdown().await;
+}
+
+/// A limit large enough for quota leases (3000/min, leases of 1% here): the proxies admit most
+/// requests on their leases without a call, and across three proxies taking turns the upstream
+/// sees exactly the limit once each has spent its lease (a proxy calls again, and hears
+/// OVER_LIMIT, only when its lease is spent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_proxies_on_quota_leases_hold_the_limit_exactly() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = warden_testkit::TempDir::new("rls-lease").unwrap();
+    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
+        .unwrap()
+        .replace("requests_per_unit: 300", "requests_per_unit: 3000");
+    dir.write("config.yaml", &config).unwrap();
+    let mut settings = rls_settings(&redis, dir.path().to_path_buf());
+    settings.limiter.lease.fraction = 0.01;
+    // A lease lasts until its window ends on the proxy's clock: freeze the service's clock at
+    // the real time, away from a minute's end.
+    away_from_minute_edge().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let rls = start_rls_at(settings, now.as_millis() as u64).await;
+    let up = counting_echo().await;
+    let yaml = format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls.grpc_addr(), false, "1s")
+    );
+    let proxies: Vec<RunningProxy> = (0..3).map(|_| start_proxy(&yaml)).collect();
+    let client = client_from([127, 0, 0, 1]);
+    let (mut passed, mut limited) = (0, 0);
+    for _round in 0..11 {
+        for p in &proxies {
+            let [ok, over, ..] = send(&client, &format!("http://{}/login", addr(p, 0)), 100).await;
+            passed += ok;
+            limited += over;
+        }
+    }
+    // A proxy that last got a lease may hold some of it when its traffic stops: those requests
+    // are counted and lost (the limit admits fewer, never more). Spend what is left.
+    assert!((2900..=3000).contains(&passed), "{passed} admitted");
+    for p in &proxies {
+        let url = format!("http://{}/login", addr(p, 0));
+        for _ in 0..100 {
+            match client.get(&url).send().await.unwrap().status().as_u16() {
+                200 => passed += 1,
+                429 => break,
+                other => panic!("status {other}"),
+            }
+        }
+    }
+    assert_eq!(passed, 3000, "3000/min held across three proxies");
+    assert!(limited >= 300);
+    assert_eq!(up.total(), 3000, "the upstream sees exactly 3000");
+    let leased: u64 = proxies.iter().map(|p| counter(p, "lease_hits")).sum();
+    let calls: u64 = proxies
+        .iter()
+        .map(|p| counter(p, "ok") + counter(p, "over_limit"))
+        .sum();
+    assert!(leased >= 2500, "{leased} requests admitted on leases");
+    assert!(calls <= 800, "{calls} RLS calls for 3300 requests");
     for p in proxies {
         p.shutdown(Duration::from_secs(1));
     }

@@ -14,7 +14,7 @@ use crate::grpc_frame::{self, MessageBuf, GRPC_MESSAGE, GRPC_STATUS, NO_MESSAGE}
 use bytes::Bytes;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use prost::Message;
 use tonic::{Code, Status};
 
@@ -62,6 +62,16 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     uri: &Uri,
     request: &Req,
 ) -> Result<Resp, Status> {
+    unary_with_metadata(send, uri, &[], request).await
+}
+
+/// [`unary`] with custom request metadata (e.g. [`crate::lease::LEASE_HEADER`]).
+pub async fn unary_with_metadata<Req: Message, Resp: Message + Default>(
+    send: SendRequest<Bytes>,
+    uri: &Uri,
+    metadata: &[(HeaderName, HeaderValue)],
+    request: &Req,
+) -> Result<Resp, Status> {
     let mut send = send.ready().await.map_err(h2_status)?;
     let mut head = http::Request::new(());
     *head.method_mut() = Method::POST;
@@ -69,6 +79,9 @@ pub async fn unary<Req: Message, Resp: Message + Default>(
     let headers = head.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
+    for (name, value) in metadata {
+        headers.insert(name.clone(), value.clone());
+    }
     let (response, mut stream) = send.send_request(head, false).map_err(h2_status)?;
     stream
         .send_data(grpc_frame::encode(request), true)

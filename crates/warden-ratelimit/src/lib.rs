@@ -19,6 +19,7 @@ pub mod config;
 pub mod grpc_client;
 pub mod grpc_frame;
 pub mod json;
+pub mod lease;
 pub mod limiter;
 mod local_cache;
 pub mod matcher;

@@ -4,6 +4,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, ConfigSet, Unit};
+use crate::lease::{self, LeasePolicy};
 use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
 use crate::stats::{LimitStats, Stats};
@@ -11,7 +12,7 @@ use crate::store::{CounterOp, CounterResult, MemoryStore, Store, StoreError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
+    quota::ExpirationSpecifier, Code, DescriptorStatus, Quota, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
@@ -92,6 +93,9 @@ pub struct LimiterSettings {
     pub response_headers: Option<ResponseHeaderNames>,
     /// Bound on live counters of the memory store.
     pub memory_max_keys: usize,
+    /// warden extension (`QUOTA_LEASE_FRACTION`, `QUOTA_LEASE_MAX`): quota leases for clients
+    /// that ask for them ([`crate::lease`]).
+    pub lease: LeasePolicy,
 }
 
 impl Default for LimiterSettings {
@@ -107,6 +111,7 @@ impl Default for LimiterSettings {
             default_algorithm: Algorithm::FixedWindow,
             response_headers: None,
             memory_max_keys: 1_000_000,
+            lease: LeasePolicy::SERVER_DEFAULT,
         }
     }
 }
@@ -197,7 +202,24 @@ impl RateLimiter {
 
     /// `ShouldRateLimit`.
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
-        let result = self.decide_inner(request).await;
+        self.decide_with(request, false).await
+    }
+
+    /// `ShouldRateLimit` for a client that takes quota leases ([`crate::lease`]): an OK answer
+    /// may carry `quota`, reserved in the same store round trip.
+    pub async fn decide_leasing(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RlsError> {
+        self.decide_with(request, true).await
+    }
+
+    async fn decide_with(
+        &self,
+        request: &RateLimitRequest,
+        leasing: bool,
+    ) -> Result<RateLimitResponse, RlsError> {
+        let result = self.decide_inner(request, leasing).await;
         if let Err(e) = &result {
             self.stats.error(e.stat_name());
         }
@@ -207,6 +229,7 @@ impl RateLimiter {
     async fn decide_inner(
         &self,
         request: &RateLimitRequest,
+        leasing: bool,
     ) -> Result<RateLimitResponse, RlsError> {
         if request.domain.is_empty() {
             return Err(RlsError::EmptyDomain);
@@ -280,12 +303,17 @@ impl RateLimiter {
             });
         }
 
-        // 4. One store round trip for all descriptors still to count.
+        // 4. One store round trip for all descriptors still to count, reserving a lease's
+        //    requests along with the call's own hits.
+        let lease_size = if leasing { self.lease_size(&checks) } else { 0 };
         let mut ops: Vec<CounterOp> = checks
             .iter_mut()
             .filter(|c| !c.cached_over)
             .map(|c| self.counter_op(c, now))
             .collect();
+        for op in &mut ops {
+            op.hits += u64::from(lease_size);
+        }
         if self.settings.stop_increment_when_overlimit && !ops.is_empty() {
             let before = self.store.get(&ops, now_millis).await?;
             let live: Vec<&Checked> = checks.iter().filter(|c| !c.cached_over).collect();
@@ -308,8 +336,10 @@ impl RateLimiter {
             self.store.apply(&ops, now_millis).await?
         };
 
-        // 5. Statuses.
+        // 5. Statuses (of the call's own request: a reservation is taken off the counts). The
+        //    lease is what every descriptor still has room for.
         let mut results = results.into_iter().zip(&ops);
+        let mut grant = lease_size;
         for check in &checks {
             let div = check.unit.divider();
             let reset = div - now % div;
@@ -339,8 +369,12 @@ impl RateLimiter {
                         result.after + (result.prev as f64 * weight).floor() as u64
                     }
                 };
+                let reserved = u64::from(lease_size).min(hits);
+                let (after, hits) = (after.saturating_sub(reserved), hits - reserved);
                 let before = after.saturating_sub(hits);
                 let over = self.count_stats(&check.stats, rpu, before, after, hits);
+                let room = u64::from(rpu).saturating_sub(after);
+                grant = grant.min(u32::try_from(room).unwrap_or(u32::MAX));
                 if over {
                     if let (Some(cache), Some(key), Algorithm::FixedWindow) =
                         (&self.local_cache, key, check.algorithm)
@@ -382,12 +416,58 @@ impl RateLimiter {
             self.stats.global_shadow_mode.inc();
             overall = Code::Ok;
         }
+        let quota = (lease_size > 0 && grant > 0 && overall == Code::Ok).then(|| {
+            // Counted as hits now: the client admits them without calling again.
+            for check in &checks {
+                check.stats.total_hits.inc_by(u64::from(grant));
+                check.stats.within_limit.inc_by(u64::from(grant));
+            }
+            let shortest = checks.iter().map(|c| c.unit.divider()).min().unwrap_or(1);
+            Quota {
+                requests: grant.saturating_add(1),
+                id: String::new(),
+                expiration_specifier: Some(ExpirationSpecifier::ValidUntil(lease::window_end(
+                    now_millis, shortest,
+                ))),
+            }
+        });
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
             response_headers_to_add: headers,
+            quota,
             ..Default::default()
         })
+    }
+
+    /// Requests a lease may reserve for these checks: the smallest of their limits' shares, and
+    /// none unless every check is a plain fixed-window count of one hit (quota, shadow, sliding
+    /// windows, hits addends and the stop-increment mode keep their exact per-call answers).
+    fn lease_size(&self, checks: &[Checked]) -> u32 {
+        let s = &self.settings;
+        if s.lease.fraction <= 0.0
+            || s.shadow_mode
+            || s.quota_mode
+            || s.stop_increment_when_overlimit
+            || checks.is_empty()
+        {
+            return 0;
+        }
+        let plain = |c: &Checked| {
+            c.hits == 1
+                && !c.cached_over
+                && c.algorithm == Algorithm::FixedWindow
+                && !c.limit.shadow_mode
+                && !c.limit.quota_mode
+        };
+        if !checks.iter().all(plain) {
+            return 0;
+        }
+        checks
+            .iter()
+            .map(|c| s.lease.size_for(c.limit.requests_per_unit))
+            .min()
+            .unwrap_or(0)
     }
 
     fn resolve(

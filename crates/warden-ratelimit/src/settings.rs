@@ -2,6 +2,7 @@
 //! `src/settings/settings.go`). Every variable is parsed and all errors are reported at once.
 
 use crate::config::{Algorithm, ConfigSource};
+use crate::lease::LeasePolicy;
 use crate::limiter::{LimiterSettings, ResponseHeaderNames};
 use crate::store::{RedisSettings, RedisType};
 use std::collections::HashMap;
@@ -324,7 +325,17 @@ impl Settings {
             default_algorithm,
             response_headers,
             memory_max_keys: env.num("MEMORY_MAX_KEYS", 1_000_000),
+            lease: LeasePolicy {
+                fraction: env.num("QUOTA_LEASE_FRACTION", LeasePolicy::SERVER_DEFAULT.fraction),
+                max: env.num("QUOTA_LEASE_MAX", LeasePolicy::SERVER_DEFAULT.max),
+            },
         };
+        if !(0.0..=1.0).contains(&limiter.lease.fraction) {
+            env.errors.push(format!(
+                "QUOTA_LEASE_FRACTION: {} is not in [0, 1]",
+                limiter.lease.fraction
+            ));
+        }
 
         let prometheus = if env.bool("USE_PROMETHEUS", false) {
             let addr_text = env.string("PROMETHEUS_ADDR", ":9090");
@@ -471,6 +482,30 @@ mod tests {
         for var in ["PORT", "REDIS_TIMEOUT", "SHADOW_MODE", "REDIS_TYPE"] {
             assert!(text.contains(var), "{text}");
         }
+    }
+
+    #[test]
+    fn quota_leases_are_tuned_or_turned_off_by_env() {
+        let s = Settings::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(s.limiter.lease, LeasePolicy::SERVER_DEFAULT);
+        let s = Settings::from_env_map(&vars(&[
+            ("QUOTA_LEASE_FRACTION", "0"),
+            ("QUOTA_LEASE_MAX", "50"),
+        ]))
+        .expect("leases off");
+        assert_eq!(s.limiter.lease.size_for(u32::MAX), 0);
+        assert_eq!(s.limiter.lease.max, 50);
+        let err = Settings::from_env_map(&vars(&[
+            ("QUOTA_LEASE_FRACTION", "1.5"),
+            ("QUOTA_LEASE_MAX", "-1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("QUOTA_LEASE_FRACTION: 1.5 is not in [0, 1]"),
+            "{err}"
+        );
+        assert!(err.contains("QUOTA_LEASE_MAX"), "{err}");
     }
 
     #[test]

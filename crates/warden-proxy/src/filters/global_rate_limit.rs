@@ -1,9 +1,11 @@
 //! Global rate limit stage (issue 6): descriptors from RateLimitPolicy `spec.global.rules` and
 //! from the EnvoyFilter `rate_limits` actions, one `ShouldRateLimit` per request to the RLS
-//! (remote over one HTTP/2 channel, or embedded in process), and an over-limit cache.
+//! (remote over one HTTP/2 channel, or embedded in process), and a cache of its answers.
 //!
 //! Behaviour follows Envoy's `envoy.filters.http.ratelimit`:
-//! * no descriptor -> no call; OK -> continue with the RLS's request/response headers;
+//! * no descriptor -> no call; OK -> continue with the RLS's request/response headers; an OK
+//!   carrying a quota lease (`warden ratelimit` grants them) admits that many more requests
+//!   of the same descriptor set without a call;
 //! * OVER_LIMIT -> 429 (`rate_limited_status`), `x-envoy-ratelimited: true`; remembered until
 //!   `duration_until_reset` so repeats cost no RPC;
 //! * error or timeout (default 20 ms) -> fail open, or `status_on_error` (500) with
@@ -13,8 +15,8 @@
 //! `outbound|PORT||HOST` cluster name, or `HOST:PORT`). RateLimitPolicy rules without such a
 //! filter run on the embedded limiter, configured with [`rls_config`].
 
+pub mod answer_cache;
 pub mod lua_path_header;
-pub mod over_limit_cache;
 pub mod policy_rules;
 pub mod response_headers;
 mod rls_connection;
@@ -25,9 +27,9 @@ use crate::metrics::Metrics;
 use crate::pipeline::{AsyncRequestFilter, RequestAttrs, Verdict, VerdictFuture};
 use crate::routing::{Route, RouteAction};
 use crate::snapshot::ProxyIdentity;
+use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use over_limit_cache::{OverLimitCache, OverLimitMemory};
+use http::{HeaderName, HeaderValue, StatusCode};
 use policy_rules::PolicyRules;
 use service::RlsBackend;
 use std::collections::HashMap;
@@ -64,8 +66,8 @@ pub struct GlobalRateLimit {
     failure_mode_deny: bool,
     status_on_error: StatusCode,
     rate_limited_status: StatusCode,
-    /// 429 headers and the over-limit cache.
-    denials: Arc<OverLimitMemory>,
+    /// 429 headers and the cache of OVER_LIMIT answers and quota leases.
+    answers: Arc<AnswerMemory>,
 }
 
 fn problem_at(origin_doc: &warden_config::Location, field: String, message: String) -> Problem {
@@ -118,7 +120,7 @@ pub fn rls_config(set: &ConfigSet) -> Result<RlsConfig, Vec<Problem>> {
 
 impl GlobalRateLimit {
     /// Compile the stage; `Ok(None)` when nothing asks for a global limit. `previous` hands
-    /// over the embedded limiter's counters and the over-limit cache across reloads.
+    /// over the embedded limiter's counters and the answer cache across reloads.
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
@@ -279,7 +281,7 @@ impl GlobalRateLimit {
             rate_limited_status: warden_local_ratelimit::envoy::proto_json::limited_status(
                 filter.and_then(|f| f.rate_limited_status.as_ref()),
             ),
-            denials: Arc::new(OverLimitMemory {
+            answers: Arc::new(AnswerMemory {
                 x_envoy_ratelimited: !filter.is_some_and(|f| f.disable_x_envoy_ratelimited_header),
                 // Envoy Gateway turns DRAFT_03 headers on for policies; an EnvoyFilter opts in.
                 x_ratelimit_headers: match filter {
@@ -288,8 +290,8 @@ impl GlobalRateLimit {
                 },
                 limited_headers,
                 cache: previous.map_or_else(
-                    || Arc::new(OverLimitCache::new(CACHE_ENTRIES)),
-                    |p| p.denials.cache.clone(),
+                    || Arc::new(AnswerCache::new(CACHE_ENTRIES)),
+                    |p| p.answers.cache.clone(),
                 ),
             }),
         }))
@@ -366,8 +368,8 @@ impl GlobalRateLimit {
     }
 
     fn over_limit(&self, resp: &RateLimitResponse, key: String, now: Instant) -> Verdict {
-        let headers = self.denials.headers(resp);
-        self.denials.remember(resp, key, &headers, now);
+        let headers = self.answers.headers(resp);
+        self.answers.remember(resp, key, &headers, now);
         let mut reply = self.limited_reply();
         if !resp.raw_body.is_empty() {
             reply.body = Bytes::from(resp.raw_body.clone());
@@ -382,7 +384,15 @@ impl GlobalRateLimit {
         }
         let key = cache_key(&descriptors);
         let now = Instant::now();
-        if let Some(denial) = self.denials.cache.get(&key, now) {
+        let denial = match self.answers.cache.take(&key, now) {
+            None => None,
+            Some(Hit::Leased(admitted)) => {
+                metrics.global_rate_limit.lease_hits.inc();
+                return admitted.map_or(Verdict::Continue, admit);
+            }
+            Some(Hit::Denied(denial)) => Some(denial),
+        };
+        if let Some(denial) = denial {
             metrics.global_rate_limit.over_limit_cache_hits.inc();
             let mut headers = denial.headers;
             if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
@@ -405,9 +415,9 @@ impl GlobalRateLimit {
         };
         // Only a call that times out needs its own copy of the key and the cache.
         let late = || {
-            let denials = self.denials.clone();
+            let answers = self.answers.clone();
             let key = key.clone();
-            move |resp: &RateLimitResponse| denials.remember_late(resp, key)
+            move |resp: &RateLimitResponse| answers.remember_late(resp, key)
         };
         match self.backend.should_rate_limit(request, late).await {
             Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
@@ -416,25 +426,11 @@ impl GlobalRateLimit {
             }
             Ok(resp) if resp.overall_code == CODE_OK => {
                 metrics.global_rate_limit.ok.inc();
-                let mut response = HeaderMap::new();
-                if self.denials.x_ratelimit_headers {
-                    response_headers::x_ratelimit(&resp.statuses, &mut response);
+                let admitted = self.answers.admitted(&resp);
+                if resp.quota.is_some() {
+                    self.answers.remember_lease(&resp, key, &admitted, now);
                 }
-                response_headers::append_rls_headers(&resp.response_headers_to_add, &mut response);
-                if resp.request_headers_to_add.is_empty() {
-                    if response.is_empty() {
-                        Verdict::Continue
-                    } else {
-                        Verdict::ContinueWithHeaders(response)
-                    }
-                } else {
-                    let mut request = HeaderMap::new();
-                    response_headers::append_rls_headers(
-                        &resp.request_headers_to_add,
-                        &mut request,
-                    );
-                    Verdict::ContinueWithRequestHeaders { request, response }
-                }
+                admit(admitted)
             }
             other => {
                 metrics.global_rate_limit.error.inc();
@@ -453,6 +449,18 @@ impl GlobalRateLimit {
                 }
             }
         }
+    }
+}
+
+/// The verdict admitting a request with `admitted`'s headers.
+fn admit(admitted: Admitted) -> Verdict {
+    match (admitted.request.is_empty(), admitted.response.is_empty()) {
+        (true, true) => Verdict::Continue,
+        (true, false) => Verdict::ContinueWithHeaders(admitted.response),
+        (false, _) => Verdict::ContinueWithRequestHeaders {
+            request: admitted.request,
+            response: admitted.response,
+        },
     }
 }
 

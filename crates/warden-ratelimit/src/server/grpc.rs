@@ -6,6 +6,7 @@
 //! about a tenth of the service's CPU per decision under the proxy's load.
 
 use crate::grpc_frame::{self, MessageBuf};
+use crate::lease;
 use crate::limiter::RateLimiter;
 use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -47,6 +48,7 @@ impl RlsService {
                 )));
             }
         }
+        let leasing = request.headers().contains_key(lease::LEASE_HEADER);
         let mut body = std::pin::pin!(request.into_body());
         let mut message = MessageBuf::default();
         while let Some(frame) = body.frame().await {
@@ -57,7 +59,11 @@ impl RlsService {
         }
         let request: RateLimitRequest = message.decode()?;
         let started = Instant::now();
-        let result = self.limiter.decide(&request).await;
+        let result = if leasing {
+            self.limiter.decide_leasing(&request).await
+        } else {
+            self.limiter.decide(&request).await
+        };
         self.limiter
             .stats()
             .should_rate_limit(started.elapsed().as_secs_f64());

@@ -11,12 +11,14 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use h2::client::SendRequest;
 use h2::{Ping, PingPong};
 use http::uri::{Authority, Uri};
+use http::HeaderValue;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_ratelimit::grpc_client;
+use warden_ratelimit::lease::LEASE_HEADER;
 use warden_ratelimit::{RateLimitRequest, RateLimitResponse};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -52,12 +54,14 @@ thread_local! {
 pub struct RlsConnection(Live);
 
 impl RlsConnection {
-    /// One ShouldRateLimit call.
+    /// One ShouldRateLimit call, asking for a quota lease (a service that does not grant
+    /// them ignores the metadata).
     pub async fn should_rate_limit(
         self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        grpc_client::unary(self.0.send, &self.0.uri, request).await
+        let ask_for_leases = [(LEASE_HEADER, HeaderValue::from_static("1"))];
+        grpc_client::unary_with_metadata(self.0.send, &self.0.uri, &ask_for_leases, request).await
     }
 }
 
