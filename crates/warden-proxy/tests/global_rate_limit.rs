@@ -58,6 +58,11 @@ fn client_from(ip: [u8; 4]) -> reqwest::Client {
 
 /// Send `n` GETs (at most 16 in flight); returns (status counts: 200, 429, 500, other).
 async fn send(client: &reqwest::Client, url: &str, n: usize) -> [usize; 4] {
+    send_with(client, url, n, 16).await
+}
+
+/// [`send`] with at most `in_flight` requests at once.
+async fn send_with(client: &reqwest::Client, url: &str, n: usize, in_flight: usize) -> [usize; 4] {
     use futures_util::StreamExt;
     let results: Vec<u16> = futures_util::stream::iter(0..n)
         .map(|i| {
@@ -66,7 +71,7 @@ async fn send(client: &reqwest::Client, url: &str, n: usize) -> [usize; 4] {
             let url = format!("{url}?i={i}");
             async move { c.get(url).send().await.map_or(0, |r| r.status().as_u16()) }
         })
-        .buffer_unordered(16)
+        .buffer_unordered(in_flight)
         .collect()
         .await;
     let mut out = [0; 4];
@@ -334,6 +339,43 @@ async fn three_proxies_on_quota_leases_hold_the_limit_exactly() {
     rls.shutdown().await;
 }
 
+/// A burst of concurrent requests on one proxy, then the other proxy: leases reserved for
+/// the burst do not take the rest of the limit from the other proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_one_proxy_does_not_reserve_the_limit_away() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = warden_testkit::TempDir::new("rls-burst").unwrap();
+    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
+        .unwrap()
+        .replace("requests_per_unit: 300", "requests_per_unit: 3000");
+    dir.write("config.yaml", &config).unwrap();
+    let mut settings = rls_settings(&redis, dir.path().to_path_buf());
+    settings.limiter.lease.fraction = 0.02; // leases of 60
+    away_from_minute_edge().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let rls = start_rls_at(settings, now.as_millis() as u64).await;
+    let up = counting_echo().await;
+    let yaml = format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls.grpc_addr(), false, "1s")
+    );
+    let (a, b) = (start_proxy(&yaml), start_proxy(&yaml));
+    let client = client_from([127, 0, 0, 1]);
+    let url = |p: &RunningProxy| format!("http://{}/login", addr(p, 0));
+    // 64 calls at once with no lease yet: were each to reserve 60, the limit would be gone.
+    let [burst, ..] = send_with(&client, &url(&a), 500, 64).await;
+    assert_eq!(burst, 500);
+    let [rest, ..] = send(&client, &url(&b), 2000).await;
+    assert_eq!(rest, 2000, "the other proxy still gets its requests");
+    assert_eq!(up.total(), 2500);
+    a.shutdown(Duration::from_secs(1));
+    b.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rls_down_fails_open_or_closed_and_limiting_resumes() {
     let redis = RedisServer::start().expect("redis-server");
@@ -482,7 +524,41 @@ impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::
     }
 }
 
-async fn scripted_rls(delay: Duration, over_limit: bool) -> SocketAddr {
+/// An RLS that answers OK (no lease) after `delay` and counts the calls, and those that
+/// asked for a lease.
+#[derive(Clone, Default)]
+struct CountingRls {
+    delay: Duration,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService
+    for CountingRls
+{
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<warden_ratelimit::RateLimitRequest>,
+    ) -> Result<tonic::Response<warden_ratelimit::RateLimitResponse>, tonic::Status> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.calls.fetch_add(1, SeqCst);
+        if request.metadata().contains_key("warden-quota-lease") {
+            self.asked.fetch_add(1, SeqCst);
+        }
+        tokio::time::sleep(self.delay).await;
+        Ok(tonic::Response::new(warden_ratelimit::RateLimitResponse {
+            overall_code: 1,
+            ..Default::default()
+        }))
+    }
+}
+
+/// Serve `service` (an RLS) on a free loopback port.
+async fn serve_rls<S>(service: S) -> SocketAddr
+where
+    S: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService,
+{
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -492,13 +568,45 @@ async fn scripted_rls(delay: Duration, over_limit: bool) -> SocketAddr {
     });
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(ScriptedRls {
-                delay,
-                over_limit,
-            }))
+            .add_service(RateLimitServiceServer::new(service))
             .serve_with_incoming(incoming),
     );
     addr
+}
+
+/// Requests in flight together make one call each, and only one of them asks for a lease:
+/// the service reserves every lease it grants, and a lease per call would hold back the
+/// limit from other proxies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_at_a_time_asks_for_a_lease() {
+    let rls = CountingRls {
+        delay: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let rls_addr = serve_rls(rls.clone()).await;
+    let up = counting_echo().await;
+    let yaml = format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls_addr, false, "1s")
+    );
+    let proxy = start_proxy(&yaml);
+    let client = client_from([127, 0, 0, 1]);
+    let url = format!("http://{}/login", addr(&proxy, 0));
+    for burst in 1..=2 {
+        let [ok, ..] = send_with(&client, &url, 32, 32).await;
+        assert_eq!(ok, 32);
+        let (calls, asked) = (
+            rls.calls.load(std::sync::atomic::Ordering::SeqCst),
+            rls.asked.load(std::sync::atomic::Ordering::SeqCst),
+        );
+        assert_eq!((calls, asked), (32 * burst, burst), "burst {burst}");
+    }
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+async fn scripted_rls(delay: Duration, over_limit: bool) -> SocketAddr {
+    serve_rls(ScriptedRls { delay, over_limit }).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@ use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use policy_rules::PolicyRules;
-use service::RlsBackend;
+use service::{RlsBackend, RlsCallError};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -377,6 +377,23 @@ impl GlobalRateLimit {
         Verdict::ReplyWithHeaders(reply, headers)
     }
 
+    /// The 429 of a remembered OVER_LIMIT, its `x-ratelimit-reset` counted down.
+    fn remembered_denial(&self, denial: answer_cache::Denial, now: Instant) -> Verdict {
+        let mut headers = denial.headers;
+        if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
+            let left = denial
+                .until
+                .saturating_duration_since(now)
+                .as_secs_f64()
+                .ceil();
+            headers.insert(
+                response_headers::X_RATELIMIT_RESET,
+                HeaderValue::from(left as u64),
+            );
+        }
+        Verdict::ReplyWithHeaders(self.limited_reply(), headers)
+    }
+
     async fn decide(&self, req: &RequestAttrs<'_>, route: &Route, metrics: &Metrics) -> Verdict {
         let descriptors = self.descriptors(req, route);
         if descriptors.is_empty() {
@@ -384,30 +401,18 @@ impl GlobalRateLimit {
         }
         let key = cache_key(&descriptors);
         let now = Instant::now();
-        let denial = match self.answers.cache.take(&key, now) {
-            None => None,
-            Some(Hit::Leased(admitted)) => {
+        let leases = matches!(self.backend, RlsBackend::Remote { .. });
+        let ask_lease = match self.answers.cache.take(&key, now, leases) {
+            Hit::Leased(admitted) => {
                 metrics.global_rate_limit.lease_hits.inc();
                 return admitted.map_or(Verdict::Continue, admit);
             }
-            Some(Hit::Denied(denial)) => Some(denial),
-        };
-        if let Some(denial) = denial {
-            metrics.global_rate_limit.over_limit_cache_hits.inc();
-            let mut headers = denial.headers;
-            if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
-                let left = denial
-                    .until
-                    .saturating_duration_since(now)
-                    .as_secs_f64()
-                    .ceil();
-                headers.insert(
-                    response_headers::X_RATELIMIT_RESET,
-                    HeaderValue::from(left as u64),
-                );
+            Hit::Denied(denial) => {
+                metrics.global_rate_limit.over_limit_cache_hits.inc();
+                return self.remembered_denial(denial, now);
             }
-            return Verdict::ReplyWithHeaders(self.limited_reply(), headers);
-        }
+            Hit::Call { ask_lease } => ask_lease,
+        };
         let request = RateLimitRequest {
             domain: self.domain.clone(),
             descriptors,
@@ -419,7 +424,15 @@ impl GlobalRateLimit {
             let key = key.clone();
             move |resp: &RateLimitResponse| answers.remember_late(resp, key)
         };
-        match self.backend.should_rate_limit(request, late).await {
+        let result = self
+            .backend
+            .should_rate_limit(request, ask_lease, late)
+            .await;
+        // A timed-out call may still bring its lease; otherwise the next call may ask.
+        if ask_lease && !matches!(result, Err(RlsCallError::Timeout(_))) {
+            self.answers.cache.done_asking(&key);
+        }
+        match result {
             Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
                 metrics.global_rate_limit.over_limit.inc();
                 self.over_limit(&resp, key, now)

@@ -3,6 +3,13 @@
 //!   429 locally;
 //! * an OK answer's quota lease (`RateLimitResponse.quota`, see `warden_ratelimit::lease`) until
 //!   its requests are used or it expires: requests within a large limit are admitted locally.
+//!
+//! Only one call per descriptor set asks for a lease at a time: the service reserves each
+//! lease it grants, so a burst of concurrent calls that all asked (every request in flight when
+//! a lease runs out or its window ends) would reserve a lease each and hold back up to that
+//! many times the lease from every other proxy. While one call asks, the others are plain
+//! calls, counted one hit each. The next lease is asked for when half of the current one is
+//! spent, so that requests keep being admitted locally meanwhile.
 
 use super::{response_headers, CODE_OK, CODE_OVER_LIMIT};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::quota::ExpirationSpecifier;
@@ -134,12 +141,12 @@ impl AnswerMemory {
             .and_then(|v| v.to_str().ok()?.parse().ok());
         self.cache.insert(
             key,
-            Remembered::Leased(Lease {
+            Remembered::Leased(Lease::new(
                 left,
-                until: now + valid_for,
+                now + valid_for,
                 remaining,
-                admitted: admitted.clone(),
-            }),
+                admitted.clone(),
+            )),
             now,
         );
     }
@@ -170,17 +177,26 @@ pub struct Denial {
 /// A quota lease: requests still to admit, until when, and what each admitted request gets.
 #[derive(Debug, Clone)]
 pub struct Lease {
-    pub left: u32,
-    pub until: Instant,
+    left: u32,
+    until: Instant,
     /// `x-ratelimit-remaining` of the answer, counted down as the lease is used.
-    pub remaining: Option<u32>,
-    pub admitted: Admitted,
+    remaining: Option<u32>,
+    admitted: Admitted,
+    /// Once `left` is down to this, one call asks for the next lease while the others still
+    /// spend this one (so requests in flight need not call when it runs out).
+    refill_at: u32,
+    /// A call asking for the next lease is in flight, until this at most.
+    asking_until: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
 pub enum Remembered {
     Denied(Denial),
     Leased(Lease),
+    /// A call asking for a lease is in flight (until it is answered, or this passes).
+    Asking {
+        until: Instant,
+    },
 }
 
 impl Remembered {
@@ -188,9 +204,14 @@ impl Remembered {
         match self {
             Remembered::Denied(d) => d.until,
             Remembered::Leased(l) => l.until,
+            Remembered::Asking { until } => *until,
         }
     }
 }
+
+/// How long a call asking for a lease keeps other calls from asking, at most (its answer
+/// normally ends that sooner; a lost answer must not stop leases for long).
+const ASKING_FOR: Duration = Duration::from_secs(1);
 
 /// What a lookup found.
 #[derive(Debug)]
@@ -198,6 +219,10 @@ pub enum Hit {
     Denied(Denial),
     /// One request taken from a lease; `None` when admitted requests get no headers.
     Leased(Option<Admitted>),
+    /// Nothing remembered: call the service, asking for a lease if `ask_lease`.
+    Call {
+        ask_lease: bool,
+    },
 }
 
 /// Bounded: a full shard first drops expired entries, then everything (a flood of distinct
@@ -225,17 +250,20 @@ impl AnswerCache {
         &self.shards[(h as usize) % SHARDS]
     }
 
-    /// The live answer for `key` at `now`, taking one request from a lease.
-    pub fn take(&self, key: &str, now: Instant) -> Option<Hit> {
+    /// The live answer for `key` at `now`, taking one request from a lease. When there is
+    /// none and `leases` (the service may grant them), the caller is told whether its call asks
+    /// for one: only if no other call is asking.
+    pub fn take(&self, key: &str, now: Instant, leases: bool) -> Hit {
         let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.get_mut(key)?;
-        if entry.until() <= now {
-            map.remove(key);
-            return None;
-        }
-        let hit = match entry {
-            Remembered::Denied(d) => Hit::Denied(d.clone()),
-            Remembered::Leased(lease) => {
+        let live = map.get_mut(key).filter(|e| e.until() > now);
+        match live {
+            Some(Remembered::Denied(d)) => Hit::Denied(d.clone()),
+            Some(Remembered::Leased(lease)) => {
+                let asking = lease.asking_until.is_some_and(|t| t > now);
+                if leases && !asking && lease.left <= lease.refill_at {
+                    lease.asking_until = Some(now + ASKING_FOR);
+                    return Hit::Call { ask_lease: true };
+                }
                 lease.left -= 1;
                 let admitted = lease.headers(now);
                 if lease.left == 0 {
@@ -243,8 +271,38 @@ impl AnswerCache {
                 }
                 Hit::Leased(admitted)
             }
-        };
-        Some(hit)
+            Some(Remembered::Asking { .. }) => Hit::Call { ask_lease: false },
+            None if leases => {
+                let asking = Remembered::Asking {
+                    until: now + ASKING_FOR,
+                };
+                match map.get_mut(key) {
+                    Some(expired) => *expired = asking,
+                    None => {
+                        drop(map);
+                        self.insert(key.to_owned(), asking, now);
+                    }
+                }
+                Hit::Call { ask_lease: true }
+            }
+            None => {
+                map.remove(key);
+                Hit::Call { ask_lease: false }
+            }
+        }
+    }
+
+    /// The call that asked for a lease for `key` is answered (a lease it got is remembered
+    /// already): let the next call ask.
+    pub fn done_asking(&self, key: &str) {
+        let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(key) {
+            Some(Remembered::Asking { .. }) => {
+                map.remove(key);
+            }
+            Some(Remembered::Leased(lease)) => lease.asking_until = None,
+            _ => {}
+        }
     }
 
     /// Remember `answer` for `key`. A live lease is never dropped: its requests are counted by
@@ -256,10 +314,9 @@ impl AnswerCache {
         if let Some(Remembered::Leased(live)) = map.get_mut(&key) {
             if live.until > now {
                 if let Remembered::Leased(new) = answer {
-                    live.left = live.left.saturating_add(new.left);
-                    live.until = live.until.min(new.until);
-                    live.remaining = new.remaining;
-                    live.admitted = new.admitted;
+                    let left = live.left.saturating_add(new.left);
+                    let until = live.until.min(new.until);
+                    *live = Lease::new(left, until, new.remaining, new.admitted);
                 }
                 return;
             }
@@ -286,6 +343,17 @@ impl AnswerCache {
 }
 
 impl Lease {
+    pub fn new(left: u32, until: Instant, remaining: Option<u32>, admitted: Admitted) -> Lease {
+        Lease {
+            left,
+            until,
+            remaining,
+            admitted,
+            refill_at: left / 2,
+            asking_until: None,
+        }
+    }
+
     /// The headers of the request just taken from this lease (none when there are none):
     /// `x-ratelimit-remaining` counts down, `x-ratelimit-reset` is the time left.
     fn headers(&mut self, now: Instant) -> Option<Admitted> {
@@ -331,12 +399,15 @@ mod tests {
     }
 
     fn lease(left: u32, until: Instant) -> Remembered {
-        Remembered::Leased(Lease {
-            left,
-            until,
-            remaining: None,
-            admitted: Admitted::default(),
-        })
+        Remembered::Leased(Lease::new(left, until, None, Admitted::default()))
+    }
+
+    fn is_call(hit: Hit) -> bool {
+        matches!(hit, Hit::Call { .. })
+    }
+
+    fn is_leased(hit: Hit) -> bool {
+        matches!(hit, Hit::Leased(_))
     }
 
     #[test]
@@ -346,12 +417,12 @@ mod tests {
         let until = t0 + Duration::from_secs(30);
         cache.insert("k".into(), denial(until), t0);
         assert!(matches!(
-            cache.take("k", t0 + Duration::from_secs(29)),
-            Some(Hit::Denied(_))
+            cache.take("k", t0 + Duration::from_secs(29), false),
+            Hit::Denied(_)
         ));
-        assert!(cache.take("other", t0).is_none());
+        assert!(is_call(cache.take("other", t0, false)));
         assert!(
-            cache.take("k", until).is_none(),
+            is_call(cache.take("k", until, false)),
             "expired at duration_until_reset"
         );
         assert!(cache.is_empty(), "expired entry removed");
@@ -363,10 +434,74 @@ mod tests {
         let t0 = Instant::now();
         cache.insert("k".into(), lease(3, t0 + Duration::from_secs(1)), t0);
         for _ in 0..3 {
-            assert!(matches!(cache.take("k", t0), Some(Hit::Leased(None))));
+            assert!(matches!(cache.take("k", t0, false), Hit::Leased(None)));
         }
-        assert!(cache.take("k", t0).is_none(), "used up: call again");
-        assert!(cache.is_empty());
+        assert!(is_call(cache.take("k", t0, false)), "used up: call again");
+    }
+
+    #[test]
+    fn half_spent_one_call_asks_for_the_next_lease_while_the_rest_is_spent() {
+        let cache = AnswerCache::new(1000);
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(5);
+        cache.insert("k".into(), lease(4, until), t0);
+        assert!(is_leased(cache.take("k", t0, true)));
+        assert!(is_leased(cache.take("k", t0, true)));
+        assert!(
+            matches!(cache.take("k", t0, true), Hit::Call { ask_lease: true }),
+            "2 of 4 left: ask for more"
+        );
+        assert!(
+            is_leased(cache.take("k", t0, true)),
+            "the rest is still spent"
+        );
+        // The answer brings 4 more: they join the 1 left.
+        cache.insert("k".into(), lease(4, until), t0);
+        cache.done_asking("k");
+        let taken = (0..5)
+            .filter(|_| is_leased(cache.take("k", t0, false)))
+            .count();
+        assert_eq!(taken, 5);
+    }
+
+    #[test]
+    fn one_call_at_a_time_asks_for_a_lease() {
+        let cache = AnswerCache::new(1000);
+        let t0 = Instant::now();
+        assert!(matches!(
+            cache.take("k", t0, true),
+            Hit::Call { ask_lease: true }
+        ));
+        for _ in 0..3 {
+            assert!(
+                matches!(cache.take("k", t0, true), Hit::Call { ask_lease: false }),
+                "the others call without asking"
+            );
+        }
+        // The asking call got no lease: the next call asks.
+        cache.done_asking("k");
+        assert!(matches!(
+            cache.take("k", t0, true),
+            Hit::Call { ask_lease: true }
+        ));
+        // Its lease ends the asking; once spent, the next call asks again.
+        cache.insert("k".into(), lease(1, t0 + Duration::from_secs(5)), t0);
+        assert!(is_leased(cache.take("k", t0, true)));
+        assert!(matches!(
+            cache.take("k", t0, true),
+            Hit::Call { ask_lease: true }
+        ));
+        // An answer that never comes stops leases only for a while.
+        assert!(matches!(
+            cache.take("k", t0 + ASKING_FOR, true),
+            Hit::Call { ask_lease: true }
+        ));
+        // Services that grant no leases (the embedded limiter) leave nothing behind.
+        assert!(matches!(
+            cache.take("e", t0, false),
+            Hit::Call { ask_lease: false }
+        ));
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
@@ -375,15 +510,20 @@ mod tests {
         let t0 = Instant::now();
         let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
         cache.insert("k".into(), lease(5, t1), t0);
-        assert!(cache.take("k", t1).is_none(), "expired at valid_until");
+        assert!(
+            is_call(cache.take("k", t1, false)),
+            "expired at valid_until"
+        );
         cache.insert("k".into(), lease(1, t2), t0);
         cache.insert("k".into(), lease(1, t1), t0);
-        let taken = (0..3).filter(|_| cache.take("k", t0).is_some()).count();
+        let taken = (0..3)
+            .filter(|_| is_leased(cache.take("k", t0, false)))
+            .count();
         assert_eq!(taken, 2, "joined: 1 + 1");
         cache.insert("k".into(), lease(1, t2), t0);
         cache.insert("k".into(), lease(1, t1), t0);
         assert!(
-            cache.take("k", t1).is_none(),
+            is_call(cache.take("k", t1, false)),
             "the joined lease ends with the earlier"
         );
     }
@@ -395,11 +535,11 @@ mod tests {
         let until = t0 + Duration::from_secs(10);
         cache.insert("k".into(), lease(1, until), t0);
         cache.insert("k".into(), denial(until), t0);
-        assert!(matches!(cache.take("k", t0), Some(Hit::Leased(_))));
-        assert!(cache.take("k", t0).is_none(), "spent: call again");
+        assert!(is_leased(cache.take("k", t0, false)));
+        assert!(is_call(cache.take("k", t0, false)), "spent: call again");
         cache.insert("k".into(), denial(until), t0);
         cache.insert("k".into(), lease(1, until), t0);
-        assert!(matches!(cache.take("k", t0), Some(Hit::Leased(_))));
+        assert!(is_leased(cache.take("k", t0, false)));
     }
 
     #[test]
@@ -409,6 +549,7 @@ mod tests {
         let until = t0 + Duration::from_secs(60);
         for i in 0..10_000 {
             cache.insert(format!("k{i}"), denial(until), t0);
+            let _ = cache.take(&format!("a{i}"), t0, true);
         }
         assert!(cache.len() <= SHARDS * 4);
     }

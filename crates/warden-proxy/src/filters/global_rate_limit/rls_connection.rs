@@ -54,14 +54,16 @@ thread_local! {
 pub struct RlsConnection(Live);
 
 impl RlsConnection {
-    /// One ShouldRateLimit call, asking for a quota lease (a service that does not grant
-    /// them ignores the metadata).
+    /// One ShouldRateLimit call, asking for a quota lease if `ask_lease` (a service that does
+    /// not grant them ignores the metadata).
     pub async fn should_rate_limit(
         self,
         request: &RateLimitRequest,
+        ask_lease: bool,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        let ask_for_leases = [(LEASE_HEADER, HeaderValue::from_static("1"))];
-        grpc_client::unary_with_metadata(self.0.send, &self.0.uri, &ask_for_leases, request).await
+        let ask = [(LEASE_HEADER, HeaderValue::from_static("1"))];
+        let metadata = if ask_lease { &ask[..] } else { &[] };
+        grpc_client::unary_with_metadata(self.0.send, &self.0.uri, metadata, request).await
     }
 }
 

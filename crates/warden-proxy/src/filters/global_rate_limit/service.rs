@@ -41,12 +41,13 @@ pub enum RlsBackend {
 async fn remote_call(
     authority: Authority,
     request: RateLimitRequest,
+    ask_lease: bool,
 ) -> Result<RateLimitResponse, RlsCallError> {
     let connection = rls_connection::get(&authority)
         .await
         .map_err(RlsCallError::Unavailable)?;
     connection
-        .should_rate_limit(&request)
+        .should_rate_limit(&request, ask_lease)
         .await
         .map_err(|s| RlsCallError::Status(Box::new(s)))
 }
@@ -87,12 +88,14 @@ impl RlsBackend {
         Ok(RlsBackend::Remote { authority, timeout })
     }
 
-    /// Ask for a decision. A remote call that times out is not dropped: it may finish in the
-    /// background (bounded in time and number) and hand its answer to the handler `late`
-    /// makes (made only then).
+    /// Ask for a decision (and a quota lease, if `ask_lease`; only a remote service may grant
+    /// one). A remote call that times out is not dropped: it may finish in the background
+    /// (bounded in time and number) and hand its answer to the handler `late` makes (made only
+    /// then).
     pub async fn should_rate_limit<L>(
         &self,
         request: RateLimitRequest,
+        ask_lease: bool,
         late: impl FnOnce() -> L,
     ) -> Result<RateLimitResponse, RlsCallError>
     where
@@ -101,7 +104,7 @@ impl RlsBackend {
         match self {
             RlsBackend::Embedded(limiter) => Ok(limiter.decide(&request).await?),
             RlsBackend::Remote { authority, timeout } => {
-                let mut call = Box::pin(remote_call(authority.clone(), request));
+                let mut call = Box::pin(remote_call(authority.clone(), request, ask_lease));
                 match tokio::time::timeout(*timeout, &mut call).await {
                     Ok(result) => result,
                     Err(_) => {
