@@ -524,13 +524,21 @@ impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::
     }
 }
 
-/// An RLS that answers OK (no lease) after `delay` and counts the calls, and those that
-/// asked for a lease.
+/// An RLS that answers OK after `delay`, with a lease of `lease` requests (valid for a minute)
+/// to calls that ask if `lease` > 0, and counts the calls, and those that asked for a lease.
 #[derive(Clone, Default)]
 struct CountingRls {
     delay: Duration,
+    lease: u32,
     calls: Arc<std::sync::atomic::AtomicUsize>,
     asked: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingRls {
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.calls.load(SeqCst), self.asked.load(SeqCst))
+    }
 }
 
 #[tonic::async_trait]
@@ -541,14 +549,32 @@ impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::
         &self,
         request: tonic::Request<warden_ratelimit::RateLimitRequest>,
     ) -> Result<tonic::Response<warden_ratelimit::RateLimitResponse>, tonic::Status> {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+            quota::ExpirationSpecifier, Quota,
+        };
         use std::sync::atomic::Ordering::SeqCst;
         self.calls.fetch_add(1, SeqCst);
-        if request.metadata().contains_key("warden-quota-lease") {
+        let asked = request.metadata().contains_key("warden-quota-lease");
+        if asked {
             self.asked.fetch_add(1, SeqCst);
         }
         tokio::time::sleep(self.delay).await;
+        let in_a_minute = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            + Duration::from_secs(60);
+        let valid_until = envoy_types::pb::google::protobuf::Timestamp {
+            seconds: in_a_minute.as_secs() as i64,
+            nanos: 0,
+        };
+        let quota = (asked && self.lease > 0).then(|| Quota {
+            requests: self.lease,
+            expiration_specifier: Some(ExpirationSpecifier::ValidUntil(valid_until)),
+            ..Default::default()
+        });
         Ok(tonic::Response::new(warden_ratelimit::RateLimitResponse {
             overall_code: 1,
+            quota,
             ..Default::default()
         }))
     }
@@ -596,12 +622,45 @@ async fn one_call_at_a_time_asks_for_a_lease() {
     for burst in 1..=2 {
         let [ok, ..] = send_with(&client, &url, 32, 32).await;
         assert_eq!(ok, 32);
-        let (calls, asked) = (
-            rls.calls.load(std::sync::atomic::Ordering::SeqCst),
-            rls.asked.load(std::sync::atomic::Ordering::SeqCst),
-        );
-        assert_eq!((calls, asked), (32 * burst, burst), "burst {burst}");
+        assert_eq!(rls.counts(), (32 * burst, burst), "burst {burst}");
     }
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Requests of a set that runs on leases wait for the next lease when theirs is spent, instead
+/// of calling one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_on_a_spent_lease_wait_for_the_next_one() {
+    let rls = CountingRls {
+        delay: Duration::from_millis(100),
+        lease: 10,
+        ..Default::default()
+    };
+    let rls_addr = serve_rls(rls.clone()).await;
+    let up = counting_echo().await;
+    let yaml = format!(
+        "{}---\n{}",
+        routes(up.http_addr().unwrap()),
+        seed_filters(rls_addr, false, "1s")
+    );
+    let proxy = start_proxy(&yaml);
+    let client = client_from([127, 0, 0, 1]);
+    let url = format!("http://{}/login", addr(&proxy, 0));
+    let [ok, ..] = send_with(&client, &url, 1, 1).await;
+    assert_eq!((ok, rls.counts()), (1, (1, 1)), "the first call asks");
+    // 64 at once on the 9 left: each call asking for the next lease serves ten requests.
+    let [ok, ..] = send_with(&client, &url, 64, 64).await;
+    assert_eq!(ok, 64);
+    assert_eq!(up.total(), 65);
+    let (calls, asked) = rls.counts();
+    assert_eq!(
+        calls, asked,
+        "no call without a lease request: the others waited"
+    );
+    assert!(
+        calls <= 1 + 8,
+        "{calls} calls for 65 requests on leases of 10"
+    );
     proxy.shutdown(Duration::from_secs(1));
 }
 

@@ -402,16 +402,27 @@ impl GlobalRateLimit {
         let key = cache_key(&descriptors);
         let now = Instant::now();
         let leases = matches!(self.backend, RlsBackend::Remote { .. });
-        let ask_lease = match self.answers.cache.take(&key, now, leases) {
-            Hit::Leased(admitted) => {
-                metrics.global_rate_limit.lease_hits.inc();
-                return admitted.map_or(Verdict::Continue, admit);
+        // Waiting for another call's lease is bounded like a call of our own.
+        let deadline = tokio::time::Instant::now() + self.backend.timeout();
+        let asking = loop {
+            match self.answers.cache.take(&key, Instant::now(), leases) {
+                Hit::Leased(admitted) => {
+                    metrics.global_rate_limit.lease_hits.inc();
+                    return admitted.map_or(Verdict::Continue, admit);
+                }
+                Hit::Denied(denial) => {
+                    metrics.global_rate_limit.over_limit_cache_hits.inc();
+                    return self.remembered_denial(denial, now);
+                }
+                Hit::Call(asking) => break asking,
+                Hit::Wait(mut ends) => {
+                    let waited = tokio::time::timeout_at(deadline, ends.changed()).await;
+                    if waited.is_err() {
+                        let timeout = RlsCallError::Timeout(self.backend.timeout());
+                        return self.failed(&timeout, metrics);
+                    }
+                }
             }
-            Hit::Denied(denial) => {
-                metrics.global_rate_limit.over_limit_cache_hits.inc();
-                return self.remembered_denial(denial, now);
-            }
-            Hit::Call { ask_lease } => ask_lease,
         };
         let request = RateLimitRequest {
             domain: self.domain.clone(),
@@ -426,13 +437,11 @@ impl GlobalRateLimit {
         };
         let result = self
             .backend
-            .should_rate_limit(request, ask_lease, late)
+            .should_rate_limit(request, asking.is_some(), late)
             .await;
-        // A timed-out call may still bring its lease; otherwise the next call may ask.
-        if ask_lease && !matches!(result, Err(RlsCallError::Timeout(_))) {
-            self.answers.cache.done_asking(&key);
-        }
-        match result {
+        // The asking call's lease (if any) is remembered before the waiters are woken.
+        let asked = asking.map(|a| (a, key.clone()));
+        let verdict = match result {
             Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
                 metrics.global_rate_limit.over_limit.inc();
                 self.over_limit(&resp, key, now)
@@ -445,22 +454,29 @@ impl GlobalRateLimit {
                 }
                 admit(admitted)
             }
-            other => {
-                metrics.global_rate_limit.error.inc();
-                if let Err(e) = &other {
-                    tracing::debug!(error = %e, "rate limit service call failed");
-                }
-                if self.failure_mode_deny {
-                    Verdict::Reply(LocalReply {
-                        status: self.status_on_error,
-                        body: Bytes::new(),
-                        flag: Some(ResponseFlag::RateLimitServiceError),
-                    })
-                } else {
-                    metrics.global_rate_limit.failure_mode_allowed.inc();
-                    Verdict::Continue
-                }
-            }
+            Ok(_) => self.failed(&RlsCallError::UnknownCode, metrics),
+            Err(e) => self.failed(&e, metrics),
+        };
+        if let Some((asking, key)) = asked {
+            self.answers.cache.done_asking(&key, asking);
+        }
+        verdict
+    }
+
+    /// The verdict when no decision came: fail open, or `status_on_error` with
+    /// `failure_mode_deny`.
+    fn failed(&self, error: &RlsCallError, metrics: &Metrics) -> Verdict {
+        metrics.global_rate_limit.error.inc();
+        tracing::debug!(%error, "rate limit service call failed");
+        if self.failure_mode_deny {
+            Verdict::Reply(LocalReply {
+                status: self.status_on_error,
+                body: Bytes::new(),
+                flag: Some(ResponseFlag::RateLimitServiceError),
+            })
+        } else {
+            metrics.global_rate_limit.failure_mode_allowed.inc();
+            Verdict::Continue
         }
     }
 }

@@ -8,8 +8,10 @@
 //! lease it grants, so a burst of concurrent calls that all asked (every request in flight when
 //! a lease runs out or its window ends) would reserve a lease each and hold back up to that
 //! many times the lease from every other proxy. While one call asks, the others are plain
-//! calls, counted one hit each. The next lease is asked for when half of the current one is
-//! spent, so that requests keep being admitted locally meanwhile.
+//! calls, counted one hit each; but when the set ran on a lease until now (its lease ran out,
+//! or its window ended), they wait for the asking call's answer instead, which normally brings
+//! the next lease: one call instead of one per request in flight. The next lease is asked for
+//! when half of the current one is spent, so that requests keep being admitted meanwhile.
 
 use super::{response_headers, CODE_OK, CODE_OVER_LIMIT};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::quota::ExpirationSpecifier;
@@ -18,6 +20,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
 
 /// What a 429 and an admitted request carry besides their status, and the cache that remembers
 /// answers: shared (`Arc`) with calls that outlive their timeout, whose late answers are
@@ -185,17 +188,49 @@ pub struct Lease {
     /// Once `left` is down to this, one call asks for the next lease while the others still
     /// spend this one (so requests in flight need not call when it runs out).
     refill_at: u32,
-    /// A call asking for the next lease is in flight, until this at most.
-    asking_until: Option<Instant>,
+    /// The call asking for the next lease, while it is in flight.
+    refill: Option<Pending>,
+}
+
+/// A call asking for a lease, seen from the cache: it has ended when its [`Asking`] is dropped
+/// (or, should the answer never come, at `until`).
+#[derive(Debug, Clone)]
+pub struct Pending {
+    ends: watch::Receiver<()>,
+    until: Instant,
+}
+
+impl Pending {
+    fn live(&self, now: Instant) -> bool {
+        self.until > now && self.ends.has_changed().is_ok()
+    }
+}
+
+/// Held by the call that asks for a lease: dropping it (once the answer is remembered) wakes
+/// the requests waiting for that lease.
+#[derive(Debug)]
+pub struct Asking {
+    _ends_on_drop: watch::Sender<()>,
+}
+
+fn ask(now: Instant) -> (Asking, Pending) {
+    let (tx, rx) = watch::channel(());
+    let pending = Pending {
+        ends: rx,
+        until: now + ASKING_FOR,
+    };
+    (Asking { _ends_on_drop: tx }, pending)
 }
 
 #[derive(Debug, Clone)]
 pub enum Remembered {
     Denied(Denial),
     Leased(Lease),
-    /// A call asking for a lease is in flight (until it is answered, or this passes).
+    /// A call asking for a lease is in flight. `wait`: the set's requests ran on a lease until
+    /// now, so they wait for this one instead of calling.
     Asking {
-        until: Instant,
+        pending: Pending,
+        wait: bool,
     },
 }
 
@@ -204,7 +239,7 @@ impl Remembered {
         match self {
             Remembered::Denied(d) => d.until,
             Remembered::Leased(l) => l.until,
-            Remembered::Asking { until } => *until,
+            Remembered::Asking { pending, .. } => pending.until,
         }
     }
 }
@@ -219,10 +254,12 @@ pub enum Hit {
     Denied(Denial),
     /// One request taken from a lease; `None` when admitted requests get no headers.
     Leased(Option<Admitted>),
-    /// Nothing remembered: call the service, asking for a lease if `ask_lease`.
-    Call {
-        ask_lease: bool,
-    },
+    /// Call the service. With an [`Asking`], the call asks for a lease; hold it until the
+    /// answer is remembered, then hand it to [`AnswerCache::done_asking`].
+    Call(Option<Asking>),
+    /// The set's lease ran out and another call is asking for the next one: wait until
+    /// `changed()` returns, then look again.
+    Wait(watch::Receiver<()>),
 }
 
 /// Bounded: a full shard first drops expired entries, then everything (a flood of distinct
@@ -250,59 +287,98 @@ impl AnswerCache {
         &self.shards[(h as usize) % SHARDS]
     }
 
-    /// The live answer for `key` at `now`, taking one request from a lease. When there is
-    /// none and `leases` (the service may grant them), the caller is told whether its call asks
-    /// for one: only if no other call is asking.
+    /// The live answer for `key` at `now`, taking one request from a lease. Otherwise, when
+    /// `leases` (the service may grant them): one call at a time asks for a lease; while it
+    /// does, the set's other requests call without asking, or, if they ran on a lease until
+    /// now, wait for the next one.
     pub fn take(&self, key: &str, now: Instant, leases: bool) -> Hit {
         let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
-        let live = map.get_mut(key).filter(|e| e.until() > now);
-        match live {
-            Some(Remembered::Denied(d)) => Hit::Denied(d.clone()),
-            Some(Remembered::Leased(lease)) => {
-                let asking = lease.asking_until.is_some_and(|t| t > now);
-                if leases && !asking && lease.left <= lease.refill_at {
-                    lease.asking_until = Some(now + ASKING_FOR);
-                    return Hit::Call { ask_lease: true };
+        let Some(entry) = map.get_mut(key) else {
+            if !leases {
+                return Hit::Call(None);
+            }
+            drop(map);
+            let (asking, pending) = ask(now);
+            let entry = Remembered::Asking {
+                pending,
+                wait: false,
+            };
+            self.insert(key.to_owned(), entry, now);
+            return Hit::Call(Some(asking));
+        };
+        match entry {
+            Remembered::Denied(d) if d.until > now => return Hit::Denied(d.clone()),
+            Remembered::Leased(lease) if lease.until > now => {
+                let refilling = lease.refill.as_ref().is_some_and(|p| p.live(now));
+                if leases && !refilling && lease.left <= lease.refill_at {
+                    let (asking, pending) = ask(now);
+                    lease.refill = Some(pending);
+                    return Hit::Call(Some(asking));
                 }
                 lease.left -= 1;
                 let admitted = lease.headers(now);
                 if lease.left == 0 {
-                    map.remove(key);
-                }
-                Hit::Leased(admitted)
-            }
-            Some(Remembered::Asking { .. }) => Hit::Call { ask_lease: false },
-            None if leases => {
-                let asking = Remembered::Asking {
-                    until: now + ASKING_FOR,
-                };
-                match map.get_mut(key) {
-                    Some(expired) => *expired = asking,
-                    None => {
-                        drop(map);
-                        self.insert(key.to_owned(), asking, now);
+                    match lease.refill.take().filter(|p| p.live(now)) {
+                        Some(pending) => {
+                            *entry = Remembered::Asking {
+                                pending,
+                                wait: true,
+                            }
+                        }
+                        None => {
+                            map.remove(key);
+                        }
                     }
                 }
-                Hit::Call { ask_lease: true }
+                return Hit::Leased(admitted);
             }
-            None => {
-                map.remove(key);
-                Hit::Call { ask_lease: false }
+            Remembered::Asking { pending, wait } if pending.live(now) => {
+                return if *wait {
+                    Hit::Wait(pending.ends.clone())
+                } else {
+                    Hit::Call(None)
+                };
             }
+            _ => {}
         }
+        // Expired, or an asking call that ended without an answer.
+        if !leases {
+            map.remove(key);
+            return Hit::Call(None);
+        }
+        let wait = match entry {
+            Remembered::Denied(_) => false,
+            Remembered::Leased(lease) => {
+                if let Some(pending) = lease.refill.take().filter(|p| p.live(now)) {
+                    let ends = pending.ends.clone();
+                    *entry = Remembered::Asking {
+                        pending,
+                        wait: true,
+                    };
+                    return Hit::Wait(ends);
+                }
+                true
+            }
+            Remembered::Asking { wait, .. } => *wait,
+        };
+        let (asking, pending) = ask(now);
+        *entry = Remembered::Asking { pending, wait };
+        Hit::Call(Some(asking))
     }
 
-    /// The call that asked for a lease for `key` is answered (a lease it got is remembered
-    /// already): let the next call ask.
-    pub fn done_asking(&self, key: &str) {
+    /// The call that asked for a lease for `key` is answered and its answer remembered: let
+    /// the next call ask, and wake the requests waiting for it (by dropping `asking`).
+    pub fn done_asking(&self, key: &str, asking: Asking) {
         let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
         match map.get_mut(key) {
             Some(Remembered::Asking { .. }) => {
                 map.remove(key);
             }
-            Some(Remembered::Leased(lease)) => lease.asking_until = None,
+            Some(Remembered::Leased(lease)) => lease.refill = None,
             _ => {}
         }
+        drop(map);
+        drop(asking);
     }
 
     /// Remember `answer` for `key`. A live lease is never dropped: its requests are counted by
@@ -350,7 +426,7 @@ impl Lease {
             remaining,
             admitted,
             refill_at: left / 2,
-            asking_until: None,
+            refill: None,
         }
     }
 
@@ -402,11 +478,18 @@ mod tests {
         Remembered::Leased(Lease::new(left, until, None, Admitted::default()))
     }
 
-    fn is_call(hit: Hit) -> bool {
-        matches!(hit, Hit::Call { .. })
+    fn plain_call(hit: &Hit) -> bool {
+        matches!(hit, Hit::Call(None))
     }
 
-    fn is_leased(hit: Hit) -> bool {
+    fn asking(hit: Hit) -> Asking {
+        match hit {
+            Hit::Call(Some(asking)) => asking,
+            other => panic!("expected a call asking for a lease, got {other:?}"),
+        }
+    }
+
+    fn is_leased(hit: &Hit) -> bool {
         matches!(hit, Hit::Leased(_))
     }
 
@@ -420,9 +503,9 @@ mod tests {
             cache.take("k", t0 + Duration::from_secs(29), false),
             Hit::Denied(_)
         ));
-        assert!(is_call(cache.take("other", t0, false)));
+        assert!(plain_call(&cache.take("other", t0, false)));
         assert!(
-            is_call(cache.take("k", until, false)),
+            plain_call(&cache.take("k", until, false)),
             "expired at duration_until_reset"
         );
         assert!(cache.is_empty(), "expired entry removed");
@@ -436,72 +519,68 @@ mod tests {
         for _ in 0..3 {
             assert!(matches!(cache.take("k", t0, false), Hit::Leased(None)));
         }
-        assert!(is_call(cache.take("k", t0, false)), "used up: call again");
-    }
-
-    #[test]
-    fn half_spent_one_call_asks_for_the_next_lease_while_the_rest_is_spent() {
-        let cache = AnswerCache::new(1000);
-        let t0 = Instant::now();
-        let until = t0 + Duration::from_secs(5);
-        cache.insert("k".into(), lease(4, until), t0);
-        assert!(is_leased(cache.take("k", t0, true)));
-        assert!(is_leased(cache.take("k", t0, true)));
         assert!(
-            matches!(cache.take("k", t0, true), Hit::Call { ask_lease: true }),
-            "2 of 4 left: ask for more"
+            plain_call(&cache.take("k", t0, false)),
+            "used up: call again"
         );
-        assert!(
-            is_leased(cache.take("k", t0, true)),
-            "the rest is still spent"
-        );
-        // The answer brings 4 more: they join the 1 left.
-        cache.insert("k".into(), lease(4, until), t0);
-        cache.done_asking("k");
-        let taken = (0..5)
-            .filter(|_| is_leased(cache.take("k", t0, false)))
-            .count();
-        assert_eq!(taken, 5);
+        assert!(cache.is_empty());
     }
 
     #[test]
     fn one_call_at_a_time_asks_for_a_lease() {
         let cache = AnswerCache::new(1000);
         let t0 = Instant::now();
-        assert!(matches!(
-            cache.take("k", t0, true),
-            Hit::Call { ask_lease: true }
-        ));
+        let first = asking(cache.take("k", t0, true));
         for _ in 0..3 {
             assert!(
-                matches!(cache.take("k", t0, true), Hit::Call { ask_lease: false }),
-                "the others call without asking"
+                plain_call(&cache.take("k", t0, true)),
+                "no lease yet: the others call, without asking"
             );
         }
-        // The asking call got no lease: the next call asks.
-        cache.done_asking("k");
-        assert!(matches!(
-            cache.take("k", t0, true),
-            Hit::Call { ask_lease: true }
-        ));
-        // Its lease ends the asking; once spent, the next call asks again.
-        cache.insert("k".into(), lease(1, t0 + Duration::from_secs(5)), t0);
-        assert!(is_leased(cache.take("k", t0, true)));
-        assert!(matches!(
-            cache.take("k", t0, true),
-            Hit::Call { ask_lease: true }
-        ));
-        // An answer that never comes stops leases only for a while.
-        assert!(matches!(
-            cache.take("k", t0 + ASKING_FOR, true),
-            Hit::Call { ask_lease: true }
-        ));
+        // Answered without a lease: the next call asks.
+        cache.done_asking("k", first);
+        let second = asking(cache.take("k", t0, true));
+        // A call that never finishes (its request went away) does not stop leases.
+        drop(second);
+        let third = asking(cache.take("k", t0, true));
+        // Nor does an answer that never comes, for long.
+        let _fourth = asking(cache.take("k", t0 + ASKING_FOR, true));
+        drop(third);
         // Services that grant no leases (the embedded limiter) leave nothing behind.
-        assert!(matches!(
-            cache.take("e", t0, false),
-            Hit::Call { ask_lease: false }
-        ));
+        assert!(plain_call(&cache.take("e", t0, false)));
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn requests_that_ran_on_a_lease_wait_for_the_next_one() {
+        let cache = AnswerCache::new(1000);
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(5);
+        cache.insert("k".into(), lease(4, until), t0);
+        assert!(is_leased(&cache.take("k", t0, true)));
+        assert!(is_leased(&cache.take("k", t0, true)));
+        // Half spent: one call asks for the next lease while the rest is spent.
+        let refill = asking(cache.take("k", t0, true));
+        assert!(is_leased(&cache.take("k", t0, true)));
+        assert!(is_leased(&cache.take("k", t0, true)));
+        // Spent while the refill is in flight: wait for it, do not call.
+        let Hit::Wait(ends) = cache.take("k", t0, true) else {
+            panic!("expected to wait");
+        };
+        assert!(matches!(ends.has_changed(), Ok(false)));
+        cache.insert("k".into(), lease(4, until), t0);
+        cache.done_asking("k", refill);
+        assert!(ends.has_changed().is_err(), "woken");
+        assert!(is_leased(&cache.take("k", t0, true)), "the new lease");
+
+        // At the window's end the lease expires: one call asks, the others wait.
+        let later = until + Duration::from_millis(1);
+        let next = asking(cache.take("k", later, true));
+        assert!(matches!(cache.take("k", later, true), Hit::Wait(_)));
+        // No lease this time (say, the limit is near): the others call again.
+        cache.done_asking("k", next);
+        let _again = asking(cache.take("k", later, true));
+        assert!(plain_call(&cache.take("k", later, true)));
     }
 
     #[test]
@@ -511,19 +590,19 @@ mod tests {
         let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
         cache.insert("k".into(), lease(5, t1), t0);
         assert!(
-            is_call(cache.take("k", t1, false)),
+            plain_call(&cache.take("k", t1, false)),
             "expired at valid_until"
         );
         cache.insert("k".into(), lease(1, t2), t0);
         cache.insert("k".into(), lease(1, t1), t0);
         let taken = (0..3)
-            .filter(|_| is_leased(cache.take("k", t0, false)))
+            .filter(|_| is_leased(&cache.take("k", t0, false)))
             .count();
         assert_eq!(taken, 2, "joined: 1 + 1");
         cache.insert("k".into(), lease(1, t2), t0);
         cache.insert("k".into(), lease(1, t1), t0);
         assert!(
-            is_call(cache.take("k", t1, false)),
+            plain_call(&cache.take("k", t1, false)),
             "the joined lease ends with the earlier"
         );
     }
@@ -535,11 +614,11 @@ mod tests {
         let until = t0 + Duration::from_secs(10);
         cache.insert("k".into(), lease(1, until), t0);
         cache.insert("k".into(), denial(until), t0);
-        assert!(is_leased(cache.take("k", t0, false)));
-        assert!(is_call(cache.take("k", t0, false)), "spent: call again");
+        assert!(is_leased(&cache.take("k", t0, false)));
+        assert!(plain_call(&cache.take("k", t0, false)), "spent: call again");
         cache.insert("k".into(), denial(until), t0);
         cache.insert("k".into(), lease(1, until), t0);
-        assert!(is_leased(cache.take("k", t0, false)));
+        assert!(is_leased(&cache.take("k", t0, false)));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub enum RlsCallError {
     Unavailable(Arc<str>),
     #[error("embedded rate limiter error: {0}")]
     Embedded(#[from] warden_ratelimit::RlsError),
+    #[error("rate limit service answered neither OK nor OVER_LIMIT")]
+    UnknownCode,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +88,14 @@ impl RlsBackend {
                 reason,
             })?;
         Ok(RlsBackend::Remote { authority, timeout })
+    }
+
+    /// How long a decision may take (the embedded limiter does not wait).
+    pub fn timeout(&self) -> Duration {
+        match self {
+            RlsBackend::Embedded(_) => Duration::ZERO,
+            RlsBackend::Remote { timeout, .. } => *timeout,
+        }
     }
 
     /// Ask for a decision (and a quota lease, if `ask_lease`; only a remote service may grant
