@@ -11,7 +11,7 @@
 //! calls, counted one hit each; but when the set ran on a lease until now (its lease ran out,
 //! or its window ended), they wait for the asking call's answer instead, which normally brings
 //! the next lease: one call instead of one per request in flight. The next lease is asked for
-//! when half of the current one is spent, so that requests keep being admitted meanwhile.
+//! when a quarter of the current one is spent, so that requests keep being admitted meanwhile.
 
 use super::{response_headers, CODE_OK, CODE_OVER_LIMIT};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::quota::ExpirationSpecifier;
@@ -425,7 +425,9 @@ impl Lease {
             until,
             remaining,
             admitted,
-            refill_at: left / 2,
+            // Asked early: under load the answer takes a while, and requests spending the
+            // rest meanwhile do not wait (a quarter spent measured best at 1000 connections).
+            refill_at: u32::try_from(u64::from(left) * 3 / 4).unwrap_or(u32::MAX),
             refill: None,
         }
     }
@@ -556,13 +558,14 @@ mod tests {
         let cache = AnswerCache::new(1000);
         let t0 = Instant::now();
         let until = t0 + Duration::from_secs(5);
-        cache.insert("k".into(), lease(4, until), t0);
+        cache.insert("k".into(), lease(8, until), t0);
         assert!(is_leased(&cache.take("k", t0, true)));
         assert!(is_leased(&cache.take("k", t0, true)));
-        // Half spent: one call asks for the next lease while the rest is spent.
+        // A quarter spent: one call asks for the next lease while the rest is spent.
         let refill = asking(cache.take("k", t0, true));
-        assert!(is_leased(&cache.take("k", t0, true)));
-        assert!(is_leased(&cache.take("k", t0, true)));
+        for _ in 0..6 {
+            assert!(is_leased(&cache.take("k", t0, true)));
+        }
         // Spent while the refill is in flight: wait for it, do not call.
         let Hit::Wait(ends) = cache.take("k", t0, true) else {
             panic!("expected to wait");
