@@ -16,6 +16,7 @@
 use super::{response_headers, CODE_OK, CODE_OVER_LIMIT};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::quota::ExpirationSpecifier;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -86,7 +87,7 @@ impl AnswerMemory {
             .iter()
             .filter(|s| s.code == CODE_OVER_LIMIT)
             .filter_map(|s| s.duration_until_reset.as_ref())
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .map(std_duration)
             .max();
         if let Some(reset) = reset.filter(|r| !r.is_zero()) {
             self.cache.insert(
@@ -130,7 +131,7 @@ impl AnswerMemory {
             .iter()
             .filter(|s| s.current_limit.is_some())
             .filter_map(|s| s.duration_until_reset.as_ref())
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .map(std_duration)
             .min();
         let Some(valid_for) = [valid_for, reset].into_iter().flatten().min() else {
             return; // a lease without an end is not taken
@@ -166,6 +167,11 @@ impl AnswerMemory {
             self.remember_lease(resp, key, &admitted, Instant::now());
         }
     }
+}
+
+/// A protobuf duration (negative parts read as zero).
+fn std_duration(d: &PbDuration) -> Duration {
+    Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)
 }
 
 const SHARDS: usize = 16;
