@@ -44,6 +44,15 @@ fn seed_filters(rls: SocketAddr, fail_closed: bool, timeout: &str) -> String {
         .replace("timeout: 10s", &format!("timeout: {timeout}"))
 }
 
+/// Routes to `upstream` plus the seed's EnvoyFilters pointed at `rls`, failing open, 1 s timeout.
+fn seed_config(upstream: SocketAddr, rls: SocketAddr) -> String {
+    format!(
+        "{}---\n{}",
+        routes(upstream),
+        seed_filters(rls, false, "1s")
+    )
+}
+
 fn start_proxy(yaml: &str) -> RunningProxy {
     Proxy::start(ProxyOptions::loopback(inline(yaml))).expect("proxy starts")
 }
@@ -138,6 +147,28 @@ async fn start_rls_at(s: Settings, now_millis: u64) -> RunningServer {
     Server::start_with_clock(s, Arc::new(ManualClock::new(now_millis)))
         .await
         .expect("rls starts")
+}
+
+/// `warden ratelimit` on Redis with the seed's descriptors at 3000/min and leases of
+/// `fraction` of it. A lease lasts until its window ends on the proxy's clock, so the service's
+/// clock is frozen at the real time, away from a minute's end. Keep the dir while it runs.
+async fn rls_leasing_3000_per_minute(
+    redis: &RedisServer,
+    fraction: f64,
+) -> (warden_testkit::TempDir, RunningServer) {
+    let dir = warden_testkit::TempDir::new("rls-lease").unwrap();
+    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
+        .unwrap()
+        .replace("requests_per_unit: 300", "requests_per_unit: 3000");
+    dir.write("config.yaml", &config).unwrap();
+    let mut settings = rls_settings(redis, dir.path().to_path_buf());
+    settings.limiter.lease.fraction = fraction;
+    away_from_minute_edge().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let rls = start_rls_at(settings, now.as_millis() as u64).await;
+    (dir, rls)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,11 +284,7 @@ async fn three_proxies_share_one_limit() {
     let redis = RedisServer::start().expect("redis-server");
     let rls = rls_on_redis(&redis, "ratelimit-config-300.yaml", None).await;
     let up = counting_echo().await;
-    let yaml = format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls.grpc_addr(), false, "1s")
-    );
+    let yaml = seed_config(up.http_addr().unwrap(), rls.grpc_addr());
     let proxies: Vec<RunningProxy> = (0..3).map(|_| start_proxy(&yaml)).collect();
     let client = client_from([127, 0, 0, 1]);
     let mut passed = 0;
@@ -280,26 +307,9 @@ async fn three_proxies_share_one_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_proxies_on_quota_leases_hold_the_limit_exactly() {
     let redis = RedisServer::start().expect("redis-server");
-    let dir = warden_testkit::TempDir::new("rls-lease").unwrap();
-    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
-        .unwrap()
-        .replace("requests_per_unit: 300", "requests_per_unit: 3000");
-    dir.write("config.yaml", &config).unwrap();
-    let mut settings = rls_settings(&redis, dir.path().to_path_buf());
-    settings.limiter.lease.fraction = 0.01;
-    // A lease lasts until its window ends on the proxy's clock: freeze the service's clock at
-    // the real time, away from a minute's end.
-    away_from_minute_edge().await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let rls = start_rls_at(settings, now.as_millis() as u64).await;
+    let (_dir, rls) = rls_leasing_3000_per_minute(&redis, 0.01).await; // leases of 30
     let up = counting_echo().await;
-    let yaml = format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls.grpc_addr(), false, "1s")
-    );
+    let yaml = seed_config(up.http_addr().unwrap(), rls.grpc_addr());
     let proxies: Vec<RunningProxy> = (0..3).map(|_| start_proxy(&yaml)).collect();
     let client = client_from([127, 0, 0, 1]);
     let (mut passed, mut limited) = (0, 0);
@@ -344,24 +354,9 @@ async fn three_proxies_on_quota_leases_hold_the_limit_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_one_proxy_does_not_reserve_the_limit_away() {
     let redis = RedisServer::start().expect("redis-server");
-    let dir = warden_testkit::TempDir::new("rls-burst").unwrap();
-    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
-        .unwrap()
-        .replace("requests_per_unit: 300", "requests_per_unit: 3000");
-    dir.write("config.yaml", &config).unwrap();
-    let mut settings = rls_settings(&redis, dir.path().to_path_buf());
-    settings.limiter.lease.fraction = 0.02; // leases of 60
-    away_from_minute_edge().await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let rls = start_rls_at(settings, now.as_millis() as u64).await;
+    let (_dir, rls) = rls_leasing_3000_per_minute(&redis, 0.02).await; // leases of 60
     let up = counting_echo().await;
-    let yaml = format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls.grpc_addr(), false, "1s")
-    );
+    let yaml = seed_config(up.http_addr().unwrap(), rls.grpc_addr());
     let (a, b) = (start_proxy(&yaml), start_proxy(&yaml));
     let client = client_from([127, 0, 0, 1]);
     let url = |p: &RunningProxy| format!("http://{}/login", addr(p, 0));
@@ -382,11 +377,7 @@ async fn rls_down_fails_open_or_closed_and_limiting_resumes() {
     let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
     let rls_addr = rls.grpc_addr();
     let up = counting_echo().await;
-    let open = start_proxy(&format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls_addr, false, "1s")
-    ));
+    let open = start_proxy(&seed_config(up.http_addr().unwrap(), rls_addr));
     let closed = start_proxy(&format!(
         "{}---\n{}",
         routes(up.http_addr().unwrap()),
@@ -611,11 +602,7 @@ async fn one_call_at_a_time_asks_for_a_lease() {
     };
     let rls_addr = serve_rls(rls.clone()).await;
     let up = counting_echo().await;
-    let yaml = format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls_addr, false, "1s")
-    );
+    let yaml = seed_config(up.http_addr().unwrap(), rls_addr);
     let proxy = start_proxy(&yaml);
     let client = client_from([127, 0, 0, 1]);
     let url = format!("http://{}/login", addr(&proxy, 0));
@@ -638,11 +625,7 @@ async fn requests_on_a_spent_lease_wait_for_the_next_one() {
     };
     let rls_addr = serve_rls(rls.clone()).await;
     let up = counting_echo().await;
-    let yaml = format!(
-        "{}---\n{}",
-        routes(up.http_addr().unwrap()),
-        seed_filters(rls_addr, false, "1s")
-    );
+    let yaml = seed_config(up.http_addr().unwrap(), rls_addr);
     let proxy = start_proxy(&yaml);
     let client = client_from([127, 0, 0, 1]);
     let url = format!("http://{}/login", addr(&proxy, 0));

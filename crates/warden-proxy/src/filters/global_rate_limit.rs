@@ -403,9 +403,10 @@ impl GlobalRateLimit {
         let now = Instant::now();
         let leases = matches!(self.backend, RlsBackend::Remote { .. });
         // Waiting for another call's lease is bounded like a call of our own.
-        let deadline = tokio::time::Instant::now() + self.backend.timeout();
+        let deadline = tokio::time::Instant::from_std(now) + self.backend.timeout();
+        let mut looked_at = now;
         let asking = loop {
-            match self.answers.cache.take(&key, Instant::now(), leases) {
+            match self.answers.cache.take(&key, looked_at, leases) {
                 Hit::Leased(admitted) => {
                     metrics.global_rate_limit.lease_hits.inc();
                     return admitted.map_or(Verdict::Continue, admit);
@@ -421,6 +422,7 @@ impl GlobalRateLimit {
                         let timeout = RlsCallError::Timeout(self.backend.timeout());
                         return self.failed(&timeout, metrics);
                     }
+                    looked_at = Instant::now();
                 }
             }
         };
