@@ -241,6 +241,14 @@ pub enum Remembered {
 }
 
 impl Remembered {
+    /// The set's lease is gone and `pending` asks for the next: its requests wait for it.
+    fn waiting_for(pending: Pending) -> Remembered {
+        Remembered::Asking {
+            pending,
+            wait: true,
+        }
+    }
+
     fn until(&self) -> Instant {
         match self {
             Remembered::Denied(d) => d.until,
@@ -324,13 +332,8 @@ impl AnswerCache {
                 lease.left -= 1;
                 let admitted = lease.headers(now);
                 if lease.left == 0 {
-                    match lease.refill.take().filter(|p| p.live(now)) {
-                        Some(pending) => {
-                            *entry = Remembered::Asking {
-                                pending,
-                                wait: true,
-                            }
-                        }
+                    match lease.live_refill(now) {
+                        Some(pending) => *entry = Remembered::waiting_for(pending),
                         None => {
                             map.remove(key);
                         }
@@ -355,12 +358,9 @@ impl AnswerCache {
         let wait = match entry {
             Remembered::Denied(_) => false,
             Remembered::Leased(lease) => {
-                if let Some(pending) = lease.refill.take().filter(|p| p.live(now)) {
+                if let Some(pending) = lease.live_refill(now) {
                     let ends = pending.ends.clone();
-                    *entry = Remembered::Asking {
-                        pending,
-                        wait: true,
-                    };
+                    *entry = Remembered::waiting_for(pending);
                     return Hit::Wait(ends);
                 }
                 true
@@ -436,6 +436,12 @@ impl Lease {
             refill_at: u32::try_from(u64::from(left) * 3 / 4).unwrap_or(u32::MAX),
             refill: None,
         }
+    }
+
+    /// The call asking for the next lease, if it is still in flight (taken out of the lease,
+    /// which is spent or expired).
+    fn live_refill(&mut self, now: Instant) -> Option<Pending> {
+        self.refill.take().filter(|p| p.live(now))
     }
 
     /// The headers of the request just taken from this lease (none when there are none):
@@ -628,6 +634,81 @@ mod tests {
         cache.insert("k".into(), denial(until), t0);
         cache.insert("k".into(), lease(1, until), t0);
         assert!(is_leased(&cache.take("k", t0, false)));
+    }
+
+    /// An OK answer with a lease: remembered until the earlier of `valid_until` and the reset,
+    /// and each leased request's `x-ratelimit-remaining` counts down from the answer's.
+    #[test]
+    fn a_remembered_lease_counts_its_headers_down_and_refuses_a_past_end() {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+            DescriptorStatus, Quota, RateLimit,
+        };
+        use envoy_types::pb::google::protobuf::Timestamp;
+        let memory = AnswerMemory {
+            x_envoy_ratelimited: true,
+            x_ratelimit_headers: true,
+            limited_headers: Vec::new(),
+            cache: std::sync::Arc::new(AnswerCache::new(1000)),
+        };
+        let at = |offset_secs: i64| {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap();
+            Timestamp {
+                seconds: now.as_secs() as i64 + offset_secs,
+                nanos: 0,
+            }
+        };
+        let answer = |valid_until: Timestamp| RateLimitResponse {
+            overall_code: CODE_OK,
+            statuses: vec![DescriptorStatus {
+                code: CODE_OK,
+                current_limit: Some(RateLimit {
+                    requests_per_unit: 3000,
+                    unit: 2, // minute
+                    ..Default::default()
+                }),
+                limit_remaining: 100,
+                duration_until_reset: Some(PbDuration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }],
+            quota: Some(Quota {
+                requests: 3,
+                expiration_specifier: Some(ExpirationSpecifier::ValidUntil(valid_until)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        // valid_until in an hour: the 30 s reset ends the lease first.
+        let resp = answer(at(3600));
+        let admitted = memory.admitted(&resp);
+        assert_eq!(
+            admitted.response[response_headers::X_RATELIMIT_REMAINING],
+            "100"
+        );
+        memory.remember_lease(&resp, "k".into(), &admitted, t0);
+        let remaining = |hit: Hit| match hit {
+            Hit::Leased(Some(a)) => a.response[response_headers::X_RATELIMIT_REMAINING].clone(),
+            other => panic!("expected a leased request with headers, got {other:?}"),
+        };
+        assert_eq!(remaining(memory.cache.take("k", t0, false)), "99");
+        assert_eq!(remaining(memory.cache.take("k", t0, false)), "98");
+        assert!(
+            plain_call(&memory.cache.take("k", t0, false)),
+            "2 of 3: spent"
+        );
+        memory.remember_lease(&resp, "r".into(), &admitted, t0);
+        assert!(
+            plain_call(&memory.cache.take("r", t0 + Duration::from_secs(30), false)),
+            "ended at the reset"
+        );
+        // A valid_until already past on this host's clock: no lease.
+        memory.remember_lease(&answer(at(-5)), "p".into(), &admitted, t0);
+        assert!(plain_call(&memory.cache.take("p", t0, false)));
     }
 
     #[test]
