@@ -1,6 +1,7 @@
 //! Headers a gateway adds or strips on the way through: hop-by-hop removal, `x-forwarded-for`,
 //! `x-forwarded-proto`, `x-request-id`, `x-envoy-external-address`.
 
+use http::header::Entry;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue};
 use std::net::IpAddr;
@@ -16,43 +17,71 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 /// Remove connection-specific headers (RFC 9110 §7.6.1), including those named by
 /// `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the few names a message has, instead of six hashed lookups on every
-    // request and response; the lookups below only run when there is something to remove.
-    if !headers.keys().any(is_hop_by_hop) {
+    // One pass over the few names a message has finds which of the six are there; only those
+    // are looked up again. Most upstream responses carry just `connection: keep-alive`.
+    let mut present = 0u8;
+    for name in headers.keys() {
+        present |= hop_by_hop_bit(name);
+    }
+    if present == 0 {
         return;
     }
-    if let Some(conn) = headers.get(header::CONNECTION) {
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-            .collect();
-        for n in named {
-            headers.remove(n);
+    if present & CONNECTION_BIT != 0 {
+        if let Entry::Occupied(entry) = headers.entry(header::CONNECTION) {
+            let (_, mut values) = entry.remove_entry_mult();
+            // Owned values (a reference count each), so the names they list can be removed;
+            // collecting the rest allocates only when there are several `Connection` headers.
+            let first = values.next();
+            let rest: Vec<HeaderValue> = values.collect();
+            for value in first.iter().chain(&rest) {
+                for name in value.as_bytes().split(|&b| b == b',') {
+                    let name = name.trim_ascii();
+                    // Names only: `&str` lookups parse on the stack, nothing is allocated.
+                    if let Ok(name) = std::str::from_utf8(name) {
+                        if !name.is_empty() {
+                            headers.remove(name);
+                        }
+                    }
+                }
+            }
         }
-        headers.remove(header::CONNECTION);
     }
-    for name in [
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::TRANSFER_ENCODING,
-        &header::UPGRADE,
-        &header::TE,
+    for (bit, name) in [
+        (KEEP_ALIVE_BIT, &KEEP_ALIVE),
+        (PROXY_CONNECTION_BIT, &PROXY_CONNECTION),
+        (TRANSFER_ENCODING_BIT, &header::TRANSFER_ENCODING),
+        (UPGRADE_BIT, &header::UPGRADE),
+        (TE_BIT, &header::TE),
     ] {
-        if headers.contains_key(name) {
+        if present & bit != 0 {
             headers.remove(name);
         }
     }
 }
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TRANSFER_ENCODING
-        || name == header::UPGRADE
-        || name == header::TE
-        || name == KEEP_ALIVE
-        || name == PROXY_CONNECTION
+const CONNECTION_BIT: u8 = 1;
+const KEEP_ALIVE_BIT: u8 = 2;
+const PROXY_CONNECTION_BIT: u8 = 4;
+const TRANSFER_ENCODING_BIT: u8 = 8;
+const UPGRADE_BIT: u8 = 16;
+const TE_BIT: u8 = 32;
+
+fn hop_by_hop_bit(name: &HeaderName) -> u8 {
+    if name == header::CONNECTION {
+        CONNECTION_BIT
+    } else if name == header::TRANSFER_ENCODING {
+        TRANSFER_ENCODING_BIT
+    } else if name == header::UPGRADE {
+        UPGRADE_BIT
+    } else if name == header::TE {
+        TE_BIT
+    } else if name == KEEP_ALIVE {
+        KEEP_ALIVE_BIT
+    } else if name == PROXY_CONNECTION {
+        PROXY_CONNECTION_BIT
+    } else {
+        0
+    }
 }
 
 /// The peer address rendered once per connection, for `x-forwarded-for`.
@@ -174,6 +203,28 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn strips_what_every_connection_header_lists() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("close"));
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static(" X-One ,x-two,,"),
+        );
+        h.insert("x-one", HeaderValue::from_static("1"));
+        h.insert("x-two", HeaderValue::from_static("2"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
     }
 
     #[test]
