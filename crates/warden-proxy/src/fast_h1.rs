@@ -20,7 +20,9 @@ use crate::framing_guard::FramingGuard;
 use crate::pipeline;
 use crate::state::{ConnCtx, WorkerCtx};
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
+};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -147,8 +149,10 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         let worker = worker.clone();
         let conn = conn.clone();
         async move {
+            let version = req.version();
             let req = req.map(ProxyBody::Streamed);
-            Ok::<_, Infallible>(pipeline::handle(req, &conn, &worker).await)
+            let response = pipeline::handle(req, &conn, &worker).await;
+            Ok::<_, Infallible>(with_reason(response, version))
         }
     });
     if let Err(e) = watcher
@@ -157,6 +161,33 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
     {
         tracing::debug!(error = %e, "downstream connection error");
     }
+}
+
+/// The reason phrase of a response that brings none of its own (a local reply, or an upstream's
+/// empty one): the standard phrase, or `Unknown` for codes without one, as Envoy writes every
+/// status line (hyper's placeholder would be `<none>`).
+fn reason(status: StatusCode) -> &'static str {
+    status.canonical_reason().unwrap_or("Unknown")
+}
+
+/// hyper writes [`reason`] too: the phrase goes in as an extension, only on this path and only
+/// for the codes that need it.
+fn with_reason(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
+    let status = response.status();
+    if version < Version::HTTP_2
+        && status.canonical_reason().is_none()
+        && response
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .is_none()
+    {
+        response
+            .extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(
+                reason(status).as_bytes(),
+            ));
+    }
+    response
 }
 
 /// What the connection does once the buffered requests are answered.
@@ -359,7 +390,7 @@ fn encode_head(
     let status = head.status;
     let reason = match head.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(reason) => reason.as_bytes(),
-        None => response_head::default_reason(status).as_bytes(),
+        None => reason(status).as_bytes(),
     };
     let length = match body {
         ProxyBody::Full(Some(bytes)) => BodyLength::Known(bytes.len() as u64),

@@ -260,15 +260,20 @@ fn request_attrs<'a>(
 ) -> RequestAttrs<'a> {
     let headers = &parts.headers;
     let peer_ip = conn.peer.ip();
-    let client_ip = trusted_client_addr(
-        peer_ip,
-        headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .map(|v| v.as_bytes()),
-        true,
-        shared.num_trusted_proxies,
-    );
+    // Without trusted proxies the peer is the client: x-forwarded-for is not even looked up.
+    let client_ip = if shared.num_trusted_proxies == 0 {
+        peer_ip
+    } else {
+        trusted_client_addr(
+            peer_ip,
+            headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .map(|v| v.as_bytes()),
+            true,
+            shared.num_trusted_proxies,
+        )
+    };
     if shared.access_log.is_some() {
         *log = Some(LogFields {
             method: parts.method.clone(),
@@ -387,12 +392,10 @@ fn direct_response(
     content_type: Option<&HeaderValue>,
 ) -> Response<ProxyBody> {
     let mut resp = Response::new(ProxyBody::full(body.clone()));
+    // A code without a standard reason phrase (the seed's 333) is written with Envoy's
+    // `Unknown` by both server paths (`fast_h1::reason`), not through an extension that
+    // would allocate a map on every response.
     *resp.status_mut() = status;
-    if status.canonical_reason().is_none() {
-        // As Envoy does; hyper would otherwise write `<none>`.
-        resp.extensions_mut()
-            .insert(hyper::ext::ReasonPhrase::from_static(b"Unknown"));
-    }
     if let Some(ct) = content_type {
         resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
     }

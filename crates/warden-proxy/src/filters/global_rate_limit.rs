@@ -307,7 +307,7 @@ impl GlobalRateLimit {
 
     /// The descriptors of a request, in Envoy's order (route actions, then policy rules).
     pub fn descriptors(&self, req: &RequestAttrs<'_>, route: &Route) -> Vec<RateLimitDescriptor> {
-        let vs = route.name.split('/').nth(1);
+        let vs = route.virtual_service();
         let cluster = match &route.action {
             RouteAction::Forward { clusters, .. } => clusters.first().map(|c| &*c.cluster.name),
             RouteAction::Direct { .. } => None,

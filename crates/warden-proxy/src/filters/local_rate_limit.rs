@@ -90,8 +90,7 @@ impl LocalRateLimitFilter {
                 shadow_rule: None,
             };
         }
-        // Route names are `namespace/virtualservice/route`.
-        let virtual_service = route.name.split('/').nth(1);
+        let virtual_service = route.virtual_service();
         let destination_cluster = match &route.action {
             RouteAction::Forward { clusters, .. } if clusters.len() == 1 => {
                 clusters.first().map(|c| c.cluster.name.as_str())
