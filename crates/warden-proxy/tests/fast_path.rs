@@ -212,6 +212,10 @@ async fn raw_upstream() -> std::net::SocketAddr {
     common::raw_upstream(|head| {
         let reply: &[u8] = if head.contains(" /chunked") {
             b"HTTP/1.1 200 OK\r\nx-up: chunked\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        } else if head.contains(" /no-phrase") {
+            b"HTTP/1.1 333 \r\ncontent-length: 0\r\n\r\n"
+        } else if head.contains(" /own-phrase") {
+            b"HTTP/1.1 333 Own Phrase\r\ncontent-length: 0\r\n\r\n"
         } else if head.contains(" /sized") {
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-up: sized\r\n\r\nhello"
         } else {
@@ -237,6 +241,10 @@ async fn proxied_responses_are_byte_identical_to_hypers() {
         "GET /sized HTTP/1.1\r\nHost: a\r\n\r\n",
         "HEAD /sized HTTP/1.1\r\nHost: a\r\n\r\n",
         "GET /empty HTTP/1.1\r\nHost: a\r\n\r\n",
+        // A code without a standard phrase: the upstream's own phrase is kept, none becomes
+        // Envoy's `Unknown`.
+        "GET /no-phrase HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /own-phrase HTTP/1.1\r\nHost: a\r\n\r\n",
         "GET /sized HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
         // Length unknown to an HTTP/1.0 client: the body ends with the connection.
         "GET /chunked HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
@@ -255,6 +263,8 @@ async fn proxied_responses_are_byte_identical_to_hypers() {
             "HTTP/1.1 200 OK",
             "HTTP/1.1 200 OK",
             "HTTP/1.1 204 No Content",
+            "HTTP/1.1 333 Unknown",
+            "HTTP/1.1 333 Own Phrase",
             "HTTP/1.0 200 OK",
             "HTTP/1.0 200 OK",
         ]
