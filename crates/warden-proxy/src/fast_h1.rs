@@ -166,11 +166,11 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
 /// The reason phrase of a response that brings none of its own (a local reply, or an upstream's
 /// empty one): the standard phrase, or `Unknown` for codes without one, as Envoy writes every
 /// status line (hyper's placeholder would be `<none>`).
-fn reason(status: StatusCode) -> &'static str {
+fn status_phrase(status: StatusCode) -> &'static str {
     status.canonical_reason().unwrap_or("Unknown")
 }
 
-/// hyper writes [`reason`] too: the phrase goes in as an extension, only on this path and only
+/// hyper writes [`status_phrase`] too: the phrase goes in as an extension, only on this path and only
 /// for the codes that need it.
 fn with_reason(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
     let status = response.status();
@@ -184,7 +184,7 @@ fn with_reason(mut response: Response<ProxyBody>, version: Version) -> Response<
         response
             .extensions_mut()
             .insert(hyper::ext::ReasonPhrase::from_static(
-                reason(status).as_bytes(),
+                status_phrase(status).as_bytes(),
             ));
     }
     response
@@ -390,7 +390,7 @@ fn encode_head(
     let status = head.status;
     let reason = match head.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(reason) => reason.as_bytes(),
-        None => reason(status).as_bytes(),
+        None => status_phrase(status).as_bytes(),
     };
     let length = match body {
         ProxyBody::Full(Some(bytes)) => BodyLength::Known(bytes.len() as u64),
