@@ -170,8 +170,8 @@ fn status_phrase(status: StatusCode) -> &'static str {
     status.canonical_reason().unwrap_or("Unknown")
 }
 
-/// hyper writes [`status_phrase`] too: the phrase goes in as an extension, only on this path and only
-/// for the codes that need it.
+/// hyper writes [`status_phrase`] too: the phrase goes in as an extension, only on this path
+/// and only for the codes that need it.
 fn with_reason(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
     let status = response.status();
     if version < Version::HTTP_2

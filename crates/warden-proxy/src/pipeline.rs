@@ -393,8 +393,8 @@ fn direct_response(
 ) -> Response<ProxyBody> {
     let mut resp = Response::new(ProxyBody::full(body.clone()));
     // A code without a standard reason phrase (the seed's 333) is written with Envoy's
-    // `Unknown` by both server paths (`fast_h1::status_phrase`), not through an extension that
-    // would allocate a map on every response.
+    // `Unknown` by both server paths (`fast_h1::status_phrase`), not through an extension
+    // that would allocate a map on every response.
     *resp.status_mut() = status;
     if let Some(ct) = content_type {
         resp.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
