@@ -113,12 +113,9 @@ impl LocalRateLimitFilter {
                     .headers
                     .get(header::CONTENT_TYPE)
                     .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                let mut response = reply.build(grpc, |text| {
+                let response = reply.build_with(grpc, outcome.rate_limit_headers, |text| {
                     ProxyBody::full(Bytes::from_static(text.as_bytes()))
                 });
-                if let Some(h) = outcome.rate_limit_headers {
-                    h.apply(response.headers_mut());
-                }
                 LimitVerdict::Limited {
                     response,
                     rule: rule.unwrap_or(""),
