@@ -6,14 +6,15 @@ use std::net::IpAddr;
 /// The address Envoy would call the downstream "remote address" of a request.
 ///
 /// * `peer`: the TCP peer of the connection.
-/// * `xff`: the incoming `x-forwarded-for` values (several headers are read as one list).
+/// * `xff`: gives the incoming `x-forwarded-for` values (several headers are read as one
+///   list); only called when they matter, so the common gateway case never looks them up.
 /// * `use_remote_address`: true for gateways (Istio always sets it there).
 /// * `trusted_hops`: `xff_num_trusted_hops` (`numTrustedProxies`).
 ///
 /// Any unparsable or missing entry falls back to the peer.
 pub fn trusted_client_addr<'a, I>(
     peer: IpAddr,
-    xff: I,
+    xff: impl FnOnce() -> I,
     use_remote_address: bool,
     trusted_hops: u32,
 ) -> IpAddr
@@ -26,7 +27,7 @@ where
         (true, n) => n as usize - 1,
         (false, n) => n as usize,
     };
-    nth_from_right(xff, skip).unwrap_or(peer)
+    nth_from_right(xff(), skip).unwrap_or(peer)
 }
 
 /// The `skip`-th (0-based) entry from the right of the comma-separated lists, parsed as an IP.
@@ -55,7 +56,7 @@ mod tests {
     const PEER: &str = "10.0.0.1";
 
     fn addr(xff: &[&str], use_remote: bool, n: u32) -> IpAddr {
-        trusted_client_addr(ip(PEER), xff.iter().map(|s| s.as_bytes()), use_remote, n)
+        trusted_client_addr(ip(PEER), || xff.iter().map(|s| s.as_bytes()), use_remote, n)
     }
 
     #[test]

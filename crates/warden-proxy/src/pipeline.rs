@@ -260,20 +260,17 @@ fn request_attrs<'a>(
 ) -> RequestAttrs<'a> {
     let headers = &parts.headers;
     let peer_ip = conn.peer.ip();
-    // Without trusted proxies the peer is the client: x-forwarded-for is not even looked up.
-    let client_ip = if shared.num_trusted_proxies == 0 {
-        peer_ip
-    } else {
-        trusted_client_addr(
-            peer_ip,
+    let client_ip = trusted_client_addr(
+        peer_ip,
+        || {
             headers
                 .get_all(&X_FORWARDED_FOR)
                 .iter()
-                .map(|v| v.as_bytes()),
-            true,
-            shared.num_trusted_proxies,
-        )
-    };
+                .map(|v| v.as_bytes())
+        },
+        true,
+        shared.num_trusted_proxies,
+    );
     if shared.access_log.is_some() {
         *log = Some(LogFields {
             method: parts.method.clone(),
