@@ -127,15 +127,7 @@ http { access_log off; keepalive_requests 1000000;
     if (\$allowed = 0) { return 403 "RBAC: access denied"; } return 333 "test"; } } }
 NGX
 bg_server nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
-cat >"$WORK/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 4096
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
+{ haproxy_head 4096; cat <<HAP; } >"$WORK/haproxy.cfg"
 frontend none
   bind 127.0.0.1:$H_NONE
   http-request return status 333 content-type text/plain string test

@@ -39,15 +39,7 @@ NGX
 bg_server nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 N_MASTER=$LAST_PID
 
-cat >"$WORK/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 4096
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
+{ haproxy_head 4096; cat <<HAP; } >"$WORK/haproxy.cfg"
   http-reuse always
 frontend proxy
   bind 127.0.0.1:$H_PROXY

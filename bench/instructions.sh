@@ -55,19 +55,6 @@ wait_tcp() {
 }
 
 # warden: one process per path, so each count holds only that path's requests.
-policy() {
-  cat <<YAML
-apiVersion: warden.dev/v1alpha1
-kind: RateLimitPolicy
-metadata: {name: per-ip, namespace: istio-system}
-spec:
-  local:
-    rules:
-    - clientSelectors:
-      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
-      limit: {requests: 300, unit: Minute}
-YAML
-}
 direct_yaml() { # PORT
   gateway_to_backend_yaml "$1" "$BACKEND" | python3 -c '
 import sys
@@ -81,7 +68,7 @@ for path in proxy direct limit; do
     proxy) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml" ;;
     direct) direct_yaml "$port" >"$WORK/w-$path/gateway.yaml" ;;
     limit) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml"
-           policy >"$WORK/w-$path/policy.yaml" ;;
+           per_ip_policy_yaml 300 Minute >"$WORK/w-$path/policy.yaml" ;;
   esac
   under_callgrind "warden-$path" "$WARDEN" proxy -c "$WORK/w-$path" --concurrency 1 \
     --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch
@@ -112,15 +99,7 @@ for path in proxy direct limit; do
 done
 
 H_PROXY=$(free_port); H_DIRECT=$(free_port); H_LIMIT=$(free_port)
-cat >"$WORK/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 4096
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
+{ haproxy_head 4096; cat <<HAP; } >"$WORK/haproxy.cfg"
   http-reuse always
 frontend proxy
   bind 127.0.0.1:$H_PROXY

@@ -50,15 +50,7 @@ NGX
 bg_server nginx -p "$WORK/nginx-proxy" -c "$WORK/nginx-proxy/nginx.conf"
 N_MASTER=$LAST_PID
 
-cat >"$WORK/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
+{ haproxy_head 4000; cat <<HAP; } >"$WORK/haproxy.cfg"
   http-reuse always
 frontend attack
   bind 127.0.0.1:$H_ATTACK
@@ -73,25 +65,12 @@ bg_server haproxy -f "$WORK/haproxy.cfg"
 H_PID=$LAST_PID
 
 # warden: one process per case, same gateway and route (gateway_to_backend_yaml); only the
-# policy differs.
-policy() { # REQUESTS UNIT
-  cat <<YAML
-apiVersion: warden.dev/v1alpha1
-kind: RateLimitPolicy
-metadata: {name: per-ip, namespace: istio-system}
-spec:
-  local:
-    rules:
-    - clientSelectors:
-      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
-      limit: {requests: $1, unit: $2}
-YAML
-}
+# policy (per_ip_policy_yaml) differs.
 mkdir -p "$WORK/w-attack" "$WORK/w-loose" "$WORK/w-none"
 gateway_to_backend_yaml "$W_ATTACK" "$BACKEND_LOGGED" >"$WORK/w-attack/gateway.yaml"
-policy 300 Minute >"$WORK/w-attack/policy.yaml"
+per_ip_policy_yaml 300 Minute >"$WORK/w-attack/policy.yaml"
 gateway_to_backend_yaml "$W_LOOSE" "$BACKEND" >"$WORK/w-loose/gateway.yaml"
-policy 1000000000 Second >"$WORK/w-loose/policy.yaml"
+per_ip_policy_yaml 1000000000 Second >"$WORK/w-loose/policy.yaml"
 gateway_to_backend_yaml "$W_NONE" "$BACKEND" >"$WORK/w-none/gateway.yaml"
 declare -A W_PID
 for case in attack loose none; do

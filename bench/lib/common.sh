@@ -97,6 +97,37 @@ spec:
 YAML
 }
 
+# per_ip_policy_yaml REQUESTS UNIT — seed 000's local limit as a RateLimitPolicy: one bucket
+# per client IP (sourceCIDR Distinct), REQUESTS per UNIT.
+per_ip_policy_yaml() {
+  cat <<YAML
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: per-ip, namespace: istio-system}
+spec:
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: $1, unit: $2}
+YAML
+}
+
+# haproxy_head MAXCONN — the global and defaults sections every bench's HAProxy shares (one
+# thread, HTTP mode); a script that proxies adds `  http-reuse always` right after it.
+haproxy_head() {
+  cat <<HAP
+global
+  nbthread 1
+  maxconn $1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+HAP
+}
+
 # wrk_run LABEL URL [extra wrk args] — prints "LABEL rps p99_ms non2xx" and appends to $RESULTS.
 # Scripts run their cases ROUNDS times, interleaved (a burst of other work on the machine then
 # hits every case), and call summarize_rounds before reporting.
