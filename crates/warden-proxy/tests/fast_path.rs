@@ -332,3 +332,42 @@ async fn a_streaming_upstream_body_reaches_the_client_before_it_ends() {
     );
     stop(proxy).await;
 }
+
+/// Hop-by-hop headers, and the ones `Connection` names, stop at the proxy in both directions.
+#[tokio::test]
+async fn hop_by_hop_headers_stop_at_the_proxy() {
+    // The upstream answers with the request head it got as the body, and hop-by-hop headers
+    // of its own.
+    let up = common::raw_upstream(|head| {
+        format!(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Up-Secret\r\nx-up-secret: 1\r\n\
+             Keep-Alive: timeout=5\r\nx-up-kept: 1\r\ncontent-length: {}\r\n\r\n{head}",
+            head.len()
+        )
+        .into_bytes()
+    })
+    .await;
+    let proxy = start(&http_config(up, "", ""));
+    let request = "GET /hop HTTP/1.1\r\nHost: a\r\nConnection: close, x-secret\r\nx-secret: 1\r\n\
+                   Keep-Alive: timeout=5\r\nTE: trailers\r\nx-kept: 1\r\n\r\n";
+    let text = raw(addr(&proxy, 0), request.as_bytes(), Duration::from_secs(5))
+        .await
+        .to_ascii_lowercase();
+    let (response_head, upstream_saw) = text.split_once("\r\n\r\n").expect("a response");
+    assert!(response_head.starts_with("http/1.1 200 ok"), "{text}");
+    assert!(upstream_saw.contains("x-kept: 1"), "{upstream_saw}");
+    for gone in ["x-secret", "keep-alive", "te: trailers", "connection"] {
+        assert!(
+            !upstream_saw.contains(gone),
+            "{gone} reached the upstream: {upstream_saw}"
+        );
+    }
+    assert!(response_head.contains("x-up-kept: 1"), "{response_head}");
+    for gone in ["x-up-secret", "keep-alive: timeout"] {
+        assert!(
+            !response_head.contains(gone),
+            "{gone} reached the client: {response_head}"
+        );
+    }
+    stop(proxy).await;
+}
