@@ -10,6 +10,7 @@
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
 use crate::body::{BoxError, ProxyBody};
+use crate::forwarding_headers::{Forwarding, SeenForwarding};
 use crate::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
@@ -72,9 +73,10 @@ impl LeanConn {
         &mut self,
         parts: &request::Parts,
         endpoint: &Authority,
+        forwarding: Option<&Forwarding<'_>>,
     ) -> Result<(ResponseHead, Bytes), ExchangeError> {
         self.wire.clear();
-        encode_request(&mut self.wire, parts, endpoint);
+        encode_request(&mut self.wire, parts, endpoint, forwarding);
         self.stream
             .write_all(&self.wire)
             .await
@@ -117,22 +119,34 @@ impl LeanConn {
 
 /// The request head as hyper's client writes a body-less request: the request line with the
 /// origin-form target, the headers in map order, names as the map holds them, and a `Host`
-/// naming the endpoint last when the request has none.
-pub fn encode_request(out: &mut Vec<u8>, parts: &request::Parts, endpoint: &Authority) {
+/// naming the endpoint last when the request has none; `forwarding`'s lines after the
+/// request's own.
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    parts: &request::Parts,
+    endpoint: &Authority,
+    forwarding: Option<&Forwarding<'_>>,
+) {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut seen = SeenForwarding::default();
     for (name, value) in &parts.headers {
         // A body-less request has no transfer coding (hyper drops it too).
-        if name == http::header::TRANSFER_ENCODING {
+        if name == http::header::TRANSFER_ENCODING
+            || forwarding.is_some_and(|f| !f.keeps_line(name, &mut seen))
+        {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(forwarding) = forwarding {
+        forwarding.encode(out, &parts.headers, &seen);
     }
     if !parts.headers.contains_key(http::header::HOST) {
         out.extend_from_slice(b"host: ");

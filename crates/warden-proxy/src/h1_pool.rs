@@ -18,6 +18,7 @@
 //! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::body::ProxyBody;
+use crate::forwarding_headers::Forwarding;
 use crate::h1_exchange::{self, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
@@ -328,7 +329,7 @@ impl H1Pool {
     ) -> Result<Response<ProxyBody>, H1Error> {
         let (mut parts, body) = req.into_parts();
         if bodyless(&parts, &body) {
-            return self.send_bodyless(endpoint, limits, &parts).await;
+            return self.send_bodyless(endpoint, limits, &parts, None).await;
         }
         ensure_host(&mut parts.headers, endpoint);
         let mut req = Request::from_parts(parts, body);
@@ -354,15 +355,17 @@ impl H1Pool {
     /// A body-less request over a lean connection ([`crate::h1_exchange`]). A pooled
     /// connection that turns out closed before answering anything (the upstream closed it
     /// while idle) is replaced by a new one, for idempotent methods only, as nginx does.
-    /// Takes the request by reference: retries replay it without a copy.
+    /// Takes the request by reference: retries replay it without a copy. `forwarding` is
+    /// written into the head when it is not in `parts` already.
     pub async fn send_bodyless(
         &self,
         endpoint: &Authority,
         limits: &ReuseLimits,
         parts: &request::Parts,
+        forwarding: Option<&Forwarding<'_>>,
     ) -> Result<Response<ProxyBody>, H1Error> {
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
-            match conn.conn.exchange(parts, endpoint).await {
+            match conn.conn.exchange(parts, endpoint, forwarding).await {
                 Ok((head, bytes)) => return self.lean_response(endpoint, conn, &head, &bytes),
                 Err(ExchangeError::NoResponse(_)) if parts.method.is_idempotent() => {}
                 Err(e) => return Err(H1Error::Exchange(e)),
@@ -371,7 +374,7 @@ impl H1Pool {
         let mut conn = Pooled::new(LeanConn::new(self.connect(endpoint).await?), *limits);
         let (head, bytes) = conn
             .conn
-            .exchange(parts, endpoint)
+            .exchange(parts, endpoint, forwarding)
             .await
             .map_err(H1Error::Exchange)?;
         self.lean_response(endpoint, conn, &head, &bytes)

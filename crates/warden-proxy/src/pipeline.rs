@@ -17,12 +17,12 @@ use crate::body::ProxyBody;
 use crate::client_addr::trusted_client_addr;
 use crate::filters::authz::{self, AuthzFilter};
 use crate::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
-use crate::forwarding_headers::{add_forwarding, strip_hop_by_hop, X_FORWARDED_FOR, X_REQUEST_ID};
+use crate::forwarding_headers::{strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID};
 use crate::local_reply::{LocalReply, ResponseFlag};
-use crate::routing::{host_of, Route, RouteAction, RouteInput};
+use crate::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
 use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
 use crate::state::{ConnCtx, Shared, WorkerCtx};
-use crate::upstream::forward_boxed;
+use crate::upstream::{forward_boxed, Outgoing};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use std::fmt;
 use std::future::Future;
@@ -415,6 +415,43 @@ fn respond(
     }
 }
 
+/// The request for the upstream: hop-by-hop headers stripped, then the forwarding headers,
+/// then the policy stages' and the route's and cluster's header operations. Those see (and may
+/// replace) the forwarding headers, so with any of them the forwarding headers go into the
+/// map; without, the upstream encoder writes them ([`Forwarding`]).
+///
+/// Not inline in `run`: locals of an `async fn` keep their room in its future even once moved,
+/// and that future is moved into a box per request.
+fn outgoing<'a>(
+    mut parts: http::request::Parts,
+    body: ProxyBody,
+    forwarding: Forwarding<'a>,
+    extra_request_headers: Option<HeaderMap>,
+    route: &Route,
+    target: &WeightedCluster,
+) -> Outgoing<'a> {
+    strip_hop_by_hop(&mut parts.headers);
+    let forwarding = if extra_request_headers.is_some()
+        || !route.request_headers.is_empty()
+        || !target.request_headers.is_empty()
+    {
+        forwarding.apply(&mut parts.headers);
+        if let Some(h) = extra_request_headers {
+            parts.headers.extend(h);
+        }
+        route.request_headers.apply(&mut parts.headers);
+        target.request_headers.apply(&mut parts.headers);
+        None
+    } else {
+        Some(forwarding)
+    };
+    Outgoing {
+        parts,
+        forwarding,
+        body,
+    }
+}
+
 /// Envoy's response code details of the policy stages.
 const RBAC_DENIED: &str = "rbac_access_denied_matched_policy";
 const LOCAL_RATE_LIMITED: &str = "local_rate_limited";
@@ -525,27 +562,26 @@ async fn run(
                     parts.headers.insert(header::HOST, v);
                 }
             }
-            strip_hop_by_hop(&mut parts.headers);
-            add_forwarding(
-                &mut parts.headers,
+            let forwarding = Forwarding::new(
                 peer_ip,
                 &conn.peer_value,
                 client_ip,
                 shared.num_trusted_proxies,
             );
-            if let Some(h) = extra_request_headers {
-                parts.headers.extend(h);
-            }
-            route.request_headers.apply(&mut parts.headers);
-            target.request_headers.apply(&mut parts.headers);
             // Boxed (see `forward_boxed`): the request's future is moved into place per
             // request, and direct responses should not pay for the upstream future's size.
             let upstream = forward_boxed(
                 &worker.upstream,
                 &shared.metrics,
                 target,
-                parts,
-                body,
+                outgoing(
+                    parts,
+                    body,
+                    forwarding,
+                    extra_request_headers,
+                    &route,
+                    target,
+                ),
                 *timeout,
                 retries,
             );

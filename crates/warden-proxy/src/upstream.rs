@@ -3,6 +3,7 @@
 
 use crate::body::ProxyBody;
 use crate::cluster::{PickError, UpstreamProtocol};
+use crate::forwarding_headers::Forwarding;
 use crate::h1_pool::{bodyless, H1Pool};
 use crate::local_reply::LocalReply;
 use crate::metrics::Metrics;
@@ -79,14 +80,21 @@ pub fn forward_boxed<'a>(
     clients: &'a UpstreamClients,
     metrics: &'a Metrics,
     target: &'a WeightedCluster,
-    parts: request::Parts,
-    body: ProxyBody,
+    outgoing: Outgoing<'a>,
     timeout: Option<Duration>,
     retries: &'a RetryPolicy,
 ) -> Pin<Box<dyn Future<Output = Result<Upstreamed, ForwardFailure>> + Send + 'a>> {
     Box::pin(forward(
-        clients, metrics, target, parts, body, timeout, retries,
+        clients, metrics, target, outgoing, timeout, retries,
     ))
+}
+
+/// A request on its way to a cluster.
+pub struct Outgoing<'a> {
+    pub parts: request::Parts,
+    /// The forwarding headers when they are not in `parts` yet.
+    pub forwarding: Option<Forwarding<'a>>,
+    pub body: ProxyBody,
 }
 
 /// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
@@ -95,11 +103,15 @@ async fn forward(
     clients: &UpstreamClients,
     metrics: &Metrics,
     target: &WeightedCluster,
-    parts: request::Parts,
-    body: ProxyBody,
+    outgoing: Outgoing<'_>,
     timeout: Option<Duration>,
     retries: &RetryPolicy,
 ) -> Result<Upstreamed, ForwardFailure> {
+    let Outgoing {
+        parts,
+        forwarding,
+        body,
+    } = outgoing;
     let attempts = async {
         let replayable = retries.attempts > 0 && http_body::Body::is_end_stream(&body);
         if !replayable {
@@ -107,7 +119,10 @@ async fn forward(
                 clients,
                 metrics,
                 target,
-                Head::Owned(parts),
+                Head {
+                    parts: HeadParts::Owned(parts),
+                    forwarding: forwarding.as_ref(),
+                },
                 body,
                 None,
                 retries.per_try_timeout,
@@ -121,7 +136,10 @@ async fn forward(
                 clients,
                 metrics,
                 target,
-                Head::Borrowed(&parts),
+                Head {
+                    parts: HeadParts::Borrowed(&parts),
+                    forwarding: forwarding.as_ref(),
+                },
                 ProxyBody::Empty,
                 exclude,
                 retries.per_try_timeout,
@@ -182,29 +200,40 @@ fn clone_parts(parts: &request::Parts) -> request::Parts {
     req.into_parts().0
 }
 
-/// The request head an attempt sends: borrowed when retries may replay it, owned otherwise.
-/// Not boxed: it is moved once into `attempt`, as the head by value always was, and a box
-/// would cost an allocation per request.
+/// The request head an attempt sends, and the forwarding headers not in it yet.
+struct Head<'a> {
+    parts: HeadParts<'a>,
+    forwarding: Option<&'a Forwarding<'a>>,
+}
+
+/// Borrowed when retries may replay the head, owned otherwise. Not boxed: it is moved once
+/// into `attempt`, as the head by value always was, and a box would cost an allocation per
+/// request.
 #[allow(clippy::large_enum_variant)]
-enum Head<'a> {
+enum HeadParts<'a> {
     Borrowed(&'a request::Parts),
     Owned(request::Parts),
 }
 
 impl Head<'_> {
     fn get(&self) -> &request::Parts {
-        match self {
-            Head::Borrowed(parts) => parts,
-            Head::Owned(parts) => parts,
+        match &self.parts {
+            HeadParts::Borrowed(parts) => parts,
+            HeadParts::Owned(parts) => parts,
         }
     }
 
-    /// For hyper's clients, which take the request by value: a borrowed head is copied.
+    /// For hyper's clients, which take the request by value: a borrowed head is copied, and
+    /// the forwarding headers are added to it.
     fn into_owned(self) -> request::Parts {
-        match self {
-            Head::Borrowed(parts) => clone_parts(parts),
-            Head::Owned(parts) => parts,
+        let mut parts = match self.parts {
+            HeadParts::Borrowed(parts) => clone_parts(parts),
+            HeadParts::Owned(parts) => parts,
+        };
+        if let Some(forwarding) = self.forwarding {
+            forwarding.apply(&mut parts.headers);
         }
+        parts
     }
 }
 
@@ -217,7 +246,8 @@ fn send_error(is_connect: bool, e: impl std::fmt::Display) -> SendError {
 }
 
 /// One try. A body-less HTTP/1.1 request is written straight from a borrowed head, so retries
-/// need no copy.
+/// need no copy, with the forwarding headers written into it; hyper's clients get them in
+/// their copy.
 async fn attempt(
     clients: &UpstreamClients,
     metrics: &Metrics,
@@ -249,7 +279,7 @@ async fn attempt(
         match cluster.protocol {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => clients
                 .h1
-                .send_bodyless(&endpoint, &cluster.reuse, head.get())
+                .send_bodyless(&endpoint, &cluster.reuse, head.get(), head.forwarding)
                 .await
                 .map_err(|e| send_error(e.is_connect(), e)),
             UpstreamProtocol::Http1 => {

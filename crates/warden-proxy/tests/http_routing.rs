@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
+use warden_proxy::{Proxy, ProxyOptions};
 
 fn routes_yaml(up_a: std::net::SocketAddr, up_b: std::net::SocketAddr) -> String {
     format!(
@@ -154,6 +155,75 @@ async fn routing_precedence_direct_responses_and_headers() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.text().await.unwrap(), "");
+}
+
+/// The forwarding headers a route without header operations sends: the upstream encoder
+/// writes them into the head (`Forwarding::encode`), replacing what the client claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_without_header_operations() {
+    let a = echo_http("a").await;
+    let b = echo_http("b").await;
+    let yaml = routes_yaml(a.addr, b.addr);
+    let echoed = |r: &reqwest::Response, name: &str| -> Vec<String> {
+        r.headers()
+            .get_all(format!("x-echo-h-{name}"))
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    };
+    // The edge (numTrustedProxies 0): the peer is the client.
+    let proxy = start(&yaml);
+    let c = client();
+    let r = c
+        .get(format!("http://{}/x", addr(&proxy, 0)))
+        .header("host", "site.test")
+        .header("x-canary", "yes")
+        .header("x-forwarded-for", "9.9.9.9")
+        .header("x-forwarded-for", "8.8.8.8, 7.7.7.7")
+        .header("x-forwarded-proto", "https")
+        .header("x-envoy-external-address", "6.6.6.6")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-upstream"], "b");
+    assert_eq!(
+        echoed(&r, "x-forwarded-for"),
+        ["9.9.9.9, 8.8.8.8, 7.7.7.7, 127.0.0.1"]
+    );
+    assert_eq!(echoed(&r, "x-forwarded-proto"), ["http"]);
+    assert_eq!(echoed(&r, "x-envoy-external-address"), ["127.0.0.1"]);
+    let id = echoed(&r, "x-request-id");
+    assert!(id.len() == 1 && id[0].len() == 36, "{id:?}");
+    let r = c
+        .get(format!("http://{}/x", addr(&proxy, 0)))
+        .header("host", "site.test")
+        .header("x-canary", "yes")
+        .header("x-request-id", "from-client")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(echoed(&r, "x-request-id"), ["from-client"]);
+    assert_eq!(echoed(&r, "x-forwarded-for"), ["127.0.0.1"]);
+
+    // One trusted hop: the client is the last XFF entry, and its proto is kept.
+    let mut opts = ProxyOptions::loopback(inline(&yaml));
+    opts.num_trusted_proxies = 1;
+    let trusting = Proxy::start(opts).expect("proxy starts");
+    let r = c
+        .get(format!("http://{}/x", addr(&trusting, 0)))
+        .header("host", "site.test")
+        .header("x-canary", "yes")
+        .header("x-forwarded-for", "9.9.9.9, 5.5.5.5")
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        echoed(&r, "x-forwarded-for"),
+        ["9.9.9.9, 5.5.5.5, 127.0.0.1"]
+    );
+    assert_eq!(echoed(&r, "x-forwarded-proto"), ["https"]);
+    assert_eq!(echoed(&r, "x-envoy-external-address"), ["5.5.5.5"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
