@@ -38,6 +38,9 @@ pub struct ResponseHead {
     pub framing: BodyFraming,
     /// The connection may carry another request once this body has been read.
     pub reusable: bool,
+    /// `Connection` names a header (a token other than `close` and `keep-alive`), which a
+    /// proxy must drop along with the hop-by-hop ones.
+    pub connection_names: bool,
     /// Length of the head, the empty line included.
     pub len: usize,
 }
@@ -95,6 +98,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
     let mut chunked = false;
     let mut transfer_encoding = false;
     let mut close = http10;
+    let mut connection_names = false;
     for h in res.headers.iter() {
         headers.push((range(h.name.as_bytes()), range(h.value)));
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -113,8 +117,12 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
-                } else if http10 && token.eq_ignore_ascii_case(b"keep-alive") {
-                    close = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    if http10 {
+                        close = false;
+                    }
+                } else if !token.is_empty() {
+                    connection_names = true;
                 }
             }
         }
@@ -145,6 +153,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
         headers,
         framing,
         reusable,
+        connection_names,
         len,
     }))
 }
@@ -329,6 +338,28 @@ mod tests {
         match parse_head(raw.as_bytes(), head_request).unwrap() {
             ParsedResponse::Head(h) => h,
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn connection_naming_a_header_is_flagged() {
+        for (raw, names) in [
+            ("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", false),
+            ("HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\n\r\n", false),
+            (
+                "HTTP/1.1 200 OK\r\nconnection: close, , keep-alive\r\n\r\n",
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nconnection: keep-alive, X-Trace\r\n\r\n",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nconnection: close\r\nconnection: te\r\n\r\n",
+                true,
+            ),
+        ] {
+            assert_eq!(head(raw, false).connection_names, names, "{raw}");
         }
     }
 

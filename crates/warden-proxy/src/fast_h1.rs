@@ -152,7 +152,7 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
             let version = req.version();
             let req = req.map(ProxyBody::Streamed);
             let response = pipeline::handle(req, &conn, &worker).await;
-            Ok::<_, Infallible>(with_reason(response, version))
+            Ok::<_, Infallible>(for_hyper(response, version))
         }
     });
     if let Err(e) = watcher
@@ -170,9 +170,11 @@ fn status_phrase(status: StatusCode) -> &'static str {
     status.canonical_reason().unwrap_or("Unknown")
 }
 
-/// hyper writes [`status_phrase`] too: the phrase goes in as an extension, only on this path
-/// and only for the codes that need it.
-fn with_reason(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
+/// A response as hyper's server writes it like the fast path does: an upstream's header lines
+/// kept as read go into the map (hyper writes only the map), and [`status_phrase`] goes in as
+/// an extension, only on this path and only for the codes that need it.
+fn for_hyper(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
+    crate::h1_exchange::response_headers_mut(&mut response);
     let status = response.status();
     if version < Version::HTTP_2
         && status.canonical_reason().is_none()
@@ -401,10 +403,16 @@ fn encode_head(
             .exact()
             .map_or(BodyLength::Unknown, BodyLength::Known),
     };
-    let headers = head
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    // An upstream's header lines nothing edited are written as they were read.
+    let unread = match body {
+        ProxyBody::H1(body) => Some(body.unread_header_lines()),
+        _ => None,
+    };
+    let headers = unread.into_iter().flatten().chain(
+        head.headers
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+    );
     response_head::encode(
         out,
         framing,

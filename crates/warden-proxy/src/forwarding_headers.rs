@@ -60,6 +60,20 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether a lowercase header name is one of the hop-by-hop headers [`strip_hop_by_hop`]
+/// always removes.
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"connection"
+            | b"keep-alive"
+            | b"proxy-connection"
+            | b"transfer-encoding"
+            | b"upgrade"
+            | b"te"
+    )
+}
+
 const CONNECTION_BIT: u8 = 1;
 const KEEP_ALIVE_BIT: u8 = 2;
 const PROXY_CONNECTION_BIT: u8 = 4;

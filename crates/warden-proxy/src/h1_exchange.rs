@@ -10,13 +10,14 @@
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
 use crate::body::{BoxError, ProxyBody};
-use crate::forwarding_headers::{Forwarding, SeenForwarding};
+use crate::forwarding_headers::{is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding};
 use crate::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
 use http::{request, HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
@@ -104,6 +105,11 @@ impl LeanConn {
                     ParsedResponse::Partial => break,
                     ParsedResponse::Interim(len) => self.buf.advance(len),
                     ParsedResponse::Head(head) => {
+                        // Lowercased as the map would hold them, so lines written as read
+                        // (`RawHead`) match what hyper and Envoy write.
+                        for (name, _) in &head.headers {
+                            self.buf[name.clone()].make_ascii_lowercase();
+                        }
                         // Copied out (a small allocation) rather than split off: a split
                         // shares the buffer, and the next exchange's read would then have to
                         // allocate a new one.
@@ -158,35 +164,63 @@ pub fn encode_request(
 
 /// The response to hand on: its head as hyper's client would have built it, and a body that
 /// gives `conn` back to its pool (`home`) once read to its end.
+///
+/// The header lines stay as read, in the body ([`RawHead`]), until something asks for the
+/// map ([`response_headers_mut`]): a response nothing edits is written from them directly
+/// (`fast_h1`), and building the map was the largest user-space cost of a small proxied
+/// response after parsing it. A response without a body to carry them, or whose `Connection`
+/// names headers to drop, gets its map at once.
 pub fn into_response(
-    head: &ResponseHead,
-    bytes: &Bytes,
+    head: ResponseHead,
+    bytes: Bytes,
     conn: Pooled<LeanConn>,
     home: Home,
 ) -> Result<Response<ProxyBody>, ExchangeError> {
-    let parts = to_response(head, bytes)?;
-    let body = H1Body::new(head, conn, home);
-    let body = if body.is_end_stream() {
-        ProxyBody::Empty
-    } else {
-        ProxyBody::H1(Box::new(body))
+    let mut parts = response_parts(&head, &bytes)?;
+    let mut body = H1Body::new(&head, conn, home);
+    let raw = RawHead {
+        bytes,
+        lines: head.headers,
     };
-    Ok(Response::from_parts(parts, body))
+    if body.is_end_stream() || head.connection_names {
+        raw.read_into(&mut parts.headers)
+            .map_err(|()| ExchangeError::Header)?;
+        strip_hop_by_hop(&mut parts.headers);
+        let body = if body.is_end_stream() {
+            ProxyBody::Empty
+        } else {
+            ProxyBody::H1(Box::new(body))
+        };
+        return Ok(Response::from_parts(parts, body));
+    }
+    body.raw = Some(raw);
+    Ok(Response::from_parts(parts, ProxyBody::H1(Box::new(body))))
 }
 
-/// The parsed head as the response hyper's client would have returned: header values share
-/// the head's bytes, the reason phrase is kept when it is not the canonical one.
-fn to_response(head: &ResponseHead, bytes: &Bytes) -> Result<http::response::Parts, ExchangeError> {
-    // Room for the headers the pipeline may add on the way back (a local limit's three
-    // x-ratelimit-*, an RLS's), so they do not regrow and rehash the map.
-    let mut headers = HeaderMap::with_capacity(head.headers.len() + 4);
-    for (name, value) in &head.headers {
-        let name =
-            HeaderName::from_bytes(&bytes[name.clone()]).map_err(|_| ExchangeError::Header)?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone()))
-            .map_err(|_| ExchangeError::Header)?;
-        headers.append(name, value);
+/// The response's header map, for reading or editing: an upstream's header lines still kept
+/// as read ([`into_response`]) are moved into it first, hop-by-hop ones left out.
+pub fn response_headers_mut(response: &mut Response<ProxyBody>) -> &mut HeaderMap {
+    let raw = match response.body_mut() {
+        ProxyBody::H1(body) => body.raw.take(),
+        _ => None,
+    };
+    if let Some(raw) = raw {
+        let mut upstream = HeaderMap::with_capacity(raw.lines.len() + 4);
+        // httparse admits exactly the names and values `http` does, so nothing is skipped.
+        let _ = raw.read_into(&mut upstream);
+        strip_hop_by_hop(&mut upstream);
+        let added = std::mem::replace(response.headers_mut(), upstream);
+        response.headers_mut().extend(added);
     }
+    response.headers_mut()
+}
+
+/// Status line of the parsed head as hyper's client would have returned it; the reason
+/// phrase is kept when it is not the canonical one.
+fn response_parts(
+    head: &ResponseHead,
+    bytes: &Bytes,
+) -> Result<http::response::Parts, ExchangeError> {
     let status = StatusCode::from_u16(head.status).map_err(|_| ExchangeError::Header)?;
     let (mut parts, ()) = Response::new(()).into_parts();
     parts.status = status;
@@ -195,7 +229,6 @@ fn to_response(head: &ResponseHead, bytes: &Bytes) -> Result<http::response::Par
     } else {
         Version::HTTP_11
     };
-    parts.headers = headers;
     let reason = &bytes[head.reason.clone()];
     if !reason.is_empty() && status.canonical_reason().map(str::as_bytes) != Some(reason) {
         if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(bytes.slice(head.reason.clone())) {
@@ -203,6 +236,34 @@ fn to_response(head: &ResponseHead, bytes: &Bytes) -> Result<http::response::Par
         }
     }
     Ok(parts)
+}
+
+/// An upstream response's header lines as read: names lowercased, ranges into `bytes`.
+struct RawHead {
+    bytes: Bytes,
+    lines: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl RawHead {
+    /// Append the lines to `headers`, values sharing `bytes`; `Err` on a line `http` refuses.
+    fn read_into(&self, headers: &mut HeaderMap) -> Result<(), ()> {
+        headers.reserve(self.lines.len() + 4);
+        for (name, value) in &self.lines {
+            let name = HeaderName::from_bytes(&self.bytes[name.clone()]).map_err(|_| ())?;
+            let value =
+                HeaderValue::from_maybe_shared(self.bytes.slice(value.clone())).map_err(|_| ())?;
+            headers.append(name, value);
+        }
+        Ok(())
+    }
+
+    /// The lines a proxy passes on: all but the hop-by-hop ones.
+    fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.lines
+            .iter()
+            .map(|(name, value)| (&self.bytes[name.clone()], &self.bytes[value.clone()]))
+            .filter(|(name, _)| !is_hop_by_hop(name))
+    }
 }
 
 /// Where a connection goes back once its response body has been read.
@@ -213,6 +274,8 @@ pub struct Home {
 
 /// A response body read from a [`LeanConn`].
 pub struct H1Body {
+    /// The response's header lines until they are read into its map.
+    raw: Option<RawHead>,
     reader: BodyReader,
     /// `None` once the body ended (the connection went back to its pool, or was closed).
     conn: Option<Pooled<LeanConn>>,
@@ -223,6 +286,7 @@ pub struct H1Body {
 impl H1Body {
     fn new(head: &ResponseHead, conn: Pooled<LeanConn>, home: Home) -> Self {
         let mut body = H1Body {
+            raw: None,
             reader: BodyReader::new(head.framing),
             conn: Some(conn),
             reusable: head.reusable,
@@ -232,6 +296,12 @@ impl H1Body {
             body.finish();
         }
         body
+    }
+
+    /// The response's end-to-end header lines when they were not read into its map
+    /// ([`response_headers_mut`]), to be written as they are.
+    pub fn unread_header_lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.raw.iter().flat_map(RawHead::end_to_end)
     }
 
     /// The body is complete: the connection goes back to its pool if it may carry another

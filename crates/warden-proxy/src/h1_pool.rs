@@ -329,7 +329,10 @@ impl H1Pool {
     ) -> Result<Response<ProxyBody>, H1Error> {
         let (mut parts, body) = req.into_parts();
         if bodyless(&parts, &body) {
-            return self.send_bodyless(endpoint, limits, &parts, None).await;
+            // Callers of `send` get the headers in the map.
+            let mut response = self.send_bodyless(endpoint, limits, &parts, None).await?;
+            h1_exchange::response_headers_mut(&mut response);
+            return Ok(response);
         }
         ensure_host(&mut parts.headers, endpoint);
         let mut req = Request::from_parts(parts, body);
@@ -366,7 +369,7 @@ impl H1Pool {
     ) -> Result<Response<ProxyBody>, H1Error> {
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
             match conn.conn.exchange(parts, endpoint, forwarding).await {
-                Ok((head, bytes)) => return self.lean_response(endpoint, conn, &head, &bytes),
+                Ok((head, bytes)) => return self.lean_response(endpoint, conn, head, bytes),
                 Err(ExchangeError::NoResponse(_)) if parts.method.is_idempotent() => {}
                 Err(e) => return Err(H1Error::Exchange(e)),
             }
@@ -377,7 +380,7 @@ impl H1Pool {
             .exchange(parts, endpoint, forwarding)
             .await
             .map_err(H1Error::Exchange)?;
-        self.lean_response(endpoint, conn, &head, &bytes)
+        self.lean_response(endpoint, conn, head, bytes)
     }
 
     /// The response, its body owning `conn` until read to its end.
@@ -385,8 +388,8 @@ impl H1Pool {
         &self,
         endpoint: &Authority,
         conn: Pooled<LeanConn>,
-        head: &warden_http1::response_read::ResponseHead,
-        bytes: &Bytes,
+        head: warden_http1::response_read::ResponseHead,
+        bytes: Bytes,
     ) -> Result<Response<ProxyBody>, H1Error> {
         let home = Home {
             pool: self.lean.clone(),

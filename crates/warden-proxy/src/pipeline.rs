@@ -18,6 +18,7 @@ use crate::client_addr::trusted_client_addr;
 use crate::filters::authz::{self, AuthzFilter};
 use crate::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
 use crate::forwarding_headers::{strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID};
+use crate::h1_exchange::response_headers_mut;
 use crate::local_reply::{LocalReply, ResponseFlag};
 use crate::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
 use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
@@ -406,12 +407,18 @@ fn respond(
     local_limit_headers: Option<RateLimitHeaders>,
     extra_headers: Option<HeaderMap>,
 ) {
-    route.response_headers.apply(response.headers_mut());
+    if route.response_headers.is_empty() && local_limit_headers.is_none() && extra_headers.is_none()
+    {
+        // An upstream's header lines can then be written as they were read.
+        return;
+    }
+    let headers = response_headers_mut(response);
+    route.response_headers.apply(headers);
     if let Some(h) = local_limit_headers {
-        h.apply(response.headers_mut());
+        h.apply(headers);
     }
     if let Some(h) = extra_headers {
-        response.headers_mut().extend(h);
+        headers.extend(h);
     }
 }
 
@@ -588,10 +595,15 @@ async fn run(
             match upstream.await {
                 Ok(up) => {
                     outcome.upstream = Some(up.endpoint);
-                    let (mut head, body) = up.response.into_parts();
-                    strip_hop_by_hop(&mut head.headers);
-                    target.response_headers.apply(&mut head.headers);
-                    Response::from_parts(head, body)
+                    let mut response = up.response;
+                    // hyper's clients' responses; lines kept as read skip them when written.
+                    strip_hop_by_hop(response.headers_mut());
+                    if !target.response_headers.is_empty() {
+                        target
+                            .response_headers
+                            .apply(response_headers_mut(&mut response));
+                    }
+                    response
                 }
                 Err(failure) => {
                     outcome.upstream = failure.endpoint;
