@@ -31,6 +31,18 @@ const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status
 const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
 
 impl RateLimitHeaders {
+    /// The three names, in the order [`Self::values`] gives their values.
+    pub const NAMES: [&'static str; 3] = [
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
+
+    /// The values of [`Self::NAMES`], for a writer that renders them itself.
+    pub fn values(&self) -> [u64; 3] {
+        [self.limit, self.remaining, self.reset]
+    }
+
     /// Set the three headers on a response.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
         headers.insert(X_RATELIMIT_LIMIT, repeated_value(&LAST_LIMIT, self.limit));

@@ -42,6 +42,7 @@ use warden_http1::replay_io::ReplayIo;
 use warden_http1::request_head::{self, FastRequest, Parsed};
 use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head, Written};
 use warden_http1::socket_read::read_available;
+use warden_local_ratelimit::RateLimitHeaders;
 
 /// Write the output out mid-batch once it holds this much (many pipelined requests).
 const MAX_BUFFERED_OUTPUT: usize = 64 * 1024;
@@ -151,7 +152,7 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         async move {
             let version = req.version();
             let req = req.map(ProxyBody::Streamed);
-            let response = pipeline::handle(req, &conn, &worker).await;
+            let response = pipeline::handle(req, &conn, &worker).await.into_response();
             Ok::<_, Infallible>(for_hyper(response, version))
         }
     });
@@ -249,16 +250,22 @@ impl Connection {
             };
             self.bufs.input.advance(len);
             let mut answering = Box::pin(pipeline::handle(request, &serving.conn, &serving.worker));
-            let response = match futures_util::poll!(&mut answering) {
-                Poll::Ready(response) => response,
+            let answer = match futures_util::poll!(&mut answering) {
+                Poll::Ready(answer) => answer,
                 // Waiting for an upstream or the RLS: what is answered so far goes out first.
                 Poll::Pending => {
                     self.flush().await?;
                     answering.await
                 }
             };
-            let (head, body) = response.into_parts();
-            let written = encode_head(&mut self.bufs.out, &head, &body, &framing);
+            let (head, body) = answer.response.into_parts();
+            let written = encode_head(
+                &mut self.bufs.out,
+                &head,
+                &body,
+                answer.limit_headers.as_ref(),
+                &framing,
+            );
             self.write_body(body, written.body).await?;
             if !written.keep_alive {
                 return Ok(Next::Close);
@@ -382,11 +389,13 @@ fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
     Some(request)
 }
 
-/// A response head written as hyper writes it, for the body it has.
+/// A response head written as hyper writes it, for the body it has; `limit_headers` (see
+/// [`pipeline::Answer`]) in place of any lines of their names.
 fn encode_head(
     out: &mut Vec<u8>,
     head: &http::response::Parts,
     body: &ProxyBody,
+    limit_headers: Option<&RateLimitHeaders>,
     framing: &Framing,
 ) -> Written {
     let status = head.status;
@@ -403,16 +412,38 @@ fn encode_head(
             .exact()
             .map_or(BodyLength::Unknown, BodyLength::Known),
     };
-    // An upstream's header lines nothing edited are written as they were read.
+    // An upstream's header lines nothing read into the map are written as they were read.
     let unread = match body {
-        ProxyBody::H1(body) => Some(body.unread_header_lines()),
+        ProxyBody::H1(body) => Some(body.unread_header_lines(&head.headers)),
         _ => None,
     };
-    let headers = unread.into_iter().flatten().chain(
-        head.headers
-            .iter()
-            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
-    );
+    let mut numbers = [(); 3].map(|()| itoa::Buffer::new());
+    let limit_lines = limit_headers.map(|h| {
+        let [limit, remaining, reset] = &mut numbers;
+        let [l, r, s] = h.values();
+        let [ln, rn, sn] = RateLimitHeaders::NAMES.map(str::as_bytes);
+        [
+            (ln, limit.format(l).as_bytes()),
+            (rn, remaining.format(r).as_bytes()),
+            (sn, reset.format(s).as_bytes()),
+        ]
+    });
+    let kept = |(name, _): &(&[u8], &[u8])| {
+        limit_lines.is_none()
+            || !RateLimitHeaders::NAMES
+                .iter()
+                .any(|n| n.as_bytes() == *name)
+    };
+    let headers = unread
+        .into_iter()
+        .flatten()
+        .chain(
+            head.headers
+                .iter()
+                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+        )
+        .filter(kept)
+        .chain(limit_lines.into_iter().flatten());
     response_head::encode(
         out,
         framing,

@@ -165,11 +165,12 @@ pub fn encode_request(
 /// The response to hand on: its head as hyper's client would have built it, and a body that
 /// gives `conn` back to its pool (`home`) once read to its end.
 ///
-/// The header lines stay as read, in the body ([`RawHead`]), until something asks for the
-/// map ([`response_headers_mut`]): a response nothing edits is written from them directly
-/// (`fast_h1`), and building the map was the largest user-space cost of a small proxied
-/// response after parsing it. A response without a body to carry them, or whose `Connection`
-/// names headers to drop, gets its map at once.
+/// The header lines stay as read, in the body ([`RawHead`]), until something asks for them
+/// in the map ([`response_headers_mut`]): a response nothing edits is written from them
+/// directly (`fast_h1`), and building the map was the largest user-space cost of a small
+/// proxied response after parsing it. Headers put into the (empty) map meanwhile replace the
+/// lines of the same name, as `HeaderMap::insert` would have. A response without a body to
+/// carry the lines, or whose `Connection` names headers to drop, gets its map at once.
 pub fn into_response(
     head: ResponseHead,
     bytes: Bytes,
@@ -198,7 +199,8 @@ pub fn into_response(
 }
 
 /// The response's header map, for reading or editing: an upstream's header lines still kept
-/// as read ([`into_response`]) are moved into it first, hop-by-hop ones left out.
+/// as read ([`into_response`]) are moved into it first, hop-by-hop ones left out, and what
+/// the map held replaces the lines of the same name.
 pub fn response_headers_mut(response: &mut Response<ProxyBody>) -> &mut HeaderMap {
     let raw = match response.body_mut() {
         ProxyBody::H1(body) => body.raw.take(),
@@ -257,12 +259,20 @@ impl RawHead {
         Ok(())
     }
 
-    /// The lines a proxy passes on: all but the hop-by-hop ones.
-    fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    /// The lines a proxy passes on: all but the hop-by-hop ones and those `replaced` has
+    /// headers for.
+    fn end_to_end<'a>(
+        &'a self,
+        replaced: &'a HeaderMap,
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
         self.lines
             .iter()
             .map(|(name, value)| (&self.bytes[name.clone()], &self.bytes[value.clone()]))
-            .filter(|(name, _)| !is_hop_by_hop(name))
+            .filter(move |(name, _)| {
+                // The map holds a few headers at most (a limiter's three): compared by bytes,
+                // no hashing.
+                !is_hop_by_hop(name) && !replaced.keys().any(|k| k.as_str().as_bytes() == *name)
+            })
     }
 }
 
@@ -299,9 +309,13 @@ impl H1Body {
     }
 
     /// The response's end-to-end header lines when they were not read into its map
-    /// ([`response_headers_mut`]), to be written as they are.
-    pub fn unread_header_lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.raw.iter().flat_map(RawHead::end_to_end)
+    /// ([`response_headers_mut`]), to be written as they are before the map's `headers`,
+    /// which replace the lines of their names.
+    pub fn unread_header_lines<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        self.raw.iter().flat_map(move |raw| raw.end_to_end(headers))
     }
 
     /// The body is complete: the connection goes back to its pool if it may carry another

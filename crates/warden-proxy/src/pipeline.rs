@@ -175,17 +175,23 @@ struct LogFields {
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
 /// (the fast path's body-less requests).
-pub async fn handle(
-    req: Request<ProxyBody>,
-    conn: &ConnCtx,
-    worker: &WorkerCtx,
-) -> Response<ProxyBody> {
+pub async fn handle(req: Request<ProxyBody>, conn: &ConnCtx, worker: &WorkerCtx) -> Answer {
     let start = Instant::now();
     let shared = &*worker.shared;
     let snapshot = shared.snapshot.load_full();
     let mut outcome = Outcome::default();
     let mut log = None;
-    let mut response = run(req, conn, worker, &snapshot, &mut outcome, &mut log).await;
+    let mut limit_headers = None;
+    let mut response = run(
+        req,
+        conn,
+        worker,
+        &snapshot,
+        &mut outcome,
+        &mut log,
+        &mut limit_headers,
+    )
+    .await;
     if let Some(reply_flag) = outcome.flag {
         if reply_flag == ResponseFlag::DownstreamProtocolError {
             response
@@ -194,7 +200,30 @@ pub async fn handle(
         }
     }
     record(shared, conn, start, response.status(), &outcome, log);
-    response
+    Answer {
+        response,
+        limit_headers,
+    }
+}
+
+/// What the pipeline answers: the response, and the local limiter's `x-ratelimit-*` when they
+/// are not in its header map yet. The fast path writes those itself, in place of any lines of
+/// the same names (no map to build, no three values to render as `HeaderValue`s, for every
+/// request a non-triggering limit passes); [`Answer::into_response`] puts them in the map.
+pub struct Answer {
+    pub response: Response<ProxyBody>,
+    pub limit_headers: Option<RateLimitHeaders>,
+}
+
+impl Answer {
+    /// The response with everything in its header map.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut response = self.response;
+        if let Some(h) = self.limit_headers {
+            h.apply(response.headers_mut());
+        }
+        response
+    }
 }
 
 /// Metrics and the access log line of one answered request.
@@ -400,25 +429,16 @@ fn direct_response(
     resp
 }
 
-/// Stage 7: the route's response headers, then the policy stages' headers.
-fn respond(
-    response: &mut Response<ProxyBody>,
-    route: &Route,
-    local_limit_headers: Option<RateLimitHeaders>,
-    extra_headers: Option<HeaderMap>,
-) {
-    if route.response_headers.is_empty() && local_limit_headers.is_none() && extra_headers.is_none()
-    {
-        // An upstream's header lines can then be written as they were read.
-        return;
+/// Stage 7: the route's response headers, then the policy stages' headers (the local
+/// limiter's are left to the server, see [`Answer`]).
+fn respond(response: &mut Response<ProxyBody>, route: &Route, extra_headers: Option<HeaderMap>) {
+    if !route.response_headers.is_empty() {
+        route.response_headers.apply(response_headers_mut(response));
     }
-    let headers = response_headers_mut(response);
-    route.response_headers.apply(headers);
-    if let Some(h) = local_limit_headers {
-        h.apply(headers);
-    }
+    // These replace what the upstream sent of their names, so they need no upstream lines
+    // read into the map: lines kept as read give way to them (`h1_exchange::into_response`).
     if let Some(h) = extra_headers {
-        headers.extend(h);
+        response.headers_mut().extend(h);
     }
 }
 
@@ -478,6 +498,7 @@ fn local_with_headers(
     resp
 }
 
+/// Stages 1-7; `limit_headers` gets the local limiter's headers of a request it let through.
 async fn run(
     req: Request<ProxyBody>,
     conn: &ConnCtx,
@@ -485,6 +506,7 @@ async fn run(
     snapshot: &Snapshot,
     outcome: &mut Outcome,
     log: &mut Option<LogFields>,
+    limit_headers: &mut Option<RateLimitHeaders>,
 ) -> Response<ProxyBody> {
     let shared = &*worker.shared;
     let (mut parts, body) = req.into_parts();
@@ -614,6 +636,7 @@ async fn run(
     };
 
     // 7. respond
-    respond(&mut response, &route, local_limit_headers, extra_headers);
+    respond(&mut response, &route, extra_headers);
+    *limit_headers = local_limit_headers;
     response
 }

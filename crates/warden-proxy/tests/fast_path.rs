@@ -380,7 +380,7 @@ async fn upstream_header_lines_as_read_match_the_header_map_path() {
     let up = common::raw_upstream(|_| {
         b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
           X-Mixed-Case: Value Kept\r\nSet-Cookie: a=1\r\nProxy-Connection: keep-alive\r\n\
-          Set-Cookie: b=2\r\nTE: trailers\r\nContent-Length: 2\r\n\r\nok"
+          Set-Cookie: b=2\r\nTE: trailers\r\nX-RateLimit-Limit: 999\r\nContent-Length: 2\r\n\r\nok"
             .to_vec()
     })
     .await;
@@ -418,6 +418,7 @@ async fn upstream_header_lines_as_read_match_the_header_map_path() {
             "x-mixed-case: Value Kept",
             "set-cookie: a=1",
             "set-cookie: b=2",
+            "x-ratelimit-limit: 999",
             "content-length: 2",
             "connection: close",
         ]
@@ -431,4 +432,47 @@ async fn upstream_header_lines_as_read_match_the_header_map_path() {
     };
     assert_eq!(sorted(&seen[0]), sorted(&seen[1]));
     stop(proxy).await;
+
+    // A limiter's x-ratelimit-* replace the upstream's, the other lines still as read.
+    let limited = start(&http_config(
+        up,
+        "",
+        "---\napiVersion: warden.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: l}\n\
+         spec:\n  local:\n    rules:\n    - limit: {requests: 100, unit: Minute}\n",
+    ));
+    let request = "GET /limited HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let text = raw(
+        addr(&limited, 0),
+        request.as_bytes(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let mut expected = seen[0].clone();
+    expected.retain(|l| !l.starts_with("x-ratelimit-limit"));
+    let mut got = lines(&text);
+    for (name, value) in [
+        ("x-ratelimit-limit", "100"),
+        ("x-ratelimit-remaining", "99"),
+    ] {
+        let line = format!("{name}: {value}");
+        assert!(got.contains(&line), "{line} missing: {text}");
+        got.retain(|l| *l != line);
+    }
+    got.retain(|l| !l.starts_with("x-ratelimit-reset: "));
+    assert_eq!(sorted(&got), sorted(&expected), "{text}");
+    // A request with a body goes through hyper both ways: the same headers, from the map.
+    let request = "POST /limited HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\
+                   Connection: close\r\n\r\nhi";
+    let text = raw(
+        addr(&limited, 0),
+        request.as_bytes(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let limits: Vec<String> = lines(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("x-ratelimit-limit"))
+        .collect();
+    assert_eq!(limits, ["x-ratelimit-limit: 100"], "{text}");
+    stop(limited).await;
 }
