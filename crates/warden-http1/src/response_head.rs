@@ -71,6 +71,19 @@ pub struct Head<'r, H> {
     pub body: BodyLength,
 }
 
+impl<'r> Head<'r, ()> {
+    /// This head with `headers`: one head, written with whichever iterator the caller has.
+    pub fn with_headers<H>(self, headers: H) -> Head<'r, H> {
+        Head {
+            status: self.status,
+            reason: self.reason,
+            http10: self.http10,
+            headers,
+            body: self.body,
+        }
+    }
+}
+
 /// Append a response head to `out` as hyper's server writes it (hyper 1.x
 /// `proto::h1::role::Server::encode_headers` and `Conn::enforce_version`): the headers in map
 /// order with a given `content-length` kept in place, then `connection` for a persistent

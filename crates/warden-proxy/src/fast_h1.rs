@@ -393,13 +393,13 @@ fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
 /// [`pipeline::Answer`]) in place of any lines of their names.
 fn encode_head(
     out: &mut Vec<u8>,
-    head: &http::response::Parts,
+    parts: &http::response::Parts,
     body: &ProxyBody,
     limit_headers: Option<&RateLimitHeaders>,
     framing: &Framing,
 ) -> Written {
-    let status = head.status;
-    let reason = match head.extensions.get::<hyper::ext::ReasonPhrase>() {
+    let status = parts.status;
+    let reason = match parts.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(reason) => reason.as_bytes(),
         None => status_phrase(status).as_bytes(),
     };
@@ -412,48 +412,54 @@ fn encode_head(
             .exact()
             .map_or(BodyLength::Unknown, BodyLength::Known),
     };
+    let head = Head {
+        status,
+        reason,
+        http10: parts.version == Version::HTTP_10,
+        headers: (),
+        body: length,
+    };
+    let map_lines = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let date = http_date::now();
     // An upstream's header lines nothing read into the map are written as they were read.
     let unread = match body {
-        ProxyBody::H1(body) => Some(body.unread_header_lines(&head.headers)),
+        ProxyBody::H1(body) => Some(body.unread_header_lines(&parts.headers)),
         _ => None,
     };
+    let Some(limit_headers) = limit_headers else {
+        // No limiter headers (most responses): no filtering, fewer iterator layers per line.
+        return match unread {
+            None => response_head::encode(out, framing, head.with_headers(map_lines), &date),
+            Some(unread) => response_head::encode(
+                out,
+                framing,
+                head.with_headers(unread.chain(map_lines)),
+                &date,
+            ),
+        };
+    };
     let mut numbers = [(); 3].map(|()| itoa::Buffer::new());
-    let limit_lines = limit_headers.map(|h| {
-        let [limit, remaining, reset] = &mut numbers;
-        let [l, r, s] = h.values();
-        let [ln, rn, sn] = RateLimitHeaders::NAMES.map(str::as_bytes);
-        [
-            (ln, limit.format(l).as_bytes()),
-            (rn, remaining.format(r).as_bytes()),
-            (sn, reset.format(s).as_bytes()),
-        ]
-    });
-    let kept = |(name, _): &(&[u8], &[u8])| {
-        limit_lines.is_none()
-            || !RateLimitHeaders::NAMES
-                .iter()
-                .any(|n| n.as_bytes() == *name)
+    let [limit, remaining, reset] = &mut numbers;
+    let [l, r, s] = limit_headers.values();
+    let [ln, rn, sn] = RateLimitHeaders::NAMES.map(str::as_bytes);
+    let limit_lines = [
+        (ln, limit.format(l).as_bytes()),
+        (rn, remaining.format(r).as_bytes()),
+        (sn, reset.format(s).as_bytes()),
+    ];
+    let replaced = |(name, _): &(&[u8], &[u8])| {
+        RateLimitHeaders::NAMES
+            .iter()
+            .any(|n| n.as_bytes() == *name)
     };
     let headers = unread
         .into_iter()
         .flatten()
-        .chain(
-            head.headers
-                .iter()
-                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
-        )
-        .filter(kept)
-        .chain(limit_lines.into_iter().flatten());
-    response_head::encode(
-        out,
-        framing,
-        Head {
-            status,
-            reason,
-            http10: head.version == Version::HTTP_10,
-            headers,
-            body: length,
-        },
-        &http_date::now(),
-    )
+        .chain(map_lines)
+        .filter(|line| !replaced(line))
+        .chain(limit_lines);
+    response_head::encode(out, framing, head.with_headers(headers), &date)
 }
