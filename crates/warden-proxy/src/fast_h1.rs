@@ -17,7 +17,7 @@
 use crate::body::ProxyBody;
 use crate::buffer_pool;
 use crate::framing_guard::FramingGuard;
-use crate::pipeline;
+use crate::pipeline::{self, Handling};
 use crate::state::{ConnCtx, WorkerCtx};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{
@@ -152,7 +152,10 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         async move {
             let version = req.version();
             let req = req.map(ProxyBody::Streamed);
-            let response = pipeline::handle(req, &conn, &worker).await.into_response();
+            let response = pipeline::handle(req, &conn, &worker)
+                .answer()
+                .await
+                .into_response();
             Ok::<_, Infallible>(for_hyper(response, version))
         }
     });
@@ -249,14 +252,16 @@ impl Connection {
                 ControlFlow::Break(next) => return Ok(next),
             };
             self.bufs.input.advance(len);
-            let mut answering = Box::pin(pipeline::handle(request, &serving.conn, &serving.worker));
-            let answer = match futures_util::poll!(&mut answering) {
-                Poll::Ready(answer) => answer,
-                // Waiting for an upstream or the RLS: what is answered so far goes out first.
-                Poll::Pending => {
-                    self.flush().await?;
-                    answering.await
-                }
+            let answer = match pipeline::handle(request, &serving.conn, &serving.worker) {
+                Handling::Answered(answer) => answer,
+                Handling::Waiting(mut waiting) => match futures_util::poll!(&mut waiting) {
+                    Poll::Ready(answer) => answer,
+                    // Waiting for an upstream or the RLS: what is answered so far goes out first.
+                    Poll::Pending => {
+                        self.flush().await?;
+                        waiting.await
+                    }
+                },
             };
             let (head, body) = answer.response.into_parts();
             let written = encode_head(

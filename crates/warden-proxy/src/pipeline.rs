@@ -175,31 +175,72 @@ struct LogFields {
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
 /// (the fast path's body-less requests).
-pub async fn handle(req: Request<ProxyBody>, conn: &ConnCtx, worker: &WorkerCtx) -> Answer {
+///
+/// Stages 1-4, and a direct response when no global limit applies, need no waiting: they run
+/// here, before any future exists, and the answer comes back at once. Only a request that
+/// waits (global limit, upstream) gets a future, on the heap: building a future the size of
+/// the whole pipeline and moving it into a box cost a direct response or a local 429 more
+/// than its routing.
+pub fn handle<'a>(
+    req: Request<ProxyBody>,
+    conn: &'a ConnCtx,
+    worker: &'a WorkerCtx,
+) -> Handling<'a> {
     let start = Instant::now();
     let shared = &*worker.shared;
     let snapshot = shared.snapshot.load_full();
     let mut outcome = Outcome::default();
     let mut log = None;
-    let mut limit_headers = None;
-    let mut response = run(
-        req,
-        conn,
-        worker,
-        &snapshot,
-        &mut outcome,
-        &mut log,
-        &mut limit_headers,
-    )
-    .await;
-    if let Some(reply_flag) = outcome.flag {
-        if reply_flag == ResponseFlag::DownstreamProtocolError {
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    match decide(req, conn, shared, &snapshot, &mut outcome, &mut log) {
+        Decided::Now(response, limit_headers) => Handling::Answered(finish(
+            shared,
+            conn,
+            start,
+            response,
+            limit_headers,
+            &outcome,
+            log,
+        )),
+        // One future holding the request once: no async block around `act` keeping its own
+        // copy (the box stays below the upstream future's size class).
+        Decided::Later(waiting) => Handling::Waiting(Box::pin(act(
+            waiting, conn, worker, snapshot, outcome, log, start,
+        ))),
+    }
+}
+
+/// A request's answer: ready, or a future for one that waits.
+pub enum Handling<'a> {
+    Answered(Answer),
+    Waiting(Pin<Box<dyn Future<Output = Answer> + Send + 'a>>),
+}
+
+impl Handling<'_> {
+    /// The answer, waited for if need be (hyper's server, which awaits every request anyway).
+    pub async fn answer(self) -> Answer {
+        match self {
+            Handling::Answered(answer) => answer,
+            Handling::Waiting(waiting) => waiting.await,
         }
     }
-    record(shared, conn, start, response.status(), &outcome, log);
+}
+
+/// The answer to a handled request, counted and logged.
+fn finish(
+    shared: &Shared,
+    conn: &ConnCtx,
+    start: Instant,
+    mut response: Response<ProxyBody>,
+    limit_headers: Option<RateLimitHeaders>,
+    outcome: &Outcome,
+    log: Option<LogFields>,
+) -> Answer {
+    if outcome.flag == Some(ResponseFlag::DownstreamProtocolError) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    record(shared, conn, start, response.status(), outcome, log);
     Answer {
         response,
         limit_headers,
@@ -280,13 +321,12 @@ fn record(
 }
 
 /// Stage 1: what the policy stages see of the request (the trusted client address per the
-/// XFF rules) and, when logging, the log fields.
+/// XFF rules).
 fn request_attrs<'a>(
     conn: &ConnCtx,
     shared: &Shared,
     parts: &'a http::request::Parts,
     authority: &'a str,
-    log: &mut Option<LogFields>,
 ) -> RequestAttrs<'a> {
     let headers = &parts.headers;
     let peer_ip = conn.peer.ip();
@@ -301,23 +341,6 @@ fn request_attrs<'a>(
         true,
         shared.num_trusted_proxies,
     );
-    if shared.access_log.is_some() {
-        *log = Some(LogFields {
-            method: parts.method.clone(),
-            authority: authority.to_string(),
-            path: parts.uri.path().to_string(),
-            protocol: match parts.version {
-                http::Version::HTTP_2 => "HTTP/2",
-                http::Version::HTTP_10 => "HTTP/1.0",
-                _ => "HTTP/1.1",
-            },
-            request_id: headers
-                .get(&X_REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .map(Into::into),
-            client_ip,
-        });
-    }
     RequestAttrs {
         peer_ip,
         client_ip,
@@ -327,6 +350,38 @@ fn request_attrs<'a>(
         headers,
         port: conn.port,
         local_addr: conn.local,
+    }
+}
+
+/// What the access log needs of the request.
+fn log_fields(parts: &http::request::Parts, authority: &str, client_ip: IpAddr) -> LogFields {
+    LogFields {
+        method: parts.method.clone(),
+        authority: authority.to_string(),
+        path: parts.uri.path().to_string(),
+        protocol: match parts.version {
+            http::Version::HTTP_2 => "HTTP/2",
+            http::Version::HTTP_10 => "HTTP/1.0",
+            _ => "HTTP/1.1",
+        },
+        request_id: parts
+            .headers
+            .get(&X_REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(Into::into),
+        client_ip,
+    }
+}
+
+/// The request's authority: the URI's (HTTP/2, absolute form) or the `Host` header.
+fn authority_of(parts: &http::request::Parts) -> &str {
+    match parts.uri.authority() {
+        Some(a) => a.as_str(),
+        None => parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or(""),
     }
 }
 
@@ -498,36 +553,48 @@ fn local_with_headers(
     resp
 }
 
-/// Stages 1-7; `limit_headers` gets the local limiter's headers of a request it let through.
-async fn run(
+/// What [`decide`] decided. Returned once, on the stack; boxing `Waiting` would cost every
+/// proxied request an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Decided {
+    /// The response, and the local limiter's headers for it.
+    Now(Response<ProxyBody>, Option<RateLimitHeaders>),
+    /// Stages 5-7 wait for something ([`act`]).
+    Later(Waiting),
+}
+
+/// A request past stages 1-4 that waits for the global limit or an upstream.
+struct Waiting {
+    parts: http::request::Parts,
+    body: ProxyBody,
+    route: Arc<Route>,
+    passed: SyncPass,
+}
+
+/// Stages 1-4, then the direct response when there is no global limit to wait for.
+fn decide(
     req: Request<ProxyBody>,
     conn: &ConnCtx,
-    worker: &WorkerCtx,
+    shared: &Shared,
     snapshot: &Snapshot,
     outcome: &mut Outcome,
     log: &mut Option<LogFields>,
-    limit_headers: &mut Option<RateLimitHeaders>,
-) -> Response<ProxyBody> {
-    let shared = &*worker.shared;
-    let (mut parts, body) = req.into_parts();
-    let authority: &str = match parts.uri.authority() {
-        Some(a) => a.as_str(),
-        None => parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or(""),
-    };
-    let attrs = request_attrs(conn, shared, &parts, authority, log);
+) -> Decided {
+    let (parts, body) = req.into_parts();
+    let authority = authority_of(&parts);
+    let attrs = request_attrs(conn, shared, &parts, authority);
+    if shared.access_log.is_some() {
+        *log = Some(log_fields(&parts, authority, attrs.client_ip));
+    }
 
     // 1. decode
     if conn.take_framing_violation() {
-        return local(LocalReply::bad_request(), outcome);
+        return Decided::Now(local(LocalReply::bad_request(), outcome), None);
     }
 
     // 2. route
     let Some(route) = find_route(snapshot, &attrs) else {
-        return local(LocalReply::no_route(), outcome);
+        return Decided::Now(local(LocalReply::no_route(), outcome), None);
     };
     outcome.route = Some(route.clone());
     let route = route.clone();
@@ -536,107 +603,150 @@ async fn run(
     let filters = &snapshot.filters;
     let passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
         Policies::Pass(passed) => passed,
-        Policies::Reply(reply) => return reply,
+        Policies::Reply(reply) => return Decided::Now(reply, None),
     };
-    let SyncPass {
-        mut local_limit_headers,
-        request_headers: mut extra_request_headers,
-    } = passed;
-
-    // 5. global rate limit
-    let mut extra_headers: Option<HeaderMap> = None;
-    if let Some(f) = &filters.global_rate_limit {
-        // The global stage's own replies carry them too.
-        if let Some(h) = local_limit_headers.take() {
-            h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
-        }
-        match f.check(&attrs, &route, &shared.metrics).await {
-            Verdict::Continue => {}
-            Verdict::ContinueWithHeaders(h) => {
-                extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
-            }
-            Verdict::ContinueWithRequestHeaders { request, response } => {
-                extra_request_headers
-                    .get_or_insert_with(HeaderMap::new)
-                    .extend(request);
-                extra_headers
-                    .get_or_insert_with(HeaderMap::new)
-                    .extend(response)
-            }
-            Verdict::Reply(r) => return local(r, outcome),
-            Verdict::ReplyWithHeaders(r, mut h) => {
-                h.extend(extra_headers.take().unwrap_or_default());
-                return local_with_headers(r, h, outcome);
-            }
-        }
-    }
-    let client_ip = attrs.client_ip;
-    let peer_ip = attrs.peer_ip;
-
-    // 6. action
-    let mut response = match &route.action {
-        RouteAction::Direct {
+    if filters.global_rate_limit.is_none() {
+        if let RouteAction::Direct {
             status,
             body,
             content_type,
-        } => direct_response(*status, body, content_type.as_ref()),
-        RouteAction::Forward {
-            timeout, retries, ..
-        } => {
-            let Some(target) = route.pick_cluster() else {
-                return local(LocalReply::no_healthy_upstream(), outcome);
-            };
-            if parts.version == http::Version::HTTP_2 && !parts.headers.contains_key(header::HOST) {
-                if let Ok(v) = HeaderValue::from_str(authority) {
-                    parts.headers.insert(header::HOST, v);
-                }
+        } = &route.action
+        {
+            // 6-7 without waiting.
+            let mut response = direct_response(*status, body, content_type.as_ref());
+            respond(&mut response, &route, None);
+            return Decided::Now(response, passed.local_limit_headers);
+        }
+    }
+    Decided::Later(Waiting {
+        parts,
+        body,
+        route,
+        passed,
+    })
+}
+
+/// Stages 5-7 of a request that waits, then its answer, counted and logged. The stages are a
+/// labeled block rather than a nested `async fn`, and `waiting`'s fields are used in place:
+/// each copy of the request would be room in this future, which is boxed per request.
+async fn act(
+    mut waiting: Waiting,
+    conn: &ConnCtx,
+    worker: &WorkerCtx,
+    snapshot: Arc<Snapshot>,
+    mut outcome: Outcome,
+    log: Option<LogFields>,
+    start: Instant,
+) -> Answer {
+    let shared = &*worker.shared;
+    let mut limit_headers = None;
+    let response = 'stages: {
+        let authority = authority_of(&waiting.parts);
+        let attrs = request_attrs(conn, shared, &waiting.parts, authority);
+        let filters = &snapshot.filters;
+        let route = &waiting.route;
+        let SyncPass {
+            mut local_limit_headers,
+            request_headers: mut extra_request_headers,
+        } = waiting.passed;
+        // 5. global rate limit
+        let mut extra_headers: Option<HeaderMap> = None;
+        if let Some(f) = &filters.global_rate_limit {
+            // The global stage's own replies carry them too.
+            if let Some(h) = local_limit_headers.take() {
+                h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
             }
-            let forwarding = Forwarding::new(
-                peer_ip,
-                &conn.peer_value,
-                client_ip,
-                shared.num_trusted_proxies,
-            );
-            // Boxed (see `forward_boxed`): the request's future is moved into place per
-            // request, and direct responses should not pay for the upstream future's size.
-            let upstream = forward_boxed(
-                &worker.upstream,
-                &shared.metrics,
-                target,
-                outgoing(
-                    parts,
-                    body,
-                    forwarding,
-                    extra_request_headers,
-                    &route,
-                    target,
-                ),
-                *timeout,
-                retries,
-            );
-            match upstream.await {
-                Ok(up) => {
-                    outcome.upstream = Some(up.endpoint);
-                    let mut response = up.response;
-                    // hyper's clients' responses; lines kept as read skip them when written.
-                    strip_hop_by_hop(response.headers_mut());
-                    if !target.response_headers.is_empty() {
-                        target
-                            .response_headers
-                            .apply(response_headers_mut(&mut response));
-                    }
-                    response
+            match f.check(&attrs, route, &shared.metrics).await {
+                Verdict::Continue => {}
+                Verdict::ContinueWithHeaders(h) => {
+                    extra_headers.get_or_insert_with(HeaderMap::new).extend(h)
                 }
-                Err(failure) => {
-                    outcome.upstream = failure.endpoint;
-                    return local(failure.reply, outcome);
+                Verdict::ContinueWithRequestHeaders { request, response } => {
+                    extra_request_headers
+                        .get_or_insert_with(HeaderMap::new)
+                        .extend(request);
+                    extra_headers
+                        .get_or_insert_with(HeaderMap::new)
+                        .extend(response)
+                }
+                Verdict::Reply(r) => break 'stages local(r, &mut outcome),
+                Verdict::ReplyWithHeaders(r, mut h) => {
+                    h.extend(extra_headers.take().unwrap_or_default());
+                    break 'stages local_with_headers(r, h, &mut outcome);
                 }
             }
         }
-    };
+        let client_ip = attrs.client_ip;
+        let peer_ip = attrs.peer_ip;
 
-    // 7. respond
-    respond(&mut response, &route, extra_headers);
-    *limit_headers = local_limit_headers;
-    response
+        // 6. action
+        let mut response = match &route.action {
+            RouteAction::Direct {
+                status,
+                body,
+                content_type,
+            } => direct_response(*status, body, content_type.as_ref()),
+            RouteAction::Forward {
+                timeout, retries, ..
+            } => {
+                let Some(target) = route.pick_cluster() else {
+                    break 'stages local(LocalReply::no_healthy_upstream(), &mut outcome);
+                };
+                if waiting.parts.version == http::Version::HTTP_2
+                    && !waiting.parts.headers.contains_key(header::HOST)
+                {
+                    if let Ok(v) = HeaderValue::from_str(authority) {
+                        waiting.parts.headers.insert(header::HOST, v);
+                    }
+                }
+                let forwarding = Forwarding::new(
+                    peer_ip,
+                    &conn.peer_value,
+                    client_ip,
+                    shared.num_trusted_proxies,
+                );
+                // Boxed (see `forward_boxed`): the request's future is moved into place per
+                // request, and direct responses should not pay for the upstream future's size.
+                let upstream = forward_boxed(
+                    &worker.upstream,
+                    &shared.metrics,
+                    target,
+                    outgoing(
+                        waiting.parts,
+                        waiting.body,
+                        forwarding,
+                        extra_request_headers,
+                        route,
+                        target,
+                    ),
+                    *timeout,
+                    retries,
+                );
+                match upstream.await {
+                    Ok(up) => {
+                        outcome.upstream = Some(up.endpoint);
+                        let mut response = up.response;
+                        // hyper's clients' responses; lines kept as read skip them when written.
+                        strip_hop_by_hop(response.headers_mut());
+                        if !target.response_headers.is_empty() {
+                            target
+                                .response_headers
+                                .apply(response_headers_mut(&mut response));
+                        }
+                        response
+                    }
+                    Err(failure) => {
+                        outcome.upstream = failure.endpoint;
+                        break 'stages local(failure.reply, &mut outcome);
+                    }
+                }
+            }
+        };
+
+        // 7. respond
+        respond(&mut response, route, extra_headers);
+        limit_headers = local_limit_headers;
+        response
+    };
+    finish(shared, conn, start, response, limit_headers, &outcome, log)
 }
