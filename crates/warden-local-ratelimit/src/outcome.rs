@@ -137,59 +137,6 @@ impl LimitedResponse<'_> {
         }
         resp
     }
-
-    /// [`build`](Self::build), then the outcome's `x-ratelimit-*` headers, as on the wire:
-    /// `content-type`, `response_headers_to_add`, then the three. The usual 429 (not gRPC, no
-    /// `response_headers_to_add`) starts from a copy of a ready map and sets the three values
-    /// in place: no header name is hashed per 429, which was a tenth of the reply's cost.
-    pub fn build_with<B>(
-        &self,
-        grpc: bool,
-        rate_limit_headers: Option<RateLimitHeaders>,
-        body: impl FnOnce(&'static str) -> B,
-    ) -> http::Response<B> {
-        match rate_limit_headers {
-            Some(h) if !grpc && self.headers.is_empty() => {
-                let mut resp = http::Response::new(body(LIMITED_BODY));
-                *resp.status_mut() = self.status;
-                *resp.headers_mut() = limited_headers_template().clone();
-                for (name, value) in resp.headers_mut().iter_mut() {
-                    if name == X_RATELIMIT_LIMIT {
-                        *value = repeated_value(&LAST_LIMIT, h.limit);
-                    } else if name == X_RATELIMIT_REMAINING {
-                        *value = repeated_value(&LAST_REMAINING, h.remaining);
-                    } else if name == X_RATELIMIT_RESET {
-                        *value = number_value(h.reset);
-                    }
-                }
-                resp
-            }
-            h => {
-                let mut resp = self.build(grpc, body);
-                if let Some(h) = h {
-                    h.apply(resp.headers_mut());
-                }
-                resp
-            }
-        }
-    }
-}
-
-/// The headers of the usual 429, in the order `build` and `apply` insert them; the values of
-/// the three `x-ratelimit-*` are set per response.
-fn limited_headers_template() -> &'static http::HeaderMap {
-    static TEMPLATE: std::sync::OnceLock<http::HeaderMap> = std::sync::OnceLock::new();
-    TEMPLATE.get_or_init(|| {
-        let mut map = http::HeaderMap::with_capacity(4);
-        map.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain"),
-        );
-        for name in [X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET] {
-            map.insert(name, http::HeaderValue::from_static("0"));
-        }
-        map
-    })
 }
 
 /// Which group and rule decided, for metrics and the access log (`RL` flag).
@@ -234,54 +181,6 @@ impl Outcome<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Header names and values in wire order.
-    fn lines(resp: &http::Response<&'static str>) -> Vec<(String, String)> {
-        resp.headers()
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn build_with_writes_what_build_and_apply_write() {
-        let extra = [(
-            http::HeaderName::from_static("x-local-rate-limit"),
-            http::HeaderValue::from_static("true"),
-        )];
-        let headers = RateLimitHeaders {
-            limit: 300,
-            remaining: 0,
-            reset: 12,
-        };
-        let big = RateLimitHeaders {
-            limit: 1_000_000_000,
-            remaining: 999_999_999,
-            reset: 86_400,
-        };
-        for (with_extra, grpc, h) in [
-            (false, false, Some(headers)),
-            (false, false, Some(big)),
-            (false, false, Some(big)),
-            (false, false, None),
-            (true, false, Some(headers)),
-            (false, true, Some(headers)),
-        ] {
-            let reply = LimitedResponse {
-                status: http::StatusCode::TOO_MANY_REQUESTS,
-                grpc_status: 14,
-                headers: if with_extra { &extra[..] } else { &[] },
-            };
-            let mut expected = reply.build(grpc, |t| t);
-            if let Some(h) = h {
-                h.apply(expected.headers_mut());
-            }
-            let got = reply.build_with(grpc, h, |t| t);
-            assert_eq!(got.status(), expected.status());
-            assert_eq!(*got.body(), *expected.body());
-            assert_eq!(lines(&got), lines(&expected), "{with_extra} {grpc} {h:?}");
-        }
-    }
 
     #[test]
     fn numbers_render_the_same_shared_or_not() {

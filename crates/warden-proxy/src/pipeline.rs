@@ -413,8 +413,9 @@ struct SyncPass {
 /// What stages 3-4 decided.
 enum Policies {
     Pass(SyncPass),
-    /// The reply that ends the request.
-    Reply(Response<ProxyBody>),
+    /// The reply that ends the request, and the local limiter's headers for it (see
+    /// [`Answer`]).
+    Reply(Response<ProxyBody>, Option<RateLimitHeaders>),
 }
 
 /// Stages 3 (authz) and 4 (local rate limit).
@@ -433,7 +434,7 @@ fn sync_policies(
         if let Some(policy) = note.denied_by {
             outcome.policy = Some(policy);
             outcome.details = Some(RBAC_DENIED);
-            return Policies::Reply(local(authz::denied_reply(), outcome));
+            return Policies::Reply(local(authz::denied_reply(), outcome), None);
         }
     }
     if let Some(limiter) = &filters.local_rate_limit {
@@ -454,13 +455,17 @@ fn sync_policies(
                     outcome.shadow_policy = Some(Arc::from(rule));
                 }
             }
-            LimitVerdict::Limited { response, rule } => {
+            LimitVerdict::Limited {
+                response,
+                response_headers,
+                rule,
+            } => {
                 outcome.flag = Some(ResponseFlag::RateLimited);
                 outcome.details = Some(LOCAL_RATE_LIMITED);
                 if logging {
                     outcome.policy = Some(Arc::from(rule));
                 }
-                return Policies::Reply(response);
+                return Policies::Reply(response, response_headers);
             }
         }
     }
@@ -603,7 +608,7 @@ fn decide(
     let filters = &snapshot.filters;
     let passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
         Policies::Pass(passed) => passed,
-        Policies::Reply(reply) => return Decided::Now(reply, None),
+        Policies::Reply(reply, limit_headers) => return Decided::Now(reply, limit_headers),
     };
     if filters.global_rate_limit.is_none() {
         if let RouteAction::Direct {

@@ -476,3 +476,47 @@ async fn upstream_header_lines_as_read_match_the_header_map_path() {
     assert_eq!(limits, ["x-ratelimit-limit: 100"], "{text}");
     stop(limited).await;
 }
+
+/// A local 429's headers, x-ratelimit-* included, are the same lines in the same order from
+/// the fast path's encoder and from hyper's server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_429_is_written_the_same_by_both_servers() {
+    let up =
+        common::raw_upstream(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()).await;
+    let proxy = start(&http_config(
+        up,
+        "",
+        "---\napiVersion: warden.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: l}\n\
+         spec:\n  local:\n    rules:\n    - limit: {requests: 1, unit: Hour}\n",
+    ));
+    let ask = |request: &'static str| async {
+        let text = raw(addr(&proxy, 0), request.as_bytes(), Duration::from_secs(5)).await;
+        let head = text
+            .split_once("\r\n\r\n")
+            .expect("a response")
+            .0
+            .to_string();
+        head.lines()
+            .filter(|l| !l.starts_with("date: "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let first = ask("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(first[0], "HTTP/1.1 200 OK");
+    let fast = ask("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await;
+    let hyper =
+        ask("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi").await;
+    assert_eq!(
+        fast[..4],
+        [
+            "HTTP/1.1 429 Too Many Requests",
+            "content-type: text/plain",
+            "x-ratelimit-limit: 1",
+            "x-ratelimit-remaining: 0",
+        ]
+    );
+    assert!(fast[4].starts_with("x-ratelimit-reset: "), "{fast:?}");
+    assert_eq!(fast[5..], ["connection: close", "content-length: 18"]);
+    assert_eq!(fast, hyper);
+    stop(proxy).await;
+}

@@ -33,9 +33,11 @@ pub enum LimitVerdict<'a> {
         /// The rule that would have limited a shadow-mode request.
         shadow_rule: Option<&'a str>,
     },
-    /// Answer this 429 (never reaches the upstream); `rule` decided.
+    /// Answer this 429 (never reaches the upstream) with `response_headers` (x-ratelimit-*)
+    /// added last; `rule` decided.
     Limited {
         response: Response<ProxyBody>,
+        response_headers: Option<RateLimitHeaders>,
         rule: &'a str,
     },
 }
@@ -113,11 +115,14 @@ impl LocalRateLimitFilter {
                     .headers
                     .get(header::CONTENT_TYPE)
                     .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                let response = reply.build_with(grpc, outcome.rate_limit_headers, |text| {
+                // The x-ratelimit-* go out with the 429 the way they go out with a passed
+                // request's response (`pipeline::Answer`): no header map holds them.
+                let response = reply.build(grpc, |text| {
                     ProxyBody::full(Bytes::from_static(text.as_bytes()))
                 });
                 LimitVerdict::Limited {
                     response,
+                    response_headers: outcome.rate_limit_headers,
                     rule: rule.unwrap_or(""),
                 }
             }
