@@ -23,10 +23,12 @@ pub struct RateLimitHeaders {
 }
 
 // HeaderName constants, not &str: inserting by &str re-validates the name on every response.
-pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
+pub const X_RATELIMIT_LIMIT: http::HeaderName =
+    http::HeaderName::from_static(RateLimitHeaders::NAMES[0]);
 pub const X_RATELIMIT_REMAINING: http::HeaderName =
-    http::HeaderName::from_static("x-ratelimit-remaining");
-pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
+    http::HeaderName::from_static(RateLimitHeaders::NAMES[1]);
+pub const X_RATELIMIT_RESET: http::HeaderName =
+    http::HeaderName::from_static(RateLimitHeaders::NAMES[2]);
 const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
 

@@ -446,14 +446,17 @@ fn encode_head(
             ),
         };
     };
-    let mut numbers = [(); 3].map(|()| itoa::Buffer::new());
-    let [limit, remaining, reset] = &mut numbers;
-    let [l, r, s] = limit_headers.values();
+    let (mut l, mut r, mut s) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
+    let [limit, remaining, reset] = limit_headers.values();
     let [ln, rn, sn] = RateLimitHeaders::NAMES.map(str::as_bytes);
     let limit_lines = [
-        (ln, limit.format(l).as_bytes()),
-        (rn, remaining.format(r).as_bytes()),
-        (sn, reset.format(s).as_bytes()),
+        (ln, l.format(limit).as_bytes()),
+        (rn, r.format(remaining).as_bytes()),
+        (sn, s.format(reset).as_bytes()),
     ];
     let replaced = |(name, _): &(&[u8], &[u8])| {
         RateLimitHeaders::NAMES

@@ -22,7 +22,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // are looked up again. Most upstream responses carry just `connection: keep-alive`.
     let mut present = 0u8;
     for name in headers.keys() {
-        present |= hop_by_hop_bit(name);
+        present |= hop_by_hop_bit(name.as_str().as_bytes());
     }
     if present == 0 {
         return;
@@ -63,15 +63,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Whether a lowercase header name is one of the hop-by-hop headers [`strip_hop_by_hop`]
 /// always removes.
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"connection"
-            | b"keep-alive"
-            | b"proxy-connection"
-            | b"transfer-encoding"
-            | b"upgrade"
-            | b"te"
-    )
+    hop_by_hop_bit(name) != 0
 }
 
 const CONNECTION_BIT: u8 = 1;
@@ -81,21 +73,17 @@ const TRANSFER_ENCODING_BIT: u8 = 8;
 const UPGRADE_BIT: u8 = 16;
 const TE_BIT: u8 = 32;
 
-fn hop_by_hop_bit(name: &HeaderName) -> u8 {
-    if name == header::CONNECTION {
-        CONNECTION_BIT
-    } else if name == header::TRANSFER_ENCODING {
-        TRANSFER_ENCODING_BIT
-    } else if name == header::UPGRADE {
-        UPGRADE_BIT
-    } else if name == header::TE {
-        TE_BIT
-    } else if name == KEEP_ALIVE {
-        KEEP_ALIVE_BIT
-    } else if name == PROXY_CONNECTION {
-        PROXY_CONNECTION_BIT
-    } else {
-        0
+/// A lowercase name's bit among the six hop-by-hop headers; 0 for any other name. The one
+/// list of them, for header maps and for lines kept as read.
+fn hop_by_hop_bit(name: &[u8]) -> u8 {
+    match name {
+        b"connection" => CONNECTION_BIT,
+        b"keep-alive" => KEEP_ALIVE_BIT,
+        b"proxy-connection" => PROXY_CONNECTION_BIT,
+        b"transfer-encoding" => TRANSFER_ENCODING_BIT,
+        b"upgrade" => UPGRADE_BIT,
+        b"te" => TE_BIT,
+        _ => 0,
     }
 }
 
