@@ -109,9 +109,7 @@ frontend direct
   http-request return status 333 content-type text/plain string test
 frontend limit
   bind 127.0.0.1:$H_LIMIT
-  stick-table type ip size 1m expire 60s store http_req_rate(60s)
-  http-request track-sc0 src
-  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 300 }
+$(haproxy_per_ip_limit 300)
   default_backend be
 backend be
   server s1 127.0.0.1:$BACKEND

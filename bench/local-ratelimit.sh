@@ -54,9 +54,7 @@ N_MASTER=$LAST_PID
   http-reuse always
 frontend attack
   bind 127.0.0.1:$H_ATTACK
-  stick-table type ip size 1m expire 60s store http_req_rate(60s)
-  http-request track-sc0 src
-  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 300 }
+$(haproxy_per_ip_limit 300)
   default_backend be
 backend be
   server s1 127.0.0.1:$BACKEND_LOGGED

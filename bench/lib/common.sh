@@ -128,6 +128,16 @@ defaults
 HAP
 }
 
+# haproxy_per_ip_limit REQUESTS — frontend lines for seed 000's limit in HAProxy: a stick table
+# of each source address's request rate over 60 s, 429 above REQUESTS.
+haproxy_per_ip_limit() {
+  cat <<HAP
+  stick-table type ip size 1m expire 60s store http_req_rate(60s)
+  http-request track-sc0 src
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt $1 }
+HAP
+}
+
 # wrk_run LABEL URL [extra wrk args] — prints "LABEL rps p99_ms non2xx" and appends to $RESULTS.
 # Scripts run their cases ROUNDS times, interleaved (a burst of other work on the machine then
 # hits every case), and call summarize_rounds before reporting.

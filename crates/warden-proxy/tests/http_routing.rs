@@ -171,13 +171,16 @@ async fn forwarding_headers_without_header_operations() {
             .map(|v| v.to_str().unwrap().to_string())
             .collect()
     };
+    let c = client();
+    // A GET to the `header-match` route, which has no header operations.
+    let to_b = |proxy: &warden_proxy::RunningProxy| {
+        c.get(format!("http://{}/x", addr(proxy, 0)))
+            .header("host", "site.test")
+            .header("x-canary", "yes")
+    };
     // The edge (numTrustedProxies 0): the peer is the client.
     let proxy = start(&yaml);
-    let c = client();
-    let r = c
-        .get(format!("http://{}/x", addr(&proxy, 0)))
-        .header("host", "site.test")
-        .header("x-canary", "yes")
+    let r = to_b(&proxy)
         .header("x-forwarded-for", "9.9.9.9")
         .header("x-forwarded-for", "8.8.8.8, 7.7.7.7")
         .header("x-forwarded-proto", "https")
@@ -194,10 +197,7 @@ async fn forwarding_headers_without_header_operations() {
     assert_eq!(echoed(&r, "x-envoy-external-address"), ["127.0.0.1"]);
     let id = echoed(&r, "x-request-id");
     assert!(id.len() == 1 && id[0].len() == 36, "{id:?}");
-    let r = c
-        .get(format!("http://{}/x", addr(&proxy, 0)))
-        .header("host", "site.test")
-        .header("x-canary", "yes")
+    let r = to_b(&proxy)
         .header("x-request-id", "from-client")
         .send()
         .await
@@ -209,10 +209,7 @@ async fn forwarding_headers_without_header_operations() {
     let mut opts = ProxyOptions::loopback(inline(&yaml));
     opts.num_trusted_proxies = 1;
     let trusting = Proxy::start(opts).expect("proxy starts");
-    let r = c
-        .get(format!("http://{}/x", addr(&trusting, 0)))
-        .header("host", "site.test")
-        .header("x-canary", "yes")
+    let r = to_b(&trusting)
         .header("x-forwarded-for", "9.9.9.9, 5.5.5.5")
         .header("x-forwarded-proto", "https")
         .send()
