@@ -231,6 +231,35 @@ async fn embedded_policy_limits_per_ip_and_path() {
     proxy.shutdown(Duration::from_secs(1));
 }
 
+/// A direct response behind a global limit waits for the limiter's answer like a proxied
+/// request: the seed's 333 until the limit, 429 after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_response_is_globally_limited() {
+    let yaml = format!(
+        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: api\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - directResponse: {{status: 333, body: {{string: test}}}}\n---\n{POLICY}",
+        gw = gateway(&[(0, "HTTP")]),
+    );
+    let proxy = start_proxy(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    away_from_minute_edge().await;
+    // 200, 429, 500, other (the 333s).
+    let counts = send(
+        &client_from([127, 0, 0, 1]),
+        &format!("{base}/api/healthz"),
+        120,
+    )
+    .await;
+    assert_eq!(counts, [0, 20, 0, 100], "120 from 127.0.0.1");
+    let r = client_from([127, 0, 0, 2])
+        .get(format!("{base}/api/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 333);
+    assert_eq!(r.text().await.unwrap(), "test");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_envoyfilters_through_warden_ratelimit_and_redis() {
     let redis = RedisServer::start().expect("redis-server");
