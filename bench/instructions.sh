@@ -9,7 +9,8 @@
 # gateway.sh and local-ratelimit.sh.
 # Each server runs alone, single-threaded, under callgrind; `warden load` sends WARMUP requests,
 # the counters are zeroed, then exactly N requests over CONNS connections are counted.
-# Env: N (default 10000), WARMUP (2000), CONNS (64).
+# Env: N (default 10000), WARMUP (2000), CONNS (64); KEEP=DIR keeps the callgrind profiles
+# there (cg.SERVER-PATH.N, for callgrind_annotate).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3
 build_warden
@@ -37,6 +38,7 @@ count() {
   # The dump of the zeroed counters is the newest numbered file of this run.
   total=$(grep -h '^totals:' "$(ls -t "$WORK/cg.$name".* | head -1)" | awk '{print $2}')
   echo "$name	$((total / N))	$(grep -o 'Status codes.*' <<<"$out")" >>"$WORK/rows"
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$(ls -t "$WORK/cg.$name".* | head -1)" "$KEEP/"; fi
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }

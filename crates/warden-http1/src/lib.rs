@@ -10,6 +10,7 @@
 pub mod http_date;
 pub mod replay_io;
 pub mod request_head;
+pub mod request_lines;
 pub mod response_head;
 pub mod response_read;
 pub mod socket_read;

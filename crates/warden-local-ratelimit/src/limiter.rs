@@ -4,7 +4,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::compile::{Compiler, StateRegistry};
 use crate::connection::ConnGroup;
 use crate::envoy;
-use crate::group::Group;
+use crate::group::{Group, Rules};
 use crate::key_table::{KeyTable, TableStats, DEFAULT_MAX_KEYS};
 use crate::outcome::{DecidedBy, Decision, LimitedResponse, Outcome, RateLimitHeaders};
 use crate::request::RequestAttrs;
@@ -140,6 +140,17 @@ impl LocalLimiter {
     /// True when no HTTP group exists, so the proxy can skip `check()` entirely.
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
+    }
+
+    /// Whether deciding a request looks at its headers (header selectors, `request_headers`
+    /// and `header_value_match` actions): a proxy that has not read them into a map must.
+    pub fn reads_request_headers(&self) -> bool {
+        self.groups.iter().any(|g| match &g.rules {
+            Rules::Selectors(rules) => rules
+                .iter()
+                .any(|r| r.selectors.iter().any(|s| s.reads_headers())),
+            Rules::Descriptors { entries, .. } => entries.iter().any(|e| e.reads_headers()),
+        })
     }
 
     pub fn has_connection_limits(&self) -> bool {

@@ -76,6 +76,11 @@ fn full_regex(pattern: &str) -> Result<Regex, regex::Error> {
 }
 
 impl CompiledSelector {
+    /// Whether matching looks at request headers.
+    pub(crate) fn reads_headers(&self) -> bool {
+        !self.headers.is_empty()
+    }
+
     /// Compile a rule's `clientSelectors` (at `{field}.clientSelectors[j]`); None if any failed.
     pub(crate) fn compile_all(
         selectors: &[ClientSelector],

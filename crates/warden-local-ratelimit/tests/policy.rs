@@ -420,3 +420,12 @@ fn limiter_can_live_in_a_shared_snapshot() {
     fn shareable<T: Send + Sync + std::fmt::Debug + 'static>() {}
     shareable::<LocalLimiter>();
 }
+
+/// The proxy keeps a request's header lines out of a map unless a stage reads them: only
+/// header selectors do here.
+#[test]
+fn only_header_selectors_read_request_headers() {
+    let c = clock();
+    assert!(!limiter_from_yaml(&per_ip_example(), &c, 1000).reads_request_headers());
+    assert!(limiter_from_yaml(SELECTORS, &c, 1000).reads_request_headers());
+}

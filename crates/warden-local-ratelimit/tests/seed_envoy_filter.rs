@@ -306,3 +306,20 @@ spec:
     let s = &limiter.connection_stats()[0];
     assert_eq!((s.ok, s.rate_limited), (3, 1));
 }
+
+/// Descriptor actions that look at headers make the limiter a reader of request headers;
+/// `remote_address` and the seed's plain bucket do not.
+#[test]
+fn header_actions_read_request_headers() {
+    let c = clock();
+    assert!(!common::limiter_from_yaml(&seed_local(), &c, 1000).reads_request_headers());
+    assert!(!common::limiter_from_yaml(TYPED_CONFIG_FORM, &c, 1000).reads_request_headers());
+    for action in [
+        "{request_headers: {header_name: x-user, descriptor_key: user}}",
+        "{header_value_match: {descriptor_value: v, headers: [{name: x-a, exact_match: b}]}}",
+    ] {
+        let yaml = TYPED_CONFIG_FORM.replace("[{remote_address: {}}]", &format!("[{action}]"));
+        let limiter = common::limiter_from_yaml(&yaml, &c, 1000);
+        assert!(limiter.reads_request_headers(), "{action}");
+    }
+}

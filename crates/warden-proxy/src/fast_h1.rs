@@ -40,6 +40,7 @@ use tokio::sync::watch;
 use warden_http1::http_date;
 use warden_http1::replay_io::ReplayIo;
 use warden_http1::request_head::{self, FastRequest, Parsed};
+use warden_http1::request_lines::RequestLines;
 use warden_http1::response_head::{self, BodyEncoding, BodyLength, Framing, Head, Written};
 use warden_http1::socket_read::read_available;
 use warden_local_ratelimit::RateLimitHeaders;
@@ -152,7 +153,7 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         async move {
             let version = req.version();
             let req = req.map(ProxyBody::Streamed);
-            let response = pipeline::handle(req, &conn, &worker)
+            let response = pipeline::handle(req, None, &conn, &worker)
                 .answer()
                 .await
                 .into_response();
@@ -247,12 +248,12 @@ impl Connection {
             self.bufs.out = buffer_pool::take_output();
         }
         loop {
-            let (request, framing, len) = match next_head(&self.bufs.input) {
+            let (request, lines, framing, len) = match next_head(&self.bufs.input) {
                 ControlFlow::Continue(answer) => answer,
                 ControlFlow::Break(next) => return Ok(next),
             };
             self.bufs.input.advance(len);
-            let answer = match pipeline::handle(request, &serving.conn, &serving.worker) {
+            let answer = match pipeline::handle(request, lines, &serving.conn, &serving.worker) {
                 Handling::Answered(answer) => answer,
                 Handling::Waiting(mut waiting) => match futures_util::poll!(&mut waiting) {
                     Poll::Ready(answer) => answer,
@@ -347,32 +348,43 @@ impl Connection {
     }
 }
 
-/// The first request head in `input`: one to answer here (with its framing and head length),
-/// or where the connection goes instead. Parsed outside `answer_buffered`'s body: the header
-/// slots (2 KiB) then live on the stack only, not in the boxed future of every connection that
-/// is answering (2664 -> 968 bytes).
-fn next_head(input: &[u8]) -> ControlFlow<Next, (Request<ProxyBody>, Framing, usize)> {
+/// A request the fast path answers: the request with an empty header map and its lines as
+/// read, or (when the lines cannot be kept that way) with its map; its framing and head length.
+type NextRequest = (Request<ProxyBody>, Option<RequestLines>, Framing, usize);
+
+/// The first request head in `input`: one to answer here, or where the connection goes
+/// instead. Parsed outside `answer_buffered`'s body: the header slots (2 KiB) then live on the
+/// stack only, not in the boxed future of every connection that is answering (2664 -> 968
+/// bytes).
+fn next_head(input: &[u8]) -> ControlFlow<Next, NextRequest> {
     let mut slots = request_head::header_slots();
     match request_head::parse(input, &mut slots) {
         Parsed::Partial => ControlFlow::Break(Next::Read),
         Parsed::Hyper => ControlFlow::Break(Next::Hyper),
-        Parsed::Fast(head) => match to_request(&head) {
-            None => ControlFlow::Break(Next::Hyper),
-            Some(request) => {
-                let framing = Framing {
-                    http10: head.http10,
-                    keep_alive: head.keep_alive,
-                    head: head.method == Method::HEAD,
-                };
-                ControlFlow::Continue((request, framing, head.len))
+        Parsed::Fast(head) => {
+            let lines = RequestLines::new(head.headers);
+            let headers = match lines {
+                Some(_) => Some(HeaderMap::new()),
+                None => header_map(&head),
+            };
+            match headers.and_then(|headers| to_request(&head, headers)) {
+                None => ControlFlow::Break(Next::Hyper),
+                Some(request) => {
+                    let framing = Framing {
+                        http10: head.http10,
+                        keep_alive: head.keep_alive,
+                        head: head.method == Method::HEAD,
+                    };
+                    ControlFlow::Continue((request, lines, framing, head.len))
+                }
             }
-        },
+        }
     }
 }
 
-/// The parsed head as the request the pipeline takes (what hyper would have built); `None`
-/// when a header line or the target is not valid for `http`, which hyper then judges.
-fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
+/// The head's lines as a header map (a `Connection` naming headers); `None` when a line is not
+/// valid for `http`, which hyper then judges.
+fn header_map(head: &FastRequest<'_, '_>) -> Option<HeaderMap> {
     // Room for the forwarding headers the pipeline adds (x-forwarded-for, -proto,
     // x-request-id, x-envoy-external-address), so proxying does not regrow the map.
     let mut headers = HeaderMap::with_capacity(head.headers.len() + 4);
@@ -381,6 +393,12 @@ fn to_request(head: &FastRequest<'_, '_>) -> Option<Request<ProxyBody>> {
         let value = HeaderValue::from_bytes(line.value).ok()?;
         headers.append(name, value);
     }
+    Some(headers)
+}
+
+/// The parsed head as the request the pipeline takes (what hyper would have built); `None`
+/// when the target is not valid for `http`, which hyper then judges.
+fn to_request(head: &FastRequest<'_, '_>, headers: HeaderMap) -> Option<Request<ProxyBody>> {
     let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(head.target.as_bytes())).ok()?;
     let mut request = Request::new(ProxyBody::Empty);
     *request.method_mut() = head.method.clone();

@@ -183,29 +183,36 @@ impl<'a> Forwarding<'a> {
 
     /// Whether the encoder writes one of the request's own lines as it is; the ones it leaves
     /// out are replaced by [`Self::encode`].
-    pub fn keeps_line(&self, name: &HeaderName, seen: &mut SeenForwarding) -> bool {
-        if *name == X_FORWARDED_FOR {
+    /// `name` is lowercase, as a map holds it.
+    pub fn keeps_line(&self, name: &[u8], seen: &mut SeenForwarding) -> bool {
+        if name == X_FORWARDED_FOR.as_str().as_bytes() {
             seen.xff = true;
             false
-        } else if *name == X_FORWARDED_PROTO {
+        } else if name == X_FORWARDED_PROTO.as_str().as_bytes() {
             seen.proto = true;
             self.keep_proto
-        } else if *name == X_REQUEST_ID {
+        } else if name == X_REQUEST_ID.as_str().as_bytes() {
             seen.request_id = true;
             true
         } else {
-            *name != X_ENVOY_EXTERNAL_ADDRESS
+            name != X_ENVOY_EXTERNAL_ADDRESS.as_str().as_bytes()
         }
     }
 
     /// Write the header lines [`Self::apply`] would have added or replaced, after the
-    /// request's own lines were written through [`Self::keeps_line`].
-    pub fn encode(&self, out: &mut Vec<u8>, headers: &HeaderMap, seen: &SeenForwarding) {
+    /// request's own lines were written through [`Self::keeps_line`]; `xff` are the values of
+    /// the request's own `x-forwarded-for` lines.
+    pub fn encode<'x>(
+        &self,
+        out: &mut Vec<u8>,
+        xff: impl Iterator<Item = &'x [u8]>,
+        seen: &SeenForwarding,
+    ) {
         out.extend_from_slice(b"x-forwarded-for: ");
         if seen.xff {
-            for value in headers.get_all(&X_FORWARDED_FOR) {
+            for value in xff {
                 if !value.is_empty() {
-                    out.extend_from_slice(value.as_bytes());
+                    out.extend_from_slice(value);
                     out.extend_from_slice(b", ");
                 }
             }
@@ -344,14 +351,15 @@ mod tests {
         let mut out = Vec::new();
         let mut seen = SeenForwarding::default();
         for (name, value) in headers {
-            if f.keeps_line(name, &mut seen) {
+            if f.keeps_line(name.as_str().as_bytes(), &mut seen) {
                 out.extend_from_slice(name.as_str().as_bytes());
                 out.extend_from_slice(b": ");
                 out.extend_from_slice(value.as_bytes());
                 out.extend_from_slice(b"\r\n");
             }
         }
-        f.encode(&mut out, headers, &seen);
+        let xff = headers.get_all(&X_FORWARDED_FOR).iter();
+        f.encode(&mut out, xff.map(HeaderValue::as_bytes), &seen);
         let text = String::from_utf8(out).unwrap();
         let mut read = HeaderMap::new();
         for line in text.lines() {

@@ -10,12 +10,15 @@
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
 use crate::body::{BoxError, ProxyBody};
-use crate::forwarding_headers::{is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding};
+use crate::forwarding_headers::{
+    is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_FOR,
+};
 use crate::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
 use http::{request, HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::pin::Pin;
@@ -23,6 +26,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use warden_http1::request_lines::RequestLines;
 use warden_http1::response_read::{
     self, BodyReader, BodyStep, ParsedResponse, ResponseError, ResponseHead,
 };
@@ -69,20 +73,28 @@ impl LeanConn {
         self.stream.poll_read_ready(&mut cx).is_ready() || !self.buf.is_empty()
     }
 
-    /// Write the request's head and read the response head.
-    pub async fn exchange(
+    /// Write the head of `request` and read the response head. The head is encoded before
+    /// the future exists: what an `async fn` takes is room in its future for as long as it
+    /// runs, and this future is part of every proxied request's.
+    pub fn exchange(
         &mut self,
-        parts: &request::Parts,
+        request: BodylessRequest<'_>,
         endpoint: &Authority,
-        forwarding: Option<&Forwarding<'_>>,
-    ) -> Result<(ResponseHead, Bytes), ExchangeError> {
+    ) -> impl Future<Output = Result<(ResponseHead, Bytes), ExchangeError>> + '_ {
         self.wire.clear();
-        encode_request(&mut self.wire, parts, endpoint, forwarding);
+        encode_request(&mut self.wire, request, endpoint);
+        self.send_encoded(request.parts.method == http::Method::HEAD)
+    }
+
+    /// Write the request head in `wire` and read the response head.
+    async fn send_encoded(
+        &mut self,
+        head_request: bool,
+    ) -> Result<(ResponseHead, Bytes), ExchangeError> {
         self.stream
             .write_all(&self.wire)
             .await
             .map_err(ExchangeError::NoResponse)?;
-        let head_request = parts.method == http::Method::HEAD;
         let mut received = false;
         loop {
             self.stream.readable().await.map_err(ExchangeError::Io)?;
@@ -123,38 +135,68 @@ impl LeanConn {
     }
 }
 
+/// A body-less request as the lean exchange writes it.
+#[derive(Clone, Copy)]
+pub struct BodylessRequest<'a> {
+    pub parts: &'a request::Parts,
+    /// The downstream request's lines as read, when its map does not hold them.
+    pub lines: Option<&'a RequestLines>,
+    /// The forwarding headers, when they are not in the map yet.
+    pub forwarding: Option<&'a Forwarding<'a>>,
+}
+
 /// The request head as hyper's client writes a body-less request: the request line with the
-/// origin-form target, the headers in map order, names as the map holds them, and a `Host`
-/// naming the endpoint last when the request has none; `forwarding`'s lines after the
-/// request's own.
-pub fn encode_request(
-    out: &mut Vec<u8>,
-    parts: &request::Parts,
-    endpoint: &Authority,
-    forwarding: Option<&Forwarding<'_>>,
-) {
+/// origin-form target, the headers (the lines kept as read, hop-by-hop ones left out, then the
+/// map's), names lowercase, and a `Host` naming the endpoint last when the request has none;
+/// the forwarding headers after the request's own.
+pub fn encode_request(out: &mut Vec<u8>, request: BodylessRequest<'_>, endpoint: &Authority) {
+    let BodylessRequest {
+        parts,
+        lines,
+        forwarding,
+    } = request;
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut seen = SeenForwarding::default();
+    let mut line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+        if forwarding.is_some_and(|f| !f.keeps_line(name, &mut seen)) {
+            return;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    };
+    for (name, value) in lines.iter().flat_map(|l| l.iter()) {
+        // The map's were stripped by the pipeline; lines as read are filtered here.
+        if !is_hop_by_hop(name) {
+            line(out, name, value);
+        }
+    }
     for (name, value) in &parts.headers {
         // A body-less request has no transfer coding (hyper drops it too).
-        if name == http::header::TRANSFER_ENCODING
-            || forwarding.is_some_and(|f| !f.keeps_line(name, &mut seen))
-        {
-            continue;
+        if name != http::header::TRANSFER_ENCODING {
+            line(out, name.as_str().as_bytes(), value.as_bytes());
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
     }
     if let Some(forwarding) = forwarding {
-        forwarding.encode(out, &parts.headers, &seen);
+        let xff = lines
+            .iter()
+            .flat_map(|l| l.get_all(X_FORWARDED_FOR.as_str().as_bytes()))
+            .chain(
+                parts
+                    .headers
+                    .get_all(&X_FORWARDED_FOR)
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+            );
+        forwarding.encode(out, xff, &seen);
     }
-    if !parts.headers.contains_key(http::header::HOST) {
+    let host_line = lines.is_some_and(|l| l.get(b"host").is_some());
+    if !host_line && !parts.headers.contains_key(http::header::HOST) {
         out.extend_from_slice(b"host: ");
         out.extend_from_slice(endpoint.as_str().as_bytes());
         out.extend_from_slice(b"\r\n");

@@ -18,7 +18,7 @@
 //! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::body::ProxyBody;
-use crate::forwarding_headers::Forwarding;
+use crate::h1_exchange::BodylessRequest;
 use crate::h1_exchange::{self, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
@@ -330,7 +330,12 @@ impl H1Pool {
         let (mut parts, body) = req.into_parts();
         if bodyless(&parts, &body) {
             // Callers of `send` get the headers in the map.
-            let mut response = self.send_bodyless(endpoint, limits, &parts, None).await?;
+            let request = BodylessRequest {
+                parts: &parts,
+                lines: None,
+                forwarding: None,
+            };
+            let mut response = self.send_bodyless(endpoint, limits, request).await?;
             h1_exchange::response_headers_mut(&mut response);
             return Ok(response);
         }
@@ -364,20 +369,19 @@ impl H1Pool {
         &self,
         endpoint: &Authority,
         limits: &ReuseLimits,
-        parts: &request::Parts,
-        forwarding: Option<&Forwarding<'_>>,
+        request: BodylessRequest<'_>,
     ) -> Result<Response<ProxyBody>, H1Error> {
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
-            match conn.conn.exchange(parts, endpoint, forwarding).await {
+            match conn.conn.exchange(request, endpoint).await {
                 Ok((head, bytes)) => return self.lean_response(endpoint, conn, head, bytes),
-                Err(ExchangeError::NoResponse(_)) if parts.method.is_idempotent() => {}
+                Err(ExchangeError::NoResponse(_)) if request.parts.method.is_idempotent() => {}
                 Err(e) => return Err(H1Error::Exchange(e)),
             }
         }
         let mut conn = Pooled::new(LeanConn::new(self.connect(endpoint).await?), *limits);
         let (head, bytes) = conn
             .conn
-            .exchange(parts, endpoint, forwarding)
+            .exchange(request, endpoint)
             .await
             .map_err(H1Error::Exchange)?;
         self.lean_response(endpoint, conn, head, bytes)

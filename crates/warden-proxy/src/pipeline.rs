@@ -32,6 +32,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use warden_config::{ConfigSet, Problem};
+use warden_http1::request_lines::RequestLines;
 use warden_local_ratelimit::RateLimitHeaders;
 
 /// What the policy stages see of a request.
@@ -44,11 +45,25 @@ pub struct RequestAttrs<'a> {
     pub authority: &'a str,
     /// Path without the query string.
     pub path: &'a str,
+    /// The request's header map: empty while a fast-path request's lines are kept as read,
+    /// which only happens when no stage reads headers ([`Snapshot::reads_request_headers`]).
     pub headers: &'a HeaderMap,
+    /// A fast-path request's lines as read, when they are not in `headers`.
+    pub lines: Option<&'a RequestLines>,
     /// The listener's configured port.
     pub port: u16,
     /// The local address the connection was accepted on (`destination.ip` / `.port`).
     pub local_addr: SocketAddr,
+}
+
+impl RequestAttrs<'_> {
+    /// The first value of a header, from the map or the lines kept as read.
+    pub fn header(&self, name: &header::HeaderName) -> Option<&[u8]> {
+        match self.lines {
+            Some(lines) => lines.get(name.as_str().as_bytes()),
+            None => self.headers.get(name).map(HeaderValue::as_bytes),
+        }
+    }
 }
 
 /// A policy stage's decision.
@@ -134,6 +149,17 @@ impl Filters {
         })
     }
 
+    /// Whether a stage may read request headers (see [`Snapshot::reads_request_headers`]).
+    /// Authz and the global limit are counted as readers whatever their rules say.
+    pub fn reads_request_headers(&self) -> bool {
+        self.authz.is_some()
+            || self.global_rate_limit.is_some()
+            || self
+                .local_rate_limit
+                .as_ref()
+                .is_some_and(|l| l.reads_request_headers())
+    }
+
     pub fn stage_names(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
         if self.authz.is_some() {
@@ -174,7 +200,9 @@ struct LogFields {
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
-/// (the fast path's body-less requests).
+/// (the fast path's body-less requests). The fast path's requests come with their header
+/// lines as read and an empty map (see [`RequestLines`]); they are read into the map here
+/// when something is configured that reads headers.
 ///
 /// Stages 1-4, and a direct response when no global limit applies, need no waiting: they run
 /// here, before any future exists, and the answer comes back at once. Only a request that
@@ -183,6 +211,7 @@ struct LogFields {
 /// than its routing.
 pub fn handle<'a>(
     req: Request<ProxyBody>,
+    lines: Option<RequestLines>,
     conn: &'a ConnCtx,
     worker: &'a WorkerCtx,
 ) -> Handling<'a> {
@@ -191,7 +220,7 @@ pub fn handle<'a>(
     let snapshot = shared.snapshot.load_full();
     let mut outcome = Outcome::default();
     let mut log = None;
-    match decide(req, conn, shared, &snapshot, &mut outcome, &mut log) {
+    match decide(req, lines, conn, shared, &snapshot, &mut outcome, &mut log) {
         Decided::Now(response, limit_headers) => Handling::Answered(finish(
             shared,
             conn,
@@ -326,6 +355,7 @@ fn request_attrs<'a>(
     conn: &ConnCtx,
     shared: &Shared,
     parts: &'a http::request::Parts,
+    lines: Option<&'a RequestLines>,
     authority: &'a str,
 ) -> RequestAttrs<'a> {
     let headers = &parts.headers;
@@ -348,6 +378,7 @@ fn request_attrs<'a>(
         authority,
         path: parts.uri.path(),
         headers,
+        lines,
         port: conn.port,
         local_addr: conn.local,
     }
@@ -373,16 +404,20 @@ fn log_fields(parts: &http::request::Parts, authority: &str, client_ip: IpAddr) 
     }
 }
 
-/// The request's authority: the URI's (HTTP/2, absolute form) or the `Host` header.
-fn authority_of(parts: &http::request::Parts) -> &str {
-    match parts.uri.authority() {
-        Some(a) => a.as_str(),
-        None => parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or(""),
+/// The request's authority: the URI's (HTTP/2, absolute form) or the `Host` header (from
+/// the lines kept as read when the map does not hold them).
+fn authority_of<'a>(parts: &'a http::request::Parts, lines: Option<&'a RequestLines>) -> &'a str {
+    if let Some(a) = parts.uri.authority() {
+        return a.as_str();
     }
+    let host = match lines {
+        Some(lines) => lines.get(b"host"),
+        None => parts.headers.get(header::HOST).map(HeaderValue::as_bytes),
+    };
+    // What `HeaderValue::to_str` accepts: visible ASCII.
+    host.filter(|h| h.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .unwrap_or("")
 }
 
 /// Stage 2: the VirtualService route (first match wins); `None` answers 404 `NR`.
@@ -407,7 +442,8 @@ struct SyncPass {
     /// header map on the hot path.
     local_limit_headers: Option<RateLimitHeaders>,
     /// For the upstream request (shadow mode's `request_headers_to_add_when_not_enforced`).
-    request_headers: Option<HeaderMap>,
+    /// Boxed: rarely there, and inline it would be 96 bytes of every proxied request's future.
+    request_headers: Option<Box<HeaderMap>>,
 }
 
 /// What stages 3-4 decided.
@@ -446,7 +482,7 @@ fn sync_policies(
             } => {
                 passed.local_limit_headers = response_headers;
                 if !request_headers.is_empty() {
-                    let add = passed.request_headers.get_or_insert_with(HeaderMap::new);
+                    let add = passed.request_headers.get_or_insert_with(Box::default);
                     for (name, value) in request_headers {
                         add.insert(name.clone(), value.clone());
                     }
@@ -504,27 +540,36 @@ fn respond(response: &mut Response<ProxyBody>, route: &Route, extra_headers: Opt
 
 /// The request for the upstream: hop-by-hop headers stripped, then the forwarding headers,
 /// then the policy stages' and the route's and cluster's header operations. Those see (and may
-/// replace) the forwarding headers, so with any of them the forwarding headers go into the
-/// map; without, the upstream encoder writes them ([`Forwarding`]).
+/// replace) the forwarding headers, so with any of them the request's lines kept as read and
+/// the forwarding headers go into the map; without, the upstream encoder writes them
+/// ([`Forwarding`]).
 ///
 /// Not inline in `run`: locals of an `async fn` keep their room in its future even once moved,
 /// and that future is moved into a box per request.
 fn outgoing<'a>(
     mut parts: http::request::Parts,
+    lines: Option<RequestLines>,
     body: ProxyBody,
     forwarding: Forwarding<'a>,
-    extra_request_headers: Option<HeaderMap>,
+    extra_request_headers: Option<Box<HeaderMap>>,
     route: &Route,
     target: &WeightedCluster,
 ) -> Outgoing<'a> {
-    strip_hop_by_hop(&mut parts.headers);
-    let forwarding = if extra_request_headers.is_some()
+    let edited = extra_request_headers.is_some()
         || !route.request_headers.is_empty()
-        || !target.request_headers.is_empty()
-    {
+        || !target.request_headers.is_empty();
+    let lines = match lines {
+        Some(lines) if edited => {
+            lines.read_into(&mut parts.headers, 4);
+            None
+        }
+        lines => lines,
+    };
+    strip_hop_by_hop(&mut parts.headers);
+    let forwarding = if edited {
         forwarding.apply(&mut parts.headers);
         if let Some(h) = extra_request_headers {
-            parts.headers.extend(h);
+            parts.headers.extend(*h);
         }
         route.request_headers.apply(&mut parts.headers);
         target.request_headers.apply(&mut parts.headers);
@@ -534,6 +579,7 @@ fn outgoing<'a>(
     };
     Outgoing {
         parts,
+        lines,
         forwarding,
         body,
     }
@@ -571,7 +617,10 @@ enum Decided {
 /// A request past stages 1-4 that waits for the global limit or an upstream.
 struct Waiting {
     parts: http::request::Parts,
+    lines: Option<RequestLines>,
     body: ProxyBody,
+    /// Stage 1's trusted client address.
+    client_ip: IpAddr,
     route: Arc<Route>,
     passed: SyncPass,
 }
@@ -579,15 +628,26 @@ struct Waiting {
 /// Stages 1-4, then the direct response when there is no global limit to wait for.
 fn decide(
     req: Request<ProxyBody>,
+    mut lines: Option<RequestLines>,
     conn: &ConnCtx,
     shared: &Shared,
     snapshot: &Snapshot,
     outcome: &mut Outcome,
     log: &mut Option<LogFields>,
 ) -> Decided {
-    let (parts, body) = req.into_parts();
-    let authority = authority_of(&parts);
-    let attrs = request_attrs(conn, shared, &parts, authority);
+    let (mut parts, body) = req.into_parts();
+    // Readers of arbitrary headers get the map: the configured stages, the access log
+    // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
+    if snapshot.reads_request_headers()
+        || shared.access_log.is_some()
+        || shared.num_trusted_proxies > 0
+    {
+        if let Some(lines) = lines.take() {
+            lines.read_into(&mut parts.headers, 4);
+        }
+    }
+    let authority = authority_of(&parts, lines.as_ref());
+    let attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
     if shared.access_log.is_some() {
         *log = Some(log_fields(&parts, authority, attrs.client_ip));
     }
@@ -623,9 +683,12 @@ fn decide(
             return Decided::Now(response, passed.local_limit_headers);
         }
     }
+    let client_ip = attrs.client_ip;
     Decided::Later(Waiting {
         parts,
+        lines,
         body,
+        client_ip,
         route,
         passed,
     })
@@ -646,8 +709,6 @@ async fn act(
     let shared = &*worker.shared;
     let mut limit_headers = None;
     let response = 'stages: {
-        let authority = authority_of(&waiting.parts);
-        let attrs = request_attrs(conn, shared, &waiting.parts, authority);
         let filters = &snapshot.filters;
         let route = &waiting.route;
         let SyncPass {
@@ -657,6 +718,9 @@ async fn act(
         // 5. global rate limit
         let mut extra_headers: Option<HeaderMap> = None;
         if let Some(f) = &filters.global_rate_limit {
+            let lines = waiting.lines.as_ref();
+            let authority = authority_of(&waiting.parts, lines);
+            let attrs = request_attrs(conn, shared, &waiting.parts, lines, authority);
             // The global stage's own replies carry them too.
             if let Some(h) = local_limit_headers.take() {
                 h.apply(extra_headers.get_or_insert_with(HeaderMap::new));
@@ -668,7 +732,7 @@ async fn act(
                 }
                 Verdict::ContinueWithRequestHeaders { request, response } => {
                     extra_request_headers
-                        .get_or_insert_with(HeaderMap::new)
+                        .get_or_insert_with(Box::default)
                         .extend(request);
                     extra_headers
                         .get_or_insert_with(HeaderMap::new)
@@ -681,8 +745,8 @@ async fn act(
                 }
             }
         }
-        let client_ip = attrs.client_ip;
-        let peer_ip = attrs.peer_ip;
+        let client_ip = waiting.client_ip;
+        let peer_ip = conn.peer.ip();
 
         // 6. action
         let mut response = match &route.action {
@@ -700,7 +764,7 @@ async fn act(
                 if waiting.parts.version == http::Version::HTTP_2
                     && !waiting.parts.headers.contains_key(header::HOST)
                 {
-                    if let Ok(v) = HeaderValue::from_str(authority) {
+                    if let Ok(v) = HeaderValue::from_str(authority_of(&waiting.parts, None)) {
                         waiting.parts.headers.insert(header::HOST, v);
                     }
                 }
@@ -718,6 +782,7 @@ async fn act(
                     target,
                     outgoing(
                         waiting.parts,
+                        waiting.lines,
                         waiting.body,
                         forwarding,
                         extra_request_headers,

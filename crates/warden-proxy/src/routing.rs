@@ -194,6 +194,14 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
+    /// Whether any route matches on request headers.
+    pub fn matches_headers(&self) -> bool {
+        self.vhosts
+            .iter()
+            .flat_map(|v| &v.routes)
+            .any(|r| r.matches.iter().any(|m| !m.headers.is_empty()))
+    }
+
     /// Add routes for a domain (lowercase); routes for an existing domain are appended, as Istio
     /// merges VirtualServices bound to a gateway for the same host.
     pub fn add(&mut self, domain: &str, routes: &[Arc<Route>]) {

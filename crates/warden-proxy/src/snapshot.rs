@@ -82,9 +82,21 @@ pub struct Snapshot {
     pub config: ConfigSet,
     pub warnings: Vec<Problem>,
     pub identity: ProxyIdentity,
+    /// Whether a route or a policy stage reads request headers other than `Host`; see
+    /// [`Snapshot::reads_request_headers`].
+    reads_request_headers: bool,
 }
 
 impl Snapshot {
+    /// Whether a request's headers must be in its map before routing: a route matches on
+    /// headers, or a policy stage may read them (authz conditions, local limit header
+    /// selectors or actions, global limit descriptors). Otherwise a fast-path request keeps
+    /// its lines as read (`RequestLines`): routing reads `Host` from them and the upstream
+    /// encoder copies them.
+    pub fn reads_request_headers(&self) -> bool {
+        self.reads_request_headers
+    }
+
     pub fn routes_for_port(&self, port: u16) -> Option<&PortRoutes> {
         let i = self.listeners.iter().position(|l| l.port == port)?;
         self.ports.get(i)
@@ -123,7 +135,12 @@ impl Snapshot {
         }
         let clusters = b.clusters;
         let warnings = b.warnings;
+        let reads_request_headers = ports
+            .iter()
+            .any(|p| matches!(p, PortRoutes::Http(t) if t.matches_headers()))
+            || filters.reads_request_headers();
         Ok(Snapshot {
+            reads_request_headers,
             listeners,
             ports,
             clusters,

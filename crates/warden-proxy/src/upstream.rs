@@ -3,7 +3,8 @@
 
 use crate::body::ProxyBody;
 use crate::cluster::{PickError, UpstreamProtocol};
-use crate::forwarding_headers::Forwarding;
+use crate::forwarding_headers::{strip_hop_by_hop, Forwarding};
+use crate::h1_exchange::BodylessRequest;
 use crate::h1_pool::{bodyless, H1Pool};
 use crate::local_reply::LocalReply;
 use crate::metrics::Metrics;
@@ -16,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+use warden_http1::request_lines::RequestLines;
 
 /// Connection pools of one worker. Each worker owns its pools so connections stay on the
 /// thread that uses them.
@@ -92,6 +94,8 @@ pub fn forward_boxed<'a>(
 /// A request on its way to a cluster.
 pub struct Outgoing<'a> {
     pub parts: request::Parts,
+    /// The downstream request's lines as read, when `parts` does not hold them.
+    pub lines: Option<RequestLines>,
     /// The forwarding headers when they are not in `parts` yet.
     pub forwarding: Option<Forwarding<'a>>,
     pub body: ProxyBody,
@@ -109,6 +113,7 @@ async fn forward(
 ) -> Result<Upstreamed, ForwardFailure> {
     let Outgoing {
         parts,
+        lines,
         forwarding,
         body,
     } = outgoing;
@@ -121,6 +126,7 @@ async fn forward(
                 target,
                 Head {
                     parts: HeadParts::Owned(parts),
+                    lines: lines.as_ref(),
                     forwarding: forwarding.as_ref(),
                 },
                 body,
@@ -138,6 +144,7 @@ async fn forward(
                 target,
                 Head {
                     parts: HeadParts::Borrowed(&parts),
+                    lines: lines.as_ref(),
                     forwarding: forwarding.as_ref(),
                 },
                 ProxyBody::Empty,
@@ -200,9 +207,10 @@ fn clone_parts(parts: &request::Parts) -> request::Parts {
     req.into_parts().0
 }
 
-/// The request head an attempt sends, and the forwarding headers not in it yet.
+/// The request head an attempt sends, and its lines and forwarding headers not in it yet.
 struct Head<'a> {
     parts: HeadParts<'a>,
+    lines: Option<&'a RequestLines>,
     forwarding: Option<&'a Forwarding<'a>>,
 }
 
@@ -224,12 +232,16 @@ impl Head<'_> {
     }
 
     /// For hyper's clients, which take the request by value: a borrowed head is copied, and
-    /// the forwarding headers are added to it.
+    /// the lines kept as read and the forwarding headers are added to it.
     fn into_owned(self) -> request::Parts {
         let mut parts = match self.parts {
             HeadParts::Borrowed(parts) => clone_parts(parts),
             HeadParts::Owned(parts) => parts,
         };
+        if let Some(lines) = self.lines {
+            lines.read_into(&mut parts.headers, 4);
+            strip_hop_by_hop(&mut parts.headers);
+        }
         if let Some(forwarding) = self.forwarding {
             forwarding.apply(&mut parts.headers);
         }
@@ -279,7 +291,15 @@ async fn attempt(
         match cluster.protocol {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => clients
                 .h1
-                .send_bodyless(&endpoint, &cluster.reuse, head.get(), head.forwarding)
+                .send_bodyless(
+                    &endpoint,
+                    &cluster.reuse,
+                    BodylessRequest {
+                        parts: head.get(),
+                        lines: head.lines,
+                        forwarding: head.forwarding,
+                    },
+                )
                 .await
                 .map_err(|e| send_error(e.is_connect(), e)),
             UpstreamProtocol::Http1 => {

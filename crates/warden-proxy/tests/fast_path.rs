@@ -348,28 +348,112 @@ async fn hop_by_hop_headers_stop_at_the_proxy() {
     })
     .await;
     let proxy = start(&http_config(up, "", ""));
-    let request = "GET /hop HTTP/1.1\r\nHost: a\r\nConnection: close, x-secret\r\nx-secret: 1\r\n\
-                   Keep-Alive: timeout=5\r\nTE: trailers\r\nx-kept: 1\r\n\r\n";
-    let text = raw(addr(&proxy, 0), request.as_bytes(), Duration::from_secs(5))
-        .await
-        .to_ascii_lowercase();
-    let (response_head, upstream_saw) = text.split_once("\r\n\r\n").expect("a response");
-    assert!(response_head.starts_with("http/1.1 200 ok"), "{text}");
-    assert!(upstream_saw.contains("x-kept: 1"), "{upstream_saw}");
-    for gone in ["x-secret", "keep-alive", "te: trailers", "connection"] {
-        assert!(
-            !upstream_saw.contains(gone),
-            "{gone} reached the upstream: {upstream_saw}"
-        );
-    }
-    assert!(response_head.contains("x-up-kept: 1"), "{response_head}");
-    for gone in ["x-up-secret", "keep-alive: timeout"] {
-        assert!(
-            !response_head.contains(gone),
-            "{gone} reached the client: {response_head}"
-        );
+    // A `Connection` naming a header puts the request's lines into its map; one naming only
+    // `close` leaves them as read (`RequestLines`), filtered by the upstream encoder.
+    for request in [
+        "GET /hop HTTP/1.1\r\nHost: a\r\nConnection: close, x-secret\r\nx-secret: 1\r\n\
+         Keep-Alive: timeout=5\r\nTE: trailers\r\nx-kept: 1\r\n\r\n",
+        "GET /hop HTTP/1.1\r\nHost: a\r\nConnection: close\r\nProxy-Connection: keep-alive\r\n\
+         Keep-Alive: timeout=5\r\nTE: trailers\r\nx-kept: 1\r\n\r\n",
+    ] {
+        let text = raw(addr(&proxy, 0), request.as_bytes(), Duration::from_secs(5))
+            .await
+            .to_ascii_lowercase();
+        let (response_head, upstream_saw) = text.split_once("\r\n\r\n").expect("a response");
+        assert!(response_head.starts_with("http/1.1 200 ok"), "{text}");
+        assert!(upstream_saw.contains("x-kept: 1"), "{upstream_saw}");
+        for gone in ["x-secret", "keep-alive", "te: trailers", "connection"] {
+            assert!(
+                !upstream_saw.contains(gone),
+                "{gone} reached the upstream: {upstream_saw}"
+            );
+        }
+        assert!(response_head.contains("x-up-kept: 1"), "{response_head}");
+        for gone in ["x-up-secret", "keep-alive: timeout"] {
+            assert!(
+                !response_head.contains(gone),
+                "{gone} reached the client: {response_head}"
+            );
+        }
     }
     stop(proxy).await;
+}
+
+/// A request's header lines reach the upstream the same whether they stay as read (nothing
+/// configured reads headers) or go through the header map (a route matches on a header):
+/// names lowercased, repeated headers kept in order, hop-by-hop ones dropped, the forwarding
+/// headers added, `Host` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_header_lines_as_read_match_the_header_map_path() {
+    // The upstream answers with the request head it got as the body.
+    let up = common::raw_upstream(|head| {
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{head}",
+            head.len()
+        )
+        .into_bytes()
+    })
+    .await;
+    let header_route = r#"
+  - name: by-header
+    match: [{headers: {x-never: {exact: "1"}}}]
+    directResponse: {status: 204}"#;
+    let as_read = start(&http_config(up, "", ""));
+    let through_map = start(&http_config(up, header_route, ""));
+    let request = "GET /fwd?q=1 HTTP/1.1\r\nHost: site.test:8080\r\nUser-Agent: UA/1\r\n\
+                   X-Forwarded-For: 192.0.2.1\r\nAccept: */*\r\nX-Mixed-Case: Value Kept\r\n\
+                   x-forwarded-for: 192.0.2.2, 192.0.2.3\r\naccept: text/plain\r\n\
+                   X-Forwarded-Proto: https\r\nX-Envoy-External-Address: 192.0.2.9\r\n\
+                   TE: trailers\r\nConnection: close\r\n\r\n";
+    let mut seen = Vec::new();
+    for proxy in [&as_read, &through_map] {
+        let text = raw(addr(proxy, 0), request.as_bytes(), Duration::from_secs(5)).await;
+        let (head, upstream_saw) = text.split_once("\r\n\r\n").expect("a response");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{text}");
+        let mut lines: Vec<String> = upstream_saw
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        // A generated id differs per request: its presence is what both must show.
+        for line in &mut lines {
+            if line.starts_with("x-request-id: ") {
+                assert_eq!(line.len(), "x-request-id: ".len() + 36, "{line}");
+                *line = "x-request-id: <generated>".into();
+            }
+        }
+        seen.push(lines);
+    }
+    let expected_in_order = [
+        "GET /fwd?q=1 HTTP/1.1",
+        "host: site.test:8080",
+        "user-agent: UA/1",
+        "accept: */*",
+        "x-mixed-case: Value Kept",
+        "accept: text/plain",
+        "x-forwarded-for: 192.0.2.1, 192.0.2.2, 192.0.2.3, 127.0.0.1",
+        "x-forwarded-proto: http",
+        "x-request-id: <generated>",
+        "x-envoy-external-address: 127.0.0.1",
+    ];
+    assert_eq!(seen[0], expected_in_order, "lines as read");
+    // The map groups repeated names; the lines, and the order of repeated ones, are the same.
+    let sorted = |lines: &[String]| {
+        let mut lines = lines.to_vec();
+        lines.sort();
+        lines
+    };
+    assert_eq!(sorted(&seen[0]), sorted(&seen[1]), "through the map");
+    let accepts = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("accept: "))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(accepts(&seen[0]), accepts(&seen[1]));
+    stop(as_read).await;
+    stop(through_map).await;
 }
 
 /// An upstream response nothing edits is written from its header lines as read, in the

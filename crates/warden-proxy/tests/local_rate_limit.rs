@@ -101,6 +101,18 @@ async fn seed_effect_301st_request_is_429_and_never_reaches_the_upstream() {
     assert!(r.headers().contains_key("x-ratelimit-reset"));
     assert_eq!(r.text().await.unwrap(), "local_rate_limited");
     assert_eq!(up.total(), 300);
+    // A gRPC request gets gRPC's form of it: the limiter reads `content-type` from the
+    // request's lines as read (no stage here reads headers, so there is no map).
+    let r = client_from(LOCAL_1)
+        .get(&url)
+        .header("content-type", "application/grpc+proto")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["grpc-status"], "14");
+    assert_eq!(r.headers()["grpc-message"], "local_rate_limited");
+    assert_eq!(up.total(), 300);
 
     // Another client address has its own bucket.
     assert_eq!(send(&url, LOCAL_2, 90, 4, &[]).await, codes(&[(200, 90)]));
@@ -112,7 +124,7 @@ async fn seed_effect_301st_request_is_429_and_never_reaches_the_upstream() {
 
     let text = proxy.metrics_text();
     for line in [
-        "warden_local_rate_limit_requests_total{group=\"RateLimitPolicy/per-ip\",result=\"enforced\"} 2",
+        "warden_local_rate_limit_requests_total{group=\"RateLimitPolicy/per-ip\",result=\"enforced\"} 3",
         "warden_local_rate_limit_requests_total{group=\"RateLimitPolicy/per-ip\",result=\"ok\"} 391",
         "warden_local_rate_limit_keys 2",
         "warden_local_rate_limit_evictions_total 0",

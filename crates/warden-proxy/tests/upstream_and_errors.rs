@@ -203,9 +203,17 @@ spec:
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["x-upstream"], "live");
     }
-    let r = c.get(format!("{base}/h2")).send().await.unwrap();
+    // A body-less HTTP/1.1 request's lines kept as read go into hyper's h2 request.
+    let r = c
+        .get(format!("{base}/h2"))
+        .header("x-custom", "kept")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-echo-version"], "HTTP/2.0");
+    assert_eq!(r.headers()["x-echo-h-x-custom"], "kept");
+    assert_eq!(r.headers()["x-echo-h-x-forwarded-for"], "127.0.0.1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

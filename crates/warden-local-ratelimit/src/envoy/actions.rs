@@ -253,6 +253,16 @@ pub struct CompiledEntry {
 }
 
 impl CompiledEntry {
+    /// Whether producing the entry looks at request headers.
+    pub fn reads_headers(&self) -> bool {
+        self.actions.iter().any(|a| {
+            matches!(
+                a,
+                CompiledAction::RequestHeader { .. } | CompiledAction::HeaderValueMatch { .. }
+            )
+        })
+    }
+
     /// Compile; errors are `(field path relative to the entry, message)`.
     pub fn compile(entry: &RateLimitEntry) -> Result<Self, (String, String)> {
         let mut actions = Vec::with_capacity(entry.actions.len());

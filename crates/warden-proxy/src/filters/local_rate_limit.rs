@@ -83,6 +83,12 @@ impl LocalRateLimitFilter {
             .map_or("", |(_, g)| g)
     }
 
+    /// Whether deciding looks at request headers beyond `content-type` (which
+    /// [`RequestAttrs::header`] reads for any request).
+    pub fn reads_request_headers(&self) -> bool {
+        self.limiter.reads_request_headers()
+    }
+
     /// Decide one routed request (after authz).
     pub fn check_http(&self, req: &RequestAttrs<'_>, route: &Route) -> LimitVerdict<'_> {
         if self.limiter.is_empty() {
@@ -112,9 +118,8 @@ impl LocalRateLimitFilter {
         match outcome.response {
             Some(reply) => {
                 let grpc = req
-                    .headers
-                    .get(header::CONTENT_TYPE)
-                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                    .header(&header::CONTENT_TYPE)
+                    .is_some_and(|v| v.starts_with(b"application/grpc"));
                 // The x-ratelimit-* go out with the 429 the way they go out with a passed
                 // request's response (`pipeline::Answer`): no header map holds them.
                 let response = reply.build(grpc, |text| {

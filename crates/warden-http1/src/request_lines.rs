@@ -1,0 +1,207 @@
+//! A fast-path request's header lines kept as read, without a header map.
+//!
+//! Building an `http::HeaderMap` (a name parsed and hashed, a value copied, per line, and the
+//! map's two tables allocated and freed) cost a body-less request about as much as parsing it.
+//! Most requests through a gateway need only their `Host` and, when proxied, their lines
+//! copied into the upstream request; the proxy reads the few lines it needs from here and
+//! builds the map only when a configured stage reads arbitrary headers ([`RequestLines::read_into`]).
+//!
+//! The lines are stored in one buffer, each as its name's and its value's lengths followed by
+//! the name (lowercased, as a map holds it and as it is written upstream) and the value: one
+//! allocation, and walking the lines skips from one to the next without scanning bytes.
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// A request's end-to-end header lines, as httparse validated them (which is what `http`
+/// accepts, see the tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestLines {
+    /// Exactly as long as the lines: a box, two words in the futures that carry it.
+    text: Box<[u8]>,
+}
+
+/// Bytes before each line's name: the name's and the value's lengths.
+const LENGTHS: usize = 8;
+
+impl RequestLines {
+    /// The lines of a parsed head; `None` when `Connection` names headers to drop (the
+    /// proxy's map path strips them) or a line is too long to describe.
+    pub fn new(headers: &[httparse::Header<'_>]) -> Option<RequestLines> {
+        let len = headers
+            .iter()
+            .map(|h| LENGTHS + h.name.len() + h.value.len())
+            .sum();
+        let mut text = Vec::with_capacity(len);
+        for header in headers {
+            let name = header.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"connection") && names_other_headers(header.value) {
+                return None;
+            }
+            let mut lengths = [0u8; LENGTHS];
+            let (name_len, value_len) = lengths.split_at_mut(4);
+            name_len.copy_from_slice(&u32::try_from(name.len()).ok()?.to_le_bytes());
+            value_len.copy_from_slice(&u32::try_from(header.value.len()).ok()?.to_le_bytes());
+            text.extend_from_slice(&lengths);
+            // A byte loop: names are short, and a library copy per name costs more.
+            text.extend(name.iter().map(u8::to_ascii_lowercase));
+            text.extend_from_slice(header.value);
+        }
+        Some(RequestLines {
+            text: text.into_boxed_slice(),
+        })
+    }
+
+    /// `(lowercase name, value)` of every line, in order.
+    pub fn iter(&self) -> Lines<'_> {
+        Lines { rest: &self.text }
+    }
+
+    /// The values of the lines named `name` (lowercase).
+    pub fn get_all<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.iter()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, value)| value)
+    }
+
+    /// The first value named `name` (lowercase).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, value)| value)
+    }
+
+    /// Append every line to `headers` (which gets room for `extra` more).
+    pub fn read_into(&self, headers: &mut HeaderMap, extra: usize) {
+        headers.reserve(self.iter().count() + extra);
+        for (name, value) in self.iter() {
+            // httparse admits exactly what `http` does, so nothing is skipped.
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+            {
+                headers.append(name, value);
+            }
+        }
+    }
+}
+
+/// The lines of a [`RequestLines`].
+pub struct Lines<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (lengths, rest) = self.rest.split_first_chunk::<LENGTHS>()?;
+        let (name_len, value_len) = lengths.split_at(4);
+        let name_len = u32::from_le_bytes(name_len.try_into().ok()?) as usize;
+        let value_len = u32::from_le_bytes(value_len.try_into().ok()?) as usize;
+        let (name, rest) = rest.split_at_checked(name_len)?;
+        let (value, rest) = rest.split_at_checked(value_len)?;
+        self.rest = rest;
+        Some((name, value))
+    }
+}
+
+/// Whether a `Connection` value lists a token other than `close` and `keep-alive`.
+fn names_other_headers(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|token| {
+        let token = token.trim_ascii();
+        !token.is_empty()
+            && !token.eq_ignore_ascii_case(b"close")
+            && !token.eq_ignore_ascii_case(b"keep-alive")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request_head::{header_slots, parse, Parsed};
+
+    fn lines(head: &str) -> Option<RequestLines> {
+        let mut slots = header_slots();
+        match parse(head.as_bytes(), &mut slots) {
+            Parsed::Fast(request) => RequestLines::new(request.headers),
+            _ => panic!("not a fast request: {head:?}"),
+        }
+    }
+
+    #[test]
+    fn keeps_the_lines_in_order_with_lowercase_names() {
+        let l = lines("GET / HTTP/1.1\r\nHost: a:80\r\nX-Forwarded-For: 1.2.3.4\r\nx-forwarded-for: 5.6.7.8, 9.9.9.9\r\nEmpty:\r\nX-Colon: a:b\r\n\r\n").unwrap();
+        let all: Vec<(&[u8], &[u8])> = l.iter().collect();
+        assert_eq!(
+            all,
+            [
+                (&b"host"[..], &b"a:80"[..]),
+                (b"x-forwarded-for", b"1.2.3.4"),
+                (b"x-forwarded-for", b"5.6.7.8, 9.9.9.9"),
+                (b"empty", b""),
+                (b"x-colon", b"a:b"),
+            ]
+        );
+        assert_eq!(l.get(b"host"), Some(&b"a:80"[..]));
+        assert_eq!(l.get(b"missing"), None);
+        assert_eq!(l.get_all(b"x-forwarded-for").count(), 2);
+    }
+
+    #[test]
+    fn reads_into_the_same_map_as_appending_each_line() {
+        let head = "GET / HTTP/1.1\r\nHost: h\r\nAccept: */*\r\naccept: text/plain\r\nX-Bin: caf\u{e9}\r\n\r\n";
+        let mut map = HeaderMap::new();
+        lines(head).unwrap().read_into(&mut map, 0);
+        let mut slots = header_slots();
+        let Parsed::Fast(request) = parse(head.as_bytes(), &mut slots) else {
+            panic!()
+        };
+        let mut expected = HeaderMap::new();
+        for h in request.headers {
+            expected.append(
+                HeaderName::from_bytes(h.name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(h.value).unwrap(),
+            );
+        }
+        assert_eq!(map, expected);
+    }
+
+    #[test]
+    fn connection_naming_other_headers_needs_the_map() {
+        assert!(lines("GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n").is_some());
+        assert!(lines("GET / HTTP/1.1\r\nConnection: close, x-secret\r\n\r\n").is_none());
+    }
+
+    #[test]
+    fn httparse_admits_exactly_the_lines_http_accepts() {
+        // `new` relies on it: a line httparse parsed makes a `HeaderName` and a `HeaderValue`.
+        for b in 0u8..=255 {
+            if b == b'\r' || b == b'\n' {
+                continue;
+            }
+            let value = [b'a', b, b'b'];
+            let mut head = b"GET / HTTP/1.1\r\nx: ".to_vec();
+            head.extend_from_slice(&value);
+            head.extend_from_slice(b"\r\n\r\n");
+            let mut slots = header_slots();
+            assert_eq!(
+                matches!(parse(&head, &mut slots), Parsed::Fast(_)),
+                HeaderValue::from_bytes(&value).is_ok(),
+                "value byte {b}"
+            );
+            let name = [b'a', b];
+            let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+            head.extend_from_slice(&name);
+            head.extend_from_slice(b": v\r\n\r\n");
+            let mut slots = header_slots();
+            let parsed = matches!(parse(&head, &mut slots), Parsed::Fast(_));
+            // httparse ends a name at `:` and, for requests, refuses space before it.
+            if b != b':' {
+                assert_eq!(
+                    parsed,
+                    HeaderName::from_bytes(&name).is_ok(),
+                    "name byte {b}"
+                );
+            }
+        }
+    }
+}
