@@ -3,8 +3,9 @@
 //! hyper's HTTP/1 server dispatch (its own buffers, a request and response per call, its
 //! dispatcher state machine) was a large part of the proxy's user-space CPU for small requests,
 //! and all of it for a direct response, a 403 or a 429. Every HTTP connection
-//! starts here instead: body-less requests are parsed from the read buffer, run through the
-//! same [`pipeline::handle`] as hyper's requests (routing, policies, upstream, metrics, access
+//! starts here instead: body-less requests are parsed from the read buffer (their header lines
+//! kept as read, warden-http1's `RequestLines`, unless the running config reads headers), run
+//! through the same [`pipeline::handle`] as hyper's requests (routing, policies, upstream, metrics, access
 //! log) and answered into one output buffer, written the way hyper's server writes responses
 //! (warden-http1's `response_head`). Pipelined requests answered without waiting go out in
 //! one write; upstream bodies are streamed (chunked when their length is unknown).
