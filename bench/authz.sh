@@ -220,3 +220,4 @@ if base:
     print(f"reload under load: non-2xx/3xx {non}, socket errors: {errs or 'none'}  [{'PASS' if reload_ok else 'FAIL'}]")
     print(f"reload counters: {sys.argv[3].strip() or 'n/a'}".replace("\n", "; "))
 PY
+busy_medians

@@ -148,6 +148,7 @@ for kind in ("proxy", "direct 333"):
         print(f"  {kind:<10} nginx {row['nginx']:.2f} us, haproxy {row['haproxy']:.2f} us, "
               f"warden {row['warden']:.2f} us: warden / cheapest = {row['warden'] / cheapest:.3f}")
 PY
+busy_medians
 
 # The same comparisons from back-to-back pairs of short runs (paired_ratio, bench/lib/common.sh):
 # the rounds above are seconds apart per case and this machine's slowdowns move whole rounds.

@@ -152,6 +152,7 @@ if cpu.get("pass: warden no policy") and cpu.get("pass: warden non-triggering po
     print(f"non-triggering policy CPU per request / no policy = "
           f"{cpu['pass: warden non-triggering policy'] / cpu['pass: warden no policy']:.3f}")
 PY
+busy_medians
 
 # The same ratios from back-to-back pairs of short runs (see paired_ratio in bench/lib/common.sh):
 # the rounds above are 5 s apart per case and this machine's slowdowns move whole rounds.

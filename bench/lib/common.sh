@@ -148,7 +148,9 @@ RESULTS="$WORK/results"
 wrk_run() {
   local label=$1 url=$2; shift 2
   local ticks0=""; [ -n "${CPU_PID:-}" ] && ticks0=$(cpu_ticks "$CPU_PID")
+  local stat0; stat0=$(grep '^cpu[0-9]' /proc/stat)
   local out; out=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  busy_since "$label" "$stat0" >>"$RESULTS.busy"
   if [ -n "$ticks0" ]; then
     # CPU time the server spent per request (user + system): the cost of a request, less
     # sensitive than req/s to what else the machine runs.
@@ -162,6 +164,44 @@ wrk_run() {
   local errs; errs=$(awk '/Socket errors/ {print $0}' <<<"$out")
   printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >>"$RESULTS"
   printf '  %-40s %10s rps   p99 %8s   non-2xx/3xx %s %s\n' "$label" "$rps" "$p99" "$non" "${errs:-}" >&2
+}
+
+# busy_since LABEL STAT0 — "LABEL<TAB>busy% of cpu0<TAB>busy% of cpu1..." since STAT0 (the
+# per-CPU lines of /proc/stat). With PIN=1, cpu0 is the server's core and cpu1 wrk's and the
+# backend's: when both are near 100%, req/s is bounded by the client side too, and a cheaper
+# server shows in its CPU per request rather than in req/s.
+busy_since() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+def parse(text):
+    return {l.split()[0]: [int(x) for x in l.split()[1:]] for l in text.splitlines()}
+before = parse(sys.argv[2])
+per_cpu = [l for l in open("/proc/stat").read().splitlines() if l[:3] == "cpu" and l[3:4].isdigit()]
+after = parse("\n".join(per_cpu))
+cols = []
+for cpu in sorted(before, key=lambda c: int(c[3:])):
+    d = [a - b for a, b in zip(after[cpu], before[cpu])]
+    total = sum(d[:8]) or 1
+    idle = d[3] + d[4]
+    cols.append(f"{100 * (total - idle) / total:.0f}")
+print("\t".join([sys.argv[1]] + cols))
+PY
+}
+
+# busy_medians — per case, the median busy % of each CPU over its rounds.
+busy_medians() {
+  [ -f "$RESULTS.busy" ] || return 0
+  python3 - "$RESULTS.busy" <<'PY'
+import sys, statistics
+rows = {}
+for line in open(sys.argv[1]):
+    label, *cols = line.rstrip("\n").split("\t")
+    rows.setdefault(label, []).append([float(c) for c in cols])
+print("CPU busy during the runs (median of rounds; with PIN=1 cpu0 = server, cpu1 = wrk + backend):")
+for label, runs in rows.items():
+    med = [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))]
+    print(f"  {label:<40} " + "  ".join(f"cpu{i} {m:3.0f}%" for i, m in enumerate(med)))
+PY
 }
 
 # cpu_ticks PID — user + system CPU ticks the process has used so far.
