@@ -448,6 +448,12 @@ fn encode_head(
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
     let date = http_date::now();
+    // Before `unread`, whose lines they are chained with: dropped after it.
+    let (mut l, mut r, mut s) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
     // An upstream's header lines nothing read into the map are written as they were read.
     let unread = match body {
         ProxyBody::H1(body) => Some(body.unread_header_lines(&parts.headers)),
@@ -465,11 +471,6 @@ fn encode_head(
             ),
         };
     };
-    let (mut l, mut r, mut s) = (
-        itoa::Buffer::new(),
-        itoa::Buffer::new(),
-        itoa::Buffer::new(),
-    );
     let [limit, remaining, reset] = limit_headers.values();
     let [ln, rn, sn] = RateLimitHeaders::NAMES.map(str::as_bytes);
     let limit_lines = [
@@ -477,16 +478,21 @@ fn encode_head(
         (rn, r.format(remaining).as_bytes()),
         (sn, s.format(reset).as_bytes()),
     ];
-    let replaced = |(name, _): &(&[u8], &[u8])| {
-        RateLimitHeaders::NAMES
+    let kept = |(name, _): &(&[u8], &[u8])| {
+        !RateLimitHeaders::NAMES
             .iter()
             .any(|n| n.as_bytes() == *name)
     };
-    let headers = unread
-        .into_iter()
-        .flatten()
-        .chain(map_lines)
-        .filter(|line| !replaced(line))
-        .chain(limit_lines);
-    response_head::encode(out, framing, head.with_headers(headers), &date)
+    // Two arms rather than one `Option` flattened: a flattening adapter costs every line
+    // (a third of encoding a passed request's head, measured).
+    match unread {
+        None => {
+            let headers = map_lines.filter(kept).chain(limit_lines);
+            response_head::encode(out, framing, head.with_headers(headers), &date)
+        }
+        Some(unread) => {
+            let headers = unread.chain(map_lines).filter(kept).chain(limit_lines);
+            response_head::encode(out, framing, head.with_headers(headers), &date)
+        }
+    }
 }
