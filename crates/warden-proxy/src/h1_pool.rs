@@ -18,8 +18,7 @@
 //! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::body::ProxyBody;
-use crate::h1_exchange::BodylessRequest;
-use crate::h1_exchange::{self, ExchangeError, Home, LeanConn};
+use crate::h1_exchange::{self, BodylessRequest, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
 use http::{header, request, HeaderValue, Method, Request, Response};
