@@ -42,6 +42,9 @@ pub struct FastRequest<'b, 'h> {
     pub headers: &'h [httparse::Header<'b>],
     pub http10: bool,
     pub keep_alive: bool,
+    /// A `Connection` line names a header (a token other than `close` and `keep-alive`),
+    /// which a proxy must drop along with the hop-by-hop ones.
+    pub connection_names: bool,
     /// Length of the head (request line to the empty line), which is the whole request.
     pub len: usize,
 }
@@ -68,7 +71,11 @@ pub fn parse<'b, 'h>(buf: &'b [u8], slots: &'h mut HeaderSlots<'b>) -> Parsed<'b
     }
     let http10 = version == 0;
     let headers: &'h [httparse::Header<'b>] = &*std::mem::take(&mut req.headers);
-    let Some(keep_alive) = bodyless_keep_alive(headers, http10) else {
+    let Some(Connection {
+        keep_alive,
+        connection_names,
+    }) = bodyless_connection(headers, http10)
+    else {
         return Parsed::Hyper;
     };
     let (path, query) = match target.split_once('?') {
@@ -83,21 +90,30 @@ pub fn parse<'b, 'h>(buf: &'b [u8], slots: &'h mut HeaderSlots<'b>) -> Parsed<'b
         headers,
         http10,
         keep_alive,
+        connection_names,
         len,
     })
 }
 
+/// What a body-less request's `Connection` lines say.
+struct Connection {
+    keep_alive: bool,
+    connection_names: bool,
+}
+
 /// Whether the connection stays open after this request, with hyper's rules: HTTP/1.1 unless a
 /// `Connection` line says `close`, HTTP/1.0 only if one says `keep-alive`; once a line said
-/// `close`, a later `keep-alive` does not undo it. `None` when the request has (or may have) a
-/// body, an upgrade or an expectation.
-fn bodyless_keep_alive(headers: &[httparse::Header<'_>], http10: bool) -> Option<bool> {
+/// `close`, a later `keep-alive` does not undo it; and whether a `Connection` line names other
+/// headers. `None` when the request has (or may have) a body, an upgrade or an expectation.
+fn bodyless_connection(headers: &[httparse::Header<'_>], http10: bool) -> Option<Connection> {
     let mut keep_alive = !http10;
     let mut close = false;
     let mut saw_length = false;
+    let mut connection_names = false;
     for header in headers {
         let name = header.name;
         if name.eq_ignore_ascii_case("connection") {
+            connection_names |= names_other_headers(header.value);
             if close || has_token(header.value, "close") {
                 close = true;
                 keep_alive = false;
@@ -116,19 +132,42 @@ fn bodyless_keep_alive(headers: &[httparse::Header<'_>], http10: bool) -> Option
             return None;
         }
     }
-    Some(keep_alive)
+    Some(Connection {
+        keep_alive,
+        connection_names,
+    })
+}
+
+/// A header value as `HeaderValue::to_str` gives it: only values of visible ASCII (or tabs)
+/// are text.
+pub fn visible_str(value: &[u8]) -> Option<&str> {
+    if value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
 }
 
 /// A comma-separated token in a header value, compared as hyper does: only values of visible
-/// ASCII (what `HeaderValue::to_str` accepts) have tokens at all.
+/// ASCII have tokens at all.
 fn has_token(value: &[u8], token: &str) -> bool {
-    let visible = value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
-    visible
-        && value
-            .split(|&b| b == b',')
-            .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    visible_str(value).is_some_and(|v| {
+        v.split(',')
+            .any(|item| item.trim_ascii().eq_ignore_ascii_case(token))
+    })
+}
+
+/// Whether a `Connection` value lists a token other than `close` and `keep-alive`.
+fn names_other_headers(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|token| {
+        let token = token.trim_ascii();
+        !token.is_empty()
+            && !token.eq_ignore_ascii_case(b"close")
+            && !token.eq_ignore_ascii_case(b"keep-alive")
+    })
 }
 
 /// An origin-form target (`/path?query`) made only of bytes `http::Uri` accepts both in a path
@@ -155,6 +194,7 @@ mod tests {
         headers: Vec<(String, Vec<u8>)>,
         http10: bool,
         keep_alive: bool,
+        connection_names: bool,
         len: usize,
     }
 
@@ -172,6 +212,7 @@ mod tests {
                     .collect(),
                 http10: r.http10,
                 keep_alive: r.keep_alive,
+                connection_names: r.connection_names,
                 len: r.len,
             },
             Parsed::Partial => panic!("partial: {head:?}"),
@@ -220,6 +261,17 @@ mod tests {
         assert!(!keep("GET / HTTP/1.0\r\n\r\n"));
         assert!(keep("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
         assert!(fast("HEAD / HTTP/1.0\r\n\r\n").http10);
+    }
+
+    #[test]
+    fn connection_naming_other_headers_is_noted() {
+        let names = |head: &str| fast(head).connection_names;
+        assert!(!names(
+            "GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n"
+        ));
+        assert!(names(
+            "GET / HTTP/1.1\r\nConnection: close, x-secret\r\n\r\n"
+        ));
     }
 
     #[test]

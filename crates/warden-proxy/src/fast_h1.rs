@@ -363,7 +363,11 @@ fn next_head(input: &[u8]) -> ControlFlow<Next, NextRequest> {
         Parsed::Partial => ControlFlow::Break(Next::Read),
         Parsed::Hyper => ControlFlow::Break(Next::Hyper),
         Parsed::Fast(head) => {
-            let lines = RequestLines::new(head.headers);
+            // A `Connection` naming headers: the map path strips them.
+            let lines = match head.connection_names {
+                false => RequestLines::new(head.headers),
+                true => None,
+            };
             let headers = match lines {
                 Some(_) => Some(HeaderMap::new()),
                 None => header_map(&head),

@@ -32,6 +32,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use warden_config::{ConfigSet, Problem};
+use warden_http1::request_head::visible_str;
 use warden_http1::request_lines::RequestLines;
 use warden_local_ratelimit::RateLimitHeaders;
 
@@ -59,10 +60,20 @@ pub struct RequestAttrs<'a> {
 impl RequestAttrs<'_> {
     /// The first value of a header, from the map or the lines kept as read.
     pub fn header(&self, name: &header::HeaderName) -> Option<&[u8]> {
-        match self.lines {
-            Some(lines) => lines.get(name.as_str().as_bytes()),
-            None => self.headers.get(name).map(HeaderValue::as_bytes),
-        }
+        first_value(self.headers, self.lines, name)
+    }
+}
+
+/// The first value of a request header: from the lines kept as read when there are some (the
+/// map is empty then), else from the map.
+fn first_value<'a>(
+    headers: &'a HeaderMap,
+    lines: Option<&'a RequestLines>,
+    name: &header::HeaderName,
+) -> Option<&'a [u8]> {
+    match lines {
+        Some(lines) => lines.get(name.as_str().as_bytes()),
+        None => headers.get(name).map(HeaderValue::as_bytes),
     }
 }
 
@@ -410,13 +421,8 @@ fn authority_of<'a>(parts: &'a http::request::Parts, lines: Option<&'a RequestLi
     if let Some(a) = parts.uri.authority() {
         return a.as_str();
     }
-    let host = match lines {
-        Some(lines) => lines.get(b"host"),
-        None => parts.headers.get(header::HOST).map(HeaderValue::as_bytes),
-    };
-    // What `HeaderValue::to_str` accepts: visible ASCII.
-    host.filter(|h| h.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
-        .and_then(|h| std::str::from_utf8(h).ok())
+    first_value(&parts.headers, lines, &header::HOST)
+        .and_then(visible_str)
         .unwrap_or("")
 }
 
