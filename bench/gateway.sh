@@ -131,8 +131,9 @@ for name, (rps, p99, non) in res.items():
     print(f"{name:<24}{rps:>12.0f}{p99:>12}{non:>14}   {rounds[name]}")
 def ratio(kind):
     w = res[f"{kind}: warden"][0]; best = max(res[f"{kind}: nginx"][0], res[f"{kind}: haproxy"][0])
-    verdict = "PASS" if w >= best else "FAIL"
-    print(f"{kind:<10} warden / best(nginx, haproxy) = {w/best:.3f}  [{verdict}]")
+    print(f"{kind:<10} warden / best(nginx, haproxy), best rounds = {w/best:.3f}")
+# No verdict here: one round per case and contender is too few on this VM (see noise_floor);
+# the goal's verdicts are the paired ones at the end.
 print()
 ratio("proxy"); ratio("direct 333")
 idle = int(sys.argv[2]) / 1024
@@ -155,8 +156,9 @@ busy_medians
 # "proxy-same-headers": nginx and HAProxy also add the four headers warden adds upstream
 # (x-forwarded-for, x-forwarded-proto, x-request-id, x-envoy-external-address), as Envoy does;
 # the plain rows add none, and the backend shares CPU 1 with wrk, so parsing them costs there.
-PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
+PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-16}
 echo
+noise_floor "noise floor: proxy warden / warden" "http://127.0.0.1:$W_PROXY/" "$PAIRS" "$PAIRED_SECS"
 for kind in "proxy $N_PROXY $H_PROXY $W_PROXY" "proxy-same-headers $N_PROXY_H $H_PROXY_H $W_PROXY" \
   "direct-333 $N_DIRECT $H_DIRECT $W_DIRECT"; do
   read -r name nginx haproxy warden <<<"$kind"

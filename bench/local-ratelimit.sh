@@ -128,13 +128,12 @@ for c in (conns, seed):
     w = res[f"attack c{c}: warden"]
     best = max(res[f"attack c{c}: nginx limit_req"][0], res[f"attack c{c}: haproxy stick-table"][0])
     note = "" if int(w[2] or 0) > 0 else "  (warden sent no 429: limiter not applied by the proxy?)"
-    verdict = "PASS" if w[0] >= best and not note else "FAIL"
-    print(f"attack c{c:<5} warden / best(nginx, haproxy) = {w[0]/best:.3f}  [{verdict}]{note}")
+    print(f"attack c{c:<5} warden / best(nginx, haproxy), best rounds = {w[0]/best:.3f}{note}")
 base = res["pass: warden no policy"][0]
 loose = res["pass: warden non-triggering policy"][0]
 applied = all(int(res[f"attack c{c}: warden"][2] or 0) > 0 for c in (conns, seed))
-verdict = ('PASS' if loose >= 0.97 * base else 'FAIL') if applied else 'n/a: policy not applied'
-print(f"non-triggering policy / no policy = {loose/base:.3f}  [{verdict}, goal >= 0.97]")
+note = "" if applied else "  (n/a: policy not applied)"
+print(f"non-triggering policy / no policy, best rounds = {loose/base:.3f}{note}")
 # CPU time per request: what each request costs the server, less sensitive than req/s to other
 # load on this machine (the goals above are stated in req/s).
 cpu = dict((l.split("\t")[0], float(l.split("\t")[1])) for l in open(sys.argv[5]))
@@ -156,8 +155,9 @@ busy_medians
 
 # The same ratios from back-to-back pairs of short runs (see paired_ratio in bench/lib/common.sh):
 # the rounds above are 5 s apart per case and this machine's slowdowns move whole rounds.
-PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-10}
+PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-16}
 echo
+noise_floor "noise floor: pass warden / warden" "http://127.0.0.1:$W_NONE/api/healthz" "$PAIRS" "$PAIRED_SECS"
 for c in "$CONNS" "$SEED_CONNS"; do
   for other in "nginx $N_ATTACK" "haproxy $H_ATTACK"; do
     CONNS=$c paired_ratio "attack c$c warden / ${other% *}" "http://127.0.0.1:${other#* }/api/healthz" \
