@@ -2,8 +2,10 @@
 # Gateway bench (issue 2): warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
 # reverse proxy to the same backend and as a direct responder (status 333, body "test", as in
 # shared/seeds/001). One run, loopback only, wrk -t1 -c64, cases interleaved over ROUNDS rounds
-# (best round shown; SUMMARY=median for the median, see bench/lib/common.sh). Env: DURATION (s per case and round, default 5), CONNS, ROUNDS (3), PIN (1: the
-# proxies on CPU 0, wrk and the backend on CPU 1; see bench/lib/common.sh).
+# (best round shown; SUMMARY=median for the median, see bench/lib/common.sh), then back-to-back
+# pairs (PAIRS) whose medians carry the goal's verdicts. Env: DURATION (s per case and round,
+# default 5), CONNS, ROUNDS (3), PAIRS (16), PIN (1: the proxies on CPU 0, wrk and the backend on
+# CPU 1); see bench/lib/common.sh.
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
 build_warden

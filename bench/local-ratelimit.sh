@@ -12,7 +12,9 @@
 # bench: cargo bench -p warden-local-ratelimit --bench check.)
 # Cases are interleaved over ROUNDS rounds (best round shown; SUMMARY=median for the median, see bench/lib/common.sh); the proxies run on CPU 0, wrk and the
 # backend on CPU 1 (PIN, see bench/lib/common.sh).
-# Env: DURATION (s per case and round, default 5), CONNS (64), SEED_CONNS (1000), ROUNDS (3), PIN (1).
+# Then back-to-back pairs (PAIRS) whose medians carry the goals' verdicts.
+# Env: DURATION (s per case and round, default 5), CONNS (64), SEED_CONNS (1000), ROUNDS (3),
+# PAIRS (16), PIN (1); see bench/lib/common.sh.
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
