@@ -284,35 +284,10 @@ PY
 }
 
 # paired_verdict GOAL — paired_ratio's line on stdin as "NAME, median of N back-to-back pairs =
-# X (90% CI LO-HI)  [VERDICT, goal >= GOAL]" and the per-pair ratios under it. The interval is a
-# bootstrap of the median over the pairs (fixed seed, so the same numbers print the same). VERDICT
-# is PASS when the whole interval is at or above the goal, FAIL when it is all below, and "TIE
-# (within noise)" when it straddles the goal: on this VM two runs of one binary differ by up to
-# 20% (see noise_floor), so a difference of a few percent needs many pairs to show, and a ratio
-# near 1.0 can land on either side. GOAL "-" prints the interval and the pairs' range, no verdict.
-paired_verdict() {
-  python3 -c '
-import random, statistics, sys
-goal = sys.argv[1]
-name, median, pairs = sys.stdin.read().rstrip("\n").split("\t")
-ratios = [float(r) for r in pairs.split()]
-rng = random.Random(1)
-boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-lo, hi = boot[int(0.05 * len(boot))], boot[int(0.95 * len(boot)) - 1]
-head = f"{name}, median of {len(ratios)} back-to-back pairs = {median} (90% CI {lo:.3f}-{hi:.3f})"
-if goal == "-":
-    print(f"{head}, pairs from {min(ratios):.3f} to {max(ratios):.3f}")
-else:
-    g = float(goal)
-    if lo >= g:
-        verdict = "PASS"
-    elif hi < g:
-        verdict = "FAIL"
-    else:
-        verdict = "TIE (within noise), median " + ("above" if float(median) >= g else "below")
-    print(f"{head}  [{verdict}, goal >= {g}]")
-print(f"  per pair: {pairs}")' "$1"
-}
+# X (90% CI LO-HI)  [PASS|FAIL|TIE (within noise)..., goal >= GOAL]" and the per-pair ratios
+# under it (bench/lib/paired.py says how the interval and the verdict are made). GOAL "-"
+# prints the interval and the pairs' range, no verdict.
+paired_verdict() { python3 "$ROOT/bench/lib/paired.py" verdict "$1"; }
 
 # noise_floor NAME URL [PAIRS] [SECS] — paired_ratio of one server against itself: how far apart
 # two back-to-back runs of the same thing land here, to read the comparisons next to it against.
