@@ -5,6 +5,7 @@
 //! The caller owns the header slots ([`HeaderSlots`]) so that the parsed headers can borrow
 //! both the read buffer and the slots without an allocation per request.
 
+use crate::connection_tokens::names_a_header;
 use http::Method;
 use std::mem::MaybeUninit;
 
@@ -113,7 +114,7 @@ fn bodyless_connection(headers: &[httparse::Header<'_>], http10: bool) -> Option
     for header in headers {
         let name = header.name;
         if name.eq_ignore_ascii_case("connection") {
-            connection_names |= names_other_headers(header.value);
+            connection_names |= header.value.split(|&b| b == b',').any(names_a_header);
             if close || has_token(header.value, "close") {
                 close = true;
                 keep_alive = false;
@@ -157,16 +158,6 @@ fn has_token(value: &[u8], token: &str) -> bool {
     visible_str(value).is_some_and(|v| {
         v.split(',')
             .any(|item| item.trim_ascii().eq_ignore_ascii_case(token))
-    })
-}
-
-/// Whether a `Connection` value lists a token other than `close` and `keep-alive`.
-fn names_other_headers(value: &[u8]) -> bool {
-    value.split(|&b| b == b',').any(|token| {
-        let token = token.trim_ascii();
-        !token.is_empty()
-            && !token.eq_ignore_ascii_case(b"close")
-            && !token.eq_ignore_ascii_case(b"keep-alive")
     })
 }
 

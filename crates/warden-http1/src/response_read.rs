@@ -2,6 +2,7 @@
 //! and how its body is delimited (RFC 9112 §6.3), then the body itself ([`BodyReader`]):
 //! counted, chunked (decoded, trailers dropped) or up to the end of the connection.
 
+use crate::connection_tokens::names_a_header;
 use bytes::{Buf, Bytes, BytesMut};
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -121,7 +122,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
                     if http10 {
                         close = false;
                     }
-                } else if !token.is_empty() {
+                } else if names_a_header(token) {
                     connection_names = true;
                 }
             }

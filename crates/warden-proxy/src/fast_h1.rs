@@ -17,6 +17,7 @@
 
 use crate::body::ProxyBody;
 use crate::buffer_pool;
+use crate::forwarding_headers;
 use crate::framing_guard::FramingGuard;
 use crate::pipeline::{self, Handling};
 use crate::state::{ConnCtx, WorkerCtx};
@@ -390,9 +391,7 @@ fn next_head(input: &[u8]) -> ControlFlow<Next, NextRequest> {
 /// The head's lines as a header map (a `Connection` naming headers); `None` when a line is not
 /// valid for `http`, which hyper then judges.
 fn header_map(head: &FastRequest<'_, '_>) -> Option<HeaderMap> {
-    // Room for the forwarding headers the pipeline adds (x-forwarded-for, -proto,
-    // x-request-id, x-envoy-external-address), so proxying does not regrow the map.
-    let mut headers = HeaderMap::with_capacity(head.headers.len() + 4);
+    let mut headers = HeaderMap::with_capacity(head.headers.len() + forwarding_headers::ADDED);
     for line in head.headers {
         let name = HeaderName::from_bytes(line.name.as_bytes()).ok()?;
         let value = HeaderValue::from_bytes(line.value).ok()?;

@@ -12,6 +12,9 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub static X_ENVOY_EXTERNAL_ADDRESS: HeaderName =
     HeaderName::from_static("x-envoy-external-address");
+/// How many headers the forwarding adds at most (the four above): room a request's map is
+/// given up front, so that proxying does not regrow it.
+pub const ADDED: usize = 4;
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 

@@ -17,7 +17,9 @@ use crate::body::ProxyBody;
 use crate::client_addr::trusted_client_addr;
 use crate::filters::authz::{self, AuthzFilter};
 use crate::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
-use crate::forwarding_headers::{strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID};
+use crate::forwarding_headers::{
+    self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
+};
 use crate::h1_exchange::response_headers_mut;
 use crate::local_reply::{LocalReply, ResponseFlag};
 use crate::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
@@ -566,7 +568,7 @@ fn outgoing<'a>(
         || !target.request_headers.is_empty();
     let lines = match lines {
         Some(lines) if edited => {
-            lines.read_into(&mut parts.headers, 4);
+            lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
             None
         }
         lines => lines,
@@ -649,7 +651,7 @@ fn decide(
         || shared.num_trusted_proxies > 0
     {
         if let Some(lines) = lines.take() {
-            lines.read_into(&mut parts.headers, 4);
+            lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
     }
     let authority = authority_of(&parts, lines.as_ref());

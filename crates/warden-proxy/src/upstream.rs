@@ -3,7 +3,7 @@
 
 use crate::body::ProxyBody;
 use crate::cluster::{PickError, UpstreamProtocol};
-use crate::forwarding_headers::{strip_hop_by_hop, Forwarding};
+use crate::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
 use crate::h1_exchange::BodylessRequest;
 use crate::h1_pool::{bodyless, H1Pool};
 use crate::local_reply::LocalReply;
@@ -239,7 +239,7 @@ impl Head<'_> {
             HeadParts::Owned(parts) => parts,
         };
         if let Some(lines) = self.lines {
-            lines.read_into(&mut parts.headers, 4);
+            lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
             strip_hop_by_hop(&mut parts.headers);
         }
         if let Some(forwarding) = self.forwarding {
