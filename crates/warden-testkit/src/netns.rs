@@ -1,0 +1,298 @@
+//! Network namespaces, veth pairs and child cgroups that a test creates and removes, also when
+//! it fails (every guard deletes what it made on drop).
+//!
+//! Addresses only ever live inside namespaces made here. Processes are started with `nsenter`
+//! rather than `ip netns exec`: the latter moves the process to the cgroup2 root
+//! (iproute2's `vrf_reset`), which would take it out of a test's cgroup.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetNsError {
+    #[error("network namespaces need root (running as uid {0})")]
+    NotRoot(u32),
+    #[error("{0} is not installed (apt-get install {1})")]
+    Missing(&'static str, &'static str),
+    #[error("`{command}` failed: {stderr}")]
+    Command { command: String, stderr: String },
+    #[error("cannot run `{command}`: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+}
+
+/// Why namespace tests cannot run here, or `None` when they can: root, `ip` and `nsenter`, and
+/// a kernel that lets us create a namespace.
+pub fn unavailable() -> Option<String> {
+    let uid = current_uid();
+    if uid != 0 {
+        return Some(NetNsError::NotRoot(uid).to_string());
+    }
+    for (tool, package) in [("ip", "iproute2"), ("nsenter", "util-linux")] {
+        if !on_path(tool) {
+            return Some(NetNsError::Missing(tool, package).to_string());
+        }
+    }
+    match NetNs::new("probe") {
+        Ok(_) => None,
+        Err(e) => Some(format!("the kernel refused a network namespace: {e}")),
+    }
+}
+
+/// Whether `tool` is an executable on `PATH` (or in the sbin directories root has).
+pub fn on_path(tool: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .map(PathBuf::from)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin"].map(PathBuf::from))
+        .any(|d| d.join(tool).is_file())
+}
+
+fn current_uid() -> u32 {
+    // /proc/self/status: "Uid:\treal\teffective\t..."
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// Run a command to completion; a non-zero exit is an error carrying its stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<Output, NetNsError> {
+    let command = format!("{program} {}", args.join(" "));
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| NetNsError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(NetNsError::Command {
+            command,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// A network namespace `warden-<prefix>-<pid>-<n>` with `lo` up; on drop, every process still
+/// in it is killed and the namespace (with its interfaces and iptables rules) deleted.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    pub fn new(prefix: &str) -> Result<Self, NetNsError> {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Interface-name-like limits do not apply to namespaces, but keep names short for `ip`.
+        let name = format!("wd-{prefix}-{}-{n}", std::process::id());
+        run("ip", &["netns", "add", &name])?;
+        let ns = NetNs { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/run/netns/NAME`, what `nsenter --net=` takes.
+    pub fn path(&self) -> PathBuf {
+        Path::new("/run/netns").join(&self.name)
+    }
+
+    /// `ip -n NAME args...`.
+    pub fn ip(&self, args: &[&str]) -> Result<Output, NetNsError> {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// A command that runs `program` inside the namespace (through `nsenter`, so it stays in
+    /// the caller's cgroup). Add `--setuid`-style wrapping with [`NetNs::command_as`].
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.path().display()))
+            .arg("--")
+            .arg(program);
+        c
+    }
+
+    /// As [`NetNs::command`], running as `uid`/`gid` (e.g. the sidecar's 1337).
+    pub fn command_as(&self, uid: u32, gid: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.path().display()))
+            .arg(format!("--setuid={uid}"))
+            .arg(format!("--setgid={gid}"))
+            .arg("--")
+            .arg(program);
+        c
+    }
+
+    /// Run `program args...` inside the namespace to completion.
+    pub fn exec(&self, program: &str, args: &[&str]) -> Result<Output, NetNsError> {
+        let p = self.path();
+        let net = format!("--net={}", p.display());
+        let mut all = vec![net.as_str(), "--", program];
+        all.extend_from_slice(args);
+        run("nsenter", &all)
+    }
+
+    /// The pids of processes in the namespace (`ip netns pids`).
+    pub fn pids(&self) -> Vec<u32> {
+        run("ip", &["netns", "pids", &self.name])
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            let _ = run("kill", &["-9", &pid.to_string()]);
+        }
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+/// Join `a` and `b` with a veth pair: `a_addr`/`b_addr` in CIDR form (e.g. `10.77.0.1/24`) are
+/// assigned inside the namespaces and both ends brought up. Deleting either namespace removes
+/// the pair.
+pub fn veth_pair(a: &NetNs, a_addr: &str, b: &NetNs, b_addr: &str) -> Result<(), NetNsError> {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // Interface names are limited to 15 bytes.
+    let (ea, eb) = (
+        format!("va{}x{n}", std::process::id() % 100_000),
+        format!("vb{}x{n}", std::process::id() % 100_000),
+    );
+    run(
+        "ip",
+        &[
+            "link", "add", &ea, "netns", &a.name, "type", "veth", "peer", "name", &eb, "netns",
+            &b.name,
+        ],
+    )?;
+    a.ip(&["addr", "add", a_addr, "dev", &ea])?;
+    b.ip(&["addr", "add", b_addr, "dev", &eb])?;
+    a.ip(&["link", "set", &ea, "up"])?;
+    b.ip(&["link", "set", &eb, "up"])?;
+    Ok(())
+}
+
+/// A child cgroup of the cgroup2 hierarchy, removed on drop (its processes are killed first).
+/// Never the root: tests attach programs and move processes only here.
+#[derive(Debug)]
+pub struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    /// Where cgroup2 is mounted: `/sys/fs/cgroup/unified` on hybrid hosts, else
+    /// `/sys/fs/cgroup` when that is cgroup2 itself.
+    pub fn root() -> Option<PathBuf> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
+                (kind == "cgroup2").then(|| PathBuf::from(dir))
+            })
+            .next()
+    }
+
+    pub fn new(prefix: &str) -> std::io::Result<Self> {
+        let root =
+            Self::root().ok_or_else(|| std::io::Error::other("no cgroup2 hierarchy is mounted"))?;
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = root.join(format!("warden-{prefix}-{}-{n}", std::process::id()));
+        std::fs::create_dir(&path)?;
+        Ok(Cgroup { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A shell command line that moves itself into this cgroup and then `exec`s `inner`:
+    /// `sh -c 'echo $$ > CG/cgroup.procs; exec "$@"' sh inner...`.
+    pub fn wrap(&self, inner: &mut Command) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                self.path.display()
+            ))
+            .arg("sh")
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        c
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                let _ = run("kill", &["-9", &pid.to_string()]);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_and_veth_come_and_go() {
+        if let Some(why) = unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let a = NetNs::new("ta").unwrap();
+        let b = NetNs::new("tb").unwrap();
+        veth_pair(&a, "10.231.0.1/24", &b, "10.231.0.2/24").unwrap();
+        let out = a.exec("ip", &["-4", "addr", "show"]).unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("10.231.0.1"));
+        let (na, nb) = (a.name().to_string(), b.name().to_string());
+        drop(a);
+        drop(b);
+        let list = run("ip", &["netns", "list"]).unwrap();
+        let list = String::from_utf8_lossy(&list.stdout);
+        assert!(!list.contains(&na) && !list.contains(&nb), "{list}");
+    }
+}
