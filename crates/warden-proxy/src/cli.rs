@@ -1,9 +1,9 @@
 //! Command-line arguments of `warden proxy`, `warden check` and `warden ratelimit-config`.
 
-use crate::check;
+use crate::control::check;
+use crate::control::proxy::Proxy;
+use crate::control::snapshot::{ProxyIdentity, Snapshot};
 use crate::options::{AccessLogTarget, ConfigSource, ProxyOptions};
-use crate::proxy::Proxy;
-use crate::snapshot::{ProxyIdentity, Snapshot};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -128,8 +128,8 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace,
         labels: args.labels.into_iter().collect(),
     };
-    let built =
-        crate::config_source::load(&source).and_then(|l| Snapshot::build(l, &identity, None));
+    let built = crate::control::config_source::load(&source)
+        .and_then(|l| Snapshot::build(l, &identity, None));
     match built {
         Ok(snapshot) => {
             print!("{}", check::describe(&snapshot));
@@ -147,8 +147,8 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// an external `warden ratelimit` (or the reference service).
 pub fn run_ratelimit_config(args: RatelimitConfigArgs) -> anyhow::Result<ExitCode> {
     let source = ConfigSource::Paths(args.config);
-    let config = match crate::config_source::load(&source) {
-        Ok(loaded) => crate::filters::global_rate_limit::rls_config(&loaded.set)
+    let config = match crate::control::config_source::load(&source) {
+        Ok(loaded) => crate::pipeline::filters::global_rate_limit::rls_config(&loaded.set)
             .map_err(warden_config::ConfigErrors),
         Err(e) => Err(e),
     };

@@ -1,44 +1,24 @@
 //! Listeners, HTTP/TCP proxying, the request pipeline, upstream pools and the admin endpoint.
 //!
 //! In-process API: [`Proxy::start`] with [`ProxyOptions`] returns a [`RunningProxy`] that owns
-//! its threads. The request stages are listed in [`pipeline`].
+//! its threads. The rooms follow a request: [`downstream`] accepts and frames it, [`pipeline`]
+//! routes it and runs the policy filters, [`upstream`] sends it on, and [`control`] holds the
+//! snapshot, reloads, admin and metrics around them. The request stages are listed in
+//! [`pipeline`].
 
-pub mod access_log;
-pub mod admin;
-pub mod body;
-mod buffer_pool;
-pub mod check;
 pub mod cli;
-pub mod client_addr;
-pub mod cluster;
-mod config_source;
+pub mod control;
+pub mod downstream;
 pub mod error;
-mod fast_h1;
-pub mod filters;
-pub mod forwarding_headers;
-mod framing_guard;
-pub mod h1_exchange;
-pub mod h1_pool;
-pub mod header_ops;
-mod listen;
-pub mod local_reply;
-pub mod matcher;
-pub mod metrics;
 pub mod options;
 pub mod pipeline;
-pub mod proxy;
-pub mod routing;
-pub mod snapshot;
-pub mod state;
-mod tcp_proxy;
 pub mod upstream;
-mod worker;
 
-pub use client_addr::trusted_client_addr;
-pub use config_source::load as load_config;
+pub use control::config_source::load as load_config;
+pub use control::metrics::MetricsView;
+pub use control::proxy::{Proxy, RunningProxy};
+pub use control::snapshot::{ListenerProtocol, ProxyIdentity, Snapshot};
+pub use control::state::ListenerInfo;
+pub use downstream::client_addr::trusted_client_addr;
 pub use error::ProxyError;
-pub use metrics::MetricsView;
 pub use options::{AccessLogTarget, ConfigSource, ProxyOptions};
-pub use proxy::{Proxy, RunningProxy};
-pub use snapshot::{ListenerProtocol, ProxyIdentity, Snapshot};
-pub use state::ListenerInfo;

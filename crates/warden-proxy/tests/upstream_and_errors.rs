@@ -383,7 +383,7 @@ spec:
 
     let loaded = warden_config::load_str("gw.yaml", &yaml).unwrap();
     let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
-    let text = warden_proxy::check::describe(&snap);
+    let text = warden_proxy::control::check::describe(&snap);
     assert!(text.contains("max 2 request(s)/connection"), "{text}");
     assert!(text.contains("idle timeout 300ms"), "{text}");
 }

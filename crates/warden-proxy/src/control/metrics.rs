@@ -1,7 +1,7 @@
 //! Prometheus metrics of the proxy (served on the admin `/stats/prometheus`), plus a typed view
 //! of the main counters for tests and embedders.
 
-use crate::filters::local_rate_limit::LocalRateLimitFilter;
+use crate::pipeline::filters::local_rate_limit::LocalRateLimitFilter;
 use crate::pipeline::Filters;
 use prometheus_client::encoding::text;
 use prometheus_client::encoding::EncodeLabelSet;

@@ -2,7 +2,7 @@
 //! an upstream response read without hyper ([`H1Body`]), a pre-built `Bytes` (direct and local
 //! replies) or nothing.
 
-use crate::h1_exchange::H1Body;
+use crate::upstream::h1_exchange::H1Body;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;

@@ -1,7 +1,7 @@
 //! `warden check`: what a config would run, as text (listeners, routes, upstreams, policies).
 
-use crate::routing::RouteAction;
-use crate::snapshot::{PortRoutes, Snapshot};
+use crate::control::snapshot::{PortRoutes, Snapshot};
+use crate::pipeline::routing::RouteAction;
 use std::fmt::Write;
 
 /// A human-readable summary of a compiled snapshot.

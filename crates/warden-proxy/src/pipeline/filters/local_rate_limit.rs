@@ -1,10 +1,10 @@
 //! Stage 4, local rate limit: [`warden_local_ratelimit::LocalLimiter`] per request after authz,
 //! and its L4 connection limit when a TCP listener accepts.
 
-use crate::body::ProxyBody;
+use crate::control::snapshot::ProxyIdentity;
+use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::RequestAttrs;
-use crate::routing::{Route, RouteAction};
-use crate::snapshot::ProxyIdentity;
+use crate::upstream::body::ProxyBody;
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Response};
 use std::net::IpAddr;

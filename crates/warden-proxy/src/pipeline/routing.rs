@@ -1,9 +1,9 @@
 //! Compiled HTTP routing of one listener port: virtual hosts by domain, then routes in order,
 //! first match wins (Envoy/Istio semantics). Nothing on this path allocates for exact/prefix.
 
-use crate::cluster::Cluster;
-use crate::header_ops::HeaderOps;
-use crate::matcher::StringMatcher;
+use crate::pipeline::header_ops::HeaderOps;
+use crate::pipeline::matcher::StringMatcher;
+use crate::upstream::cluster::Cluster;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use std::collections::HashMap;

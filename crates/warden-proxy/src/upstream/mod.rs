@@ -1,14 +1,20 @@
 //! Sending a request to a cluster: per-worker pooled hyper clients (HTTP/1.1 keep-alive and
 //! h2c), endpoint choice, retries, timeouts, and mapping failures to Envoy's local replies.
 
-use crate::body::ProxyBody;
-use crate::cluster::{PickError, UpstreamProtocol};
-use crate::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
-use crate::h1_exchange::BodylessRequest;
-use crate::h1_pool::{bodyless, H1Pool};
-use crate::local_reply::LocalReply;
-use crate::metrics::Metrics;
-use crate::routing::{RetryPolicy, WeightedCluster};
+pub mod body;
+pub mod cluster;
+pub mod h1_exchange;
+pub mod h1_pool;
+pub(crate) mod tcp_proxy;
+
+use crate::control::metrics::Metrics;
+use crate::pipeline::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
+use crate::pipeline::local_reply::LocalReply;
+use crate::pipeline::routing::{RetryPolicy, WeightedCluster};
+use crate::upstream::body::ProxyBody;
+use crate::upstream::cluster::{PickError, UpstreamProtocol};
+use crate::upstream::h1_exchange::BodylessRequest;
+use crate::upstream::h1_pool::{bodyless, H1Pool};
 use http::uri::{PathAndQuery, Scheme};
 use http::{request, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -182,7 +188,7 @@ async fn forward(
 }
 
 fn retryable(reply: &LocalReply) -> bool {
-    use crate::local_reply::ResponseFlag as F;
+    use crate::pipeline::local_reply::ResponseFlag as F;
     matches!(
         reply.flag,
         Some(F::UpstreamConnectFailure) | Some(F::UpstreamReset)

@@ -299,7 +299,7 @@ spec:
     async fn every_shape_is_counted_by_the_generated_config() {
         let loaded = warden_config::load_str("p.yaml", POLICY).unwrap();
         let rules = PolicyRules::compile(&loaded.set).unwrap().unwrap();
-        let config = crate::filters::global_rate_limit::rls_config(&loaded.set).unwrap();
+        let config = crate::pipeline::filters::global_rate_limit::rls_config(&loaded.set).unwrap();
         // The generated YAML is valid reference config.
         let yaml = warden_ratelimit::to_yaml(&config);
         let parsed = warden_ratelimit::parse_config("gen.yaml", &yaml).unwrap();

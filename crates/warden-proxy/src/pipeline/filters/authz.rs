@@ -1,10 +1,10 @@
 //! Stage 3, AuthorizationPolicy: [`warden_authz::Authorizer`] compiled for this proxy's scope,
 //! checked after the route match (HTTP) or on a TCP connection's first byte.
 
-use crate::local_reply::LocalReply;
-use crate::metrics::Metrics;
+use crate::control::metrics::Metrics;
+use crate::control::snapshot::ProxyIdentity;
+use crate::pipeline::local_reply::LocalReply;
 use crate::pipeline::RequestAttrs;
-use crate::snapshot::ProxyIdentity;
 use http::StatusCode;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

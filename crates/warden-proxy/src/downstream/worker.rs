@@ -5,10 +5,10 @@
 //! new accept loops (through the worker's channel) and pauses, switches or retires existing
 //! ones (through each loop's [`ListenerCommand`] channel); unchanged loops see nothing.
 
-use crate::fast_h1;
-use crate::snapshot::{ListenerProtocol, ListenerSpec};
-use crate::state::{ConnCtx, Shared, WorkerCtx};
-use crate::tcp_proxy;
+use crate::control::snapshot::{ListenerProtocol, ListenerSpec};
+use crate::control::state::{ConnCtx, Shared, WorkerCtx};
+use crate::downstream::fast_h1;
+use crate::upstream::tcp_proxy;
 use crate::upstream::{UpstreamClients, IDLE_SWEEP_INTERVAL};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;

@@ -9,22 +9,29 @@
 //! 6. **action**   direct response (pre-built bytes) or upstream (pool, LB, timeout, retries)
 //! 7. **respond**  route response headers, filter response headers, metrics, access log
 //!
-//! Stages 3-5 are engines compiled into the [`Snapshot`](crate::snapshot::Snapshot) from the
+//! Stages 3-5 are engines compiled into the [`Snapshot`](crate::control::snapshot::Snapshot) from the
 //! ConfigSet; an empty slot costs one branch.
 
-use crate::access_log::{now_rfc3339, Entry};
-use crate::body::ProxyBody;
-use crate::client_addr::trusted_client_addr;
-use crate::filters::authz::{self, AuthzFilter};
-use crate::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
-use crate::forwarding_headers::{
-    self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
+pub mod filters;
+pub mod forwarding_headers;
+pub mod header_ops;
+pub mod local_reply;
+pub mod matcher;
+pub mod routing;
+
+use crate::control::access_log::{now_rfc3339, Entry};
+use crate::control::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
+use crate::control::state::{ConnCtx, Shared, WorkerCtx};
+use crate::downstream::client_addr::trusted_client_addr;
+use crate::pipeline::filters::authz::{self, AuthzFilter};
+use crate::pipeline::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
+use crate::pipeline::forwarding_headers::{
+    strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
 };
-use crate::h1_exchange::response_headers_mut;
-use crate::local_reply::{LocalReply, ResponseFlag};
-use crate::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
-use crate::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
-use crate::state::{ConnCtx, Shared, WorkerCtx};
+use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
+use crate::pipeline::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
+use crate::upstream::body::ProxyBody;
+use crate::upstream::h1_exchange::response_headers_mut;
 use crate::upstream::{forward_boxed, Outgoing};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use std::fmt;
@@ -105,7 +112,7 @@ pub trait AsyncRequestFilter: Send + Sync + fmt::Debug {
         &'a self,
         req: &'a RequestAttrs<'a>,
         route: &'a Route,
-        metrics: &'a crate::metrics::Metrics,
+        metrics: &'a crate::control::metrics::Metrics,
     ) -> VerdictFuture<'a>;
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -142,16 +149,17 @@ impl Filters {
             problems.extend(p);
             None
         });
-        let global_rate_limit = crate::filters::global_rate_limit::GlobalRateLimit::build(
-            set,
-            identity,
-            previous.and_then(|p| p.global_rate_limit.as_deref()),
-        )
-        .unwrap_or_else(|p| {
-            problems.extend(p);
-            None
-        })
-        .map(|f| Box::new(f) as Box<dyn AsyncRequestFilter>);
+        let global_rate_limit =
+            crate::pipeline::filters::global_rate_limit::GlobalRateLimit::build(
+                set,
+                identity,
+                previous.and_then(|p| p.global_rate_limit.as_deref()),
+            )
+            .unwrap_or_else(|p| {
+                problems.extend(p);
+                None
+            })
+            .map(|f| Box::new(f) as Box<dyn AsyncRequestFilter>);
         if !problems.is_empty() {
             return Err(problems);
         }

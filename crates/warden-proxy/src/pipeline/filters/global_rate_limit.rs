@@ -22,11 +22,11 @@ pub mod response_headers;
 mod rls_connection;
 pub mod service;
 
-use crate::local_reply::{LocalReply, ResponseFlag};
-use crate::metrics::Metrics;
+use crate::control::metrics::Metrics;
+use crate::control::snapshot::ProxyIdentity;
+use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
+use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::{AsyncRequestFilter, RequestAttrs, Verdict, VerdictFuture};
-use crate::routing::{Route, RouteAction};
-use crate::snapshot::ProxyIdentity;
 use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};

@@ -2,14 +2,14 @@
 //! load: listeners, route tables per port, upstream clusters and the pipeline's engines.
 //! Built off the hot path; a failed build leaves the running snapshot in place.
 
-use crate::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
-use crate::h1_pool::ReuseLimits;
-use crate::header_ops::HeaderOps;
-use crate::matcher::StringMatcher;
-use crate::pipeline::Filters;
-use crate::routing::{
+use crate::pipeline::header_ops::HeaderOps;
+use crate::pipeline::matcher::StringMatcher;
+use crate::pipeline::routing::{
     RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable, WeightedCluster,
 };
+use crate::pipeline::Filters;
+use crate::upstream::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
+use crate::upstream::h1_pool::ReuseLimits;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use std::collections::BTreeMap;

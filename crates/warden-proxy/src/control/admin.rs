@@ -1,8 +1,8 @@
 //! The admin endpoint (Envoy's 15000): `/ready`, `/stats/prometheus`, `/config_dump`,
 //! `/listeners`. Served on its own small thread so it answers even when workers are busy.
 
-use crate::cluster::{LbPolicy, UpstreamProtocol};
-use crate::state::Shared;
+use crate::control::state::Shared;
+use crate::upstream::cluster::{LbPolicy, UpstreamProtocol};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -50,7 +50,7 @@ fn config_dump(shared: &Shared) -> serde_json::Value {
         .collect();
     let mut vhosts = Vec::new();
     for (spec, routes) in snap.listeners.iter().zip(&snap.ports) {
-        if let crate::snapshot::PortRoutes::Http(table) = routes {
+        if let crate::control::snapshot::PortRoutes::Http(table) = routes {
             for vh in &table.vhosts {
                 vhosts.push(RouteDump {
                     port: spec.port,

@@ -1,7 +1,7 @@
 //! Responses the proxy makes itself, with Envoy's status codes, bodies and response flags.
 //! Every error that reaches the client is turned into a response here.
 
-use crate::body::ProxyBody;
+use crate::upstream::body::ProxyBody;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 

@@ -1,7 +1,7 @@
 //! A worker's HTTP/1.1 upstream connections, per endpoint, without hyper-util's legacy pool
 //! (whose checkout, key clones and per-request "wait until idle" task showed up in proxy
 //! profiles). Two kinds share the same bookkeeping:
-//! - body-less requests go over [`LeanConn`]s ([`crate::h1_exchange`]): a connection is out of
+//! - body-less requests go over [`LeanConn`]s ([`crate::upstream::h1_exchange`]): a connection is out of
 //!   the pool while its exchange runs and goes back when its response body has been read;
 //!   checkout takes the most recently used one, as Envoy's pools do;
 //! - requests with a body go over hyper `client::conn::http1` senders. A sender goes back to
@@ -17,8 +17,8 @@
 //! put back (dropping it closes it once the response is read), and an idle connection past its
 //! timeout is dropped when a checkout or a sweep comes across it.
 
-use crate::body::ProxyBody;
-use crate::h1_exchange::{self, BodylessRequest, ExchangeError, Home, LeanConn};
+use crate::upstream::body::ProxyBody;
+use crate::upstream::h1_exchange::{self, BodylessRequest, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
 use http::{header, request, HeaderValue, Method, Request, Response};
@@ -359,7 +359,7 @@ impl H1Pool {
         Ok(resp.map(ProxyBody::Streamed))
     }
 
-    /// A body-less request over a lean connection ([`crate::h1_exchange`]). A pooled
+    /// A body-less request over a lean connection ([`crate::upstream::h1_exchange`]). A pooled
     /// connection that turns out closed before answering anything (the upstream closed it
     /// while idle) is replaced by a new one, for idempotent methods only, as nginx does.
     /// Takes the request by reference: retries replay it without a copy. `forwarding` is

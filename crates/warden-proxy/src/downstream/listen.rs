@@ -1,8 +1,8 @@
 //! Binding listener sockets: one per worker per port with SO_REUSEPORT, so the kernel spreads
 //! connections over workers without a shared accept queue.
 
-use crate::snapshot::ListenerSpec;
-use crate::state::ListenerInfo;
+use crate::control::snapshot::ListenerSpec;
+use crate::control::state::ListenerInfo;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{SocketAddr, TcpListener};
 

@@ -9,11 +9,11 @@
 //! `response_read`), and the body streamed by [`H1Body`], which puts the connection back into
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
-use crate::body::{BoxError, ProxyBody};
-use crate::forwarding_headers::{
+use crate::pipeline::forwarding_headers::{
     is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_FOR,
 };
-use crate::h1_pool::{LeanConns, Pooled};
+use crate::upstream::body::{BoxError, ProxyBody};
+use crate::upstream::h1_pool::{LeanConns, Pooled};
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
 use http::{request, HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version};

@@ -15,12 +15,12 @@
 //! [`request_head`] does not vouch for; h2c goes to hyper from its first byte. hyper keeps the
 //! connection from then on. Responses already answered here are written before it takes over.
 
-use crate::body::ProxyBody;
-use crate::buffer_pool;
-use crate::forwarding_headers;
-use crate::framing_guard::FramingGuard;
+use crate::control::state::{ConnCtx, WorkerCtx};
+use crate::downstream::buffer_pool;
+use crate::downstream::framing_guard::FramingGuard;
+use crate::pipeline::forwarding_headers;
 use crate::pipeline::{self, Handling};
-use crate::state::{ConnCtx, WorkerCtx};
+use crate::upstream::body::ProxyBody;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{
     HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
@@ -181,7 +181,7 @@ fn status_phrase(status: StatusCode) -> &'static str {
 /// kept as read go into the map (hyper writes only the map), and [`status_phrase`] goes in as
 /// an extension, only on this path and only for the codes that need it.
 fn for_hyper(mut response: Response<ProxyBody>, version: Version) -> Response<ProxyBody> {
-    crate::h1_exchange::response_headers_mut(&mut response);
+    crate::upstream::h1_exchange::response_headers_mut(&mut response);
     let status = response.status();
     if version < Version::HTTP_2
         && status.canonical_reason().is_none()

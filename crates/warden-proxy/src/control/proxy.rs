@@ -6,16 +6,16 @@
 //! `shutdown` blocks until the drain finishes, so call it through `spawn_blocking` when the
 //! calling runtime must keep serving clients meanwhile.
 
-use crate::access_log::AccessLog;
-use crate::admin;
-use crate::config_source;
+use crate::control::access_log::AccessLog;
+use crate::control::admin;
+use crate::control::config_source;
+use crate::control::metrics::MetricsView;
+use crate::control::snapshot::{ProxyIdentity, Snapshot};
+use crate::control::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
+use crate::downstream::listen;
+use crate::downstream::worker::{self, WorkerListener};
 use crate::error::ProxyError;
-use crate::listen;
-use crate::metrics::MetricsView;
 use crate::options::{ConfigSource, ProxyOptions};
-use crate::snapshot::{ProxyIdentity, Snapshot};
-use crate::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
-use crate::worker::{self, WorkerListener};
 use notify::Watcher;
 use std::net::SocketAddr;
 use std::path::PathBuf;

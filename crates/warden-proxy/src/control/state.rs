@@ -1,12 +1,12 @@
 //! State shared by every worker (the current snapshot, the listeners, metrics, logging,
 //! reload), one worker's context (its upstream pools) and one connection's context.
 
-use crate::access_log::AccessLog;
-use crate::metrics::Metrics;
+use crate::control::access_log::AccessLog;
+use crate::control::metrics::Metrics;
+use crate::control::snapshot::{ListenerProtocol, ListenerSpec, ProxyIdentity, Snapshot};
+use crate::downstream::worker::{ListenerCommand, WorkerListener};
 use crate::options::ConfigSource;
-use crate::snapshot::{ListenerProtocol, ListenerSpec, ProxyIdentity, Snapshot};
 use crate::upstream::UpstreamClients;
-use crate::worker::{ListenerCommand, WorkerListener};
 use arc_swap::ArcSwap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,7 +129,7 @@ impl Shared {
     /// listeners. In-flight requests keep the snapshot they started with.
     pub fn reload(&self) -> Result<(), ConfigErrors> {
         let mut control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        let result = crate::config_source::load(&self.source)
+        let result = crate::control::config_source::load(&self.source)
             .and_then(|loaded| {
                 let previous = self.snapshot.load();
                 Snapshot::build(loaded, &self.identity, Some(&previous))
@@ -166,7 +166,7 @@ impl Shared {
                 continue;
             }
             let addr = SocketAddr::new(control.host, spec.port);
-            match crate::listen::bind_listener(addr, spec, workers) {
+            match crate::downstream::listen::bind_listener(addr, spec, workers) {
                 Ok(bound) => added.push(bound),
                 Err(e) => bind_errors.push(Problem {
                     location: port_location(&snapshot.config, spec.port),
@@ -302,7 +302,7 @@ impl ConnCtx {
     ) -> Self {
         ConnCtx {
             peer,
-            peer_value: crate::forwarding_headers::ip_header_value(peer.ip()),
+            peer_value: crate::pipeline::forwarding_headers::ip_header_value(peer.ip()),
             local,
             port,
             framing_violation,

@@ -2,7 +2,7 @@
 //! the connection-pool limit (Envoy's circuit breaker on in-flight requests) and how long
 //! HTTP/1.1 connections are reused.
 
-use crate::h1_pool::ReuseLimits;
+use crate::upstream::h1_pool::ReuseLimits;
 use http::uri::Authority;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 

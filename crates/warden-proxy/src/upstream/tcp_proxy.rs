@@ -3,10 +3,10 @@
 //! Before that, the L4 policies: the local connection limit on accept, then authorization on
 //! the first byte (Envoy's network RBAC); a refused connection is closed with nothing written.
 
-use crate::metrics::Metrics;
+use crate::control::metrics::Metrics;
+use crate::control::snapshot::PortRoutes;
+use crate::control::state::WorkerCtx;
 use crate::pipeline::Filters;
-use crate::snapshot::PortRoutes;
-use crate::state::WorkerCtx;
 use std::time::Duration;
 use tokio::net::TcpStream;
 

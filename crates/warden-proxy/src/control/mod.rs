@@ -1,0 +1,12 @@
+//! Around the request path: the compiled snapshot and the state every worker shares, config
+//! loading and reloads, starting and stopping, the admin endpoint, metrics, access log and
+//! `warden check`.
+
+pub mod access_log;
+pub mod admin;
+pub mod check;
+pub(crate) mod config_source;
+pub mod metrics;
+pub mod proxy;
+pub mod snapshot;
+pub mod state;
