@@ -16,6 +16,7 @@ pub mod hosts;
 pub mod kinds;
 pub mod load;
 mod lookup;
+pub mod mesh_registry;
 mod validate;
 pub mod yaml_source;
 
@@ -45,6 +46,13 @@ pub struct ConfigSet {
     pub authorization_policies: Vec<Doc<AuthorizationPolicy>>,
     pub rate_limit_policies: Vec<Doc<RateLimitPolicy>>,
     pub envoy_filters: Vec<Doc<EnvoyFilter>>,
+    pub sidecars: Vec<Doc<kinds::sidecar::Sidecar>>,
+    pub workload_entries: Vec<Doc<kinds::service_entry::WorkloadEntry>>,
+    /// Kubernetes objects read as a service registry (`kubectl get svc,endpointslices,pods`).
+    pub services: Vec<Doc<kinds::kubernetes::Service>>,
+    pub endpoint_slices: Vec<Doc<kinds::kubernetes::EndpointSlice>>,
+    pub endpoints: Vec<Doc<kinds::kubernetes::Endpoints>>,
+    pub pods: Vec<Doc<kinds::kubernetes::Pod>>,
     /// Where each document's fields are, so later stages can report lines too
     /// ([`ConfigSet::locate`]).
     #[serde(skip)]

@@ -33,6 +33,10 @@ struct Envelope {
     metadata: Metadata,
     #[serde(default)]
     spec: serde_json::Value,
+    /// Top-level fields besides the envelope: `status` of dumped objects, and the data of the
+    /// Kubernetes kinds that keep it there (EndpointSlice, Endpoints).
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The kinds warden reads, their API groups and the versions accepted for them.
@@ -47,9 +51,22 @@ const KINDS: &[(&str, &str, &[&str])] = &[
         "security.istio.io",
         &["v1beta1", "v1"],
     ),
+    ("Sidecar", "networking.istio.io", ISTIO_NET_VERSIONS),
+    ("WorkloadEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
     // The warden group's versions are owned by the RateLimitPolicy kind; any is accepted here.
     ("RateLimitPolicy", "warden.dev", &[]),
+    // Kubernetes objects read as the mesh's service registry.
+    ("Service", "", &["v1"]),
+    ("Endpoints", "", &["v1"]),
+    ("Pod", "", &["v1"]),
+    ("EndpointSlice", "discovery.k8s.io", &["v1"]),
 ];
+
+/// Kinds whose data is the whole object (`spec`, `status` or top-level fields), not `spec`.
+const WHOLE_OBJECT_KINDS: &[&str] = &["Service", "Endpoints", "Pod", "EndpointSlice"];
+
+/// Groups whose kinds warden owns: an unknown kind there is a typo, not someone else's object.
+const OWN_GROUPS: &[&str] = &["warden.dev"];
 const ISTIO_NET_VERSIONS: &[&str] = &["v1alpha3", "v1beta1", "v1"];
 
 /// Load every path (files, or directories whose `*.yaml`/`*.yml` files are read in name order;
@@ -122,8 +139,12 @@ impl Loader {
             Err(e) => return self.file_error(file, e.line, format!("invalid YAML: {}", e.message)),
         };
         self.files.push(file.to_path_buf());
-        for (i, doc) in docs.into_iter().enumerate() {
-            self.add_document(file, i + 1, doc);
+        let mut index = 0;
+        for doc in docs {
+            for item in unwrap_list(doc) {
+                index += 1;
+                self.add_document(file, index, item);
+            }
         }
     }
 
@@ -164,6 +185,11 @@ impl Loader {
             }
         };
         loc.object = format!("{}/{}", env.kind, env.metadata.name);
+        if !WHOLE_OBJECT_KINDS.contains(&env.kind.as_str()) {
+            for key in env.rest.keys().filter(|k| *k != "status") {
+                ignored.push(FieldPath::keys(&[key]));
+            }
+        }
         for path in ignored {
             // Kubernetes bookkeeping (status, metadata.uid...) carries no config; stay quiet.
             let top = match path.segments().first() {
@@ -180,22 +206,39 @@ impl Loader {
             }
         }
         let kind_field = FieldPath::keys(&["kind"]);
+        let (doc_group, doc_version) = match env.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            // Core Kubernetes kinds: `apiVersion: v1`.
+            None => ("", env.api_version.as_str()),
+        };
         let Some((_, group, versions)) = KINDS.iter().find(|(k, _, _)| *k == env.kind) else {
-            let message = if env.kind.is_empty() {
-                "missing kind".to_owned()
+            if env.kind.is_empty() || OWN_GROUPS.contains(&doc_group) {
+                let message = if env.kind.is_empty() {
+                    "missing kind".to_owned()
+                } else {
+                    let names: Vec<&str> = KINDS.iter().map(|(k, _, _)| *k).collect();
+                    format!(
+                        "unknown kind {:?} (supported: {})",
+                        env.kind,
+                        names.join(", ")
+                    )
+                };
+                self.errors
+                    .push(problem_at(&loc, &lines, &kind_field, message));
             } else {
-                let names: Vec<&str> = KINDS.iter().map(|(k, _, _)| *k).collect();
-                format!(
-                    "unknown kind {:?} (supported: {})",
-                    env.kind,
-                    names.join(", ")
-                )
-            };
-            self.errors
-                .push(problem_at(&loc, &lines, &kind_field, message));
+                // Someone else's object in a namespace dump (a Deployment, a ConfigMap...).
+                self.loaded.warnings.push(problem_at(
+                    &loc,
+                    &lines,
+                    &kind_field,
+                    format!(
+                        "kind {} ({}) is not used by warden; skipped",
+                        env.kind, env.api_version
+                    ),
+                ));
+            }
             return;
         };
-        let (doc_group, doc_version) = env.api_version.split_once('/').unwrap_or(("", ""));
         if doc_group != *group || !(versions.is_empty() || versions.contains(&doc_version)) {
             let expected = if versions.is_empty() {
                 format!("{group}/<version>")
@@ -218,10 +261,20 @@ impl Loader {
             self.failed_kinds.insert(env.kind);
             return;
         }
+        let whole = WHOLE_OBJECT_KINDS.contains(&env.kind.as_str());
+        let (data, base) = if whole {
+            let mut object = env.rest;
+            if !env.spec.is_null() {
+                object.insert("spec".into(), env.spec);
+            }
+            (serde_json::Value::Object(object), FieldPath::root())
+        } else {
+            (env.spec, FieldPath::keys(&["spec"]))
+        };
         let set = &mut self.loaded.set;
         macro_rules! typed {
             ($field:ident) => {{
-                match decode(env.spec, &loc, &lines, &mut self.loaded.warnings) {
+                match decode(data, &base, &loc, &lines, &mut self.loaded.warnings) {
                     Ok(spec) => set.$field.push(Doc {
                         file: file.to_path_buf(),
                         index,
@@ -245,6 +298,12 @@ impl Loader {
             "EnvoyFilter" => typed!(envoy_filters),
             "AuthorizationPolicy" => typed!(authorization_policies),
             "RateLimitPolicy" => typed!(rate_limit_policies),
+            "Sidecar" => typed!(sidecars),
+            "WorkloadEntry" => typed!(workload_entries),
+            "Service" => typed!(services),
+            "Endpoints" => typed!(endpoints),
+            "Pod" => typed!(pods),
+            "EndpointSlice" => typed!(endpoint_slices),
             _ => return,
         }
         self.loaded
@@ -254,6 +313,7 @@ impl Loader {
     }
 
     fn finish(mut self) -> Result<Loaded, ConfigErrors> {
+        crate::mesh_registry::complete(&mut self.loaded.set);
         let mut report = Report::new(&self.loaded.set.source_lines);
         validate::validate(&self.loaded.set, &self.failed_kinds, &mut report);
         let (errors, warnings) = report.into_parts();
@@ -275,6 +335,32 @@ impl Loader {
             Err(ConfigErrors(self.errors))
         }
     }
+}
+
+/// The documents a YAML document stands for: the `items` of a `kind: List` (what
+/// `kubectl get ... -o yaml` prints), each with its own lines, else the document itself.
+fn unwrap_list(doc: SourceDoc) -> Vec<SourceDoc> {
+    let is_list = doc.value.get("kind").and_then(|k| k.as_str()) == Some("List")
+        && doc.value.get("items").is_some_and(|i| i.is_array());
+    if !is_list {
+        return vec![doc];
+    }
+    let SourceDoc { value, lines } = doc;
+    let items = match value {
+        serde_json::Value::Object(mut map) => match map.remove("items") {
+            Some(serde_json::Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| SourceDoc {
+            value,
+            lines: lines.subtree(&FieldPath::keys(&["items"]).index(i)),
+        })
+        .collect()
 }
 
 /// `*.yaml` / `*.yml`, not a dotfile (editors' swap files, `..data` of ConfigMap mounts).
@@ -316,6 +402,7 @@ fn error_path(base: &FieldPath, path: &serde_path_to_error::Path, message: &str)
 /// field path on a type mismatch or a missing required field.
 fn decode<T: DeserializeOwned>(
     spec: serde_json::Value,
+    base: &FieldPath,
     loc: &Location,
     lines: &LineIndex,
     warnings: &mut Vec<Problem>,
@@ -325,7 +412,6 @@ fn decode<T: DeserializeOwned>(
     } else {
         spec
     };
-    let base = FieldPath::keys(&["spec"]);
     let mut ignored = Vec::new();
     let result: Result<T, _> = {
         let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));

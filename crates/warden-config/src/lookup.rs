@@ -43,13 +43,23 @@ impl ConfigSet {
         })
     }
 
+    /// The service (ServiceEntry, or Kubernetes Service) a VirtualService or DestinationRule of
+    /// `namespace` means by `host`: short names are that namespace's Kubernetes services.
+    pub fn service_in(&self, host: &str, namespace: &str) -> Option<&Doc<ServiceEntry>> {
+        self.service_entry_for_host(&crate::mesh_registry::expand_host(host, namespace))
+    }
+
     /// The DestinationRule whose `host` is `host` (exact, case-insensitive; else the longest
     /// matching wildcard).
     pub fn destination_rule_for_host(&self, host: &str) -> Option<&Doc<DestinationRule>> {
+        // A rule's short host names a service of its own namespace.
+        fn full(dr: &Doc<DestinationRule>) -> std::borrow::Cow<'_, str> {
+            crate::mesh_registry::expand_host(&dr.spec.host, dr.metadata.namespace_or_default())
+        }
         let exact = self
             .destination_rules
             .iter()
-            .find(|dr| dr.spec.host.eq_ignore_ascii_case(host));
+            .find(|dr| full(dr).eq_ignore_ascii_case(host));
         exact.or_else(|| {
             self.destination_rules
                 .iter()

@@ -63,6 +63,28 @@ impl LineIndex {
     }
 }
 
+impl LineIndex {
+    /// The lines of the node at `path` as a document of its own (a `kind: List` item).
+    pub fn subtree(&self, path: &FieldPath) -> LineIndex {
+        let mut node = match self.0.as_ref() {
+            Some(n) => n,
+            None => return LineIndex(None),
+        };
+        for seg in path.segments() {
+            let next = match (&node.children, seg) {
+                (LineChildren::Seq(items), Segment::Index(i)) => items.get(*i),
+                (LineChildren::Map(map), Segment::Key(k)) => map.get(k),
+                _ => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => return LineIndex(None),
+            }
+        }
+        LineIndex(Some(node.clone()))
+    }
+}
+
 /// Line indexes of every loaded document, by file and 1-based document index.
 #[derive(Debug, Clone, Default)]
 pub struct SourceLines(HashMap<(PathBuf, usize), LineIndex>);

@@ -12,9 +12,13 @@ spec:
   - directResponse: {status: "abc"}
     mirror: {host: x}
 ---
-apiVersion: foo/v1
+apiVersion: warden.dev/v1
 kind: Bar
 metadata: {name: b}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
 "#;
     let err = warden_config::load_str("t.yaml", yaml).unwrap_err();
     let text = err.to_string();
@@ -28,6 +32,8 @@ metadata: {name: b}
         text.contains("t.yaml:12: document 2 (Bar/b), field kind: unknown kind"),
         "{text}"
     );
+    // Someone else's kind (a namespace dump's Deployment) is skipped, not an error.
+    assert!(!text.contains("Deployment"), "{text}");
 
     let ok = r#"
 apiVersion: networking.istio.io/v1

@@ -366,7 +366,7 @@ fn cases() -> Vec<Case> {
             Error,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.host",
-            "no ServiceEntry defines host \"nowhere.local\"",
+            "no ServiceEntry or Kubernetes Service defines host \"nowhere.local\"",
         ),
         case(
             "destination port not in service entry",
@@ -631,14 +631,6 @@ fn cases() -> Vec<Case> {
             "VirtualService/vs",
             "extra",
             "field not supported by warden; ignored",
-        ),
-        case(
-            "mesh gateway",
-            with_base(&vs(ROUTE_OK).replace("[istio-system/gw]", "[istio-system/gw, mesh]")),
-            Warning,
-            "VirtualService/vs",
-            "spec.gateways[1]",
-            "sidecar routing) is not supported yet",
         ),
         case(
             "no gateways",

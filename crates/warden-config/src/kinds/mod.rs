@@ -4,6 +4,8 @@ pub mod authorization_policy;
 pub mod destination_rule;
 pub mod envoy_filter;
 pub mod gateway;
+pub mod kubernetes;
 pub mod rate_limit_policy;
 pub mod service_entry;
+pub mod sidecar;
 pub mod virtual_service;

@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 pub struct ServiceEntry {
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// Virtual IPs (or CIDRs) a sidecar's outbound listener recognises as this service.
+    #[serde(default)]
+    pub addresses: Vec<String>,
     #[serde(default)]
     pub ports: Vec<ServicePort>,
     /// STATIC | DNS (NONE is treated as an error: warden needs addresses).
@@ -17,6 +20,9 @@ pub struct ServiceEntry {
     pub location: Option<String>,
     #[serde(default)]
     pub endpoints: Vec<WorkloadEntry>,
+    /// Endpoints are the WorkloadEntries (and Pods) of the namespace with these labels.
+    #[serde(default)]
+    pub workload_selector: Option<crate::kinds::sidecar::SidecarSelector>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -42,6 +48,13 @@ pub struct WorkloadEntry {
     pub weight: Option<u32>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    // Informational for routing: identity and topology.
+    #[serde(default)]
+    pub service_account: Option<String>,
+    #[serde(default)]
+    pub network: Option<String>,
+    #[serde(default)]
+    pub locality: Option<String>,
 }
 
 /// How a ServiceEntry's endpoints are found.

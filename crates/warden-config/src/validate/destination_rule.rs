@@ -13,7 +13,12 @@ pub(super) fn check(doc: &Doc<DestinationRule>, refs: &References, report: &mut 
         report.error(doc, &host, "host is required");
     } else if let Err(e) = check_host_pattern(&dr.host) {
         report.error(doc, &host, e);
-    } else if refs.check_service_entries && refs.set.service_entry_for_host(&dr.host).is_none() {
+    } else if refs.check_service_entries
+        && refs
+            .set
+            .service_in(&dr.host, doc.metadata.namespace_or_default())
+            .is_none()
+    {
         report.warn(
             doc,
             &host,

@@ -13,14 +13,28 @@ pub(super) fn check(set: &ConfigSet, report: &mut Report) {
     let mut seen = Seen::new();
     check_docs(&set.gateways, &mut seen, report);
     check_docs(&set.virtual_services, &mut seen, report);
-    check_docs(&set.service_entries, &mut seen, report);
+    let entries = set
+        .service_entries
+        .iter()
+        .filter(|d| d.kind == "ServiceEntry");
+    check_docs(entries, &mut seen, report);
+    check_docs(&set.sidecars, &mut seen, report);
+    check_docs(&set.workload_entries, &mut seen, report);
+    check_docs(&set.services, &mut seen, report);
+    check_docs(&set.endpoint_slices, &mut seen, report);
+    check_docs(&set.endpoints, &mut seen, report);
+    check_docs(&set.pods, &mut seen, report);
     check_docs(&set.destination_rules, &mut seen, report);
     check_docs(&set.authorization_policies, &mut seen, report);
     check_docs(&set.rate_limit_policies, &mut seen, report);
     check_docs(&set.envoy_filters, &mut seen, report);
 }
 
-fn check_docs<T>(docs: &[Doc<T>], seen: &mut Seen, report: &mut Report) {
+fn check_docs<'a, T: 'a>(
+    docs: impl IntoIterator<Item = &'a Doc<T>>,
+    seen: &mut Seen,
+    report: &mut Report,
+) {
     for doc in docs {
         let name = &doc.metadata.name;
         if name.is_empty() {

@@ -74,7 +74,12 @@ pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report:
         gateway::check(doc, report);
     }
     gateway::check_port_conflicts(&set.gateways, report);
-    for doc in &set.service_entries {
+    // Those made from Kubernetes Services (kind `Service`) are the registry's, not the user's.
+    for doc in set
+        .service_entries
+        .iter()
+        .filter(|d| d.kind == "ServiceEntry")
+    {
         service_entry::check(doc, report);
     }
     service_entry::check_duplicate_hosts(&set.service_entries, report);

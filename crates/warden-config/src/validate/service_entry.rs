@@ -90,11 +90,13 @@ pub(super) fn check(doc: &Doc<ServiceEntry>, report: &mut Report) {
 
     let endpoints = spec().key("endpoints");
     match resolution {
-        Some(Resolution::Static) if se.endpoints.is_empty() => report.error(
-            doc,
-            &endpoints,
-            "resolution STATIC needs endpoints with IP addresses",
-        ),
+        Some(Resolution::Static) if se.endpoints.is_empty() && se.workload_selector.is_none() => {
+            report.error(
+                doc,
+                &endpoints,
+                "resolution STATIC needs endpoints with IP addresses",
+            )
+        }
         Some(Resolution::Dns) if se.endpoints.is_empty() => {
             for (i, host) in se.hosts.iter().enumerate() {
                 if host.starts_with('*') {

@@ -38,8 +38,8 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
         report.warn(
             doc,
             &spec().key("gateways"),
-            "no gateways: this VirtualService applies to sidecars (mesh) only, which warden \
-             does not serve yet; ignored",
+            "no gateways: this VirtualService applies to sidecars (mesh) only; a gateway \
+             ignores it",
         );
     }
     check_host_binding(doc, &gateways, report);
@@ -93,7 +93,7 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
     }
 }
 
-/// Resolve `gateways:` entries; unknown names are errors, `mesh` a warning. Returns the
+/// Resolve `gateways:` entries; unknown names are errors (`mesh` is the sidecars'). Returns the
 /// Gateways found.
 fn check_gateway_refs<'a>(
     doc: &VsDoc,
@@ -107,11 +107,8 @@ fn check_gateway_refs<'a>(
     for (i, reference) in list.iter().enumerate() {
         let at = path.index(i);
         match GatewayRef::parse(ns, reference) {
-            GatewayRef::Mesh => report.warn(
-                doc,
-                &at,
-                "gateway \"mesh\" (sidecar routing) is not supported yet; ignored",
-            ),
+            // Served by sidecars (`warden proxy --mode sidecar`).
+            GatewayRef::Mesh => {}
             GatewayRef::Named { namespace, name } if namespace.is_empty() || name.is_empty() => {
                 report.error(
                     doc,
@@ -450,11 +447,17 @@ fn check_destination(
     if !refs.check_service_entries {
         return;
     }
-    let Some(se) = refs.set.service_entry_for_host(&dest.host) else {
+    let Some(se) = refs
+        .set
+        .service_in(&dest.host, doc.metadata.namespace_or_default())
+    else {
         report.error(
             doc,
             &at.key("host"),
-            format!("no ServiceEntry defines host {:?}", dest.host),
+            format!(
+                "no ServiceEntry or Kubernetes Service defines host {:?}",
+                dest.host
+            ),
         );
         return;
     };
