@@ -427,7 +427,7 @@ fn decode<T: DeserializeOwned>(
     }
     result.map_err(|e| {
         let message = e.inner().to_string();
-        let path = error_path(&base, e.path(), &message);
+        let path = error_path(base, e.path(), &message);
         problem_at(loc, lines, &path, message)
     })
 }
