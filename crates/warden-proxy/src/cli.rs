@@ -2,7 +2,7 @@
 
 use crate::control::check;
 use crate::control::proxy::Proxy;
-use crate::control::snapshot::{ProxyIdentity, Snapshot};
+use crate::control::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
 use crate::options::{AccessLogTarget, ConfigSource, ProxyOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -42,6 +42,41 @@ pub struct ProxyArgs {
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
+    /// `gateway` serves the Gateway ports; `sidecar` serves captured traffic on the outbound
+    /// and inbound ports (see `warden capture`), routing by the service registry and the
+    /// VirtualServices bound to `mesh`.
+    #[arg(long, value_enum, default_value_t = Mode::Gateway)]
+    pub mode: Mode,
+    /// Sidecar: the outbound listener's port (Istio's 15001).
+    #[arg(long, default_value_t = 15001)]
+    pub outbound_port: u16,
+    /// Sidecar: the inbound listener's port (Istio's 15006).
+    #[arg(long, default_value_t = 15006)]
+    pub inbound_port: u16,
+    /// Sidecar: this pod's address (repeatable); the registry's endpoints with it are this pod.
+    #[arg(long = "pod-ip")]
+    pub pod_ips: Vec<IpAddr>,
+    /// Sidecar: this pod's service account.
+    #[arg(long)]
+    pub service_account: Option<String>,
+    /// Sidecar: where calls to unknown destinations go (the mesh config's
+    /// `outboundTrafficPolicy.mode`; a Sidecar resource for this workload overrides it).
+    #[arg(long, default_value = "ALLOW_ANY", value_parser = parse_outbound_mode)]
+    pub outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode,
+    /// Sidecar: how long to wait for a client's first bytes on a port whose protocol is not
+    /// declared before treating it as TCP (Istio's `protocolDetectionTimeout`; 0 waits).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub protocol_detection_timeout: Duration,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Gateway,
+    Sidecar,
+}
+
+fn parse_outbound_mode(text: &str) -> Result<warden_config::kinds::sidecar::OutboundMode, String> {
+    warden_config::kinds::sidecar::OutboundMode::parse(text)
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -89,6 +124,16 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
+    opts.pod_ips = args.pod_ips;
+    opts.service_account = args.service_account;
+    if args.mode == Mode::Sidecar {
+        opts.sidecar = Some(SidecarSettings {
+            outbound_port: args.outbound_port,
+            inbound_port: args.inbound_port,
+            outbound_mode: args.outbound_traffic_policy,
+            detection_timeout: Some(args.protocol_detection_timeout).filter(|d| !d.is_zero()),
+        });
+    }
     let proxy = Proxy::start(opts)?;
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");
@@ -127,6 +172,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let identity = ProxyIdentity {
         namespace: args.namespace,
         labels: args.labels.into_iter().collect(),
+        ..ProxyIdentity::default()
     };
     let built = crate::control::config_source::load(&source)
         .and_then(|l| Snapshot::build(l, &identity, None));

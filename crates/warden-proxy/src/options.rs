@@ -51,9 +51,25 @@ pub struct ProxyOptions {
     pub watch_config: bool,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
+    /// A sidecar's pod addresses and service account (`--pod-ip`, `--service-account`).
+    pub pod_ips: Vec<IpAddr>,
+    pub service_account: Option<String>,
+    /// `Some`: run as a sidecar (outbound and inbound listeners) instead of a gateway.
+    pub sidecar: Option<crate::control::snapshot::SidecarSettings>,
 }
 
 impl ProxyOptions {
+    /// Who the proxy is, for policy selection and the sidecar's registry lookups.
+    pub fn identity(&self) -> crate::control::snapshot::ProxyIdentity {
+        crate::control::snapshot::ProxyIdentity {
+            namespace: self.namespace.clone(),
+            labels: self.labels.clone(),
+            pod_ips: self.pod_ips.clone(),
+            service_account: self.service_account.clone(),
+            sidecar: self.sidecar.clone(),
+        }
+    }
+
     /// Defaults as `warden proxy` uses them, except that the admin endpoint and listeners go on
     /// loopback with free ports only when the config says port 0.
     pub fn new(config: ConfigSource) -> Self {
@@ -70,6 +86,9 @@ impl ProxyOptions {
             access_log: None,
             watch_config: true,
             connect_timeout: Duration::from_secs(10),
+            pod_ips: Vec::new(),
+            service_account: None,
+            sidecar: None,
         }
     }
 

@@ -150,6 +150,27 @@ impl NetNs {
         run("nsenter", &all)
     }
 
+    /// Run `f` on a thread that has entered the namespace (`setns`), as an app of that
+    /// namespace would: sockets it opens live there (also after it returns), and its traffic is
+    /// captured like any non-proxy process's.
+    pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+        let file = std::fs::File::open(self.path())?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: setns on this thread only, with a namespace fd we hold open.
+                    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                    if rc != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(f())
+                })
+                .join()
+                .map_err(|_| std::io::Error::other("namespace thread panicked"))?
+        })
+    }
+
     /// The pids of processes in the namespace (`ip netns pids`).
     pub fn pids(&self) -> Vec<u32> {
         run("ip", &["netns", "pids", &self.name])

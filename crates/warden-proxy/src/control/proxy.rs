@@ -10,7 +10,7 @@ use crate::control::access_log::AccessLog;
 use crate::control::admin;
 use crate::control::config_source;
 use crate::control::metrics::MetricsView;
-use crate::control::snapshot::{ProxyIdentity, Snapshot};
+use crate::control::snapshot::Snapshot;
 use crate::control::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
 use crate::downstream::listen;
 use crate::downstream::worker::{self, WorkerListener};
@@ -33,10 +33,7 @@ impl Proxy {
     /// worker threads. Errors (bad config, port in use) are reported before anything runs.
     pub fn start(opts: ProxyOptions) -> Result<RunningProxy, ProxyError> {
         let loaded = config_source::load(&opts.config)?;
-        let identity = ProxyIdentity {
-            namespace: opts.namespace.clone(),
-            labels: opts.labels.clone(),
-        };
+        let identity = opts.identity();
         let snapshot = Snapshot::build(loaded, &identity, None)?;
         for w in &snapshot.warnings {
             tracing::warn!("{w}");

@@ -4,6 +4,7 @@
 use crate::control::access_log::AccessLog;
 use crate::control::metrics::Metrics;
 use crate::control::snapshot::{ListenerProtocol, ListenerSpec, ProxyIdentity, Snapshot};
+use crate::downstream::destination::Side;
 use crate::downstream::worker::{ListenerCommand, WorkerListener};
 use crate::options::ConfigSource;
 use crate::upstream::UpstreamClients;
@@ -288,8 +289,13 @@ pub struct ConnCtx {
     /// `peer.ip()` rendered once, for `x-forwarded-for`.
     pub peer_value: http::HeaderValue,
     pub local: SocketAddr,
-    /// The listener's port as configured (port 0 in config stays 0 here).
+    /// The listener's port as configured (port 0 in config stays 0 here); for a sidecar's
+    /// connections, the original destination's port.
     pub port: u16,
+    pub side: Side,
+    /// A captured connection's original destination, and as an authority for ORIGINAL_DST
+    /// clusters (rendered once per connection).
+    pub original_dst: Option<(SocketAddr, http::uri::Authority)>,
     framing_violation: Arc<AtomicBool>,
 }
 
@@ -305,8 +311,20 @@ impl ConnCtx {
             peer_value: crate::pipeline::forwarding_headers::ip_header_value(peer.ip()),
             local,
             port,
+            side: Side::Gateway,
+            original_dst: None,
             framing_violation,
         }
+    }
+
+    /// A sidecar connection: `side`, headed to `dst` (its port is the connection's port).
+    pub fn captured(mut self, side: Side, dst: SocketAddr) -> Self {
+        self.side = side;
+        self.port = dst.port();
+        // Policies' `destination.ip`/`.port` are where the caller was headed, not 15006.
+        self.local = dst;
+        self.original_dst = crate::downstream::destination::authority_of(dst).map(|a| (dst, a));
+        self
     }
 
     /// True once if the connection's first request head carried both Content-Length and

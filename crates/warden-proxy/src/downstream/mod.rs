@@ -2,7 +2,9 @@
 //! fast path and its framing checks, and the trusted client address.
 
 pub(crate) mod buffer_pool;
+pub(crate) mod captured;
 pub mod client_addr;
+pub mod destination;
 pub(crate) mod fast_h1;
 pub(crate) mod framing_guard;
 pub(crate) mod listen;

@@ -84,9 +84,15 @@ async fn run(
     stop: StopSignal,
     connect_timeout: Duration,
 ) {
+    // A sidecar's inbound passthrough connects from 127.0.0.6.
+    let source = shared
+        .identity
+        .sidecar
+        .is_some()
+        .then_some(crate::control::snapshot::INBOUND_SOURCE);
     let worker = Arc::new(WorkerCtx {
         shared,
-        upstream: UpstreamClients::new(connect_timeout),
+        upstream: UpstreamClients::new(connect_timeout, source),
     });
     // Ends with the runtime, after the accept loops have drained.
     let sweeping = worker.clone();
@@ -256,6 +262,23 @@ async fn accept_loop(
                         let w = worker.clone();
                         tokio::spawn(async move {
                             tcp_proxy::proxy(stream, port, &w, connect_timeout).await;
+                            drop(guard);
+                        });
+                    }
+                    ListenerProtocol::Captured => {
+                        let captured = crate::downstream::captured::Captured {
+                            side: spec.side,
+                            peer,
+                            worker: worker.clone(),
+                            hyper: builder.clone(),
+                            watcher: served.http.watcher(),
+                            stop: served.fast.subscribe(),
+                            max_head: MAX_HEADER_BYTES,
+                            connect_timeout,
+                        };
+                        let guard = ActiveConn::new(worker.shared.clone(), Some(served.tcp.subscribe()));
+                        tokio::spawn(async move {
+                            crate::downstream::captured::serve(stream, captured).await;
                             drop(guard);
                         });
                     }

@@ -117,6 +117,11 @@ pub struct Forwarding<'a> {
     keep_proto: bool,
     /// Drawn once: every attempt of a retried request carries the same generated id.
     request_id: [u8; 16],
+    /// Whether the peer is appended to `x-forwarded-for`: not by a sidecar's outbound side,
+    /// whose peer is its own app (Envoy's `use_remote_address: false`).
+    append_peer: bool,
+    /// Whether `x-envoy-external-address` is set: at the edge only (a gateway).
+    edge: bool,
 }
 
 /// Which forwarding headers the request brought, as [`Forwarding::keeps_line`] saw them.
@@ -140,11 +145,47 @@ impl<'a> Forwarding<'a> {
             external: (client != peer).then_some(client),
             keep_proto: num_trusted_proxies > 0,
             request_id: fastrand::u128(..).to_le_bytes(),
+            append_peer: true,
+            edge: true,
         }
+    }
+
+    /// The headers as the proxy on `side` of a connection adds them: a gateway adds all of
+    /// them; a sidecar's inbound side appends the caller to `x-forwarded-for`; its outbound
+    /// side only sets `x-forwarded-proto` and `x-request-id`.
+    pub fn on_side(mut self, side: crate::downstream::destination::Side) -> Self {
+        use crate::downstream::destination::Side;
+        self.edge = side == Side::Gateway;
+        self.append_peer = side != Side::Outbound;
+        self
     }
 
     /// Add the headers to `headers`.
     pub fn apply(&self, headers: &mut HeaderMap) {
+        if self.append_peer {
+            self.append_xff(headers);
+        }
+        if !self.keep_proto || !headers.contains_key(&X_FORWARDED_PROTO) {
+            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+        }
+        headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
+            let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            HeaderValue::from_str(request_id_text(self.request_id, &mut buf))
+                .unwrap_or_else(|_| HeaderValue::from_static("0"))
+        });
+        if !self.edge {
+            return;
+        }
+        let external = match self.external {
+            None => Some(self.peer.clone()),
+            Some(client) => HeaderValue::from_str(&client.to_string()).ok(),
+        };
+        if let Some(external) = external {
+            headers.insert(X_ENVOY_EXTERNAL_ADDRESS.clone(), external);
+        }
+    }
+
+    fn append_xff(&self, headers: &mut HeaderMap) {
         let mut incoming = headers
             .get_all(&X_FORWARDED_FOR)
             .iter()
@@ -167,21 +208,6 @@ impl<'a> Forwarding<'a> {
         if let Some(xff) = xff {
             headers.insert(X_FORWARDED_FOR.clone(), xff);
         }
-        if !self.keep_proto || !headers.contains_key(&X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
-        }
-        headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
-            let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-            HeaderValue::from_str(request_id_text(self.request_id, &mut buf))
-                .unwrap_or_else(|_| HeaderValue::from_static("0"))
-        });
-        let external = match self.external {
-            None => Some(self.peer.clone()),
-            Some(client) => HeaderValue::from_str(&client.to_string()).ok(),
-        };
-        if let Some(external) = external {
-            headers.insert(X_ENVOY_EXTERNAL_ADDRESS.clone(), external);
-        }
     }
 
     /// Whether the encoder writes one of the request's own lines as it is; the ones it leaves
@@ -190,7 +216,7 @@ impl<'a> Forwarding<'a> {
     pub fn keeps_line(&self, name: &[u8], seen: &mut SeenForwarding) -> bool {
         if name == X_FORWARDED_FOR.as_str().as_bytes() {
             seen.xff = true;
-            false
+            !self.append_peer
         } else if name == X_FORWARDED_PROTO.as_str().as_bytes() {
             seen.proto = true;
             self.keep_proto
@@ -198,7 +224,7 @@ impl<'a> Forwarding<'a> {
             seen.request_id = true;
             true
         } else {
-            name != X_ENVOY_EXTERNAL_ADDRESS.as_str().as_bytes()
+            !self.edge || name != X_ENVOY_EXTERNAL_ADDRESS.as_str().as_bytes()
         }
     }
 
@@ -211,17 +237,19 @@ impl<'a> Forwarding<'a> {
         xff: impl Iterator<Item = &'x [u8]>,
         seen: &SeenForwarding,
     ) {
-        out.extend_from_slice(b"x-forwarded-for: ");
-        if seen.xff {
-            for value in xff {
-                if !value.is_empty() {
-                    out.extend_from_slice(value);
-                    out.extend_from_slice(b", ");
+        if self.append_peer {
+            out.extend_from_slice(b"x-forwarded-for: ");
+            if seen.xff {
+                for value in xff {
+                    if !value.is_empty() {
+                        out.extend_from_slice(value);
+                        out.extend_from_slice(b", ");
+                    }
                 }
             }
+            out.extend_from_slice(self.peer.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(self.peer.as_bytes());
-        out.extend_from_slice(b"\r\n");
         if !(self.keep_proto && seen.proto) {
             out.extend_from_slice(b"x-forwarded-proto: http\r\n");
         }
@@ -230,6 +258,9 @@ impl<'a> Forwarding<'a> {
             out.extend_from_slice(b"x-request-id: ");
             out.extend_from_slice(request_id_text(self.request_id, &mut buf).as_bytes());
             out.extend_from_slice(b"\r\n");
+        }
+        if !self.edge {
+            return;
         }
         out.extend_from_slice(b"x-envoy-external-address: ");
         match self.external {

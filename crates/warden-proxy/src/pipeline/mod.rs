@@ -20,7 +20,7 @@ pub mod matcher;
 pub mod routing;
 
 use crate::control::access_log::{now_rfc3339, Entry};
-use crate::control::snapshot::{PortRoutes, ProxyIdentity, Snapshot};
+use crate::control::snapshot::{ProxyIdentity, Snapshot};
 use crate::control::state::{ConnCtx, Shared, WorkerCtx};
 use crate::downstream::client_addr::trusted_client_addr;
 use crate::pipeline::filters::authz::{self, AuthzFilter};
@@ -437,10 +437,12 @@ fn authority_of<'a>(parts: &'a http::request::Parts, lines: Option<&'a RequestLi
 }
 
 /// Stage 2: the VirtualService route (first match wins); `None` answers 404 `NR`.
-fn find_route<'s>(snapshot: &'s Snapshot, attrs: &RequestAttrs<'_>) -> Option<&'s Arc<Route>> {
-    let Some(PortRoutes::Http(table)) = snapshot.routes_for_port(attrs.port) else {
-        return None;
-    };
+fn find_route<'s>(
+    snapshot: &'s Snapshot,
+    conn: &ConnCtx,
+    attrs: &RequestAttrs<'_>,
+) -> Option<&'s Arc<Route>> {
+    let table = snapshot.http_routes(conn)?;
     table.find(&RouteInput {
         method: attrs.method,
         host: host_of(attrs.authority),
@@ -598,6 +600,7 @@ fn outgoing<'a>(
         lines,
         forwarding,
         body,
+        original_dst: None,
     }
 }
 
@@ -674,14 +677,14 @@ fn decide(
     }
 
     // 2. route
-    let Some(route) = find_route(snapshot, &attrs) else {
+    let Some(route) = find_route(snapshot, conn, &attrs) else {
         return Decided::Now(local(LocalReply::no_route(), outcome), None);
     };
     outcome.route = Some(route.clone());
     let route = route.clone();
 
     // 3-4. synchronous policies
-    let filters = &snapshot.filters;
+    let filters = snapshot.filters_for(conn.side);
     let passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
         Policies::Pass(passed) => passed,
         Policies::Reply(reply, limit_headers) => return Decided::Now(reply, limit_headers),
@@ -725,7 +728,7 @@ async fn act(
     let shared = &*worker.shared;
     let mut limit_headers = None;
     let response = 'stages: {
-        let filters = &snapshot.filters;
+        let filters = snapshot.filters_for(conn.side);
         let route = &waiting.route;
         let SyncPass {
             mut local_limit_headers,
@@ -789,22 +792,25 @@ async fn act(
                     &conn.peer_value,
                     client_ip,
                     shared.num_trusted_proxies,
-                );
+                )
+                .on_side(conn.side);
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
+                let mut request = outgoing(
+                    waiting.parts,
+                    waiting.lines,
+                    waiting.body,
+                    forwarding,
+                    extra_request_headers,
+                    route,
+                    target,
+                );
+                request.original_dst = conn.original_dst.as_ref().map(|(_, a)| a);
                 let upstream = forward_boxed(
                     &worker.upstream,
                     &shared.metrics,
                     target,
-                    outgoing(
-                        waiting.parts,
-                        waiting.lines,
-                        waiting.body,
-                        forwarding,
-                        extra_request_headers,
-                        route,
-                        target,
-                    ),
+                    request,
                     *timeout,
                     retries,
                 );

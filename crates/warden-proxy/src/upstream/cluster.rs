@@ -60,6 +60,12 @@ pub struct Cluster {
     pub max_requests: u32,
     /// `maxRequestsPerConnection` / `idleTimeout`, applied by the HTTP/1.1 pool.
     pub reuse: ReuseLimits,
+    /// Envoy's ORIGINAL_DST: no endpoints of its own, each request goes where its captured
+    /// connection was headed (a sidecar's passthrough and inbound clusters).
+    pub original_dst: bool,
+    /// The local address upstream connections are made from (`127.0.0.6` for a sidecar's
+    /// inbound passthrough, which capture rules let through).
+    pub source: Option<std::net::IpAddr>,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -108,6 +114,8 @@ impl Cluster {
             protocol,
             max_requests,
             reuse: ReuseLimits::default(),
+            original_dst: false,
+            source: None,
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }
@@ -116,6 +124,20 @@ impl Cluster {
     pub fn with_reuse(mut self, reuse: ReuseLimits) -> Self {
         self.reuse = reuse;
         self
+    }
+
+    /// An ORIGINAL_DST cluster, connecting from `source` when given.
+    pub fn original_dst(name: String, source: Option<std::net::IpAddr>) -> Self {
+        let mut c = Cluster::new(
+            name,
+            Vec::new(),
+            LbPolicy::RoundRobin,
+            UpstreamProtocol::Http1,
+            u32::MAX,
+        );
+        c.original_dst = true;
+        c.source = source;
+        c
     }
 
     /// Choose an endpoint; `exclude` (an endpoint index) is avoided on retries when possible.

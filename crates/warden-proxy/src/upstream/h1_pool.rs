@@ -18,6 +18,7 @@
 //! timeout is dropped when a checkout or a sweep comes across it.
 
 use crate::upstream::body::ProxyBody;
+use crate::upstream::connect::{connect, ConnectError};
 use crate::upstream::h1_exchange::{self, BodylessRequest, ExchangeError, Home, LeanConn};
 use bytes::Bytes;
 use http::uri::Authority;
@@ -288,6 +289,8 @@ pub struct H1Pool {
     hyper: Conns<SendRequest<ProxyBody>>,
     lean: Arc<LeanConns>,
     connect_timeout: Duration,
+    /// The local address connections are made from, when not the kernel's choice.
+    source: Option<std::net::IpAddr>,
 }
 
 /// Whether a request goes over a lean connection ([`H1Pool::send_bodyless`]).
@@ -312,6 +315,15 @@ impl H1Pool {
             hyper: Conns::new(),
             lean: Arc::new(Conns::new()),
             connect_timeout,
+            source: None,
+        }
+    }
+
+    /// A pool whose connections are made from `source`.
+    pub fn with_source(connect_timeout: Duration, source: std::net::IpAddr) -> Self {
+        H1Pool {
+            source: Some(source),
+            ..H1Pool::new(connect_timeout)
         }
     }
 
@@ -402,14 +414,12 @@ impl H1Pool {
     }
 
     async fn connect(&self, endpoint: &Authority) -> Result<TcpStream, H1Error> {
-        let addr = (endpoint.host(), endpoint.port_u16().unwrap_or(80));
-        let stream =
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return Err(H1Error::Connect(endpoint.clone(), e)),
-                Err(_) => return Err(H1Error::ConnectTimeout(endpoint.clone())),
-            };
-        let _ = stream.set_nodelay(true);
+        let port = endpoint.port_u16().unwrap_or(80);
+        let stream = match connect(endpoint.host(), port, self.source, self.connect_timeout).await {
+            Ok(s) => s,
+            Err(ConnectError::Io(e)) => return Err(H1Error::Connect(endpoint.clone(), e)),
+            Err(ConnectError::Timeout) => return Err(H1Error::ConnectTimeout(endpoint.clone())),
+        };
         let _ = SockRef::from(&stream)
             .set_tcp_keepalive(&TcpKeepalive::new().with_time(Duration::from_secs(60)));
         Ok(stream)

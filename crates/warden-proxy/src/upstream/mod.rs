@@ -3,6 +3,7 @@
 
 pub mod body;
 pub mod cluster;
+pub mod connect;
 pub mod h1_exchange;
 pub mod h1_pool;
 pub(crate) mod tcp_proxy;
@@ -30,28 +31,61 @@ use warden_http1::request_lines::RequestLines;
 pub struct UpstreamClients {
     h1: H1Pool,
     h2: Client<HttpConnector, ProxyBody>,
+    /// Those of clusters that connect from a fixed local address (a sidecar's inbound
+    /// passthrough from 127.0.0.6): their own pools, since a connection's source is part of
+    /// what it is.
+    sourced: Option<(std::net::IpAddr, H1Pool, Client<HttpConnector, ProxyBody>)>,
+}
+
+fn h2_client(
+    connect_timeout: Duration,
+    source: Option<std::net::IpAddr>,
+) -> Client<HttpConnector, ProxyBody> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_keepalive(Some(Duration::from_secs(60)));
+    connector.set_local_address(source);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60));
+    builder.http2_only(true).build(connector)
 }
 
 impl UpstreamClients {
-    pub fn new(connect_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60));
-        let h2 = builder.http2_only(true).build(connector);
+    /// `source`: the local address of the clusters that have one (at most one is used).
+    pub fn new(connect_timeout: Duration, source: Option<std::net::IpAddr>) -> Self {
         UpstreamClients {
             h1: H1Pool::new(connect_timeout),
-            h2,
+            h2: h2_client(connect_timeout, None),
+            sourced: source.map(|ip| {
+                (
+                    ip,
+                    H1Pool::with_source(connect_timeout, ip),
+                    h2_client(connect_timeout, Some(ip)),
+                )
+            }),
+        }
+    }
+
+    /// The pools a cluster's requests use.
+    fn for_cluster(
+        &self,
+        cluster: &crate::upstream::cluster::Cluster,
+    ) -> (&H1Pool, &Client<HttpConnector, ProxyBody>) {
+        match (&self.sourced, cluster.source) {
+            (Some((ip, h1, h2)), Some(want)) if *ip == want => (h1, h2),
+            _ => (&self.h1, &self.h2),
         }
     }
 
     /// Close HTTP/1.1 connections unused since the previous call; call it periodically.
     pub fn sweep_idle(&self) {
         self.h1.sweep();
+        if let Some((_, h1, _)) = &self.sourced {
+            h1.sweep();
+        }
     }
 }
 
@@ -105,6 +139,8 @@ pub struct Outgoing<'a> {
     /// The forwarding headers when they are not in `parts` yet.
     pub forwarding: Option<Forwarding<'a>>,
     pub body: ProxyBody,
+    /// Where the captured connection was headed: the endpoint of ORIGINAL_DST clusters.
+    pub original_dst: Option<&'a http::uri::Authority>,
 }
 
 /// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
@@ -122,6 +158,7 @@ async fn forward(
         lines,
         forwarding,
         body,
+        original_dst,
     } = outgoing;
     let attempts = async {
         let replayable = retries.attempts > 0 && http_body::Body::is_end_stream(&body);
@@ -136,7 +173,10 @@ async fn forward(
                     forwarding: forwarding.as_ref(),
                 },
                 body,
-                None,
+                Pick {
+                    exclude: None,
+                    original_dst,
+                },
                 retries.per_try_timeout,
             )
             .await;
@@ -154,7 +194,10 @@ async fn forward(
                     forwarding: forwarding.as_ref(),
                 },
                 ProxyBody::Empty,
-                exclude,
+                Pick {
+                    exclude,
+                    original_dst,
+                },
                 retries.per_try_timeout,
             )
             .await
@@ -255,6 +298,13 @@ impl Head<'_> {
     }
 }
 
+/// How an attempt chooses its endpoint: avoiding the one that failed (retries), or the
+/// captured connection's destination (ORIGINAL_DST clusters).
+struct Pick<'a> {
+    exclude: Option<usize>,
+    original_dst: Option<&'a http::uri::Authority>,
+}
+
 /// A client's error as an attempt's failure: a connect failure or anything else.
 fn send_error(is_connect: bool, e: impl std::fmt::Display) -> SendError {
     match is_connect {
@@ -272,21 +322,35 @@ async fn attempt(
     target: &WeightedCluster,
     head: Head<'_>,
     body: ProxyBody,
-    exclude: Option<usize>,
+    pick: Pick<'_>,
     per_try_timeout: Option<Duration>,
 ) -> Result<Upstreamed, ForwardFailure> {
+    let Pick {
+        exclude,
+        original_dst,
+    } = pick;
     let cluster = &target.cluster;
-    let (_, lease) = cluster.pick(exclude).map_err(|e| match e {
-        PickError::NoHealthyUpstream => {
+    let (h1, h2) = clients.for_cluster(cluster);
+    let (endpoint, lease) = match (cluster.original_dst, original_dst) {
+        (true, Some(dst)) => (dst.clone(), None),
+        (true, None) => {
             metrics.upstream_error("no_healthy");
-            fail(LocalReply::no_healthy_upstream(), None)
+            return Err(fail(LocalReply::no_healthy_upstream(), None));
         }
-        PickError::Overflow => {
-            metrics.upstream_error("overflow");
-            fail(LocalReply::overflow(), None)
+        (false, _) => {
+            let (_, lease) = cluster.pick(exclude).map_err(|e| match e {
+                PickError::NoHealthyUpstream => {
+                    metrics.upstream_error("no_healthy");
+                    fail(LocalReply::no_healthy_upstream(), None)
+                }
+                PickError::Overflow => {
+                    metrics.upstream_error("overflow");
+                    fail(LocalReply::overflow(), None)
+                }
+            })?;
+            (lease.endpoint().authority.clone(), Some(lease))
         }
-    })?;
-    let endpoint = lease.endpoint().authority.clone();
+    };
     let sent = async {
         let path = head
             .get()
@@ -295,8 +359,7 @@ async fn attempt(
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         match cluster.protocol {
-            UpstreamProtocol::Http1 if bodyless(head.get(), &body) => clients
-                .h1
+            UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
                     &endpoint,
                     &cluster.reuse,
@@ -316,13 +379,9 @@ async fn attempt(
                 // Boxed, as the h2 branch below: hyper's client futures are over a kilobyte,
                 // and inline they sized every request's `forward` future (3464 bytes, 2344
                 // without them), which is copied into its box on every request.
-                Box::pin(clients.h1.send(
-                    &endpoint,
-                    &cluster.reuse,
-                    Request::from_parts(parts, body),
-                ))
-                .await
-                .map_err(|e| send_error(e.is_connect(), e))
+                Box::pin(h1.send(&endpoint, &cluster.reuse, Request::from_parts(parts, body)))
+                    .await
+                    .map_err(|e| send_error(e.is_connect(), e))
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
@@ -332,7 +391,7 @@ async fn attempt(
                 uri.path_and_query = Some(path);
                 parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
                 parts.version = Version::HTTP_2;
-                Box::pin(clients.h2.request(Request::from_parts(parts, body)))
+                Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await
                     .map(|r| r.map(ProxyBody::Streamed))
                     .map_err(|e| send_error(e.is_connect(), e))

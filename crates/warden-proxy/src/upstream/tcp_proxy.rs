@@ -1,52 +1,125 @@
-//! `protocol: TCP` servers: pick the VirtualService tcp route's cluster, connect, and copy both
-//! ways; EOF on one side is forwarded as a write shutdown (half-close) to the other.
-//! Before that, the L4 policies: the local connection limit on accept, then authorization on
-//! the first byte (Envoy's network RBAC); a refused connection is closed with nothing written.
+//! TCP routes: pick the route's cluster, connect, and copy both ways; EOF on one side is
+//! forwarded as a write shutdown (half-close) to the other. Before that, the L4 policies: the
+//! local connection limit on accept, then authorization on the first byte (Envoy's network
+//! RBAC); a refused connection is closed with nothing written. Serves a gateway's
+//! `protocol: TCP` servers and a sidecar's TCP destinations.
 
 use crate::control::metrics::Metrics;
-use crate::control::snapshot::PortRoutes;
+use crate::control::snapshot::{PortRoutes, TcpRoute};
 use crate::control::state::WorkerCtx;
+use crate::downstream::destination::Side;
 use crate::pipeline::Filters;
+use crate::upstream::connect::{connect, ConnectError};
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-pub async fn proxy(
-    mut inbound: TcpStream,
+/// A gateway TCP server's connection on `port`.
+pub async fn proxy(inbound: TcpStream, port: u16, worker: &WorkerCtx, connect_timeout: Duration) {
+    let snapshot = worker.shared.snapshot.load_full();
+    let Some(PortRoutes::Tcp(Some(route))) = snapshot.routes_for_port(port) else {
+        worker.shared.metrics.tcp_connections.inc();
+        tracing::debug!(port, "no tcp route; closing");
+        return;
+    };
+    let local = match inbound.local_addr() {
+        Ok(l) => l,
+        Err(_) => return,
+    };
+    serve(
+        inbound,
+        route,
+        Target {
+            port,
+            local,
+            original_dst: None,
+            filters: snapshot.filters_for(Side::Gateway),
+        },
+        worker,
+        connect_timeout,
+    )
+    .await;
+}
+
+/// A sidecar's TCP connection headed to `dst`, on `route`. Inbound ones go through the
+/// policies (as `dst`'s port); outbound ones have none.
+pub async fn proxy_route(
+    inbound: TcpStream,
+    route: &TcpRoute,
+    dst: SocketAddr,
+    side: Side,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) {
+    let snapshot = worker.shared.snapshot.load_full();
+    serve(
+        inbound,
+        route,
+        Target {
+            port: dst.port(),
+            local: dst,
+            original_dst: Some(dst),
+            filters: snapshot.filters_for(side),
+        },
+        worker,
+        connect_timeout,
+    )
+    .await;
+}
+
+/// Where a connection was headed, as the policies see it.
+struct Target<'a> {
     port: u16,
+    local: SocketAddr,
+    original_dst: Option<SocketAddr>,
+    filters: &'a Filters,
+}
+
+async fn serve(
+    mut inbound: TcpStream,
+    route: &TcpRoute,
+    target: Target<'_>,
     worker: &WorkerCtx,
     connect_timeout: Duration,
 ) {
     let shared = &*worker.shared;
     shared.metrics.tcp_connections.inc();
-    let snapshot = shared.snapshot.load_full();
-    if !admitted(&inbound, port, &snapshot.filters, &shared.metrics).await {
+    if !admitted(&inbound, &target, &shared.metrics).await {
         return;
     }
-    let Some(PortRoutes::Tcp(Some(route))) = snapshot.routes_for_port(port) else {
-        tracing::debug!(port, "no tcp route; closing");
-        return;
-    };
     let Some(cluster) = route.pick_cluster() else {
         return;
     };
-    let Ok((_, lease)) = cluster.pick(None) else {
-        shared.metrics.upstream_error("no_healthy");
-        return;
+    let picked;
+    let (host, port) = match (cluster.original_dst, target.original_dst) {
+        (true, Some(dst)) => {
+            picked = dst.ip().to_string();
+            (picked.as_str(), dst.port())
+        }
+        (true, None) => return,
+        (false, _) => {
+            let Ok((_, lease)) = cluster.pick(None) else {
+                shared.metrics.upstream_error("no_healthy");
+                return;
+            };
+            let authority = lease.endpoint().authority.clone();
+            drop(lease);
+            picked = authority.host().to_owned();
+            (picked.as_str(), authority.port_u16().unwrap_or(80))
+        }
     };
-    let target = lease.endpoint().authority.as_str();
-    let outbound = match tokio::time::timeout(connect_timeout, TcpStream::connect(target)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, upstream = target, "tcp upstream connect failed");
+    let outbound = match connect(host, port, cluster.source, connect_timeout).await {
+        Ok(s) => s,
+        Err(ConnectError::Io(e)) => {
+            tracing::debug!(error = %e, upstream = host, port, "tcp upstream connect failed");
             shared.metrics.upstream_error("connect");
             return;
         }
-        Err(_) => {
+        Err(ConnectError::Timeout) => {
             shared.metrics.upstream_error("timeout");
             return;
         }
     };
-    let _ = outbound.set_nodelay(true);
     let mut outbound = outbound;
     if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
         tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
@@ -54,16 +127,17 @@ pub async fn proxy(
 }
 
 /// The L4 policy stages. False: drop the connection without writing.
-async fn admitted(inbound: &TcpStream, port: u16, filters: &Filters, metrics: &Metrics) -> bool {
+async fn admitted(inbound: &TcpStream, target: &Target<'_>, metrics: &Metrics) -> bool {
+    let filters = target.filters;
     if filters.local_rate_limit.is_none() && filters.authz.is_none() {
         return true;
     }
-    let (Ok(peer), Ok(local)) = (inbound.peer_addr(), inbound.local_addr()) else {
+    let Ok(peer) = inbound.peer_addr() else {
         return false;
     };
     if let Some(limiter) = &filters.local_rate_limit {
-        if !limiter.admit_connection(port, peer.ip()) {
-            tracing::debug!(%peer, port, "connection over the local limit; closing");
+        if !limiter.admit_connection(target.port, peer.ip()) {
+            tracing::debug!(%peer, port = target.port, "connection over the local limit; closing");
             return false;
         }
     }
@@ -74,7 +148,7 @@ async fn admitted(inbound: &TcpStream, port: u16, filters: &Filters, metrics: &M
             Ok(n) if n > 0 => {}
             _ => return false,
         }
-        return authz.check_tcp(peer.ip(), local, metrics);
+        return authz.check_tcp(peer.ip(), target.local, metrics);
     }
     true
 }

@@ -21,11 +21,19 @@ use warden_config::hosts::server_host_admits;
 use warden_config::kinds::virtual_service::{HttpRoute, VirtualService};
 use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
 
-/// The proxy's own identity, used by policies with workload selectors.
+mod sidecar;
+pub use sidecar::{Outbound, PortProtocol, SidecarRoutes, SidecarSettings, INBOUND_SOURCE};
+
+/// The proxy's own identity, used by policies with workload selectors, and its role.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ProxyIdentity {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
+    /// A sidecar's pod addresses (which registry endpoints are this pod) and service account.
+    pub pod_ips: Vec<std::net::IpAddr>,
+    pub service_account: Option<String>,
+    /// `None`: an ingress gateway serving Gateway ports.
+    pub sidecar: Option<SidecarSettings>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -33,14 +41,18 @@ pub enum ListenerProtocol {
     /// HTTP/1.1 and h2c on the same port.
     Http,
     Tcp,
+    /// A sidecar's outbound or inbound listener: HTTP or TCP per connection, by where it was
+    /// headed.
+    Captured,
 }
 
-/// A port some Gateway server asks for.
+/// A port some Gateway server asks for, or one of a sidecar's two listeners.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ListenerSpec {
     pub name: String,
     pub port: u16,
     pub protocol: ListenerProtocol,
+    pub side: crate::downstream::destination::Side,
 }
 
 #[derive(Debug)]
@@ -82,6 +94,10 @@ pub struct Snapshot {
     pub config: ConfigSet,
     pub warnings: Vec<Problem>,
     pub identity: ProxyIdentity,
+    /// A sidecar's outbound and inbound routes (its `listeners` are its two ports).
+    pub sidecar: Option<SidecarRoutes>,
+    /// The (no) policies of a sidecar's outbound side: Istio applies them inbound.
+    no_filters: Filters,
     /// Whether a route or a policy stage reads request headers other than `Host`; see
     /// [`Snapshot::reads_request_headers`].
     reads_request_headers: bool,
@@ -102,6 +118,31 @@ impl Snapshot {
         self.ports.get(i)
     }
 
+    /// The HTTP routes of a connection: its Gateway port's, or for a sidecar those of the
+    /// original destination's port (outbound) or the inbound ones.
+    pub fn http_routes(&self, conn: &crate::control::state::ConnCtx) -> Option<&RouteTable> {
+        use crate::downstream::destination::Side;
+        let routes = match (conn.side, &self.sidecar) {
+            (Side::Gateway, _) => self.routes_for_port(conn.port),
+            (Side::Outbound, Some(s)) => s.outbound_http(conn.port),
+            (Side::Inbound, Some(s)) => Some(&s.inbound_http),
+            (_, None) => None,
+        };
+        match routes {
+            Some(PortRoutes::Http(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The policy stages a connection's requests go through: none on a sidecar's outbound
+    /// side (Istio enforces AuthorizationPolicy and rate limits where requests arrive).
+    pub fn filters_for(&self, side: crate::downstream::destination::Side) -> &Filters {
+        match side {
+            crate::downstream::destination::Side::Outbound => &self.no_filters,
+            _ => &self.filters,
+        }
+    }
+
     /// Compile a loaded config. `previous` lets engines adopt state (limiter buckets) that must
     /// survive a reload.
     pub fn build(
@@ -115,12 +156,19 @@ impl Snapshot {
             warnings: loaded.warnings.clone(),
             clusters: BTreeMap::new(),
         };
-        let listeners = b.listeners();
+        let (listeners, sidecar) = match &identity.sidecar {
+            None => (b.listeners(), None),
+            Some(settings) => (
+                settings.listeners(),
+                Some(SidecarRoutes::build(&mut b, identity, settings)),
+            ),
+        };
         let mut ports = Vec::with_capacity(listeners.len());
         for l in &listeners {
             ports.push(match l.protocol {
                 ListenerProtocol::Http => PortRoutes::Http(b.http_routes(l.port)),
                 ListenerProtocol::Tcp => PortRoutes::Tcp(b.tcp_route(l.port)),
+                ListenerProtocol::Captured => PortRoutes::Tcp(None),
             });
         }
         let filters = match Filters::build(&loaded.set, identity, previous.map(|p| &p.filters)) {
@@ -137,6 +185,7 @@ impl Snapshot {
         let warnings = b.warnings;
         let reads_request_headers = ports
             .iter()
+            .chain(sidecar.iter().flat_map(SidecarRoutes::http_tables))
             .any(|p| matches!(p, PortRoutes::Http(t) if t.matches_headers()))
             || filters.reads_request_headers();
         Ok(Snapshot {
@@ -148,6 +197,8 @@ impl Snapshot {
             config: loaded.set,
             warnings,
             identity: identity.clone(),
+            sidecar,
+            no_filters: Filters::default(),
         })
     }
 }
@@ -247,6 +298,7 @@ impl Builder<'_> {
                     name,
                     port,
                     protocol,
+                    side: crate::downstream::destination::Side::Gateway,
                 });
             }
         }
@@ -523,11 +575,8 @@ impl Builder<'_> {
         port: Option<u16>,
     ) -> Option<Arc<Cluster>> {
         let set = self.set;
-        let Some(se) = set
-            .service_entries
-            .iter()
-            .find(|se| se.spec.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
-        else {
+        let ns = vs.metadata.namespace_or_default();
+        let Some(se) = set.service_in(host, ns) else {
             // Istio sends traffic for unknown hosts nowhere: 503 "no healthy upstream".
             self.warn(
                 vs,
@@ -557,6 +606,17 @@ impl Builder<'_> {
             );
             return None;
         };
+        let host = warden_config::mesh_registry::expand_host(host, ns);
+        self.service_cluster(se, &host, svc_port)
+    }
+
+    /// The cluster `outbound|PORT||HOST` of a registry service's port, built once.
+    fn service_cluster(
+        &mut self,
+        se: &Doc<ServiceEntry>,
+        host: &str,
+        svc_port: &warden_config::kinds::service_entry::ServicePort,
+    ) -> Option<Arc<Cluster>> {
         let name = format!("outbound|{}||{}", svc_port.number, host);
         if let Some(c) = self.clusters.get(&name) {
             return Some(c.clone());
@@ -629,11 +689,7 @@ impl Builder<'_> {
                 Err(_) => self.error(se, "spec.hosts".into(), format!("invalid host {host:?}")),
             }
         }
-        let dr = self
-            .set
-            .destination_rules
-            .iter()
-            .find(|d| d.spec.host.eq_ignore_ascii_case(host));
+        let dr = self.set.destination_rule_for_host(host);
         let policy = dr.and_then(|d| d.spec.traffic_policy.as_ref());
         let lb = match policy
             .and_then(|p| p.load_balancer.as_ref())
