@@ -25,12 +25,14 @@ pub enum Outcome {
     NotInstalled,
 }
 
-/// One family's result: what happened and the changes made (empty when none were).
+/// One family's result: what happened, the changes made (empty when none were) and how many
+/// capture rules the table holds now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub family: Family,
     pub outcome: Outcome,
     pub ops: Vec<Op>,
+    pub rules: usize,
 }
 
 /// The three tools of one family, found.
@@ -107,7 +109,8 @@ pub fn install(runner: &dyn Runner, cfg: &CaptureConfig) -> Result<Vec<Applied>,
     let mut results = Vec::new();
     for (family, tools) in found {
         let saved = read_with(runner, &tools, family)?;
-        let ops = plan_install(&saved, &capture_rules(cfg, family));
+        let desired = capture_rules(cfg, family);
+        let ops = plan_install(&saved, &desired);
         let outcome = if ops.is_empty() {
             Outcome::Unchanged
         } else if saved.has_chain(ISTIO_OUTPUT) {
@@ -122,6 +125,7 @@ pub fn install(runner: &dyn Runner, cfg: &CaptureConfig) -> Result<Vec<Applied>,
             family,
             outcome,
             ops,
+            rules: desired.len(),
         });
     }
     Ok(results)
@@ -161,6 +165,7 @@ pub fn clean(runner: &dyn Runner, ipv6: bool) -> Result<Vec<Applied>, CaptureErr
             family,
             outcome,
             ops,
+            rules: 0,
         });
     }
     Ok(results)

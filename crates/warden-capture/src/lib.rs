@@ -102,26 +102,25 @@ fn removal_summary(ops: &[Op]) -> &'static str {
 
 /// One line per family for the person who ran the command.
 fn report(applied: &Applied) -> String {
-    let appended = applied
-        .ops
-        .iter()
-        .filter(|op| matches!(op, Op::Append(_)))
-        .count();
+    let (rules, ops) = (applied.rules, &applied.ops);
     let what = match applied.outcome {
-        Outcome::Installed => format!("installed {appended} nat rules"),
-        Outcome::Replaced => format!("replaced the previous capture rules ({appended} nat rules)"),
-        Outcome::Unchanged => {
-            "the same capture rules are already installed, nothing changed".into()
-        }
-        Outcome::Removed => format!(
-            "removed {} jump rules and chains {}",
-            applied
-                .ops
+        Outcome::Installed => format!("installed {rules} nat rules"),
+        Outcome::Replaced => format!("replaced the previous capture rules ({rules} nat rules)"),
+        Outcome::Unchanged => format!("the same {rules} capture rules are already installed"),
+        Outcome::Removed => {
+            let chains: Vec<&str> = ops
                 .iter()
-                .filter(|op| matches!(op, Op::Delete(_)))
-                .count(),
-            CHAINS.join(", ")
-        ),
+                .filter_map(|op| match op {
+                    Op::DeleteChain(_, chain) => Some(chain.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let jumps = ops.iter().filter(|op| matches!(op, Op::Delete(_))).count();
+            format!(
+                "removed {jumps} jump rules and chains {}",
+                chains.join(", ")
+            )
+        }
         Outcome::NotInstalled => "capture is not installed, nothing to remove".into(),
     };
     format!(

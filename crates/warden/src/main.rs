@@ -50,6 +50,8 @@ enum Command {
     Load(warden_load::cli::LoadArgs),
     /// HTTP (h1 + h2c) and TCP echo server.
     Echo(warden_load::cli::EchoArgs),
+    /// Install (or --clean) the sidecar's transparent-capture iptables rules in the current network namespace
+    Capture(warden_capture::CaptureArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         Command::RatelimitConfig(args) => warden_proxy::cli::run_ratelimit_config(args),
         Command::Load(args) => warden_load::cli::run_load(args),
         Command::Echo(args) => warden_load::cli::run_echo(args),
+        Command::Capture(args) => warden_capture::run(args),
     };
     match result {
         Ok(code) => code,
