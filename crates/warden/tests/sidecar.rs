@@ -107,7 +107,8 @@ impl Pod {
             .expect("warden capture");
         assert!(out.status.success());
         let mut c = self.ns.command_as(1337, 1337, WARDEN);
-        c.args(["proxy", "--mode", "sidecar", "-c"])
+        c.env("RUST_LOG", "warn")
+            .args(["proxy", "--mode", "sidecar", "-c"])
             .arg(config)
             .args(["--admin", "127.0.0.1:15000", "--concurrency", "1"])
             .args(["--pod-ip", ip, "--label", labels, "--no-watch"])
