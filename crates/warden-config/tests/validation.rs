@@ -633,14 +633,6 @@ fn cases() -> Vec<Case> {
             "field not supported by warden; ignored",
         ),
         case(
-            "no gateways",
-            with_base(&vs(ROUTE_OK).replace("  gateways: [istio-system/gw]\n", "")),
-            Warning,
-            "VirtualService/vs",
-            "spec.gateways",
-            "applies to sidecars (mesh) only",
-        ),
-        case(
             "host not served by gateway",
             with_base(&format!(
                 "{}---\n{}",

@@ -42,6 +42,13 @@ pub struct ProxyArgs {
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
+    #[command(flatten)]
+    pub role: RoleArgs,
+}
+
+/// Gateway or sidecar, and who the sidecar is (shared by `warden proxy` and `warden check`).
+#[derive(clap::Args, Debug)]
+pub struct RoleArgs {
     /// `gateway` serves the Gateway ports; `sidecar` serves captured traffic on the outbound
     /// and inbound ports (see `warden capture`), routing by the service registry and the
     /// VirtualServices bound to `mesh`.
@@ -67,6 +74,17 @@ pub struct ProxyArgs {
     /// declared before treating it as TCP (Istio's `protocolDetectionTimeout`; 0 waits).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub protocol_detection_timeout: Duration,
+}
+
+impl RoleArgs {
+    fn sidecar(&self) -> Option<SidecarSettings> {
+        (self.mode == Mode::Sidecar).then(|| SidecarSettings {
+            outbound_port: self.outbound_port,
+            inbound_port: self.inbound_port,
+            outbound_mode: self.outbound_traffic_policy,
+            detection_timeout: Some(self.protocol_detection_timeout).filter(|d| !d.is_zero()),
+        })
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +118,8 @@ pub struct CheckArgs {
     /// The proxy's labels, `k=v` (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    #[command(flatten)]
+    pub role: RoleArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -124,16 +144,9 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
-    opts.pod_ips = args.pod_ips;
-    opts.service_account = args.service_account;
-    if args.mode == Mode::Sidecar {
-        opts.sidecar = Some(SidecarSettings {
-            outbound_port: args.outbound_port,
-            inbound_port: args.inbound_port,
-            outbound_mode: args.outbound_traffic_policy,
-            detection_timeout: Some(args.protocol_detection_timeout).filter(|d| !d.is_zero()),
-        });
-    }
+    opts.sidecar = args.role.sidecar();
+    opts.pod_ips = args.role.pod_ips;
+    opts.service_account = args.role.service_account;
     let proxy = Proxy::start(opts)?;
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");
@@ -172,7 +185,9 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let identity = ProxyIdentity {
         namespace: args.namespace,
         labels: args.labels.into_iter().collect(),
-        ..ProxyIdentity::default()
+        sidecar: args.role.sidecar(),
+        pod_ips: args.role.pod_ips,
+        service_account: args.role.service_account,
     };
     let built = crate::control::config_source::load(&source)
         .and_then(|l| Snapshot::build(l, &identity, None));

@@ -34,14 +34,6 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
     }
 
     let gateways = check_gateway_refs(doc, &vs.gateways, &spec().key("gateways"), refs, report);
-    if vs.gateways.is_empty() {
-        report.warn(
-            doc,
-            &spec().key("gateways"),
-            "no gateways: this VirtualService applies to sidecars (mesh) only; a gateway \
-             ignores it",
-        );
-    }
     check_host_binding(doc, &gateways, report);
 
     let has_protocol = |p: &dyn Fn(ListenerProtocol) -> bool| {
@@ -422,6 +414,15 @@ fn check_weights(doc: &VsDoc, at: &FieldPath, weights: &[Option<u32>], report: &
     }
 }
 
+/// Whether the VirtualService binds to a Gateway (not only to `mesh`).
+fn has_gateway(doc: &VsDoc) -> bool {
+    let ns = doc.metadata.namespace_or_default();
+    doc.spec
+        .gateways
+        .iter()
+        .any(|g| !matches!(GatewayRef::parse(ns, g), GatewayRef::Mesh))
+}
+
 fn check_destination(
     doc: &VsDoc,
     at: &FieldPath,
@@ -473,7 +474,8 @@ fn check_destination(
                 numbers.join(", ")
             ),
         ),
-        None if se.spec.ports.len() > 1 => report.error(
+        // A sidecar routes to the port the request came to; a gateway needs it spelled out.
+        None if se.spec.ports.len() > 1 && has_gateway(doc) => report.error(
             doc,
             &at.key("port"),
             format!(

@@ -1,7 +1,8 @@
 //! `warden check`: what a config would run, as text (listeners, routes, upstreams, policies).
 
-use crate::control::snapshot::{PortRoutes, Snapshot};
+use crate::control::snapshot::{ListenerProtocol, PortRoutes, SidecarRoutes, Snapshot, TcpRoute};
 use crate::pipeline::routing::RouteAction;
+use crate::pipeline::routing::RouteTable;
 use std::fmt::Write;
 
 /// A human-readable summary of a compiled snapshot.
@@ -20,6 +21,13 @@ pub fn describe(s: &Snapshot) -> String {
                     t.route_count()
                 );
             }
+            PortRoutes::Tcp(_) if l.protocol == ListenerProtocol::Captured => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} {:?}: captured connections, by original destination",
+                    l.name, l.port, l.side
+                );
+            }
             PortRoutes::Tcp(r) => {
                 let target =
                     r.as_ref()
@@ -34,36 +42,12 @@ pub fn describe(s: &Snapshot) -> String {
     }
     let _ = writeln!(out, "routes:");
     for (l, routes) in s.listeners.iter().zip(&s.ports) {
-        let PortRoutes::Http(t) = routes else {
-            continue;
-        };
-        for vh in &t.vhosts {
-            let _ = writeln!(out, "  port {} host {}:", l.port, vh.domains.join(", "));
-            for r in &vh.routes {
-                let action = match &r.action {
-                    RouteAction::Direct { status, body, .. } => {
-                        format!("direct response {} ({} bytes)", status.as_u16(), body.len())
-                    }
-                    RouteAction::Forward {
-                        clusters, timeout, ..
-                    } => {
-                        let targets: Vec<String> = clusters
-                            .iter()
-                            .map(|c| format!("{} ({}%)", c.cluster.name, c.weight))
-                            .collect();
-                        let t = timeout.map_or(String::new(), |t| format!(", timeout {t:?}"));
-                        format!("-> {}{t}", targets.join(", "))
-                    }
-                };
-                let _ = writeln!(
-                    out,
-                    "    {} [{} match(es)] {}",
-                    r.name,
-                    r.matches.len(),
-                    action
-                );
-            }
+        if let PortRoutes::Http(t) = routes {
+            describe_table(&mut out, &format!("port {}", l.port), t);
         }
+    }
+    if let Some(sidecar) = &s.sidecar {
+        describe_sidecar(&mut out, sidecar);
     }
     let _ = writeln!(out, "upstreams ({}):", s.clusters.len());
     for c in s.clusters.values() {
@@ -109,4 +93,70 @@ pub fn describe(s: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// A table's virtual hosts and their routes, under `label` (`port 80`, `outbound port 9080`).
+fn describe_table(out: &mut String, label: &str, t: &RouteTable) {
+    for vh in &t.vhosts {
+        let _ = writeln!(out, "  {label} host {}:", vh.domains.join(", "));
+        for r in &vh.routes {
+            let action = match &r.action {
+                RouteAction::Direct { status, body, .. } => {
+                    format!("direct response {} ({} bytes)", status.as_u16(), body.len())
+                }
+                RouteAction::Forward {
+                    clusters, timeout, ..
+                } => {
+                    let targets: Vec<String> = clusters
+                        .iter()
+                        .map(|c| format!("{} ({}%)", c.cluster.name, c.weight))
+                        .collect();
+                    let t = timeout.map_or(String::new(), |t| format!(", timeout {t:?}"));
+                    format!("-> {}{t}", targets.join(", "))
+                }
+            };
+            let _ = writeln!(
+                out,
+                "    {} [{} match(es)] {}",
+                r.name,
+                r.matches.len(),
+                action
+            );
+        }
+    }
+}
+
+fn tcp_targets(r: &TcpRoute) -> String {
+    let names: Vec<&str> = r.clusters.iter().map(|(c, _)| c.name.as_str()).collect();
+    format!("{} -> {}", r.name, names.join(", "))
+}
+
+/// A sidecar's outbound HTTP ports, TCP destinations, policy and inbound ports.
+fn describe_sidecar(out: &mut String, s: &SidecarRoutes) {
+    let mut ports: Vec<_> = s.outbound_http_tables().collect();
+    ports.sort_by_key(|(p, _)| *p);
+    for (port, table) in ports {
+        describe_table(out, &format!("outbound port {port}"), table);
+    }
+    let mut tcp: Vec<_> = s.outbound_tcp_routes().collect();
+    tcp.sort_by_key(|(dst, _)| *dst);
+    for (dst, route) in tcp {
+        let _ = writeln!(out, "  outbound {dst} TCP: {}", tcp_targets(route));
+    }
+    let _ = writeln!(
+        out,
+        "  outbound unknown destinations: {:?}",
+        s.outbound_mode
+    );
+    let mut inbound: Vec<_> = s.inbound_protocols().collect();
+    inbound.sort();
+    let declared: Vec<String> = inbound
+        .iter()
+        .map(|(p, proto)| format!("{p} {proto:?}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  inbound: to the app on the original port from 127.0.0.6; declared ports [{}], others detected",
+        declared.join(", ")
+    );
 }

@@ -152,12 +152,16 @@ impl Snapshot {
     ) -> Result<Snapshot, ConfigErrors> {
         let mut b = Builder {
             set: &loaded.set,
+            default_port: None,
             errors: Vec::new(),
             warnings: loaded.warnings.clone(),
             clusters: BTreeMap::new(),
         };
         let (listeners, sidecar) = match &identity.sidecar {
-            None => (b.listeners(), None),
+            None => {
+                b.warn_mesh_only();
+                (b.listeners(), None)
+            }
             Some(settings) => (
                 settings.listeners(),
                 Some(SidecarRoutes::build(&mut b, identity, settings)),
@@ -205,6 +209,9 @@ impl Snapshot {
 
 struct Builder<'a> {
     set: &'a ConfigSet,
+    /// The service port a sidecar is compiling routes for: the port of destinations that name
+    /// none (Istio routes a mesh request to the port it came to).
+    default_port: Option<u16>,
     errors: Vec<Problem>,
     warnings: Vec<Problem>,
     clusters: BTreeMap<String, Arc<Cluster>>,
@@ -254,6 +261,23 @@ impl Builder<'_> {
             location: self.set.locate(doc, &field),
             message: message.into(),
         });
+    }
+
+    /// A gateway does not serve VirtualServices bound to `mesh` only (no `gateways`).
+    fn warn_mesh_only(&mut self) {
+        for vs in self
+            .set
+            .virtual_services
+            .iter()
+            .filter(|v| v.spec.gateways.is_empty())
+        {
+            self.warn(
+                vs,
+                "spec.gateways".into(),
+                "no gateways: this VirtualService applies to sidecars (mesh) only; a gateway \
+                 ignores it",
+            );
+        }
     }
 
     fn listeners(&mut self) -> Vec<ListenerSpec> {
@@ -586,7 +610,7 @@ impl Builder<'_> {
             let port = port.unwrap_or(80);
             return Some(self.empty_cluster(host, port));
         };
-        let svc_port = match port {
+        let svc_port = match port.or(self.default_port) {
             Some(p) => se.spec.ports.iter().find(|sp| sp.number == p),
             None if se.spec.ports.len() == 1 => se.spec.ports.first(),
             None => {
@@ -798,6 +822,30 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_warns_about_mesh_only_virtual_services_a_sidecar_serves_them() {
+        let yaml = "apiVersion: networking.istio.io/v1\nkind: VirtualService\n\
+                    metadata: {name: vs}\nspec:\n  hosts: [a.example]\n  \
+                    http: [{directResponse: {status: 200}}]\n";
+        let loaded = || warden_config::load_str("t.yaml", yaml).unwrap();
+        let gateway = Snapshot::build(loaded(), &ProxyIdentity::default(), None).unwrap();
+        assert!(
+            gateway
+                .warnings
+                .iter()
+                .any(|w| w.location.field == "spec.gateways"
+                    && w.message.contains("sidecars (mesh) only")),
+            "{:?}",
+            gateway.warnings
+        );
+        let sidecar = ProxyIdentity {
+            sidecar: Some(SidecarSettings::default()),
+            ..ProxyIdentity::default()
+        };
+        let sidecar = Snapshot::build(loaded(), &sidecar, None).unwrap();
+        assert!(sidecar.warnings.is_empty(), "{:?}", sidecar.warnings);
+    }
 
     #[test]
     fn base64_decodes() {

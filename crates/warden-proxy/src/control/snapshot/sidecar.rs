@@ -78,7 +78,7 @@ impl SidecarSettings {
 }
 
 /// How a port's connections are served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub enum PortProtocol {
     Http,
     Tcp,
@@ -147,6 +147,26 @@ impl SidecarRoutes {
         self.outbound_http
             .values()
             .chain(std::iter::once(&self.inbound_http))
+    }
+
+    /// For `warden check`: the HTTP tables by port, the TCP routes by VIP:port, the protocols
+    /// of this pod's declared ports.
+    pub fn outbound_http_tables(&self) -> impl Iterator<Item = (u16, &RouteTable)> {
+        self.outbound_http.iter().filter_map(|(p, r)| match r {
+            PortRoutes::Http(t) => Some((*p, t)),
+            PortRoutes::Tcp(_) => None,
+        })
+    }
+
+    pub fn outbound_tcp_routes(&self) -> impl Iterator<Item = (SocketAddr, &TcpRoute)> {
+        self.outbound_tcp.iter().filter_map(|(d, r)| match r {
+            PortRoutes::Tcp(Some(t)) => Some((*d, t)),
+            _ => None,
+        })
+    }
+
+    pub fn inbound_protocols(&self) -> impl Iterator<Item = (u16, PortProtocol)> + '_ {
+        self.inbound_ports.iter().map(|(p, proto)| (*p, *proto))
     }
 
     pub fn outbound_http(&self, port: u16) -> Option<&PortRoutes> {
@@ -477,6 +497,7 @@ impl Builder<'_> {
         vs_for_host: &[&Doc<VirtualService>],
     ) -> Vec<Arc<Route>> {
         let mut routes = Vec::new();
+        self.default_port = Some(port.number);
         for vs in vs_for_host {
             for (i, r) in vs.spec.http.iter().enumerate() {
                 if !super::route_applies_to_port(r, port.number) {
@@ -487,6 +508,7 @@ impl Builder<'_> {
                 }
             }
         }
+        self.default_port = None;
         if routes.is_empty() {
             if let Some(cluster) = self.service_cluster(se, host, port) {
                 let name = format!("{}:{}", host, port.number);
@@ -505,6 +527,25 @@ impl Builder<'_> {
         host: &str,
         port: &ServicePort,
         vs_for_host: &[&Doc<VirtualService>],
+    ) -> Option<TcpRoute> {
+        self.default_port = Some(port.number);
+        let route = self.mesh_vs_tcp_route(vs_for_host, port);
+        self.default_port = None;
+        if route.is_some() {
+            return route;
+        }
+        let cluster = self.service_cluster(se, host, port)?;
+        Some(tcp_to(
+            &format!("outbound|{}||{}", port.number, host),
+            cluster,
+        ))
+    }
+
+    /// The first `tcp[]` route of the VirtualServices that applies to `port`.
+    fn mesh_vs_tcp_route(
+        &mut self,
+        vs_for_host: &[&Doc<VirtualService>],
+        port: &ServicePort,
     ) -> Option<TcpRoute> {
         for vs in vs_for_host {
             for (i, r) in vs.spec.tcp.iter().enumerate() {
@@ -542,10 +583,6 @@ impl Builder<'_> {
                 });
             }
         }
-        let cluster = self.service_cluster(se, host, port)?;
-        Some(tcp_to(
-            &format!("outbound|{}||{}", port.number, host),
-            cluster,
-        ))
+        None
     }
 }
