@@ -76,6 +76,21 @@ pub struct RoleArgs {
     pub protocol_detection_timeout: Duration,
 }
 
+impl Default for RoleArgs {
+    /// A gateway, with the flags' defaults.
+    fn default() -> Self {
+        RoleArgs {
+            mode: Mode::Gateway,
+            outbound_port: 15001,
+            inbound_port: 15006,
+            pod_ips: Vec::new(),
+            service_account: None,
+            outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode::AllowAny,
+            protocol_detection_timeout: Duration::ZERO,
+        }
+    }
+}
+
 impl RoleArgs {
     fn sidecar(&self) -> Option<SidecarSettings> {
         (self.mode == Mode::Sidecar).then(|| SidecarSettings {

@@ -304,6 +304,7 @@ fn check_describes_config_and_fails_on_errors() {
         config: vec![bad],
         namespace: "default".into(),
         labels: vec![],
+        role: Default::default(),
     })
     .unwrap();
     assert_eq!(code, std::process::ExitCode::FAILURE);
