@@ -119,3 +119,42 @@ fn a_kubectl_list_becomes_service_entries() {
     );
     assert_eq!(line, Some(12));
 }
+
+#[test]
+fn a_service_entry_selector_picks_workload_entries_of_its_namespace() {
+    let yaml = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: shop}
+spec:
+  hosts: [vm.shop.internal]
+  addresses: [10.99.0.1]
+  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: vm}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: shop}
+spec: {address: 192.0.2.10, labels: {app: vm, version: v2}, serviceAccount: vm}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-other-ns, namespace: other}
+spec: {address: 192.0.2.11, labels: {app: vm}}
+"#;
+    let loaded = warden_config::load_str("se.yaml", yaml).unwrap();
+    let se = loaded
+        .set
+        .service_entry_for_host("vm.shop.internal")
+        .unwrap();
+    let addrs: Vec<_> = se
+        .spec
+        .endpoints
+        .iter()
+        .map(|e| e.address.as_str())
+        .collect();
+    assert_eq!(addrs, ["192.0.2.10"]);
+    assert_eq!(se.spec.endpoints[0].port_for(&se.spec.ports[0]), 8080);
+    assert_eq!(se.spec.addresses, ["10.99.0.1"]);
+}

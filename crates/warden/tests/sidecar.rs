@@ -34,7 +34,8 @@ items:
     ports:
     - {{name: http, port: 80, targetPort: 8080}}
     - {{name: tcp-echo, port: 8078, targetPort: 8078}}
-    - {{name: http-headers, port: 81, targetPort: 8081}}
+    # No protocol in the name: both sidecars detect it from the first bytes.
+    - {{name: headers, port: 81, targetPort: 8081}}
 - apiVersion: discovery.k8s.io/v1
   kind: EndpointSlice
   metadata:
@@ -49,7 +50,7 @@ items:
   ports:
   - {{name: http, port: 8080}}
   - {{name: tcp-echo, port: 8078}}
-  - {{name: http-headers, port: 8081}}
+  - {{name: headers, port: 8081}}
 - apiVersion: v1
   kind: Pod
   metadata: {{name: api-1, namespace: default, labels: {{app: api}}}}
