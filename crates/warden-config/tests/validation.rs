@@ -400,7 +400,19 @@ fn cases() -> Vec<Case> {
             Error,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.subset",
-            "subsets are not supported yet",
+            "no DestinationRule for host \"backend.local\" defines subsets",
+        ),
+        case(
+            "subset not in the destination rule",
+            with_base(&format!(
+                "{}---\n{}",
+                http("  - route: [{destination: {host: backend.local, subset: v3}}]\n"),
+                dr("  host: backend.local\n  subsets: [{name: v1, labels: {version: v1}}]\n")
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].route[0].destination.subset",
+            "DestinationRule/dr has no subset \"v3\" (subsets: v1)",
         ),
         case(
             "missing destination host",
@@ -681,12 +693,12 @@ fn cases() -> Vec<Case> {
             "no ServiceEntry defines host \"other.local\"",
         ),
         case(
-            "destination rule subsets",
-            with_base(&dr("  host: backend.local\n  subsets: [{name: v1}]\n")),
-            Warning,
+            "destination rule subset twice",
+            with_base(&dr("  host: backend.local\n  subsets: [{name: v1}, {name: v1}]\n")),
+            Error,
             "DestinationRule/dr",
-            "spec.subsets",
-            "field not supported by warden; ignored",
+            "spec.subsets[1].name",
+            "subset \"v1\" is defined twice",
         ),
     ]
 }

@@ -8,6 +8,44 @@ pub struct DestinationRule {
     pub host: String,
     #[serde(default)]
     pub traffic_policy: Option<TrafficPolicy>,
+    /// Named groups of the host's endpoints, by labels, each with its own policy.
+    #[serde(default)]
+    pub subsets: Vec<Subset>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Subset {
+    pub name: String,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Overrides the rule's `trafficPolicy` field by field.
+    #[serde(default)]
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+impl DestinationRule {
+    pub fn subset(&self, name: &str) -> Option<&Subset> {
+        self.subsets.iter().find(|s| s.name == name)
+    }
+
+    /// The policy of `subset` (or of the whole host): the subset's fields where it sets them,
+    /// else the rule's, as Istio merges them.
+    pub fn policy_for(&self, subset: Option<&Subset>) -> Option<TrafficPolicy> {
+        let top = self.traffic_policy.as_ref();
+        let sub = subset.and_then(|s| s.traffic_policy.as_ref());
+        if top.is_none() && sub.is_none() {
+            return None;
+        }
+        Some(TrafficPolicy {
+            load_balancer: sub
+                .and_then(|p| p.load_balancer.clone())
+                .or_else(|| top.and_then(|p| p.load_balancer.clone())),
+            connection_pool: sub
+                .and_then(|p| p.connection_pool.clone())
+                .or_else(|| top.and_then(|p| p.connection_pool.clone())),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -28,10 +28,33 @@ pub(super) fn check(doc: &Doc<DestinationRule>, refs: &References, report: &mut 
             ),
         );
     }
-    let Some(policy) = &dr.traffic_policy else {
-        return;
-    };
-    let tp = spec().key("trafficPolicy");
+    let mut names = std::collections::BTreeSet::new();
+    for (i, subset) in dr.subsets.iter().enumerate() {
+        let at = spec().key("subsets").index(i);
+        if subset.name.is_empty() {
+            report.error(doc, &at.key("name"), "a subset needs a name");
+        } else if !names.insert(subset.name.as_str()) {
+            report.error(
+                doc,
+                &at.key("name"),
+                format!("subset {:?} is defined twice", subset.name),
+            );
+        }
+        if let Some(policy) = &subset.traffic_policy {
+            check_policy(doc, policy, &at.key("trafficPolicy"), report);
+        }
+    }
+    if let Some(policy) = &dr.traffic_policy {
+        check_policy(doc, policy, &spec().key("trafficPolicy"), report);
+    }
+}
+
+fn check_policy(
+    doc: &Doc<DestinationRule>,
+    policy: &crate::kinds::destination_rule::TrafficPolicy,
+    tp: &crate::FieldPath,
+    report: &mut Report,
+) {
     if let Some(simple) = policy
         .load_balancer
         .as_ref()

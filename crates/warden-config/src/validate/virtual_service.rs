@@ -435,11 +435,32 @@ fn check_destination(
         return;
     }
     if let Some(subset) = &dest.subset {
-        report.error(
-            doc,
-            &at.key("subset"),
-            format!("subset {subset:?}: subsets are not supported yet"),
-        );
+        let ns = doc.metadata.namespace_or_default();
+        let full = crate::mesh_registry::expand_host(&dest.host, ns);
+        match refs.set.destination_rule_for_host(&full) {
+            Some(dr) if dr.spec.subset(subset).is_some() => {}
+            Some(dr) => {
+                let known: Vec<&str> = dr.spec.subsets.iter().map(|s| s.name.as_str()).collect();
+                report.error(
+                    doc,
+                    &at.key("subset"),
+                    format!(
+                        "{} has no subset {subset:?} (subsets: {})",
+                        dr.id(),
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                );
+            }
+            None => report.error(
+                doc,
+                &at.key("subset"),
+                format!("subset {subset:?}: no DestinationRule for host {full:?} defines subsets"),
+            ),
+        }
     }
     if dest.port.as_ref().is_some_and(|p| p.number == 0) {
         report.error(doc, &at.key("port").key("number"), "port must be 1..=65535");

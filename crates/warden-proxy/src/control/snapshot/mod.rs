@@ -500,12 +500,7 @@ impl Builder<'_> {
         let mut clusters = Vec::new();
         for (j, dest) in r.route.iter().enumerate() {
             let f = |rest: &str| format!("spec.http[{i}].route[{j}]{rest}");
-            let cluster = self.cluster(
-                vs,
-                f(".destination"),
-                &dest.destination.host,
-                dest.destination.port.as_ref().map(|p| p.number),
-            )?;
+            let cluster = self.cluster(vs, f(".destination"), &dest.destination)?;
             let h = dest.headers.as_ref();
             let request_headers = HeaderOps::compile(h.and_then(|h| h.request.as_ref()))
                 .map_err(|e| self.error(vs, f(".headers.request"), e))
@@ -565,8 +560,7 @@ impl Builder<'_> {
                     let cluster = self.cluster(
                         vs,
                         format!("spec.tcp[{i}].route[{j}].destination"),
-                        &dest.destination.host,
-                        dest.destination.port.as_ref().map(|p| p.number),
+                        &dest.destination,
                     )?;
                     let weight = dest
                         .weight
@@ -590,14 +584,15 @@ impl Builder<'_> {
         None
     }
 
-    /// The cluster for a destination, built once per (host, port) from its ServiceEntry.
+    /// The cluster for a destination, built once per (host, port, subset) from its service.
     fn cluster(
         &mut self,
         vs: &Doc<VirtualService>,
         field: String,
-        host: &str,
-        port: Option<u16>,
+        dest: &warden_config::kinds::virtual_service::Destination,
     ) -> Option<Arc<Cluster>> {
+        let host = dest.host.as_str();
+        let port = dest.port.as_ref().map(|p| p.number);
         let set = self.set;
         let ns = vs.metadata.namespace_or_default();
         let Some(se) = set.service_in(host, ns) else {
@@ -631,7 +626,7 @@ impl Builder<'_> {
             return None;
         };
         let host = warden_config::mesh_registry::expand_host(host, ns);
-        self.service_cluster(se, &host, svc_port)
+        self.subset_cluster(se, &host, svc_port, dest.subset.as_deref())
     }
 
     /// The cluster `outbound|PORT||HOST` of a registry service's port, built once.
@@ -641,11 +636,28 @@ impl Builder<'_> {
         host: &str,
         svc_port: &warden_config::kinds::service_entry::ServicePort,
     ) -> Option<Arc<Cluster>> {
-        let name = format!("outbound|{}||{}", svc_port.number, host);
+        self.subset_cluster(se, host, svc_port, None)
+    }
+
+    /// `outbound|PORT|SUBSET|HOST`: the endpoints with the subset's labels, under the subset's
+    /// policy (validation made sure the subset exists).
+    fn subset_cluster(
+        &mut self,
+        se: &Doc<ServiceEntry>,
+        host: &str,
+        svc_port: &warden_config::kinds::service_entry::ServicePort,
+        subset: Option<&str>,
+    ) -> Option<Arc<Cluster>> {
+        let name = format!(
+            "outbound|{}|{}|{}",
+            svc_port.number,
+            subset.unwrap_or(""),
+            host
+        );
         if let Some(c) = self.clusters.get(&name) {
             return Some(c.clone());
         }
-        let cluster = Arc::new(self.build_cluster(se, name.clone(), host, svc_port)?);
+        let cluster = Arc::new(self.build_cluster(se, name.clone(), host, svc_port, subset)?);
         self.clusters.insert(name, cluster.clone());
         Some(cluster)
     }
@@ -672,12 +684,23 @@ impl Builder<'_> {
         name: String,
         host: &str,
         svc_port: &warden_config::kinds::service_entry::ServicePort,
+        subset: Option<&str>,
     ) -> Option<Cluster> {
+        let dr = self.set.destination_rule_for_host(host);
+        let subset = subset.and_then(|name| dr.and_then(|d| d.spec.subset(name)));
         let resolution = se.spec.resolution.as_deref().unwrap_or("STATIC");
         let default_port = svc_port.target_port.unwrap_or(svc_port.number);
         let port_name = svc_port.name.as_deref().unwrap_or("");
         let mut endpoints = Vec::new();
         for (k, ep) in se.spec.endpoints.iter().enumerate() {
+            let in_subset = subset.is_none_or(|s| {
+                s.labels
+                    .iter()
+                    .all(|(key, v)| ep.labels.get(key) == Some(v))
+            });
+            if !in_subset {
+                continue;
+            }
             let port = ep.ports.get(port_name).copied().unwrap_or(default_port);
             let text = match ep.address.parse::<std::net::IpAddr>() {
                 Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
@@ -713,8 +736,8 @@ impl Builder<'_> {
                 Err(_) => self.error(se, "spec.hosts".into(), format!("invalid host {host:?}")),
             }
         }
-        let dr = self.set.destination_rule_for_host(host);
-        let policy = dr.and_then(|d| d.spec.traffic_policy.as_ref());
+        let policy = dr.and_then(|d| d.spec.policy_for(subset));
+        let policy = policy.as_ref();
         let lb = match policy
             .and_then(|p| p.load_balancer.as_ref())
             .and_then(|l| l.simple.as_deref())

@@ -561,8 +561,7 @@ impl Builder<'_> {
                     let cluster = self.cluster(
                         vs,
                         format!("spec.tcp[{i}].route[{j}].destination"),
-                        &dest.destination.host,
-                        dest.destination.port.as_ref().map(|p| p.number),
+                        &dest.destination,
                     )?;
                     let weight = dest
                         .weight
