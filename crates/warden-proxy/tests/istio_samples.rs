@@ -165,3 +165,64 @@ async fn traffic_shifting_50_50_between_v1_and_v3() {
     // 50/50 over 1000 requests: within 5 standard deviations (±79) of 500.
     assert!((421..=579).contains(&v1), "{seen:?}");
 }
+
+/// Every match condition narrows its route: a request that does not meet it falls through to
+/// the next route (here a direct 404-like "fallback"), never to the conditioned one.
+#[tokio::test]
+async fn match_conditions_narrow_their_routes() {
+    let yaml = format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: vs}}
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - name: query
+    match: [{{uri: {{prefix: /q}}, queryParams: {{version: {{exact: v2}}}}}}]
+    directResponse: {{status: 200, body: {{string: query}}}}
+  - name: without
+    match: [{{uri: {{prefix: /w}}, withoutHeaders: {{x-debug: {{exact: "1"}}}}}}]
+    directResponse: {{status: 200, body: {{string: without}}}}
+  - name: scheme-https
+    match: [{{uri: {{prefix: /s}}, scheme: {{exact: https}}}}]
+    directResponse: {{status: 200, body: {{string: https}}}}
+  - name: other-workload
+    match: [{{uri: {{prefix: /l}}, sourceLabels: {{app: somebody-else}}}}]
+    directResponse: {{status: 200, body: {{string: other}}}}
+  - name: this-workload
+    match: [{{uri: {{prefix: /l}}, sourceLabels: {{istio: ingressgateway}}}}]
+    directResponse: {{status: 200, body: {{string: mine}}}}
+  - name: case
+    match: [{{uri: {{exact: /case}}, ignoreUriCase: true}}]
+    directResponse: {{status: 200, body: {{string: case}}}}
+  - name: fallback
+    directResponse: {{status: 299, body: {{string: fallback}}}}
+"#,
+        gw = gateway(&[(0, "HTTP")])
+    );
+    let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+    opts.labels.insert("istio".into(), "ingressgateway".into());
+    let proxy = warden_proxy::Proxy::start(opts).unwrap();
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let body = |path: &'static str, header: Option<(&'static str, &'static str)>| {
+        let mut req = c.get(format!("{base}{path}"));
+        if let Some((k, v)) = header {
+            req = req.header(k, v);
+        }
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+    assert_eq!(body("/q?version=v2", None).await, "query");
+    assert_eq!(body("/q?a=1&version=v2", None).await, "query");
+    assert_eq!(body("/q?version=v1", None).await, "fallback");
+    assert_eq!(body("/q", None).await, "fallback");
+    assert_eq!(body("/w", None).await, "without");
+    assert_eq!(body("/w", Some(("x-debug", "0"))).await, "without");
+    assert_eq!(body("/w", Some(("x-debug", "1"))).await, "fallback");
+    assert_eq!(body("/s", None).await, "fallback");
+    assert_eq!(body("/l", None).await, "mine");
+    assert_eq!(body("/CaSe", None).await, "case");
+}

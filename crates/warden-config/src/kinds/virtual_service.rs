@@ -56,6 +56,20 @@ pub struct HttpMatchRequest {
     pub gateways: Vec<String>,
     #[serde(default)]
     pub ignore_uri_case: bool,
+    /// Query parameter name -> match on its value (the parameter must be present).
+    #[serde(default)]
+    pub query_params: BTreeMap<String, StringMatch>,
+    /// Header name -> match that must NOT hold (an absent header passes).
+    #[serde(default)]
+    pub without_headers: BTreeMap<String, StringMatch>,
+    /// `http` or `https`, as the request arrived.
+    #[serde(default)]
+    pub scheme: Option<StringMatch>,
+    /// The calling workload's labels (a sidecar's own; a gateway's own labels at a gateway).
+    #[serde(default)]
+    pub source_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub source_namespace: Option<String>,
 }
 
 /// Istio StringMatch: exactly one of exact / prefix / regex.

@@ -286,6 +286,7 @@ fn check_http_match(
         ("uri", &m.uri),
         ("method", &m.method),
         ("authority", &m.authority),
+        ("scheme", &m.scheme),
     ] {
         if let Some(sm) = sm {
             check_string_match(doc, &at.key(field), sm, report);
@@ -295,6 +296,20 @@ fn check_http_match(
         let path = at.key("headers").key(name.clone());
         if let Err(e) = check_header_name(name) {
             report.error(doc, &path, e);
+        }
+        check_string_match(doc, &path, sm, report);
+    }
+    for (name, sm) in &m.without_headers {
+        let path = at.key("withoutHeaders").key(name.clone());
+        if let Err(e) = check_header_name(name) {
+            report.error(doc, &path, e);
+        }
+        check_string_match(doc, &path, sm, report);
+    }
+    for (name, sm) in &m.query_params {
+        let path = at.key("queryParams").key(name.clone());
+        if name.is_empty() {
+            report.error(doc, &path, "a query parameter needs a name");
         }
         check_string_match(doc, &path, sm, report);
     }

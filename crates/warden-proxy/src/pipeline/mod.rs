@@ -55,6 +55,7 @@ pub struct RequestAttrs<'a> {
     pub authority: &'a str,
     /// Path without the query string.
     pub path: &'a str,
+    pub query: Option<&'a str>,
     /// The request's header map: empty while a fast-path request's lines are kept as read,
     /// which only happens when no stage reads headers ([`Snapshot::reads_request_headers`]).
     pub headers: &'a HeaderMap,
@@ -398,6 +399,7 @@ fn request_attrs<'a>(
         method: &parts.method,
         authority,
         path: parts.uri.path(),
+        query: parts.uri.query(),
         headers,
         lines,
         port: conn.port,
@@ -448,6 +450,7 @@ fn find_route<'s>(
         host: host_of(attrs.authority),
         authority: attrs.authority,
         path: attrs.path,
+        query: attrs.query,
         headers: attrs.headers,
         port: attrs.port,
     })

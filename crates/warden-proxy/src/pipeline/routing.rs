@@ -19,6 +19,8 @@ pub struct RouteInput<'a> {
     pub authority: &'a str,
     /// Path without the query string.
     pub path: &'a str,
+    /// The query string (after `?`), for `queryParams`.
+    pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub port: u16,
 }
@@ -30,6 +32,11 @@ pub struct RequestMatch {
     pub method: Option<StringMatcher>,
     pub authority: Option<StringMatcher>,
     pub headers: Vec<(http::HeaderName, StringMatcher)>,
+    /// `withoutHeaders`: none of these may hold.
+    pub without_headers: Vec<(http::HeaderName, StringMatcher)>,
+    pub query_params: Vec<(String, StringMatcher)>,
+    /// Matched against `http` (plain listeners; TLS ones will say `https`).
+    pub scheme: Option<StringMatcher>,
     pub port: Option<u16>,
 }
 
@@ -60,13 +67,32 @@ impl RequestMatch {
                 return false;
             }
         }
-        self.headers.iter().all(|(name, m)| {
+        if let Some(m) = &self.scheme {
+            if !m.matches("http") {
+                return false;
+            }
+        }
+        let header_holds = |name: &http::HeaderName, m: &StringMatcher| {
             input
                 .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| m.matches(v))
-        })
+        };
+        self.headers.iter().all(|(name, m)| header_holds(name, m))
+            && !self
+                .without_headers
+                .iter()
+                .any(|(name, m)| header_holds(name, m))
+            && self
+                .query_params
+                .iter()
+                .all(|(name, m)| query_param(input.query, name).is_some_and(|v| m.matches(v)))
+    }
+
+    /// Whether matching reads request headers.
+    fn reads_headers(&self) -> bool {
+        !self.headers.is_empty() || !self.without_headers.is_empty()
     }
 }
 
@@ -199,7 +225,7 @@ impl RouteTable {
         self.vhosts
             .iter()
             .flat_map(|v| &v.routes)
-            .any(|r| r.matches.iter().any(|m| !m.headers.is_empty()))
+            .any(|r| r.matches.iter().any(RequestMatch::reads_headers))
     }
 
     /// Add routes for a domain (lowercase); routes for an existing domain are appended, as Istio
@@ -273,6 +299,18 @@ impl RouteTable {
     }
 }
 
+/// The first value of query parameter `name` (as sent, not percent-decoded, as Envoy's
+/// `query_parameters` match); `""` for a parameter without `=`.
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+    query?
+        .split('&')
+        .find_map(|pair| match pair.split_once('=') {
+            Some((k, v)) if k == name => Some(v),
+            None if pair == name => Some(""),
+            _ => None,
+        })
+}
+
 /// Split `host[:port]` (including `[v6]:port`) and return the host part.
 pub fn host_of(authority: &str) -> &str {
     if let Some(rest) = authority.strip_prefix('[') {
@@ -308,6 +346,9 @@ mod tests {
                 method: None,
                 authority: None,
                 headers: vec![],
+                without_headers: vec![],
+                query_params: vec![],
+                scheme: None,
                 port: None,
             }],
             action: RouteAction::Direct {
@@ -328,10 +369,19 @@ mod tests {
             host: host_of(host),
             authority: host,
             path,
+            query: None,
             headers: &headers,
             port: 80,
         };
         t.find(&input).map(|r| &*r.name)
+    }
+
+    #[test]
+    fn query_parameters_are_read_as_sent() {
+        assert_eq!(query_param(Some("a=1&b=2"), "b"), Some("2"));
+        assert_eq!(query_param(Some("a=1&flag"), "flag"), Some(""));
+        assert_eq!(query_param(Some("ab=1"), "a"), None);
+        assert_eq!(query_param(None, "a"), None);
     }
 
     #[test]

@@ -152,6 +152,7 @@ impl Snapshot {
     ) -> Result<Snapshot, ConfigErrors> {
         let mut b = Builder {
             set: &loaded.set,
+            identity,
             default_port: None,
             errors: Vec::new(),
             warnings: loaded.warnings.clone(),
@@ -209,6 +210,7 @@ impl Snapshot {
 
 struct Builder<'a> {
     set: &'a ConfigSet,
+    identity: &'a ProxyIdentity,
     /// The service port a sidecar is compiling routes for: the port of destinations that name
     /// none (Istio routes a mesh request to the port it came to).
     default_port: Option<u16>,
@@ -375,20 +377,31 @@ impl Builder<'_> {
             let uri = compile(self, "uri", &m.uri, m.ignore_uri_case);
             let method = compile(self, "method", &m.method, false);
             let authority = compile(self, "authority", &m.authority, false);
-            let mut headers = Vec::new();
-            for (name, sm) in &m.headers {
-                let Ok(hname) = http::HeaderName::from_bytes(name.as_bytes()) else {
-                    self.error(
-                        vs,
-                        field(&format!(".match[{j}].headers.{name}")),
-                        "invalid header name",
-                    );
-                    continue;
-                };
+            let headers =
+                self.header_matchers(vs, &field(&format!(".match[{j}].headers")), &m.headers);
+            let without_headers = self.header_matchers(
+                vs,
+                &field(&format!(".match[{j}].withoutHeaders")),
+                &m.without_headers,
+            );
+            let mut query_params = Vec::new();
+            for (name, sm) in &m.query_params {
                 match StringMatcher::compile(sm, false) {
-                    Ok(sm) => headers.push((hname, sm)),
-                    Err(e) => self.error(vs, field(&format!(".match[{j}].headers.{name}")), e),
+                    Ok(sm) => query_params.push((name.clone(), sm)),
+                    Err(e) => self.error(vs, field(&format!(".match[{j}].queryParams.{name}")), e),
                 }
+            }
+            let scheme = compile(self, "scheme", &m.scheme, false);
+            // Who calls is known when compiling: this proxy's own workload.
+            let source_ok = m
+                .source_labels
+                .iter()
+                .all(|(k, v)| self.identity.labels.get(k) == Some(v))
+                && m.source_namespace
+                    .as_deref()
+                    .is_none_or(|ns| ns == self.identity.namespace);
+            if !source_ok {
+                continue;
             }
             matches.push(RequestMatch {
                 uri,
@@ -396,8 +409,16 @@ impl Builder<'_> {
                 method,
                 authority,
                 headers,
+                without_headers,
+                query_params,
+                scheme,
                 port: m.port,
             });
+        }
+        if !r.matches.is_empty() && matches.is_empty() {
+            // Every match names another caller (`sourceLabels`/`sourceNamespace`): this proxy
+            // never takes the route.
+            return None;
         }
         let headers = r.headers.as_ref();
         let request_headers = HeaderOps::compile(headers.and_then(|h| h.request.as_ref()))
@@ -472,6 +493,26 @@ impl Builder<'_> {
             body,
             content_type,
         })
+    }
+
+    fn header_matchers(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        field: &str,
+        map: &BTreeMap<String, warden_config::kinds::virtual_service::StringMatch>,
+    ) -> Vec<(http::HeaderName, StringMatcher)> {
+        let mut out = Vec::new();
+        for (name, sm) in map {
+            let Ok(hname) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                self.error(vs, format!("{field}.{name}"), "invalid header name");
+                continue;
+            };
+            match StringMatcher::compile(sm, false) {
+                Ok(sm) => out.push((hname, sm)),
+                Err(e) => self.error(vs, format!("{field}.{name}"), e),
+            }
+        }
+        out
     }
 
     fn duration(
