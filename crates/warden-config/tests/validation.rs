@@ -403,6 +403,26 @@ fn cases() -> Vec<Case> {
             "no DestinationRule for host \"backend.local\" defines subsets",
         ),
         case(
+            "fault percentage over 100",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    fault: {abort: {httpStatus: 503, percentage: {value: 101}}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].fault.abort.percentage.value",
+            "percentage 101 must be between 0 and 100",
+        ),
+        case(
+            "fault delay needs a fixed delay",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    fault: {delay: {exponentialDelay: 1s}}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].fault.delay.exponentialDelay",
+            "exponentialDelay is not supported",
+        ),
+        case(
             "subset not in the destination rule",
             with_base(&format!(
                 "{}---\n{}",

@@ -226,3 +226,128 @@ spec:
     assert_eq!(body("/l", None).await, "mine");
     assert_eq!(body("/CaSe", None).await, "case");
 }
+
+/// A ratings service (one echo endpoint) on a Gateway, with `vs` (mesh YAML as published;
+/// bound to the Gateway here).
+async fn ratings(vs: &str) -> (warden_proxy::RunningProxy, Echo) {
+    let up = echo_http("ratings-v1").await;
+    let se = format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ratings}}\nspec:\n  hosts: [ratings.default.svc.cluster.local]\n  resolution: STATIC\n  ports: [{{number: 9080, name: http, protocol: HTTP}}]\n  endpoints: [{{address: {}, ports: {{http: {}}}, labels: {{version: v1}}}}]\n",
+        up.addr.ip(),
+        up.addr.port()
+    );
+    let dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings}\nspec:\n  host: ratings\n  subsets: [{name: v1, labels: {version: v1}}]\n";
+    let vs = vs.replace("  - ratings\n", "  - ratings\n  gateways: [gw]\n");
+    let yaml = format!("{}\n---\n{se}---\n{dr}---{vs}", gateway(&[(0, "HTTP")]));
+    (start(&yaml), up)
+}
+
+/// istio.io tasks/traffic-management/fault-injection: virtual-service-ratings-test-abort.yaml.
+const RATINGS_ABORT: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: ratings
+spec:
+  hosts:
+  - ratings
+  http:
+  - match:
+    - headers:
+        end-user:
+          exact: jason
+    fault:
+      abort:
+        percentage:
+          value: 100.0
+        httpStatus: 500
+    route:
+    - destination:
+        host: ratings
+        subset: v1
+  - route:
+    - destination:
+        host: ratings
+        subset: v1
+"#;
+
+#[tokio::test]
+async fn fault_abort_500_for_jason_and_at_its_percentage() {
+    let (proxy, _up) = ratings(RATINGS_ABORT).await;
+    let base = format!("http://{}/ratings/0", addr(&proxy, 0));
+    let c = client();
+    let r = c
+        .get(&base)
+        .header("host", "ratings")
+        .header("end-user", "jason")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.text().await.unwrap(), "fault filter abort");
+    let r = c.get(&base).header("host", "ratings").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-upstream"], "ratings-v1");
+    drop(proxy);
+
+    // The same abort for 25% of requests: 400 requests land within 5 sigma (±43) of 100.
+    let quarter = RATINGS_ABORT.replace("value: 100.0", "value: 25.0");
+    let (proxy, _up) = ratings(&quarter).await;
+    let base = format!("http://{}/ratings/0", addr(&proxy, 0));
+    let mut aborted = 0;
+    for _ in 0..400 {
+        let r = c
+            .get(&base)
+            .header("host", "ratings")
+            .header("end-user", "jason")
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            500 => aborted += 1,
+            200 => {}
+            other => panic!("status {other}"),
+        }
+    }
+    assert!((57..=143).contains(&aborted), "{aborted} of 400 aborted");
+}
+
+/// istio.io tasks/traffic-management/request-timeouts: the ratings delay of 2 s.
+const RATINGS_DELAY: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: ratings
+spec:
+  hosts:
+  - ratings
+  http:
+  - fault:
+      delay:
+        percentage:
+          value: 100
+        fixedDelay: 2s
+    route:
+    - destination:
+        host: ratings
+        subset: v1
+"#;
+
+#[tokio::test]
+async fn fault_delay_holds_requests_for_the_fixed_delay() {
+    let (proxy, _up) = ratings(RATINGS_DELAY).await;
+    let base = format!("http://{}/ratings/0", addr(&proxy, 0));
+    let started = std::time::Instant::now();
+    let r = client()
+        .get(&base)
+        .header("host", "ratings")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(2),
+        "answered after {took:?}"
+    );
+}

@@ -35,6 +35,8 @@ pub struct HttpRoute {
     pub timeout: Option<String>,
     #[serde(default)]
     pub retries: Option<Retries>,
+    #[serde(default)]
+    pub fault: Option<HttpFault>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -300,5 +302,61 @@ mod tests {
         };
         assert_eq!(two.kind(), None);
         assert_eq!(StringMatch::default().kind(), None);
+    }
+}
+
+/// `fault`: Envoy's fault filter, a delay and/or an abort for a share of the route's requests.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpFault {
+    #[serde(default)]
+    pub delay: Option<FaultDelay>,
+    #[serde(default)]
+    pub abort: Option<FaultAbort>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultDelay {
+    #[serde(default)]
+    pub fixed_delay: Option<String>,
+    /// Rejected: warden injects fixed delays only.
+    #[serde(default)]
+    pub exponential_delay: Option<String>,
+    #[serde(default)]
+    pub percentage: Option<Percent>,
+    /// The deprecated integer form of `percentage`.
+    #[serde(default)]
+    pub percent: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultAbort {
+    #[serde(default)]
+    pub http_status: Option<u16>,
+    /// Rejected: aborts are HTTP statuses.
+    #[serde(default)]
+    pub grpc_status: Option<String>,
+    #[serde(default)]
+    pub http2_error: Option<String>,
+    #[serde(default)]
+    pub percentage: Option<Percent>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct Percent {
+    #[serde(default)]
+    pub value: f64,
+}
+
+impl HttpFault {
+    /// The share of requests (0..=100) a fault applies to: `percentage.value`, else the
+    /// integer `percent`, else all of them (Istio's default).
+    pub fn share(percentage: Option<&Percent>, percent: Option<u32>) -> f64 {
+        percentage
+            .map(|p| p.value)
+            .or(percent.map(f64::from))
+            .unwrap_or(100.0)
     }
 }

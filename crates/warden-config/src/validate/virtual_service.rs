@@ -8,8 +8,8 @@ use crate::gateway_ref::{gateway_matches, GatewayRef};
 use crate::hosts::{check_host_pattern, server_host_admits};
 use crate::kinds::gateway::{Gateway, ListenerProtocol};
 use crate::kinds::virtual_service::{
-    Destination, HeaderOperations, Headers, HttpBody, HttpMatchRequest, HttpRoute, StringMatch,
-    TcpRoute, VirtualService,
+    Destination, HeaderOperations, Headers, HttpBody, HttpFault, HttpMatchRequest, HttpRoute,
+    StringMatch, TcpRoute, VirtualService,
 };
 
 type VsDoc = Doc<VirtualService>;
@@ -226,6 +226,9 @@ fn check_http_route(
     if let Some(h) = &route.headers {
         check_headers(doc, &at.key("headers"), h, report);
     }
+    if let Some(f) = &route.fault {
+        check_fault(doc, &at.key("fault"), f, report);
+    }
     if let Some(t) = &route.timeout {
         check_duration(doc, &at.key("timeout"), t, report);
     }
@@ -273,6 +276,60 @@ const RETRY_ON: &[&str] = &[
     "resource-exhausted",
     "unavailable",
 ];
+
+fn check_fault(doc: &VsDoc, at: &FieldPath, fault: &HttpFault, report: &mut Report) {
+    let share =
+        |report: &mut Report, at: FieldPath, p: Option<&crate::kinds::virtual_service::Percent>| {
+            if let Some(p) = p {
+                if !(0.0..=100.0).contains(&p.value) || p.value.is_nan() {
+                    report.error(
+                        doc,
+                        &at.key("value"),
+                        format!("percentage {} must be between 0 and 100", p.value),
+                    );
+                }
+            }
+        };
+    if fault.delay.is_none() && fault.abort.is_none() {
+        report.error(doc, at, "a fault needs delay or abort");
+    }
+    if let Some(d) = &fault.delay {
+        let at = at.key("delay");
+        match (&d.fixed_delay, &d.exponential_delay) {
+            (Some(t), _) => {
+                check_duration(doc, &at.key("fixedDelay"), t, report);
+            }
+            (None, Some(_)) => report.error(
+                doc,
+                &at.key("exponentialDelay"),
+                "exponentialDelay is not supported; use fixedDelay",
+            ),
+            (None, None) => report.error(doc, &at.key("fixedDelay"), "a delay needs fixedDelay"),
+        }
+        share(report, at.key("percentage"), d.percentage.as_ref());
+        if d.percent.is_some_and(|p| p > 100) {
+            report.error(doc, &at.key("percent"), "percent must be between 0 and 100");
+        }
+    }
+    if let Some(a) = &fault.abort {
+        let at = at.key("abort");
+        match a.http_status {
+            Some(code) if !(200..=599).contains(&code) => report.error(
+                doc,
+                &at.key("httpStatus"),
+                format!("httpStatus {code} must be 200..=599"),
+            ),
+            Some(_) => {}
+            None if a.grpc_status.is_some() || a.http2_error.is_some() => report.error(
+                doc,
+                &at,
+                "only httpStatus aborts are supported (not grpcStatus or http2Error)",
+            ),
+            None => report.error(doc, &at.key("httpStatus"), "an abort needs httpStatus"),
+        }
+        share(report, at.key("percentage"), a.percentage.as_ref());
+    }
+}
 
 fn check_http_match(
     doc: &VsDoc,

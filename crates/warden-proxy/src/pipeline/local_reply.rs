@@ -28,6 +28,10 @@ pub enum ResponseFlag {
     Unauthorized,
     /// Rate limit service error (`RLSE`).
     RateLimitServiceError,
+    /// Fault injected: abort (`FI`).
+    FaultInjected,
+    /// Fault injected: delay (`DI`).
+    DelayInjected,
 }
 
 impl ResponseFlag {
@@ -43,6 +47,8 @@ impl ResponseFlag {
             ResponseFlag::RateLimited => "RL",
             ResponseFlag::Unauthorized => "UAEX",
             ResponseFlag::RateLimitServiceError => "RLSE",
+            ResponseFlag::FaultInjected => "FI",
+            ResponseFlag::DelayInjected => "DI",
         }
     }
 }
@@ -61,6 +67,15 @@ impl LocalReply {
             status,
             body: Bytes::from_static(body.as_bytes()),
             flag,
+        }
+    }
+
+    /// A fault filter abort: Envoy's body.
+    pub fn fault_abort(status: StatusCode) -> Self {
+        LocalReply {
+            status,
+            body: Bytes::from_static(b"fault filter abort"),
+            flag: Some(ResponseFlag::FaultInjected),
         }
     }
 

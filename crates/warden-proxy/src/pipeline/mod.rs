@@ -29,7 +29,7 @@ use crate::pipeline::forwarding_headers::{
     strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
 };
 use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
-use crate::pipeline::routing::{host_of, Route, RouteAction, RouteInput, WeightedCluster};
+use crate::pipeline::routing::{host_of, Fault, Route, RouteAction, RouteInput, WeightedCluster};
 use crate::upstream::body::ProxyBody;
 use crate::upstream::h1_exchange::response_headers_mut;
 use crate::upstream::{forward_boxed, Outgoing};
@@ -692,7 +692,7 @@ fn decide(
         Policies::Pass(passed) => passed,
         Policies::Reply(reply, limit_headers) => return Decided::Now(reply, limit_headers),
     };
-    if filters.global_rate_limit.is_none() {
+    if filters.global_rate_limit.is_none() && route.fault.is_none() {
         if let RouteAction::Direct {
             status,
             body,
@@ -769,6 +769,21 @@ async fn act(
         }
         let client_ip = waiting.client_ip;
         let peer_ip = conn.peer.ip();
+
+        // Fault injection: Istio's fault filter sits after the policies, before the router.
+        if let Some(fault) = &route.fault {
+            if let Some((delay, share)) = fault.delay {
+                if Fault::applies(share) {
+                    outcome.flag = Some(ResponseFlag::DelayInjected);
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            if let Some((status, share)) = fault.abort {
+                if Fault::applies(share) {
+                    break 'stages local(LocalReply::fault_abort(status), &mut outcome);
+                }
+            }
+        }
 
         // 6. action
         let mut response = match &route.action {

@@ -162,6 +162,22 @@ pub struct Route {
     pub request_headers: HeaderOps,
     pub response_headers: HeaderOps,
     pub counters: RouteCounters,
+    /// `fault`: injected before the action (after the policy stages, as Istio's filter order).
+    pub fault: Option<Fault>,
+}
+
+/// Envoy's fault filter on a route: each part applies to its share (0..=100) of requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    pub delay: Option<(Duration, f64)>,
+    pub abort: Option<(StatusCode, f64)>,
+}
+
+impl Fault {
+    /// Whether a request draws the fault of `share` percent.
+    pub fn applies(share: f64) -> bool {
+        share >= 100.0 || fastrand::f64() * 100.0 < share
+    }
 }
 
 impl Route {
@@ -359,6 +375,7 @@ mod tests {
             request_headers: HeaderOps::default(),
             response_headers: HeaderOps::default(),
             counters: RouteCounters::default(),
+            fault: None,
         })
     }
 

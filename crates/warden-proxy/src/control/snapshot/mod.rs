@@ -5,7 +5,8 @@
 use crate::pipeline::header_ops::HeaderOps;
 use crate::pipeline::matcher::StringMatcher;
 use crate::pipeline::routing::{
-    RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable, WeightedCluster,
+    Fault, RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable,
+    WeightedCluster,
 };
 use crate::pipeline::Filters;
 use crate::upstream::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use warden_config::gateway_matches;
 use warden_config::hosts::server_host_admits;
-use warden_config::kinds::virtual_service::{HttpRoute, VirtualService};
+use warden_config::kinds::virtual_service::{HttpFault, HttpRoute, VirtualService};
 use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
 
 mod sidecar;
@@ -435,6 +436,16 @@ impl Builder<'_> {
             self.error(vs, field(""), "route needs route[] or directResponse");
             None
         };
+        let fault = r.fault.as_ref().map(|f| Fault {
+            delay: f.delay.as_ref().and_then(|d| {
+                let t = parse_duration(d.fixed_delay.as_deref()?).ok()?;
+                Some((t, HttpFault::share(d.percentage.as_ref(), d.percent)))
+            }),
+            abort: f.abort.as_ref().and_then(|a| {
+                let status = StatusCode::from_u16(a.http_status?).ok()?;
+                Some((status, HttpFault::share(a.percentage.as_ref(), None)))
+            }),
+        });
         if self.errors.len() > errors_before {
             return None;
         }
@@ -445,6 +456,7 @@ impl Builder<'_> {
             request_headers,
             response_headers,
             counters: RouteCounters::default(),
+            fault,
         })
     }
 

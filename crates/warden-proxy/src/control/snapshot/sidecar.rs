@@ -290,6 +290,7 @@ impl SidecarRoutes {
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
                 counters: RouteCounters::default(),
+                fault: None,
             },
         });
         for table in outbound_http.values_mut() {
@@ -394,6 +395,7 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
         request_headers: HeaderOps::default(),
         response_headers: HeaderOps::default(),
         counters: RouteCounters::default(),
+        fault: None,
     }
 }
 
