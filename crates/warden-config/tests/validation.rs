@@ -403,6 +403,26 @@ fn cases() -> Vec<Case> {
             "no DestinationRule for host \"backend.local\" defines subsets",
         ),
         case(
+            "redirect with port and derivePort",
+            with_base(&http(
+                "  - redirect: {uri: /new, port: 8443, derivePort: FROM_REQUEST_PORT}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].redirect.derivePort",
+            "redirect takes port or derivePort, not both",
+        ),
+        case(
+            "redirect and route together",
+            with_base(&http(
+                "  - redirect: {uri: /new}\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0]",
+            "takes one of `route`, `redirect` and `directResponse`",
+        ),
+        case(
             "fault percentage over 100",
             with_base(&http(
                 "  - route: [{destination: {host: backend.local}}]\n    fault: {abort: {httpStatus: 503, percentage: {value: 101}}}\n",

@@ -351,3 +351,105 @@ async fn fault_delay_holds_requests_for_the_fixed_delay() {
         "answered after {took:?}"
     );
 }
+
+/// The VirtualService reference's rewrite and redirect examples (istio.io
+/// reference/config/networking/virtual-service, HTTPRewrite and HTTPRedirect), on a Gateway.
+#[tokio::test]
+async fn rewrite_and_redirect_as_the_reference_examples() {
+    let up = echo_http("ratings").await;
+    let yaml = format!(
+        r#"{gw}
+---
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: ratings-route
+spec:
+  hosts:
+  - ratings.prod.svc.cluster.local
+  gateways: [gw]
+  http:
+  - match:
+    - uri:
+        prefix: /ratings
+    rewrite:
+      uri: /v1/bookRatings
+      authority: ratings-v1.internal
+    route:
+    - destination:
+        host: ratings.prod.svc.cluster.local
+  - match:
+    - uri:
+        exact: /v1/getProductRatings
+    redirect:
+      uri: /v1/bookRatings
+      authority: newratings.default.svc.cluster.local
+  - match:
+    - uri:
+        prefix: /regex
+    rewrite:
+      uriRegexRewrite:
+        match: ^/regex/([^/]+)/(.*)$
+        rewrite: /\2/\1
+    route:
+    - destination:
+        host: ratings.prod.svc.cluster.local
+  - match:
+    - uri:
+        prefix: /old
+    redirect:
+      scheme: https
+      redirectCode: 308
+      derivePort: FROM_PROTOCOL_DEFAULT
+"#,
+        gw = gateway(&[(0, "HTTP")]),
+        se = service_entry("ratings.prod.svc.cluster.local", &[up.addr]),
+    );
+    let proxy = start(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let host = "ratings.prod.svc.cluster.local";
+    // Prefix rewrite keeps the rest of the path and the query; Host is rewritten.
+    let r = c
+        .get(format!("{base}/ratings/7?x=1"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-path"], "/v1/bookRatings/7?x=1");
+    assert_eq!(r.headers()["x-echo-h-host"], "ratings-v1.internal");
+    let r = c
+        .get(format!("{base}/regex/a/b"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-echo-path"], "/b/a");
+    // Redirects are answered by the proxy.
+    let r = c
+        .get(format!("{base}/v1/getProductRatings?id=3"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 301);
+    assert_eq!(
+        r.headers()["location"],
+        "http://newratings.default.svc.cluster.local/v1/bookRatings?id=3"
+    );
+    let r = c
+        .get(format!("{base}/old/page"))
+        .header("host", format!("{host}:8080"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 308);
+    assert_eq!(r.headers()["location"], format!("https://{host}/old/page"));
+}

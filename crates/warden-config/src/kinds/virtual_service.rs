@@ -37,6 +37,10 @@ pub struct HttpRoute {
     pub retries: Option<Retries>,
     #[serde(default)]
     pub fault: Option<HttpFault>,
+    #[serde(default)]
+    pub rewrite: Option<HttpRewrite>,
+    #[serde(default)]
+    pub redirect: Option<HttpRedirect>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -359,4 +363,46 @@ impl HttpFault {
             .or(percent.map(f64::from))
             .unwrap_or(100.0)
     }
+}
+
+/// `rewrite`: what the upstream request carries instead of the client's path or Host.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRewrite {
+    /// Replaces the matched prefix (a prefix match) or the whole path.
+    #[serde(default)]
+    pub uri: Option<String>,
+    #[serde(default)]
+    pub authority: Option<String>,
+    #[serde(default)]
+    pub uri_regex_rewrite: Option<RegexRewrite>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegexRewrite {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Envoy's substitution: `\1` is the first group.
+    pub rewrite: String,
+}
+
+/// `redirect`: answered by the proxy with a `location` built from the request.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRedirect {
+    #[serde(default)]
+    pub uri: Option<String>,
+    #[serde(default)]
+    pub authority: Option<String>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// FROM_PROTOCOL_DEFAULT | FROM_REQUEST_PORT.
+    #[serde(default)]
+    pub derive_port: Option<String>,
+    #[serde(default)]
+    pub scheme: Option<String>,
+    /// 301 unless set.
+    #[serde(default)]
+    pub redirect_code: Option<u16>,
 }

@@ -188,18 +188,47 @@ fn check_http_route(
     for (i, m) in route.matches.iter().enumerate() {
         check_http_match(doc, &at.key("match").index(i), m, gateways, refs, report);
     }
-    match (&route.direct_response, route.route.is_empty()) {
-        (Some(_), false) => report.error(
-            doc,
-            &at.key("directResponse"),
-            "directResponse cannot be combined with route",
-        ),
-        (None, true) => report.error(
+    let actions = [
+        route.direct_response.is_some(),
+        !route.route.is_empty(),
+        route.redirect.is_some(),
+    ]
+    .iter()
+    .filter(|a| **a)
+    .count();
+    if actions > 1 {
+        report.error(
             doc,
             at,
-            "an http route needs `route` (destinations) or `directResponse`",
-        ),
-        _ => {}
+            "an http route takes one of `route`, `redirect` and `directResponse`",
+        );
+    } else if actions == 0 {
+        report.error(
+            doc,
+            at,
+            "an http route needs `route` (destinations), `redirect` or `directResponse`",
+        );
+    }
+    if let Some(r) = &route.redirect {
+        check_redirect(doc, &at.key("redirect"), r, report);
+    }
+    if let Some(rw) = &route.rewrite {
+        let path = at.key("rewrite");
+        if rw.uri.is_some() && rw.uri_regex_rewrite.is_some() {
+            report.error(doc, &path, "rewrite takes uri or uriRegexRewrite, not both");
+        }
+        if let Some(rr) = &rw.uri_regex_rewrite {
+            if let Err(e) = regex::Regex::new(&rr.pattern) {
+                report.error(
+                    doc,
+                    &path.key("uriRegexRewrite").key("match"),
+                    format!("invalid regex: {e}"),
+                );
+            }
+        }
+        if route.route.is_empty() {
+            report.error(doc, &path, "rewrite applies to routes with destinations");
+        }
     }
     if let Some(dr) = &route.direct_response {
         let path = at.key("directResponse");
@@ -276,6 +305,51 @@ const RETRY_ON: &[&str] = &[
     "resource-exhausted",
     "unavailable",
 ];
+
+fn check_redirect(
+    doc: &VsDoc,
+    at: &FieldPath,
+    r: &crate::kinds::virtual_service::HttpRedirect,
+    report: &mut Report,
+) {
+    if r.port.is_some() && r.derive_port.is_some() {
+        report.error(
+            doc,
+            &at.key("derivePort"),
+            "redirect takes port or derivePort, not both",
+        );
+    }
+    if let Some(d) = &r.derive_port {
+        if !matches!(d.as_str(), "FROM_PROTOCOL_DEFAULT" | "FROM_REQUEST_PORT") {
+            report.error(
+                doc,
+                &at.key("derivePort"),
+                format!("unknown derivePort {d:?} (FROM_PROTOCOL_DEFAULT or FROM_REQUEST_PORT)"),
+            );
+        }
+    }
+    if let Some(code) = r.redirect_code {
+        if !matches!(code, 301 | 302 | 303 | 307 | 308) {
+            report.error(
+                doc,
+                &at.key("redirectCode"),
+                format!("redirectCode {code} is not a redirect (301, 302, 303, 307, 308)"),
+            );
+        }
+    }
+    if let Some(s) = &r.scheme {
+        if s != "http" && s != "https" {
+            report.error(
+                doc,
+                &at.key("scheme"),
+                format!("scheme {s:?} must be http or https"),
+            );
+        }
+    }
+    if r.uri.as_deref().is_some_and(|u| !u.starts_with('/')) {
+        report.error(doc, &at.key("uri"), "uri must start with '/'");
+    }
+}
 
 fn check_fault(doc: &VsDoc, at: &FieldPath, fault: &HttpFault, report: &mut Report) {
     let share =

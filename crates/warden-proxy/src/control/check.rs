@@ -104,6 +104,7 @@ fn describe_table(out: &mut String, label: &str, t: &RouteTable) {
                 RouteAction::Direct { status, body, .. } => {
                     format!("direct response {} ({} bytes)", status.as_u16(), body.len())
                 }
+                RouteAction::Redirect(r) => format!("redirect {}", r.status.as_u16()),
                 RouteAction::Forward {
                     clusters, timeout, ..
                 } => {

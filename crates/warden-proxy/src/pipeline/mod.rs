@@ -546,6 +546,58 @@ fn direct_response(
     resp
 }
 
+/// A `redirect`'s answer: its status, no body, and the `location` made from the request.
+fn redirect_response(
+    r: &crate::pipeline::routing::Redirect,
+    attrs: &RequestAttrs<'_>,
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::Empty);
+    *resp.status_mut() = r.status;
+    let location = r.location(attrs.authority, attrs.path, attrs.query);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// A route's `rewrite`, on the request before it goes upstream: the path (query kept) and
+/// Host (the lines kept as read move into the map first, so the new value is the only one).
+fn rewrite_request(
+    parts: &mut http::request::Parts,
+    lines: &mut Option<RequestLines>,
+    route: &Route,
+    rw: &crate::pipeline::routing::Rewrite,
+) {
+    if let Some(path) = rw.path(route, parts.uri.path()) {
+        let pq = match parts.uri.query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        let mut uri = http::uri::Parts::from(parts.uri.clone());
+        if let Ok(pq) = http::uri::PathAndQuery::try_from(pq) {
+            uri.path_and_query = Some(pq);
+            if let Ok(u) = http::Uri::from_parts(uri) {
+                parts.uri = u;
+            }
+        }
+    }
+    if let Some(authority) = &rw.authority {
+        if let Some(l) = lines.take() {
+            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
+        }
+        parts.headers.insert(header::HOST, authority.clone());
+        if parts.uri.authority().is_some() {
+            let mut uri = http::uri::Parts::from(parts.uri.clone());
+            if let Ok(a) = http::uri::Authority::try_from(authority.as_bytes()) {
+                uri.authority = Some(a);
+                if let Ok(u) = http::Uri::from_parts(uri) {
+                    parts.uri = u;
+                }
+            }
+        }
+    }
+}
+
 /// Stage 7: the route's response headers, then the policy stages' headers (the local
 /// limiter's are left to the server, see [`Answer`]).
 fn respond(response: &mut Response<ProxyBody>, route: &Route, extra_headers: Option<HeaderMap>) {
@@ -693,14 +745,17 @@ fn decide(
         Policies::Reply(reply, limit_headers) => return Decided::Now(reply, limit_headers),
     };
     if filters.global_rate_limit.is_none() && route.fault.is_none() {
-        if let RouteAction::Direct {
-            status,
-            body,
-            content_type,
-        } = &route.action
-        {
+        let now = match &route.action {
+            RouteAction::Direct {
+                status,
+                body,
+                content_type,
+            } => Some(direct_response(*status, body, content_type.as_ref())),
+            RouteAction::Redirect(r) => Some(redirect_response(r, &attrs)),
+            RouteAction::Forward { .. } => None,
+        };
+        if let Some(mut response) = now {
             // 6-7 without waiting.
-            let mut response = direct_response(*status, body, content_type.as_ref());
             respond(&mut response, &route, None);
             return Decided::Now(response, passed.local_limit_headers);
         }
@@ -792,9 +847,18 @@ async fn act(
                 body,
                 content_type,
             } => direct_response(*status, body, content_type.as_ref()),
+            RouteAction::Redirect(r) => {
+                let lines = waiting.lines.as_ref();
+                let authority = authority_of(&waiting.parts, lines);
+                let attrs = request_attrs(conn, shared, &waiting.parts, lines, authority);
+                redirect_response(r, &attrs)
+            }
             RouteAction::Forward {
                 timeout, retries, ..
             } => {
+                if let Some(rw) = &route.rewrite {
+                    rewrite_request(&mut waiting.parts, &mut waiting.lines, route, rw);
+                }
                 let Some(target) = route.pick_cluster() else {
                     break 'stages local(LocalReply::no_healthy_upstream(), &mut outcome);
                 };

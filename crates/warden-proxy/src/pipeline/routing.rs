@@ -118,6 +118,8 @@ pub enum RouteAction {
         body: Bytes,
         content_type: Option<HeaderValue>,
     },
+    /// `redirect`: answered here, the `location` built from the request.
+    Redirect(Redirect),
     Forward {
         clusters: Vec<WeightedCluster>,
         total_weight: u32,
@@ -164,6 +166,105 @@ pub struct Route {
     pub counters: RouteCounters,
     /// `fault`: injected before the action (after the policy stages, as Istio's filter order).
     pub fault: Option<Fault>,
+    /// `rewrite`: the upstream request's path and Host.
+    pub rewrite: Option<Box<Rewrite>>,
+}
+
+/// Where a `redirect` sends the client.
+#[derive(Debug)]
+pub struct Redirect {
+    pub status: StatusCode,
+    pub scheme: Option<Box<str>>,
+    /// Replaces the request's authority (as given, port included).
+    pub authority: Option<Box<str>>,
+    pub port: Option<u16>,
+    pub port_rule: DerivePort,
+    pub uri: Option<Box<str>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DerivePort {
+    /// Keep the authority's port as it is.
+    Keep,
+    /// No port: the scheme's default.
+    ProtocolDefault,
+    /// The port the request was sent to.
+    RequestPort,
+}
+
+impl Redirect {
+    /// The `location`: scheme, authority (the redirect's, else the request's) with the port
+    /// rule applied, and the redirect's path (else the request's), the query kept unless the
+    /// redirect's path has one.
+    pub fn location(&self, authority: &str, path: &str, query: Option<&str>) -> String {
+        let scheme = self.scheme.as_deref().unwrap_or("http");
+        let base = self.authority.as_deref().unwrap_or(authority);
+        let host = host_of(base);
+        let request_port = authority
+            .strip_prefix(host_of(authority))
+            .and_then(|rest| rest.strip_prefix(':'));
+        let own_port = base
+            .strip_prefix(host)
+            .and_then(|rest| rest.strip_prefix(':'));
+        let port: Option<String> = match (self.port, self.port_rule) {
+            (Some(p), _) => Some(p.to_string()),
+            (None, DerivePort::ProtocolDefault) => None,
+            (None, DerivePort::RequestPort) => request_port.map(str::to_owned),
+            (None, DerivePort::Keep) => own_port.map(str::to_owned),
+        };
+        let mut out = format!("{scheme}://{host}");
+        if let Some(p) = port {
+            out.push(':');
+            out.push_str(&p);
+        }
+        match &self.uri {
+            Some(uri) => {
+                out.push_str(uri);
+                if !uri.contains('?') {
+                    if let Some(q) = query {
+                        out.push('?');
+                        out.push_str(q);
+                    }
+                }
+            }
+            None => {
+                out.push_str(path);
+                if let Some(q) = query {
+                    out.push('?');
+                    out.push_str(q);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `rewrite` of a route's upstream requests.
+#[derive(Debug)]
+pub struct Rewrite {
+    /// Replaces the matched prefix (a prefix `uri` match), else the whole path.
+    pub uri: Option<Box<str>>,
+    pub authority: Option<HeaderValue>,
+    /// `uriRegexRewrite`: every match of the regex replaced (`$1`-style groups).
+    pub regex: Option<(regex::Regex, String)>,
+}
+
+impl Rewrite {
+    /// The upstream path for `path`, when it changes.
+    pub fn path(&self, route: &Route, path: &str) -> Option<String> {
+        if let Some((re, with)) = &self.regex {
+            return Some(re.replace_all(path, with.as_str()).into_owned());
+        }
+        let uri = self.uri.as_deref()?;
+        let prefix = route.matches.iter().find_map(|m| match &m.uri {
+            Some(StringMatcher::Prefix(p)) if path.starts_with(&**p) => Some(p.len()),
+            _ => None,
+        });
+        Some(match prefix {
+            Some(n) => format!("{uri}{}", &path[n..]),
+            None => uri.to_owned(),
+        })
+    }
 }
 
 /// Envoy's fault filter on a route: each part applies to its share (0..=100) of requests.
@@ -376,6 +477,7 @@ mod tests {
             response_headers: HeaderOps::default(),
             counters: RouteCounters::default(),
             fault: None,
+            rewrite: None,
         })
     }
 
@@ -391,6 +493,42 @@ mod tests {
             port: 80,
         };
         t.find(&input).map(|r| &*r.name)
+    }
+
+    #[test]
+    fn redirect_locations_follow_istio() {
+        let r = |authority: Option<&str>, port, rule, uri: Option<&str>| Redirect {
+            status: StatusCode::MOVED_PERMANENTLY,
+            scheme: Some("https".into()),
+            authority: authority.map(Into::into),
+            port,
+            port_rule: rule,
+            uri: uri.map(Into::into),
+        };
+        let plain = r(None, None, DerivePort::Keep, None);
+        assert_eq!(
+            plain.location("a.test", "/x", Some("q=1")),
+            "https://a.test/x?q=1"
+        );
+        assert_eq!(
+            plain.location("a.test:8080", "/x", None),
+            "https://a.test:8080/x"
+        );
+        let moved = r(Some("b.test"), Some(8443), DerivePort::Keep, Some("/new"));
+        assert_eq!(
+            moved.location("a.test:80", "/x", Some("q=1")),
+            "https://b.test:8443/new?q=1"
+        );
+        let default = r(None, None, DerivePort::ProtocolDefault, Some("/n?k=v"));
+        assert_eq!(
+            default.location("a.test:80", "/x", Some("q=1")),
+            "https://a.test/n?k=v"
+        );
+        let same = r(Some("b.test"), None, DerivePort::RequestPort, None);
+        assert_eq!(
+            same.location("a.test:8080", "/x", None),
+            "https://b.test:8080/x"
+        );
     }
 
     #[test]

@@ -430,6 +430,8 @@ impl Builder<'_> {
             .unwrap_or_default();
         let action = if let Some(dr) = &r.direct_response {
             self.direct_response(vs, i, dr)
+        } else if let Some(rd) = &r.redirect {
+            Some(RouteAction::Redirect(redirect(rd)))
         } else if !r.route.is_empty() {
             self.forward(vs, i, r)
         } else {
@@ -457,7 +459,49 @@ impl Builder<'_> {
             response_headers,
             counters: RouteCounters::default(),
             fault,
+            rewrite: self.rewrite(vs, i, r.rewrite.as_ref()),
         })
+    }
+
+    fn rewrite(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        i: usize,
+        rw: Option<&warden_config::kinds::virtual_service::HttpRewrite>,
+    ) -> Option<Box<crate::pipeline::routing::Rewrite>> {
+        let rw = rw?;
+        let authority = match rw.authority.as_deref().map(HeaderValue::from_str) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => {
+                self.error(
+                    vs,
+                    format!("spec.http[{i}].rewrite.authority"),
+                    "not a valid Host",
+                );
+                return None;
+            }
+        };
+        let regex = match &rw.uri_regex_rewrite {
+            None => None,
+            Some(rr) => match regex::Regex::new(&rr.pattern) {
+                // Envoy writes groups as \1; the regex crate as ${1}.
+                Ok(re) => Some((re, envoy_substitution(&rr.rewrite))),
+                Err(e) => {
+                    self.error(
+                        vs,
+                        format!("spec.http[{i}].rewrite.uriRegexRewrite.match"),
+                        format!("invalid regex: {e}"),
+                    );
+                    return None;
+                }
+            },
+        };
+        Some(Box::new(crate::pipeline::routing::Rewrite {
+            uri: rw.uri.as_deref().map(Into::into),
+            authority,
+            regex,
+        }))
     }
 
     fn direct_response(
@@ -859,6 +903,49 @@ impl Builder<'_> {
     }
 }
 
+/// A VirtualService `redirect` (validated by warden-config).
+fn redirect(
+    r: &warden_config::kinds::virtual_service::HttpRedirect,
+) -> crate::pipeline::routing::Redirect {
+    use crate::pipeline::routing::DerivePort;
+    crate::pipeline::routing::Redirect {
+        status: r
+            .redirect_code
+            .and_then(|c| StatusCode::from_u16(c).ok())
+            .unwrap_or(StatusCode::MOVED_PERMANENTLY),
+        scheme: r.scheme.as_deref().map(Into::into),
+        authority: r.authority.as_deref().map(Into::into),
+        port: r.port,
+        port_rule: match r.derive_port.as_deref() {
+            Some("FROM_PROTOCOL_DEFAULT") => DerivePort::ProtocolDefault,
+            Some("FROM_REQUEST_PORT") => DerivePort::RequestPort,
+            _ => DerivePort::Keep,
+        },
+        uri: r.uri.as_deref().map(Into::into),
+    }
+}
+
+/// Envoy's `\N` group references as the regex crate's `${N}` (a literal `$` escaped).
+fn envoy_substitution(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek().is_some_and(|d| d.is_ascii_digit()) => {
+                out.push_str("${");
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    out.push(d);
+                    chars.next();
+                }
+                out.push('}');
+            }
+            '$' => out.push_str("$$"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn route_applies_to_port(r: &HttpRoute, port: u16) -> bool {
     r.matches.is_empty() || r.matches.iter().any(|m| m.port.is_none_or(|p| p == port))
 }
@@ -921,6 +1008,12 @@ mod tests {
         };
         let sidecar = Snapshot::build(loaded(), &sidecar, None).unwrap();
         assert!(sidecar.warnings.is_empty(), "{:?}", sidecar.warnings);
+    }
+
+    #[test]
+    fn envoy_group_references_become_regex_crate_ones() {
+        assert_eq!(envoy_substitution("/v2/\\1"), "/v2/${1}");
+        assert_eq!(envoy_substitution("\\12x$"), "${12}x$$");
     }
 
     #[test]

@@ -291,6 +291,7 @@ impl SidecarRoutes {
                 response_headers: HeaderOps::default(),
                 counters: RouteCounters::default(),
                 fault: None,
+                rewrite: None,
             },
         });
         for table in outbound_http.values_mut() {
@@ -396,6 +397,7 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
         response_headers: HeaderOps::default(),
         counters: RouteCounters::default(),
         fault: None,
+        rewrite: None,
     }
 }
 

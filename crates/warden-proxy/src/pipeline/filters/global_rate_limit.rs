@@ -310,7 +310,7 @@ impl GlobalRateLimit {
         let vs = route.virtual_service();
         let cluster = match &route.action {
             RouteAction::Forward { clusters, .. } => clusters.first().map(|c| &*c.cluster.name),
-            RouteAction::Direct { .. } => None,
+            RouteAction::Direct { .. } | RouteAction::Redirect(_) => None,
         };
         let gateways = self
             .gateways_by_port
