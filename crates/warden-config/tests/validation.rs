@@ -261,8 +261,8 @@ fn cases() -> Vec<Case> {
             )),
             Error,
             "VirtualService/vs",
-            "spec.http[0].directResponse",
-            "cannot be combined with route",
+            "spec.http[0]",
+            "takes one of `route`, `redirect` and `directResponse`",
         ),
         case(
             "neither route nor direct response",
@@ -270,7 +270,7 @@ fn cases() -> Vec<Case> {
             Error,
             "VirtualService/vs",
             "spec.http[0]",
-            "needs `route` (destinations) or `directResponse`",
+            "needs `route` (destinations), `redirect` or `directResponse`",
         ),
         case(
             "status out of range",
