@@ -274,7 +274,14 @@ impl Loader {
         let set = &mut self.loaded.set;
         macro_rules! typed {
             ($field:ident) => {{
-                match decode(data, &base, &loc, &lines, &mut self.loaded.warnings) {
+                match decode(
+                    data,
+                    &base,
+                    &loc,
+                    &lines,
+                    &mut self.loaded.warnings,
+                    &mut self.errors,
+                ) {
                     Ok(spec) => set.$field.push(Doc {
                         file: file.to_path_buf(),
                         index,
@@ -334,6 +341,33 @@ impl Loader {
         } else {
             Err(ConfigErrors(self.errors))
         }
+    }
+}
+
+/// Whether an unknown field at `path` of a `kind` document could change which requests a
+/// route or policy takes or what they get (a route action, a match condition, a traffic or
+/// authorization rule): those are errors, since ignoring them would silently change
+/// behaviour. Fields about visibility or bookkeeping (`exportTo`, names) stay warnings.
+fn changes_behaviour(kind: &str, path: &FieldPath) -> bool {
+    use crate::field_path::Segment;
+    let keys: Vec<&str> = path
+        .segments()
+        .iter()
+        .filter_map(|s| match s {
+            Segment::Key(k) => Some(k.as_str()),
+            Segment::Index(_) => None,
+        })
+        .collect();
+    let (Some(&"spec"), Some(top)) = (keys.first(), keys.get(1)) else {
+        return false;
+    };
+    match kind {
+        "VirtualService" => matches!(*top, "http" | "tcp" | "tls" | "delegate"),
+        "DestinationRule" => matches!(*top, "trafficPolicy" | "subsets" | "workloadSelector"),
+        "Gateway" => matches!(*top, "servers" | "selector"),
+        "ServiceEntry" => matches!(*top, "ports" | "endpoints" | "resolution"),
+        "AuthorizationPolicy" | "Sidecar" => *top != "exportTo",
+        _ => false,
     }
 }
 
@@ -406,6 +440,7 @@ fn decode<T: DeserializeOwned>(
     loc: &Location,
     lines: &LineIndex,
     warnings: &mut Vec<Problem>,
+    errors: &mut Vec<Problem>,
 ) -> Result<T, Problem> {
     let spec = if spec.is_null() {
         serde_json::Value::Object(Default::default())
@@ -417,13 +452,26 @@ fn decode<T: DeserializeOwned>(
         let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(spec, &mut record))
     };
+    let kind = loc.object.split('/').next().unwrap_or("");
     for path in ignored {
-        warnings.push(problem_at(
-            loc,
-            lines,
-            &base.join(&path),
-            "field not supported by warden; ignored".into(),
-        ));
+        let path = base.join(&path);
+        if changes_behaviour(kind, &path) {
+            errors.push(problem_at(
+                loc,
+                lines,
+                &path,
+                "not supported by warden yet; it would change what requests get, so it is \
+                 an error rather than ignored"
+                    .into(),
+            ));
+        } else {
+            warnings.push(problem_at(
+                loc,
+                lines,
+                &path,
+                "field not supported by warden; ignored".into(),
+            ));
+        }
     }
     result.map_err(|e| {
         let message = e.inner().to_string();

@@ -44,7 +44,7 @@ spec:
   gateways: [gw]
   http:
   - directResponse: {status: 333, body: {string: test}}
-    mirror: {host: x}
+  exportTo: ["."]
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -55,6 +55,6 @@ spec:
     let loaded = warden_config::load_str("t.yaml", ok).unwrap();
     assert_eq!(loaded.set.virtual_services.len(), 1);
     assert_eq!(loaded.warnings.len(), 1);
-    assert_eq!(loaded.warnings[0].location.field, "spec.http[0].mirror");
+    assert_eq!(loaded.warnings[0].location.field, "spec.exportTo");
     assert_eq!(loaded.warnings[0].location.line, Some(10));
 }

@@ -667,13 +667,31 @@ fn cases() -> Vec<Case> {
         ),
         // Warnings
         case(
-            "unsupported field",
+            "unsupported route field",
             with_base(&http(
                 "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local}\n",
             )),
-            Warning,
+            Error,
             "VirtualService/vs",
             "spec.http[0].mirror",
+            "not supported by warden yet; it would change what requests get",
+        ),
+        case(
+            "unsupported match condition",
+            with_base(&http(
+                "  - match: [{sourceIp: 1.2.3.4}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].sourceIp",
+            "not supported by warden yet",
+        ),
+        case(
+            "unsupported informational field",
+            with_base(&format!("{}  exportTo: ['.']\n", vs(ROUTE_OK))),
+            Warning,
+            "VirtualService/vs",
+            "spec.exportTo",
             "field not supported by warden; ignored",
         ),
         case(

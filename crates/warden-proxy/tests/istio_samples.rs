@@ -453,3 +453,62 @@ spec:
     assert_eq!(r.status(), 308);
     assert_eq!(r.headers()["location"], format!("https://{host}/old/page"));
 }
+
+/// Gateway `tls.httpsRedirect: true` (istio.io reference/config/networking/gateway): the
+/// server's requests get a 301 to https, with nothing forwarded.
+#[tokio::test]
+async fn gateway_https_redirect_answers_301() {
+    let up = echo_http("web").await;
+    let yaml = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  servers:
+  - port: {{number: 0, name: http, protocol: HTTP}}
+    hosts: [uk.bookinfo.com]
+    tls:
+      httpsRedirect: true
+---
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: vs}}
+spec:
+  hosts: [uk.bookinfo.com]
+  gateways: [gw]
+  http:
+  - route: [{{destination: {{host: web.internal}}}}]
+"#,
+        se = service_entry("web.internal", &[up.addr]),
+    );
+    let proxy = start(&yaml);
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = c
+        .get(format!("http://{}/reviews?x=1", addr(&proxy, 0)))
+        .header("host", "uk.bookinfo.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 301);
+    assert_eq!(
+        r.headers()["location"],
+        "https://uk.bookinfo.com/reviews?x=1"
+    );
+    assert!(r.headers().get("x-upstream").is_none());
+}
+
+#[test]
+fn gateway_tls_settings_other_than_https_redirect_are_errors() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n";
+    let err = warden_config::load_str("gw.yaml", yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("spec.servers[0].tls.mode"), "{err}");
+    assert!(err.contains("TLS is not supported yet"), "{err}");
+}

@@ -20,6 +20,10 @@ pub struct Server {
     pub hosts: Vec<String>,
     #[serde(default)]
     pub name: Option<String>,
+    /// Only `httpsRedirect` on plain HTTP servers until TLS lands; any other TLS setting is an
+    /// error (validation).
+    #[serde(default)]
+    pub tls: Option<ServerTls>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -54,4 +58,15 @@ impl Port {
             _ => None,
         }
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTls {
+    /// Answer every request of this server with a 301 to `https://`.
+    #[serde(default)]
+    pub https_redirect: bool,
+    /// Anything else a TLS block holds (mode, certificates...): kept to be rejected by name.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }

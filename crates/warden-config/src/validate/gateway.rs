@@ -14,6 +14,15 @@ pub(super) fn check(doc: &Doc<Gateway>, report: &mut Report) {
     }
     for (i, server) in doc.spec.servers.iter().enumerate() {
         let at = servers.index(i);
+        if let Some(tls) = &server.tls {
+            for key in tls.other.keys() {
+                report.error(
+                    doc,
+                    &at.key("tls").key(key.clone()),
+                    "TLS is not supported yet (only httpsRedirect on an HTTP server)",
+                );
+            }
+        }
         let protocol = &server.port.protocol;
         if server.port.listener_protocol().is_none() {
             let message = match protocol.to_ascii_uppercase().as_str() {

@@ -220,6 +220,59 @@ struct Builder<'a> {
     clusters: BTreeMap<String, Arc<Cluster>>,
 }
 
+/// For the servers on `port` of the Gateways `vs` binds to that set `tls.httpsRedirect`: which
+/// of its hosts they admit, and the 301 to `https://` their requests get.
+#[allow(clippy::type_complexity)]
+fn https_redirect_route<'s>(
+    set: &'s ConfigSet,
+    vs: &'s Doc<VirtualService>,
+    port: u16,
+) -> Option<(Box<dyn Fn(&str) -> bool + 's>, Arc<Route>)> {
+    let ns = vs.metadata.namespace_or_default();
+    let servers: Vec<(&str, &warden_config::kinds::gateway::Server)> = set
+        .gateways
+        .iter()
+        .filter(|gw| vs.spec.gateways.iter().any(|r| gateway_matches(ns, r, gw)))
+        .flat_map(|gw| {
+            gw.spec
+                .servers
+                .iter()
+                .filter(|s| {
+                    s.port.number == port && s.tls.as_ref().is_some_and(|t| t.https_redirect)
+                })
+                .map(move |s| (gw.metadata.namespace_or_default(), s))
+        })
+        .collect();
+    if servers.is_empty() {
+        return None;
+    }
+    let admits = move |host: &str| {
+        servers.iter().any(|(gw_ns, s)| {
+            s.hosts
+                .iter()
+                .any(|sh| server_host_admits(sh, gw_ns, ns, host))
+        })
+    };
+    let route = Route {
+        name: format!("{ns}/{}/https-redirect", vs.metadata.name).into(),
+        matches: Vec::new(),
+        action: RouteAction::Redirect(crate::pipeline::routing::Redirect {
+            status: StatusCode::MOVED_PERMANENTLY,
+            scheme: Some("https".into()),
+            authority: None,
+            port: None,
+            port_rule: crate::pipeline::routing::DerivePort::ProtocolDefault,
+            uri: None,
+        }),
+        request_headers: HeaderOps::default(),
+        response_headers: HeaderOps::default(),
+        counters: RouteCounters::default(),
+        fault: None,
+        rewrite: None,
+    };
+    Some((Box::new(admits), Arc::new(route)))
+}
+
 /// The hosts of `vs` admitted by a server on `port` of a Gateway that `vs` references
 /// (Istio's binding: `gateways:` plus overlapping, namespace-admitted `hosts`).
 fn admitted_hosts<'s>(set: &'s ConfigSet, vs: &'s Doc<VirtualService>, port: u16) -> Vec<&'s str> {
@@ -349,8 +402,16 @@ impl Builder<'_> {
                     routes.push(Arc::new(route));
                 }
             }
+            let redirected = https_redirect_route(set, vs, port);
             for host in hosts {
-                table.add(host, &routes);
+                match &redirected {
+                    // Envoy's `require_tls: ALL` on the server's virtual hosts: every
+                    // request is sent to https first.
+                    Some((admits, redirect)) if admits(host) => {
+                        table.add(host, std::slice::from_ref(redirect));
+                    }
+                    _ => table.add(host, &routes),
+                }
             }
         }
         table
