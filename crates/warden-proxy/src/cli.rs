@@ -42,6 +42,10 @@ pub struct ProxyArgs {
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
+    /// Apply reloads that come from an empty config file or leave no listener, or a listener
+    /// without routes (refused and counted by default; the running config stays).
+    #[arg(long)]
+    pub allow_empty_config: bool,
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -89,6 +93,7 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
+    opts.allow_empty_config = args.allow_empty_config;
     let proxy = Proxy::start(opts)?;
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");

@@ -49,6 +49,9 @@ pub struct ProxyOptions {
     pub access_log: Option<AccessLogTarget>,
     /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
     pub watch_config: bool,
+    /// Let a reload through that comes from an empty file or leaves no listener, or a
+    /// listener without routes (refused by default: `control::reload_guard`).
+    pub allow_empty_config: bool,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
 }
@@ -69,6 +72,7 @@ impl ProxyOptions {
             labels: BTreeMap::new(),
             access_log: None,
             watch_config: true,
+            allow_empty_config: false,
             connect_timeout: Duration::from_secs(10),
         }
     }

@@ -18,6 +18,11 @@ pub struct RouteCodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
 }
@@ -30,6 +35,8 @@ pub struct MetricsView {
     pub upstream_errors: u64,
     pub config_reloads: u64,
     pub config_reload_errors: u64,
+    /// Reloads the reload guard refused (also counted in `config_reload_errors`).
+    pub config_reloads_refused: u64,
 }
 
 /// Global rate limit stage outcomes (Envoy's `cluster.<c>.ratelimit.*`).
@@ -132,6 +139,11 @@ pub struct Metrics {
     pub upstream_errors_total: Counter,
     pub config_reloads: Counter,
     pub config_reload_errors: Counter,
+    config_reload_refused: Family<ReasonLabels, Counter>,
+    config_reload_refused_total: Counter,
+    downstream_rq_rejected: Family<ReasonLabels, Counter>,
+    /// HTTP/2 connections sent a GOAWAY for resetting most of their streams.
+    pub h2_premature_reset_closes: Counter,
 }
 
 impl Metrics {
@@ -147,6 +159,9 @@ impl Metrics {
         let upstream_errors_total = Counter::default();
         let config_reloads = Counter::default();
         let config_reload_errors = Counter::default();
+        let config_reload_refused = Family::<ReasonLabels, Counter>::default();
+        let downstream_rq_rejected = Family::<ReasonLabels, Counter>::default();
+        let h2_premature_reset_closes = Counter::default();
         registry.register(
             "http_requests",
             "HTTP requests by route and status code",
@@ -182,6 +197,21 @@ impl Metrics {
             "Rejected config reloads (the running config was kept)",
             config_reload_errors.clone(),
         );
+        registry.register(
+            "config_reload_refused",
+            "Reloads refused although the config parsed (empty_file, no_listeners, listener_without_routes); also in config_reload_errors",
+            config_reload_refused.clone(),
+        );
+        registry.register(
+            "downstream_rq_rejected",
+            "Requests answered 400 before routing, by reason (missing_host, multiple_hosts, authority_mismatch, invalid_host, ...)",
+            downstream_rq_rejected.clone(),
+        );
+        registry.register(
+            "downstream_cx_too_many_premature_resets",
+            "HTTP/2 connections sent a GOAWAY because the client reset most of its streams before their response",
+            h2_premature_reset_closes.clone(),
+        );
         let global_rate_limit = GlobalRateLimitMetrics::default();
         global_rate_limit.register(&mut registry);
         let authz = AuthzMetrics::default();
@@ -199,6 +229,10 @@ impl Metrics {
             upstream_errors_total,
             config_reloads,
             config_reload_errors,
+            config_reload_refused,
+            config_reload_refused_total: Counter::default(),
+            downstream_rq_rejected,
+            h2_premature_reset_closes,
         }
     }
 
@@ -208,6 +242,20 @@ impl Metrics {
                 route: route.to_string(),
                 code,
             })
+    }
+
+    pub fn config_reload_refused(&self, reason: &'static str) {
+        self.config_reload_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+        self.config_reload_refused_total.inc();
+    }
+
+    /// A request refused as malformed before routing (400, `DPE`).
+    pub fn downstream_rejected(&self, reason: &'static str) {
+        self.downstream_rq_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn upstream_error(&self, kind: &'static str) {
@@ -265,6 +313,7 @@ impl Metrics {
             upstream_errors: self.upstream_errors_total.get(),
             config_reloads: self.config_reloads.get(),
             config_reload_errors: self.config_reload_errors.get(),
+            config_reloads_refused: self.config_reload_refused_total.get(),
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::control::access_log::AccessLog;
 use crate::control::admin;
+use crate::control::config_settle;
 use crate::control::config_source;
 use crate::control::metrics::MetricsView;
 use crate::control::snapshot::{ProxyIdentity, Snapshot};
@@ -84,6 +85,7 @@ impl Proxy {
             access_log,
             opts.num_trusted_proxies,
             opts.config.clone(),
+            opts.allow_empty_config,
             identity,
             ListenerControl {
                 host: opts.listen_host,
@@ -157,9 +159,10 @@ fn admin_thread(
         let reload_shared = shared.clone();
         let reloads = async move {
             while changes.recv().await.is_some() {
-                // Editors write files in several steps: let them settle, then reload once.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                while changes.try_recv().is_ok() {}
+                // Writers change files in several steps: reload once they have settled.
+                if let ConfigSource::Paths(paths) = &reload_shared.source {
+                    config_settle::settle(&mut changes, paths).await;
+                }
                 let _ = reload_shared.reload();
             }
             std::future::pending::<()>().await;
