@@ -18,6 +18,7 @@
 use crate::control::state::{ConnCtx, WorkerCtx};
 use crate::downstream::buffer_pool;
 use crate::downstream::framing_guard::FramingGuard;
+use crate::downstream::h2_abuse::{self, ResetTracker};
 use crate::pipeline::forwarding_headers;
 use crate::pipeline::{self, Handling};
 use crate::upstream::body::ProxyBody;
@@ -142,30 +143,63 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         worker,
         hyper,
         watcher,
+        mut stop,
         violation,
         ..
     } = serving;
+    // The listener's drain reaches this connection through `stop` (below), so that an abusive
+    // HTTP/2 client can be sent the same GOAWAY.
+    drop(watcher);
+    let shared = worker.shared.clone();
+    let peer = conn.peer;
     let io = TokioIo::new(FramingGuard::new(
         ReplayIo::new(input.freeze(), stream),
         violation,
     ));
+    let resets = Arc::new(ResetTracker::default());
+    let tracker = resets.clone();
     let service = hyper::service::service_fn(move |req| {
         let worker = worker.clone();
         let conn = conn.clone();
+        let stream = (req.version() == Version::HTTP_2).then(|| tracker.stream());
         async move {
+            if stream.is_some() {
+                h2_abuse::settle().await;
+            }
             let version = req.version();
-            let req = req.map(ProxyBody::Streamed);
+            let req = req.map(ProxyBody::Downstream);
             let response = pipeline::handle(req, None, &conn, &worker)
                 .answer()
                 .await
                 .into_response();
+            if let Some(stream) = stream {
+                stream.answered();
+            }
             Ok::<_, Infallible>(for_hyper(response, version))
         }
     });
-    if let Err(e) = watcher
-        .watch(hyper.serve_connection(io, service).into_owned())
-        .await
-    {
+    let mut connection = std::pin::pin!(hyper.serve_connection(io, service).into_owned());
+    let (mut shutting_down, mut drain_open) = (false, true);
+    let result = loop {
+        tokio::select! {
+            result = connection.as_mut() => break result,
+            changed = stop.changed(), if drain_open && !shutting_down => match changed {
+                Ok(()) => {
+                    shutting_down = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                // The listener is gone without a drain: nothing will ask again.
+                Err(_) => drain_open = false,
+            },
+            _ = resets.abusive(), if !shutting_down => {
+                shutting_down = true;
+                shared.metrics.h2_premature_reset_closes.inc();
+                tracing::info!(%peer, "HTTP/2 client resets most of its streams: GOAWAY");
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(error = %e, "downstream connection error");
     }
 }
@@ -292,26 +326,29 @@ impl Connection {
         match body {
             ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
             ProxyBody::Full(None) | ProxyBody::Empty => {}
-            mut streamed @ (ProxyBody::Streamed(_) | ProxyBody::H1(_)) => loop {
-                let frame = match futures_util::poll!(streamed.frame()) {
-                    Poll::Ready(frame) => frame,
-                    // Nothing more yet: let the client have what there is (a slow or
-                    // streaming upstream must not hold the head back).
-                    Poll::Pending => {
-                        self.flush().await?;
-                        streamed.frame().await
-                    }
-                };
-                match frame {
-                    None => break,
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            self.append(&data, encoding).await?;
+            mut
+            streamed @ (ProxyBody::Streamed(_) | ProxyBody::Downstream(_) | ProxyBody::H1(_)) => {
+                loop {
+                    let frame = match futures_util::poll!(streamed.frame()) {
+                        Poll::Ready(frame) => frame,
+                        // Nothing more yet: let the client have what there is (a slow or
+                        // streaming upstream must not hold the head back).
+                        Poll::Pending => {
+                            self.flush().await?;
+                            streamed.frame().await
                         }
+                    };
+                    match frame {
+                        None => break,
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
+                                self.append(&data, encoding).await?;
+                            }
+                        }
+                        Some(Err(e)) => return Err(io::Error::other(e)),
                     }
-                    Some(Err(e)) => return Err(io::Error::other(e)),
                 }
-            },
+            }
         }
         if encoding == BodyEncoding::Chunked {
             self.bufs.out.extend_from_slice(response_head::LAST_CHUNK);

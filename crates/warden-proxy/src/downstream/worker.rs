@@ -10,7 +10,7 @@ use crate::control::state::{ConnCtx, Shared, WorkerCtx};
 use crate::downstream::fast_h1;
 use crate::upstream::tcp_proxy;
 use crate::upstream::{UpstreamClients, IDLE_SWEEP_INTERVAL};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::future::Future;
@@ -105,10 +105,7 @@ async fn run(
         .http1()
         .max_buf_size(MAX_HEADER_BYTES)
         .header_read_timeout(None);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEADER_BYTES as u32);
+    crate::downstream::h2_abuse::configure(&mut builder, MAX_HEADER_BYTES as u32);
     let builder = Arc::new(builder);
     let mut tasks = JoinSet::new();
     let start = |tasks: &mut JoinSet<()>, l: WorkerListener| {
