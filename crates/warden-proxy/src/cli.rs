@@ -46,6 +46,30 @@ pub struct ProxyArgs {
     /// without routes (refused and counted by default; the running config stays).
     #[arg(long)]
     pub allow_empty_config: bool,
+    /// Downstream connections held at most over all listeners; beyond, new ones are closed at
+    /// accept (default: half the open-file limit, which is raised to its hard limit at start).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Downstream connections held at most per listener.
+    #[arg(long)]
+    pub max_connections_per_listener: Option<usize>,
+    /// A request head must be complete this long after its first byte (else 408 and close);
+    /// `0s` turns it off. Envoy's `request_headers_timeout`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub request_headers_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this long; `0s`
+    /// turns it off. Envoy's `idle_timeout` (default 1h).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections are closed (between requests, or with a GOAWAY) after this long; off by
+    /// default. Envoy's `max_connection_duration`.
+    #[arg(long, value_parser = parse_duration)]
+    pub max_connection_duration: Option<Duration>,
+}
+
+/// `0s` as "off".
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -94,6 +118,23 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
     opts.allow_empty_config = args.allow_empty_config;
+    opts.max_connections = args.max_connections;
+    opts.max_connections_per_listener = args.max_connections_per_listener;
+    opts.timeouts = crate::downstream::timeouts::Timeouts {
+        request_headers: nonzero(args.request_headers_timeout),
+        idle: nonzero(args.idle_timeout),
+        max_connection_duration: args.max_connection_duration.and_then(nonzero),
+    };
+    // Before anything opens files: a proxy holds one per connection.
+    match crate::downstream::conn_limits::raise_nofile() {
+        Ok(limit) => tracing::info!(
+            soft = limit.soft,
+            hard = limit.hard,
+            was = limit.before,
+            "open-file limit (RLIMIT_NOFILE)"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-file limit"),
+    }
     let proxy = Proxy::start(opts)?;
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");

@@ -54,6 +54,13 @@ pub struct ProxyOptions {
     pub allow_empty_config: bool,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
+    /// Downstream connections held at most (all listeners); `None`: half the open-file limit
+    /// less a reserve (each proxied connection also needs an upstream fd).
+    pub max_connections: Option<usize>,
+    /// Downstream connections held at most per listener.
+    pub max_connections_per_listener: Option<usize>,
+    /// Request-head, idle and max-duration timeouts of downstream connections.
+    pub timeouts: crate::downstream::timeouts::Timeouts,
 }
 
 impl ProxyOptions {
@@ -74,6 +81,9 @@ impl ProxyOptions {
             watch_config: true,
             allow_empty_config: false,
             connect_timeout: Duration::from_secs(10),
+            max_connections: None,
+            max_connections_per_listener: None,
+            timeouts: crate::downstream::timeouts::Timeouts::default(),
         }
     }
 

@@ -144,6 +144,9 @@ pub struct Metrics {
     downstream_rq_rejected: Family<ReasonLabels, Counter>,
     /// HTTP/2 connections sent a GOAWAY for resetting most of their streams.
     pub h2_premature_reset_closes: Counter,
+    /// Connections closed at accept for a connection maximum.
+    pub downstream_cx_overflow: Counter,
+    downstream_timeouts: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -162,6 +165,8 @@ impl Metrics {
         let config_reload_refused = Family::<ReasonLabels, Counter>::default();
         let downstream_rq_rejected = Family::<ReasonLabels, Counter>::default();
         let h2_premature_reset_closes = Counter::default();
+        let downstream_cx_overflow = Counter::default();
+        let downstream_timeouts = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by route and status code",
@@ -212,6 +217,16 @@ impl Metrics {
             "HTTP/2 connections sent a GOAWAY because the client reset most of its streams before their response",
             h2_premature_reset_closes.clone(),
         );
+        registry.register(
+            "downstream_cx_overflow",
+            "Connections closed as soon as accepted: the global or the listener's connection maximum was reached",
+            downstream_cx_overflow.clone(),
+        );
+        registry.register(
+            "downstream_cx_timeout",
+            "Downstream connections closed by a timeout (request_headers: answered 408, idle, max_duration)",
+            downstream_timeouts.clone(),
+        );
         let global_rate_limit = GlobalRateLimitMetrics::default();
         global_rate_limit.register(&mut registry);
         let authz = AuthzMetrics::default();
@@ -233,6 +248,8 @@ impl Metrics {
             config_reload_refused_total: Counter::default(),
             downstream_rq_rejected,
             h2_premature_reset_closes,
+            downstream_cx_overflow,
+            downstream_timeouts,
         }
     }
 
@@ -254,6 +271,18 @@ impl Metrics {
     /// A request refused as malformed before routing (400, `DPE`).
     pub fn downstream_rejected(&self, reason: &'static str) {
         self.downstream_rq_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn downstream_timeout(&self, expired: crate::downstream::timeouts::Expired) {
+        use crate::downstream::timeouts::Expired;
+        let reason = match expired {
+            Expired::RequestHeaders => "request_headers",
+            Expired::Idle => "idle",
+            Expired::MaxDuration => "max_duration",
+        };
+        self.downstream_timeouts
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }

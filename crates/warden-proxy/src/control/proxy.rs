@@ -12,7 +12,10 @@ use crate::control::config_settle;
 use crate::control::config_source;
 use crate::control::metrics::MetricsView;
 use crate::control::snapshot::{ProxyIdentity, Snapshot};
-use crate::control::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
+use crate::control::state::{
+    DownstreamLimits, ListenerControl, ListenerInfo, RunningListener, Shared,
+};
+use crate::downstream::conn_limits::{self, ConnLimits};
 use crate::downstream::listen;
 use crate::downstream::worker::{self, WorkerListener};
 use crate::error::ProxyError;
@@ -91,6 +94,15 @@ impl Proxy {
                 host: opts.listen_host,
                 workers: add_txs,
                 running,
+            },
+            DownstreamLimits {
+                connections: ConnLimits::new(
+                    opts.max_connections.unwrap_or_else(|| {
+                        conn_limits::default_max_connections(conn_limits::nofile_soft())
+                    }),
+                    opts.max_connections_per_listener,
+                ),
+                timeouts: opts.timeouts,
             },
         ));
 

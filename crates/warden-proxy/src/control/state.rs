@@ -91,6 +91,13 @@ pub(crate) struct ListenerControl {
 /// within a scheduling round unless their worker is wedged; the reload goes on regardless.
 const LISTENER_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What limits the downstream side: connection maxima and timeouts.
+#[derive(Debug)]
+pub struct DownstreamLimits {
+    pub connections: crate::downstream::conn_limits::ConnLimits,
+    pub timeouts: crate::downstream::timeouts::Timeouts,
+}
+
 pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
     pub metrics: Metrics,
@@ -101,11 +108,15 @@ pub struct Shared {
     allow_empty_config: bool,
     pub identity: ProxyIdentity,
     pub listeners: Listeners,
+    /// Connection maxima and timeouts of the downstream side.
+    pub downstream: DownstreamLimits,
     /// Held for a whole reload, so reloads apply one at a time.
     control: Mutex<ListenerControl>,
 }
 
 impl Shared {
+    // One call site (`Proxy::start`), each argument a different part of the options.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         snapshot: Snapshot,
         access_log: Option<AccessLog>,
@@ -114,6 +125,7 @@ impl Shared {
         allow_empty_config: bool,
         identity: ProxyIdentity,
         control: ListenerControl,
+        downstream: DownstreamLimits,
     ) -> Self {
         let infos = control.running.iter().map(|r| r.info.clone()).collect();
         Shared {
@@ -125,6 +137,7 @@ impl Shared {
             allow_empty_config,
             identity,
             listeners: Listeners(ArcSwap::from_pointee(infos)),
+            downstream,
             control: Mutex::new(control),
         }
     }
