@@ -19,3 +19,10 @@ if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+
+# Fuzzing (fuzz/run.sh): 60 s per target in CI, 10 s locally; FUZZ_SECONDS=0 skips it.
+if [[ "${CI:-}" == true ]]; then default_fuzz=60; else default_fuzz=10; fi
+fuzz_seconds=${FUZZ_SECONDS:-$default_fuzz}
+if ((fuzz_seconds > 0)); then
+  ./fuzz/run.sh "$fuzz_seconds"
+fi

@@ -34,7 +34,7 @@ pub use kinds::service_entry::{Resolution, ServiceEntry};
 pub use kinds::virtual_service::{
     anchored_regex, effective_weights, StringMatchKind, VirtualService,
 };
-pub use load::{load_paths, load_str, Loaded};
+pub use load::{config_files, load_paths, load_str, Loaded};
 
 /// Everything one load produced, in file/document order.
 #[derive(Debug, Clone, Default, serde::Serialize)]

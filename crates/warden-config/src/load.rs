@@ -397,6 +397,28 @@ fn unwrap_list(doc: SourceDoc) -> Vec<SourceDoc> {
         .collect()
 }
 
+/// The files [`load_paths`] reads for `paths`, in its order: named files, and the config files
+/// directly inside named directories (for callers that watch or vet them before a load).
+pub fn config_files(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(path) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| is_config_file(p) && p.is_file())
+            .collect();
+        found.sort();
+        files.extend(found);
+    }
+    files
+}
+
 /// `*.yaml` / `*.yml`, not a dotfile (editors' swap files, `..data` of ConfigMap mounts).
 fn is_config_file(p: &Path) -> bool {
     let hidden = p

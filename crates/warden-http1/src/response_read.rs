@@ -93,6 +93,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
         return Ok(ParsedResponse::Interim(len));
     }
     let offset = |s: &[u8]| s.as_ptr() as usize - buf.as_ptr() as usize;
+    // Names and values are slices of `buf`.
     let range = |s: &[u8]| offset(s)..offset(s) + s.len();
     let mut headers = Vec::with_capacity(res.headers.len());
     let mut length: Option<u64> = None;
@@ -149,7 +150,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
         !close && framing != BodyFraming::UntilClose && !(transfer_encoding && length.is_some());
     Ok(ParsedResponse::Head(ResponseHead {
         status,
-        reason: range(res.reason.unwrap_or("").as_bytes()),
+        reason: reason_range(buf, res.reason),
         http10,
         headers,
         framing,
@@ -157,6 +158,26 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<ParsedResponse, Resp
         connection_names,
         len,
     }))
+}
+
+/// Where the reason phrase lies in `buf`. httparse hands back a `""` of its own (not a slice
+/// of `buf`) for a phrase that is not UTF-8, so that one is found in the status line instead:
+/// everything after `HTTP/1.x NNN ` up to the line's end.
+fn reason_range(buf: &[u8], reason: Option<&str>) -> Range<usize> {
+    let start = buf.as_ptr() as usize;
+    if let Some(r) = reason.filter(|r| !r.is_empty()) {
+        let at = r.as_ptr() as usize;
+        if at >= start && at + r.len() <= start + buf.len() {
+            return at - start..at - start + r.len();
+        }
+    }
+    let line_end = buf
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(buf.len());
+    // "HTTP/1.1 200 " is 13 bytes; a status line may also end right after the code.
+    let from = 13.min(line_end);
+    from..line_end
 }
 
 /// Below this, body data is copied out of the read buffer instead of split off.
@@ -475,6 +496,23 @@ mod tests {
             ),
             Ok(ParsedResponse::Interim(40))
         );
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/response_head.rs): a reason phrase that is not
+    /// UTF-8 made httparse return a `""` outside the buffer, and its range was computed from
+    /// that pointer (an overflow, then an out-of-bounds slice in the proxy).
+    #[test]
+    fn a_reason_phrase_that_is_not_utf8_stays_in_the_buffer() {
+        let raw = b"HTTP/1.1 200 OK\xca\xca\r\ncontent-length: 5\r\n\r\n";
+        let ParsedResponse::Head(h) = parse_head(raw, false).unwrap() else {
+            panic!()
+        };
+        assert_eq!(&raw[h.reason.clone()], b"OK\xca\xca");
+        assert_eq!(h.framing, BodyFraming::Length(5));
+        let ParsedResponse::Head(h) = parse_head(b"HTTP/1.1 204\r\n\r\n", false).unwrap() else {
+            panic!()
+        };
+        assert!(h.reason.is_empty() && h.reason.end <= h.len);
     }
 
     #[test]

@@ -42,6 +42,29 @@ pub struct ProxyArgs {
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
+    /// Apply reloads that come from an empty config file or leave no listener, or a listener
+    /// without routes (refused and counted by default; the running config stays).
+    #[arg(long)]
+    pub allow_empty_config: bool,
+    /// Downstream connections held at most over all listeners; beyond, new ones are closed at
+    /// accept (default: half the open-file limit, which is raised to its hard limit at start).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Downstream connections held at most per listener.
+    #[arg(long)]
+    pub max_connections_per_listener: Option<usize>,
+    /// A request head must be complete this long after its first byte (else 408 and close);
+    /// `0s` turns it off. Envoy's `request_headers_timeout`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub request_headers_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this long; `0s`
+    /// turns it off. Envoy's `idle_timeout` (default 1h).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections are closed (between requests, or with a GOAWAY) after this long; off by
+    /// default. Envoy's `max_connection_duration`.
+    #[arg(long, value_parser = parse_duration)]
+    pub max_connection_duration: Option<Duration>,
     #[command(flatten)]
     pub role: RoleArgs,
 }
@@ -112,6 +135,11 @@ fn parse_outbound_mode(text: &str) -> Result<warden_config::kinds::sidecar::Outb
     warden_config::kinds::sidecar::OutboundMode::parse(text)
 }
 
+/// `0s` as "off".
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
 fn parse_label(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -162,6 +190,24 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.sidecar = args.role.sidecar();
     opts.pod_ips = args.role.pod_ips;
     opts.service_account = args.role.service_account;
+    opts.allow_empty_config = args.allow_empty_config;
+    opts.max_connections = args.max_connections;
+    opts.max_connections_per_listener = args.max_connections_per_listener;
+    opts.timeouts = crate::downstream::timeouts::Timeouts {
+        request_headers: nonzero(args.request_headers_timeout),
+        idle: nonzero(args.idle_timeout),
+        max_connection_duration: args.max_connection_duration.and_then(nonzero),
+    };
+    // Before anything opens files: a proxy holds one per connection.
+    match crate::downstream::conn_limits::raise_nofile() {
+        Ok(limit) => tracing::info!(
+            soft = limit.soft,
+            hard = limit.hard,
+            was = limit.before,
+            "open-file limit (RLIMIT_NOFILE)"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-file limit"),
+    }
     let proxy = Proxy::start(opts)?;
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");

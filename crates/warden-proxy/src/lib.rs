@@ -20,5 +20,6 @@ pub use control::proxy::{Proxy, RunningProxy};
 pub use control::snapshot::{ListenerProtocol, ProxyIdentity, Snapshot};
 pub use control::state::ListenerInfo;
 pub use downstream::client_addr::trusted_client_addr;
+pub use downstream::timeouts::Timeouts;
 pub use error::ProxyError;
 pub use options::{AccessLogTarget, ConfigSource, ProxyOptions};

@@ -49,6 +49,9 @@ pub struct ProxyOptions {
     pub access_log: Option<AccessLogTarget>,
     /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
     pub watch_config: bool,
+    /// Let a reload through that comes from an empty file or leaves no listener, or a
+    /// listener without routes (refused by default: `control::reload_guard`).
+    pub allow_empty_config: bool,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
     /// A sidecar's pod addresses and service account (`--pod-ip`, `--service-account`).
@@ -56,6 +59,13 @@ pub struct ProxyOptions {
     pub service_account: Option<String>,
     /// `Some`: run as a sidecar (outbound and inbound listeners) instead of a gateway.
     pub sidecar: Option<crate::control::snapshot::SidecarSettings>,
+    /// Downstream connections held at most (all listeners); `None`: half the open-file limit
+    /// less a reserve (each proxied connection also needs an upstream fd).
+    pub max_connections: Option<usize>,
+    /// Downstream connections held at most per listener.
+    pub max_connections_per_listener: Option<usize>,
+    /// Request-head, idle and max-duration timeouts of downstream connections.
+    pub timeouts: crate::downstream::timeouts::Timeouts,
 }
 
 impl ProxyOptions {
@@ -85,10 +95,14 @@ impl ProxyOptions {
             labels: BTreeMap::new(),
             access_log: None,
             watch_config: true,
+            allow_empty_config: false,
             connect_timeout: Duration::from_secs(10),
             pod_ips: Vec::new(),
             service_account: None,
             sidecar: None,
+            max_connections: None,
+            max_connections_per_listener: None,
+            timeouts: crate::downstream::timeouts::Timeouts::default(),
         }
     }
 

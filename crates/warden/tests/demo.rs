@@ -46,3 +46,26 @@ fn every_subcommand_has_help_and_version_works() {
         .expect("run --version");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("warden "));
 }
+
+/// `warden demo --print-config | head`: a reader that stops early must not make it panic.
+#[test]
+fn print_config_to_a_closed_pipe_does_not_panic() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["demo", "--print-config"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run warden demo --print-config");
+    let mut first = [0u8; 64];
+    let mut stdout = child.stdout.take().unwrap();
+    stdout.read_exact(&mut first).unwrap();
+    // Closed with most of the (large) config unread, as `head` does.
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+    assert!(String::from_utf8_lossy(&first).contains("apiVersion"));
+}

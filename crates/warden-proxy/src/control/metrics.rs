@@ -18,6 +18,11 @@ pub struct RouteCodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
 }
@@ -30,6 +35,8 @@ pub struct MetricsView {
     pub upstream_errors: u64,
     pub config_reloads: u64,
     pub config_reload_errors: u64,
+    /// Reloads the reload guard refused (also counted in `config_reload_errors`).
+    pub config_reloads_refused: u64,
 }
 
 /// Global rate limit stage outcomes (Envoy's `cluster.<c>.ratelimit.*`).
@@ -132,6 +139,14 @@ pub struct Metrics {
     pub upstream_errors_total: Counter,
     pub config_reloads: Counter,
     pub config_reload_errors: Counter,
+    config_reload_refused: Family<ReasonLabels, Counter>,
+    config_reload_refused_total: Counter,
+    downstream_rq_rejected: Family<ReasonLabels, Counter>,
+    /// HTTP/2 connections sent a GOAWAY for resetting most of their streams.
+    pub h2_premature_reset_closes: Counter,
+    /// Connections closed at accept for a connection maximum.
+    pub downstream_cx_overflow: Counter,
+    downstream_timeouts: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -147,6 +162,11 @@ impl Metrics {
         let upstream_errors_total = Counter::default();
         let config_reloads = Counter::default();
         let config_reload_errors = Counter::default();
+        let config_reload_refused = Family::<ReasonLabels, Counter>::default();
+        let downstream_rq_rejected = Family::<ReasonLabels, Counter>::default();
+        let h2_premature_reset_closes = Counter::default();
+        let downstream_cx_overflow = Counter::default();
+        let downstream_timeouts = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by route and status code",
@@ -182,6 +202,31 @@ impl Metrics {
             "Rejected config reloads (the running config was kept)",
             config_reload_errors.clone(),
         );
+        registry.register(
+            "config_reload_refused",
+            "Reloads refused although the config parsed (empty_file, no_listeners, listener_without_routes); also in config_reload_errors",
+            config_reload_refused.clone(),
+        );
+        registry.register(
+            "downstream_rq_rejected",
+            "Requests answered 400 before routing, by reason (missing_host, multiple_hosts, authority_mismatch, invalid_host, ...)",
+            downstream_rq_rejected.clone(),
+        );
+        registry.register(
+            "downstream_cx_too_many_premature_resets",
+            "HTTP/2 connections sent a GOAWAY because the client reset most of its streams before their response",
+            h2_premature_reset_closes.clone(),
+        );
+        registry.register(
+            "downstream_cx_overflow",
+            "Connections closed as soon as accepted: the global or the listener's connection maximum was reached",
+            downstream_cx_overflow.clone(),
+        );
+        registry.register(
+            "downstream_cx_timeout",
+            "Downstream connections closed by a timeout (request_headers: answered 408, idle, max_duration)",
+            downstream_timeouts.clone(),
+        );
         let global_rate_limit = GlobalRateLimitMetrics::default();
         global_rate_limit.register(&mut registry);
         let authz = AuthzMetrics::default();
@@ -199,6 +244,12 @@ impl Metrics {
             upstream_errors_total,
             config_reloads,
             config_reload_errors,
+            config_reload_refused,
+            config_reload_refused_total: Counter::default(),
+            downstream_rq_rejected,
+            h2_premature_reset_closes,
+            downstream_cx_overflow,
+            downstream_timeouts,
         }
     }
 
@@ -208,6 +259,32 @@ impl Metrics {
                 route: route.to_string(),
                 code,
             })
+    }
+
+    pub fn config_reload_refused(&self, reason: &'static str) {
+        self.config_reload_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+        self.config_reload_refused_total.inc();
+    }
+
+    /// A request refused as malformed before routing (400, `DPE`).
+    pub fn downstream_rejected(&self, reason: &'static str) {
+        self.downstream_rq_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn downstream_timeout(&self, expired: crate::downstream::timeouts::Expired) {
+        use crate::downstream::timeouts::Expired;
+        let reason = match expired {
+            Expired::RequestHeaders => "request_headers",
+            Expired::Idle => "idle",
+            Expired::MaxDuration => "max_duration",
+        };
+        self.downstream_timeouts
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn upstream_error(&self, kind: &'static str) {
@@ -265,6 +342,7 @@ impl Metrics {
             upstream_errors: self.upstream_errors_total.get(),
             config_reloads: self.config_reloads.get(),
             config_reload_errors: self.config_reload_errors.get(),
+            config_reloads_refused: self.config_reload_refused_total.get(),
         }
     }
 }

@@ -5,8 +5,10 @@
 pub mod access_log;
 pub mod admin;
 pub mod check;
+mod config_settle;
 pub(crate) mod config_source;
 pub mod metrics;
 pub mod proxy;
+pub mod reload_guard;
 pub mod snapshot;
 pub mod state;

@@ -8,10 +8,14 @@
 
 use crate::control::access_log::AccessLog;
 use crate::control::admin;
+use crate::control::config_settle;
 use crate::control::config_source;
 use crate::control::metrics::MetricsView;
 use crate::control::snapshot::Snapshot;
-use crate::control::state::{ListenerControl, ListenerInfo, RunningListener, Shared};
+use crate::control::state::{
+    DownstreamLimits, ListenerControl, ListenerInfo, RunningListener, Shared,
+};
+use crate::downstream::conn_limits::{self, ConnLimits};
 use crate::downstream::listen;
 use crate::downstream::worker::{self, WorkerListener};
 use crate::error::ProxyError;
@@ -81,11 +85,21 @@ impl Proxy {
             access_log,
             opts.num_trusted_proxies,
             opts.config.clone(),
+            opts.allow_empty_config,
             identity,
             ListenerControl {
                 host: opts.listen_host,
                 workers: add_txs,
                 running,
+            },
+            DownstreamLimits {
+                connections: ConnLimits::new(
+                    opts.max_connections.unwrap_or_else(|| {
+                        conn_limits::default_max_connections(conn_limits::nofile_soft())
+                    }),
+                    opts.max_connections_per_listener,
+                ),
+                timeouts: opts.timeouts,
             },
         ));
 
@@ -154,9 +168,10 @@ fn admin_thread(
         let reload_shared = shared.clone();
         let reloads = async move {
             while changes.recv().await.is_some() {
-                // Editors write files in several steps: let them settle, then reload once.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                while changes.try_recv().is_ok() {}
+                // Writers change files in several steps: reload once they have settled.
+                if let ConfigSource::Paths(paths) = &reload_shared.source {
+                    config_settle::settle(&mut changes, paths).await;
+                }
                 let _ = reload_shared.reload();
             }
             std::future::pending::<()>().await;

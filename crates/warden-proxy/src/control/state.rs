@@ -3,6 +3,7 @@
 
 use crate::control::access_log::AccessLog;
 use crate::control::metrics::Metrics;
+use crate::control::reload_guard;
 use crate::control::snapshot::{ListenerProtocol, ListenerSpec, ProxyIdentity, Snapshot};
 use crate::downstream::destination::Side;
 use crate::downstream::worker::{ListenerCommand, WorkerListener};
@@ -91,26 +92,41 @@ pub(crate) struct ListenerControl {
 /// within a scheduling round unless their worker is wedged; the reload goes on regardless.
 const LISTENER_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What limits the downstream side: connection maxima and timeouts.
+#[derive(Debug)]
+pub struct DownstreamLimits {
+    pub connections: crate::downstream::conn_limits::ConnLimits,
+    pub timeouts: crate::downstream::timeouts::Timeouts,
+}
+
 pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub num_trusted_proxies: u32,
     pub source: ConfigSource,
+    /// `--allow-empty-config`: skip the reload guard.
+    allow_empty_config: bool,
     pub identity: ProxyIdentity,
     pub listeners: Listeners,
+    /// Connection maxima and timeouts of the downstream side.
+    pub downstream: DownstreamLimits,
     /// Held for a whole reload, so reloads apply one at a time.
     control: Mutex<ListenerControl>,
 }
 
 impl Shared {
+    // One call site (`Proxy::start`), each argument a different part of the options.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         snapshot: Snapshot,
         access_log: Option<AccessLog>,
         num_trusted_proxies: u32,
         source: ConfigSource,
+        allow_empty_config: bool,
         identity: ProxyIdentity,
         control: ListenerControl,
+        downstream: DownstreamLimits,
     ) -> Self {
         let infos = control.running.iter().map(|r| r.info.clone()).collect();
         Shared {
@@ -119,8 +135,10 @@ impl Shared {
             access_log,
             num_trusted_proxies,
             source,
+            allow_empty_config,
             identity,
             listeners: Listeners(ArcSwap::from_pointee(infos)),
+            downstream,
             control: Mutex::new(control),
         }
     }
@@ -130,12 +148,22 @@ impl Shared {
     /// listeners. In-flight requests keep the snapshot they started with.
     pub fn reload(&self) -> Result<(), ConfigErrors> {
         let mut control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = !self.allow_empty_config;
+        if guard {
+            reload_guard::check_source(&self.source).map_err(|r| self.refuse(r))?;
+        }
+        let previous = self.snapshot.load();
         let result = crate::control::config_source::load(&self.source)
-            .and_then(|loaded| {
-                let previous = self.snapshot.load();
-                Snapshot::build(loaded, &self.identity, Some(&previous))
-            })
-            .and_then(|snapshot| self.apply(&mut control, snapshot));
+            .and_then(|loaded| Snapshot::build(loaded, &self.identity, Some(&previous)));
+        let snapshot = match result {
+            Ok(snapshot) if guard => {
+                reload_guard::check_snapshot(&previous, &snapshot).map_err(|r| self.refuse(r))?;
+                Ok(snapshot)
+            }
+            other => other,
+        };
+        drop(previous);
+        let result = snapshot.and_then(|snapshot| self.apply(&mut control, snapshot));
         match result {
             Ok(()) => {
                 self.metrics.config_reloads.inc();
@@ -148,6 +176,18 @@ impl Shared {
                 Err(errors)
             }
         }
+    }
+
+    /// Count and log a reload the guard refused; the running config stays.
+    fn refuse(&self, refused: reload_guard::Refused) -> ConfigErrors {
+        self.metrics.config_reload_errors.inc();
+        self.metrics.config_reload_refused(refused.reason.label());
+        tracing::error!(
+            reason = refused.reason.label(),
+            "config reload refused, keeping the running config: {}",
+            refused.errors
+        );
+        refused.errors
     }
 
     /// Make the listeners follow `snapshot` and swap it in, as Envoy's LDS does: added ports

@@ -26,6 +26,7 @@ pub struct Captured {
     pub watcher: Watcher,
     pub stop: watch::Receiver<()>,
     pub max_head: usize,
+    pub timeouts: crate::downstream::timeouts::Timeouts,
     pub connect_timeout: Duration,
 }
 
@@ -95,6 +96,7 @@ pub async fn serve(stream: TcpStream, c: Captured) {
             stop: c.stop,
             violation,
             max_head: c.max_head,
+            timeouts: c.timeouts,
         },
     )
     .await;

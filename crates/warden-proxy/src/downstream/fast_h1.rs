@@ -18,6 +18,8 @@
 use crate::control::state::{ConnCtx, WorkerCtx};
 use crate::downstream::buffer_pool;
 use crate::downstream::framing_guard::FramingGuard;
+use crate::downstream::h2_abuse::{self, ResetTracker};
+use crate::downstream::timeouts::{self, ConnClock, Expired, Timeouts};
 use crate::pipeline::forwarding_headers;
 use crate::pipeline::{self, Handling};
 use crate::upstream::body::ProxyBody;
@@ -36,6 +38,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -63,6 +66,7 @@ pub struct Serving {
     pub violation: Arc<AtomicBool>,
     /// hyper's limit for a request head; a longer incomplete head goes to hyper for its 431.
     pub max_head: usize,
+    pub timeouts: Timeouts,
 }
 
 /// Serve one accepted HTTP connection until it closes.
@@ -75,6 +79,13 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
         bufs: Buffers::default(),
     };
     let mut first_read = true;
+    // One timer for the connection's timeouts, re-armed only when it fires (see `timeouts`).
+    let timeouts = serving.timeouts;
+    let mut clock = ConnClock::new(Instant::now());
+    let first = clock.deadline(&timeouts);
+    let mut armed = first.map_or_else(far_future, |(at, _)| at);
+    let mut timer = Box::pin(tokio::time::sleep_until(armed.into()));
+    let mut timing = first.is_some();
     loop {
         // Wait for bytes holding no buffer (see `buffer_pool`).
         tokio::select! {
@@ -84,6 +95,24 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
             ready = fast.stream.readable() => if ready.is_err() { return },
             // Draining: close between requests, as hyper does with an idle connection.
             _ = &mut stopped => return,
+            _ = &mut timer, if timing => {
+                match clock.deadline(&timeouts) {
+                    Some((at, expired)) if at <= Instant::now() => {
+                        if expired == Expired::RequestHeaders {
+                            let _ = fast.stream.try_write(timeouts::REQUEST_TIMEOUT_RESPONSE);
+                        }
+                        serving.worker.shared.metrics.downstream_timeout(expired);
+                        let _ = fast.stream.shutdown().await;
+                        return;
+                    }
+                    Some((at, _)) => {
+                        armed = at;
+                        timer.as_mut().reset(at.into());
+                    }
+                    None => timing = false,
+                }
+                continue;
+            }
         }
         let input = &mut fast.bufs.input;
         if input.capacity() == 0 {
@@ -104,9 +133,21 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
         }
         // Boxed, like `with_hyper`: what answering needs lives on the heap only while bytes are
         // being answered, so an idle connection's task stays a few cache lines.
+        let read = fast.bufs.input.len();
         let next = Box::pin(fast.answer_buffered(&serving)).await;
         if fast.flush().await.is_err() {
             return;
+        }
+        let left = fast.bufs.input.len();
+        clock.after_read(Instant::now(), left < read, left > 0);
+        // A later deadline waits for the timer to fire; an earlier one (a head started) re-arms
+        // it now.
+        if let Some((at, _)) = clock.deadline(&timeouts) {
+            if at < armed || !timing {
+                armed = at;
+                timer.as_mut().reset(at.into());
+                timing = true;
+            }
         }
         match next {
             Ok(Next::Read) if fast.bufs.input.len() < serving.max_head => fast.bufs.release_idle(),
@@ -121,6 +162,11 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
             Err(_) => return,
         }
     }
+}
+
+/// A deadline that never comes, for a timer with nothing to time.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 /// hyper serves the rest of the connection, starting with the bytes in `input`.
@@ -142,30 +188,73 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
         worker,
         hyper,
         watcher,
+        mut stop,
         violation,
+        timeouts,
         ..
     } = serving;
+    // The listener's drain reaches this connection through `stop` (below), so that an abusive
+    // HTTP/2 client can be sent the same GOAWAY.
+    drop(watcher);
+    let shared = worker.shared.clone();
+    let peer = conn.peer;
     let io = TokioIo::new(FramingGuard::new(
         ReplayIo::new(input.freeze(), stream),
         violation,
     ));
+    let resets = Arc::new(ResetTracker::default());
+    let tracker = resets.clone();
     let service = hyper::service::service_fn(move |req| {
         let worker = worker.clone();
         let conn = conn.clone();
+        let stream = (req.version() == Version::HTTP_2).then(|| tracker.stream());
         async move {
+            if stream.is_some() {
+                h2_abuse::settle().await;
+            }
             let version = req.version();
-            let req = req.map(ProxyBody::Streamed);
+            let req = req.map(ProxyBody::Downstream);
             let response = pipeline::handle(req, None, &conn, &worker)
                 .answer()
                 .await
                 .into_response();
+            if let Some(stream) = stream {
+                stream.answered();
+            }
             Ok::<_, Infallible>(for_hyper(response, version))
         }
     });
-    if let Err(e) = watcher
-        .watch(hyper.serve_connection(io, service).into_owned())
-        .await
-    {
+    let mut connection = std::pin::pin!(hyper.serve_connection(io, service).into_owned());
+    let (mut shutting_down, mut drain_open) = (false, true);
+    let max_duration = timeouts.max_connection_duration;
+    let mut too_old = std::pin::pin!(tokio::time::sleep(
+        max_duration.unwrap_or(Duration::from_secs(86400 * 365))
+    ));
+    let result = loop {
+        tokio::select! {
+            result = connection.as_mut() => break result,
+            _ = &mut too_old, if max_duration.is_some() && !shutting_down => {
+                shutting_down = true;
+                shared.metrics.downstream_timeout(Expired::MaxDuration);
+                connection.as_mut().graceful_shutdown();
+            }
+            changed = stop.changed(), if drain_open && !shutting_down => match changed {
+                Ok(()) => {
+                    shutting_down = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                // The listener is gone without a drain: nothing will ask again.
+                Err(_) => drain_open = false,
+            },
+            _ = resets.abusive(), if !shutting_down => {
+                shutting_down = true;
+                shared.metrics.h2_premature_reset_closes.inc();
+                tracing::info!(%peer, "HTTP/2 client resets most of its streams: GOAWAY");
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(error = %e, "downstream connection error");
     }
 }
@@ -292,26 +381,29 @@ impl Connection {
         match body {
             ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
             ProxyBody::Full(None) | ProxyBody::Empty => {}
-            mut streamed @ (ProxyBody::Streamed(_) | ProxyBody::H1(_)) => loop {
-                let frame = match futures_util::poll!(streamed.frame()) {
-                    Poll::Ready(frame) => frame,
-                    // Nothing more yet: let the client have what there is (a slow or
-                    // streaming upstream must not hold the head back).
-                    Poll::Pending => {
-                        self.flush().await?;
-                        streamed.frame().await
-                    }
-                };
-                match frame {
-                    None => break,
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            self.append(&data, encoding).await?;
+            mut
+            streamed @ (ProxyBody::Streamed(_) | ProxyBody::Downstream(_) | ProxyBody::H1(_)) => {
+                loop {
+                    let frame = match futures_util::poll!(streamed.frame()) {
+                        Poll::Ready(frame) => frame,
+                        // Nothing more yet: let the client have what there is (a slow or
+                        // streaming upstream must not hold the head back).
+                        Poll::Pending => {
+                            self.flush().await?;
+                            streamed.frame().await
                         }
+                    };
+                    match frame {
+                        None => break,
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
+                                self.append(&data, encoding).await?;
+                            }
+                        }
+                        Some(Err(e)) => return Err(io::Error::other(e)),
                     }
-                    Some(Err(e)) => return Err(io::Error::other(e)),
                 }
-            },
+            }
         }
         if encoding == BodyEncoding::Chunked {
             self.bufs.out.extend_from_slice(response_head::LAST_CHUNK);

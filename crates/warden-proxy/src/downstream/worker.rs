@@ -7,10 +7,11 @@
 
 use crate::control::snapshot::{ListenerProtocol, ListenerSpec};
 use crate::control::state::{ConnCtx, Shared, WorkerCtx};
+use crate::downstream::conn_limits::AcceptBackoff;
 use crate::downstream::fast_h1;
 use crate::upstream::tcp_proxy;
 use crate::upstream::{UpstreamClients, IDLE_SWEEP_INTERVAL};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::future::Future;
@@ -105,16 +106,14 @@ async fn run(
         }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No header read timeout (Envoy's `request_headers_timeout` is off by default too): hyper
-    // would re-arm a timer for every request head, which costs ~10% of a direct response.
+    // hyper's connections (bodies, upgrades, oddities) get hyper's head timeout; the fast path
+    // keeps a cheaper one of its own (`timeouts`).
     builder
         .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
         .max_buf_size(MAX_HEADER_BYTES)
-        .header_read_timeout(None);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEADER_BYTES as u32);
+        .header_read_timeout(worker.shared.downstream.timeouts.request_headers);
+    crate::downstream::h2_abuse::configure(&mut builder, MAX_HEADER_BYTES as u32);
     let builder = Arc::new(builder);
     let mut tasks = JoinSet::new();
     let start = |tasks: &mut JoinSet<()>, l: WorkerListener| {
@@ -240,6 +239,7 @@ async fn accept_loop(
     let mut paused = false;
     let mut control_open = true;
     let mut retired: Option<Done> = None;
+    let mut backoff = AcceptBackoff::default();
     loop {
         if stop.borrow().is_some() {
             break;
@@ -250,10 +250,18 @@ async fn accept_loop(
                     Ok(a) => a,
                     Err(e) => {
                         // Typically EMFILE: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let wait = backoff.failed();
+                        tracing::warn!(error = %e, ?wait, "accept failed");
+                        tokio::time::sleep(wait).await;
                         continue;
                     }
+                };
+                backoff.accepted();
+                // Over a maximum: closed at once, so the connections held keep their fds.
+                let Some(permit) = worker.shared.downstream.connections.admit(port) else {
+                    worker.shared.metrics.downstream_cx_overflow.inc();
+                    drop(stream);
+                    continue;
                 };
                 let _ = stream.set_nodelay(true);
                 match spec.protocol {
@@ -262,7 +270,7 @@ async fn accept_loop(
                         let w = worker.clone();
                         tokio::spawn(async move {
                             tcp_proxy::proxy(stream, port, &w, connect_timeout).await;
-                            drop(guard);
+                            drop((guard, permit));
                         });
                     }
                     ListenerProtocol::Captured => {
@@ -274,12 +282,13 @@ async fn accept_loop(
                             watcher: served.http.watcher(),
                             stop: served.fast.subscribe(),
                             max_head: MAX_HEADER_BYTES,
+                            timeouts: worker.shared.downstream.timeouts,
                             connect_timeout,
                         };
                         let guard = ActiveConn::new(worker.shared.clone(), Some(served.tcp.subscribe()));
                         tokio::spawn(async move {
                             crate::downstream::captured::serve(stream, captured).await;
-                            drop(guard);
+                            drop((guard, permit));
                         });
                     }
                     ListenerProtocol::Http => {
@@ -293,11 +302,12 @@ async fn accept_loop(
                             stop: served.fast.subscribe(),
                             violation,
                             max_head: MAX_HEADER_BYTES,
+                            timeouts: worker.shared.downstream.timeouts,
                         };
                         let guard = ActiveConn::new(worker.shared.clone(), None);
                         tokio::spawn(async move {
                             fast_h1::serve(stream, serving).await;
-                            drop(guard);
+                            drop((guard, permit));
                         });
                     }
                 }

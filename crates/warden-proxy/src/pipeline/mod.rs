@@ -12,6 +12,7 @@
 //! Stages 3-5 are engines compiled into the [`Snapshot`](crate::control::snapshot::Snapshot) from the
 //! ConfigSet; an empty slot costs one branch.
 
+pub mod authority;
 pub mod filters;
 pub mod forwarding_headers;
 pub mod header_ops;
@@ -720,6 +721,8 @@ fn decide(
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
     }
+    // One authority for every stage and the upstream (or a 400), see `authority`.
+    let rejected = authority::resolve(&mut parts, &mut lines).err();
     let authority = authority_of(&parts, lines.as_ref());
     let attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
     if shared.access_log.is_some() {
@@ -728,6 +731,11 @@ fn decide(
 
     // 1. decode
     if conn.take_framing_violation() {
+        return Decided::Now(local(LocalReply::bad_request(), outcome), None);
+    }
+    if let Some(rejection) = rejected {
+        shared.metrics.downstream_rejected(rejection.label());
+        outcome.details = Some(rejection.details());
         return Decided::Now(local(LocalReply::bad_request(), outcome), None);
     }
 

@@ -15,6 +15,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug)]
 pub enum ProxyBody {
     Streamed(Incoming),
+    /// A downstream request's body from hyper's server: its errors are the client's framing
+    /// errors (a bad chunk size, an oversized chunk extension, bad trailers), marked as such
+    /// ([`DownstreamBodyError`]) so that the failed exchange is answered 400, not 503.
+    Downstream(Incoming),
     /// Boxed: it holds the connection, and `ProxyBody` is moved around with every response.
     H1(Box<H1Body>),
     Full(Option<Bytes>),
@@ -41,6 +45,9 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Streamed(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ProxyBody::Downstream(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map_err(|e| Box::new(DownstreamBodyError(e)) as BoxError),
             ProxyBody::H1(b) => Pin::new(b).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Empty => Poll::Ready(None),
@@ -49,7 +56,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Streamed(b) => b.is_end_stream(),
+            ProxyBody::Streamed(b) | ProxyBody::Downstream(b) => b.is_end_stream(),
             ProxyBody::H1(b) => b.is_end_stream(),
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Empty => true,
@@ -58,10 +65,39 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Streamed(b) => b.size_hint(),
+            ProxyBody::Streamed(b) | ProxyBody::Downstream(b) => b.size_hint(),
             ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) | ProxyBody::Empty => SizeHint::with_exact(0),
         }
     }
+}
+
+/// A downstream request body that hyper's server could not read: the client's fault.
+#[derive(Debug)]
+pub struct DownstreamBodyError(pub hyper::Error);
+
+impl std::fmt::Display for DownstreamBodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "downstream request body: {}", self.0)
+    }
+}
+
+impl std::error::Error for DownstreamBodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Whether an upstream exchange failed because the downstream body did (somewhere in its
+/// source chain: hyper's clients wrap the body's error in their own).
+pub fn caused_by_downstream_body(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<DownstreamBodyError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }

@@ -42,7 +42,7 @@ pub enum H1Error {
     #[error("handshake: {0}")]
     Handshake(hyper::Error),
     #[error("upstream request: {0}")]
-    Request(hyper::Error),
+    Request(#[source] hyper::Error),
     #[error("upstream exchange: {0}")]
     Exchange(ExchangeError),
 }

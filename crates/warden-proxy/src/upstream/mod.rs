@@ -97,6 +97,8 @@ pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// A failed exchange, from either client.
 enum SendError {
     Connect,
+    /// The downstream request's body was malformed (see `body::DownstreamBodyError`).
+    DownstreamBody,
     Other(String),
 }
 
@@ -306,10 +308,13 @@ struct Pick<'a> {
 }
 
 /// A client's error as an attempt's failure: a connect failure or anything else.
-fn send_error(is_connect: bool, e: impl std::fmt::Display) -> SendError {
-    match is_connect {
-        true => SendError::Connect,
-        false => SendError::Other(e.to_string()),
+fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendError {
+    if is_connect {
+        SendError::Connect
+    } else if crate::upstream::body::caused_by_downstream_body(&e) {
+        SendError::DownstreamBody
+    } else {
+        SendError::Other(e.to_string())
     }
 }
 
@@ -414,6 +419,12 @@ async fn attempt(
         Err(SendError::Connect) => {
             metrics.upstream_error("connect");
             Err(fail(LocalReply::connect_failure(), Some(endpoint)))
+        }
+        Err(SendError::DownstreamBody) => {
+            // hyper's client aborted the upstream request without ending its body, so the
+            // upstream never sees it complete; the client gets the 400 its framing earned.
+            metrics.downstream_rejected("body_framing");
+            Err(fail(LocalReply::bad_request(), Some(endpoint)))
         }
         Err(SendError::Other(e)) => {
             tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");

@@ -322,3 +322,115 @@ spec:
 "#
     )
 }
+
+/// What a [`recording_upstream`] received: every complete request (head and body, as bytes on
+/// the wire) and every connection's raw bytes, complete requests or not.
+#[derive(Default)]
+pub struct Received {
+    pub requests: Vec<String>,
+    pub connections: Vec<Vec<u8>>,
+}
+
+pub type Recording = std::sync::Arc<std::sync::Mutex<Received>>;
+
+/// An HTTP/1.1 upstream that records what reaches it and answers `200 ok` to every complete
+/// request (Content-Length or chunked bodies, read to their end).
+pub async fn recording_upstream() -> (SocketAddr, Recording) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Recording::default();
+    let recording = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let slot = {
+                let mut r = seen.lock().unwrap();
+                r.connections.push(Vec::new());
+                r.connections.len() - 1
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    while let Some(len) = complete_request(&buf) {
+                        let request = String::from_utf8_lossy(&buf[..len]).into_owned();
+                        buf.drain(..len);
+                        seen.lock().unwrap().requests.push(request);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            buf.extend_from_slice(&chunk[..n]);
+                            seen.lock().unwrap().connections[slot].extend_from_slice(&chunk[..n]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, recording)
+}
+
+/// The length of the complete request at the start of `buf` (head plus a Content-Length or
+/// chunked body), if there is one.
+fn complete_request(buf: &[u8]) -> Option<usize> {
+    let head = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = String::from_utf8_lossy(&buf[..head]).to_ascii_lowercase();
+    let header = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+    };
+    if header("transfer-encoding:").is_some_and(|v| v.ends_with("chunked")) {
+        let end = buf[head..].windows(5).position(|w| w == b"0\r\n\r\n")?;
+        return Some(head + end + 5);
+    }
+    let length: usize = header("content-length:").map_or(Some(0), |v| v.parse().ok())?;
+    (buf.len() >= head + length).then_some(head + length)
+}
+
+/// The `host` lines of a request as an upstream received it.
+pub fn host_lines(request: &str) -> Vec<String> {
+    request
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+        .map(|l| l[5..].trim().to_string())
+        .collect()
+}
+
+/// Send `request` on a fresh connection and read the first response (head, and a
+/// Content-Length body); its status code, 0 if none came within 3 s.
+pub async fn first_status(addr: SocketAddr, request: &[u8]) -> u16 {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let read = async {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    return;
+                }
+            }
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), read).await;
+    String::from_utf8_lossy(&buf)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}

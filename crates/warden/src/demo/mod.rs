@@ -10,6 +10,22 @@ mod global_rate_limit;
 mod local_rate_limit;
 mod traffic;
 
+/// `println!` to a stdout that may be closed early (`warden demo | head`): `println!` panics on
+/// the broken pipe, where a command-line tool should stop writing quietly.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::demo::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Write to stdout, ignoring a reader that has gone away (the demo's checks still decide the
+/// exit code).
+pub fn write_out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(text).and_then(|()| out.flush());
+}
+
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -77,7 +93,7 @@ fn embedded_config(echo_port: u16) -> String {
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.print_config {
-        println!("{}", embedded_config(8081));
+        say!("{}", embedded_config(8081));
         return Ok(ExitCode::SUCCESS);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -107,14 +123,14 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
         .into_iter()
         .next()
         .ok_or_else(|| anyhow::anyhow!("demo gateway has no listener"))?;
-    println!("warden demo: everything on loopback, no external service");
-    println!(
+    say!("warden demo: everything on loopback, no external service");
+    say!(
         "  gateway  http://{}  (embedded config: `warden demo --print-config`)",
         listener.addr
     );
-    println!("  upstream http://{echo_addr}  (warden echo)");
+    say!("  upstream http://{echo_addr}  (warden echo)");
     if let Some(admin) = proxy.admin_addr() {
-        println!("  admin    http://{admin}/stats/prometheus");
+        say!("  admin    http://{admin}/stats/prometheus");
     }
     let stage = Stage {
         gateway_url: format!("http://{}", listener.addr),
@@ -146,16 +162,16 @@ async fn run_scenarios() -> anyhow::Result<ExitCode> {
     ];
     let mut all_ok = true;
     for (name, what, outcome) in &scenarios {
-        println!("\n[{name}] {what}");
+        say!("\n[{name}] {what}");
         for line in &outcome.lines {
-            println!("{line}");
+            say!("{line}");
         }
         all_ok &= outcome.ok();
     }
     let Stage { proxy, echo, .. } = stage;
     tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(2))).await?;
     echo.shutdown().await;
-    println!(
+    say!(
         "\n{}",
         if all_ok {
             "demo: all checks passed"
