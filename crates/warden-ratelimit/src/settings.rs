@@ -4,7 +4,7 @@
 use crate::config::{Algorithm, ConfigSource};
 use crate::lease::LeasePolicy;
 use crate::limiter::{LimiterSettings, ResponseHeaderNames};
-use crate::store::{RedisSettings, RedisType};
+use crate::store::{RedisSettings, RedisTls, RedisType};
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -153,15 +153,10 @@ impl<'a> Env<'a> {
         {
             "single" | "" => RedisType::Single,
             "cluster" => RedisType::Cluster,
-            "sentinel" => {
-                self.errors.push(format!(
-                    "{prefix}_TYPE: sentinel is not supported by warden (use single or cluster)"
-                ));
-                RedisType::Single
-            }
+            "sentinel" => RedisType::Sentinel,
             other => {
                 self.errors.push(format!(
-                    "{prefix}_TYPE: unknown type '{other}' (single or cluster)"
+                    "{prefix}_TYPE: unknown type '{other}' (single, sentinel or cluster)"
                 ));
                 RedisType::Single
             }
@@ -172,19 +167,28 @@ impl<'a> Env<'a> {
                 "{prefix}_SOCKET_TYPE: '{socket_type}' (want tcp or unix)"
             ));
         }
-        if self.bool(&format!("{prefix}_TLS"), false) {
-            self.errors.push(format!(
-                "{prefix}_TLS: TLS to Redis is not supported by this build"
-            ));
-        }
-        let auth = self
-            .raw(&format!("{prefix}_AUTH"))
-            .filter(|a| !a.is_empty());
+        // The certificate files are shared by both clients, as in the reference.
+        let tls = self.bool(&format!("{prefix}_TLS"), false).then(|| {
+            let path = |name: &str| self.raw(name).filter(|p| !p.is_empty()).map(PathBuf::from);
+            RedisTls {
+                ca_cert: path("REDIS_TLS_CACERT"),
+                client_cert: path("REDIS_TLS_CLIENT_CERT"),
+                client_key: path("REDIS_TLS_CLIENT_KEY"),
+                skip_hostname_verification: false,
+            }
+        });
+        let tls = tls.map(|t| RedisTls {
+            skip_hostname_verification: self.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
+            ..t
+        });
+        let nonempty = |name: String| self.raw(&name).filter(|a| !a.is_empty()).map(str::to_owned);
         RedisSettings {
             socket_type,
             url: self.string(&format!("{prefix}_URL"), &defaults.url),
             redis_type,
-            auth: auth.map(str::to_owned),
+            auth: nonempty(format!("{prefix}_AUTH")),
+            sentinel_auth: nonempty(format!("{prefix}_SENTINEL_AUTH")),
+            tls,
             pool_size: self.num(&format!("{prefix}_POOL_SIZE"), defaults.pool_size),
             timeout: self.duration(&format!("{prefix}_TIMEOUT"), defaults.timeout),
         }
