@@ -46,8 +46,11 @@ pub struct Settings {
     pub redis: RedisSettings,
     /// `REDIS_PERSECOND=true`: SECOND-unit keys go to this client.
     pub redis_per_second: Option<RedisSettings>,
-    /// How often Redis health is probed.
+    /// How often Redis health is probed (and health changes are published to grpc.health).
     pub health_probe_interval: Duration,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: unhealthy (`/healthcheck` 500, grpc.health
+    /// NOT_SERVING) while the active config has no domain.
+    pub healthy_with_at_least_one_config_loaded: bool,
     pub limiter: LimiterSettings,
     /// `USE_PROMETHEUS` + `PROMETHEUS_ADDR` + `PROMETHEUS_PATH`: an extra metrics listener
     /// (metrics are always on the debug listener at `/metrics` too).
@@ -262,6 +265,8 @@ impl Settings {
             ignore_dotfiles: env.bool("RUNTIME_IGNOREDOTFILES", false),
         };
         let merge_domain_config = env.bool("MERGE_DOMAIN_CONFIG", false);
+        let healthy_with_at_least_one_config_loaded =
+            env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false);
         let config_poll_interval = env.duration("RUNTIME_POLL_INTERVAL", Duration::from_secs(1));
 
         let redis = env.redis("REDIS", &RedisSettings::default());
@@ -374,6 +379,7 @@ impl Settings {
                 redis,
                 redis_per_second,
                 health_probe_interval: Duration::from_millis(500),
+                healthy_with_at_least_one_config_loaded,
                 limiter,
                 prometheus,
             })
@@ -403,6 +409,7 @@ impl Settings {
             redis: RedisSettings::default(),
             redis_per_second: None,
             health_probe_interval: Duration::from_millis(100),
+            healthy_with_at_least_one_config_loaded: false,
             limiter: LimiterSettings::default(),
             prometheus: None,
         }
