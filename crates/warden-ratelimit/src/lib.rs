@@ -16,6 +16,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod dynamic_metadata;
 pub mod grpc_client;
 pub mod grpc_frame;
 pub mod json;

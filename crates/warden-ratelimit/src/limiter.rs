@@ -4,6 +4,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, ConfigSet, Unit};
+use crate::dynamic_metadata;
 use crate::lease::{self, LeasePolicy};
 use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
@@ -96,6 +97,8 @@ pub struct LimiterSettings {
     /// warden extension (`QUOTA_LEASE_FRACTION`, `QUOTA_LEASE_MAX`): quota leases for clients
     /// that ask for them ([`crate::lease`]).
     pub lease: LeasePolicy,
+    /// `RESPONSE_DYNAMIC_METADATA`: answers carry `dynamic_metadata` ([`crate::dynamic_metadata`]).
+    pub response_dynamic_metadata: bool,
 }
 
 impl Default for LimiterSettings {
@@ -112,6 +115,7 @@ impl Default for LimiterSettings {
             response_headers: None,
             memory_max_keys: 1_000_000,
             lease: LeasePolicy::SERVER_DEFAULT,
+            response_dynamic_metadata: false,
         }
     }
 }
@@ -431,11 +435,19 @@ impl RateLimiter {
                 ))),
             }
         });
+        let dynamic_metadata = self.settings.response_dynamic_metadata.then(|| {
+            let passed = checks
+                .iter()
+                .filter(|c| statuses[c.index].code != Code::OverLimit as i32)
+                .filter_map(|c| c.limit.metadata.as_ref());
+            dynamic_metadata::build(request, passed)
+        });
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
             response_headers_to_add: headers,
             quota,
+            dynamic_metadata,
             ..Default::default()
         })
     }

@@ -338,6 +338,7 @@ impl Settings {
                 fraction: env.num("QUOTA_LEASE_FRACTION", LeasePolicy::SERVER_DEFAULT.fraction),
                 max: env.num("QUOTA_LEASE_MAX", LeasePolicy::SERVER_DEFAULT.max),
             },
+            response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false),
         };
         if !(0.0..=1.0).contains(&limiter.lease.fraction) {
             env.errors.push(format!(
