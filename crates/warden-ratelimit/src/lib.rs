@@ -23,6 +23,7 @@ pub mod json;
 pub mod lease;
 pub mod limiter;
 mod local_cache;
+pub mod log_json;
 pub mod matcher;
 pub mod server;
 mod serving_thread;
