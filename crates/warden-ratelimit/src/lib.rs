@@ -29,6 +29,7 @@ pub mod server;
 mod serving_thread;
 pub mod settings;
 pub mod stats;
+mod stats_key;
 pub mod store;
 mod wildcard;
 

@@ -9,6 +9,7 @@ use crate::lease::{self, LeasePolicy};
 use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
 use crate::stats::{LimitStats, Stats};
+use crate::stats_key;
 use crate::store::{CounterOp, CounterResult, MemoryStore, Store, StoreError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -495,7 +496,7 @@ impl RateLimiter {
         if let Some(over) = &descriptor.limit {
             let unit =
                 Unit::from_override(over.unit).ok_or(RlsError::InvalidOverrideUnit(over.unit))?;
-            let full_key = request_stats_key(domain, descriptor);
+            let full_key = stats_key::override_key(domain, descriptor);
             return Ok(Some(Arc::new(Limit {
                 stats: self.stats.limit_stats(domain, &full_key),
                 full_key,
@@ -520,33 +521,18 @@ impl RateLimiter {
         Ok(snapshot.get_limit_of(domain, entries))
     }
 
-    /// Counters for this request: the limit's own, or per-value ones for `detailed_metric` /
-    /// `value_to_metric`.
+    /// Counters for this request: the limit's own, or those of the key the reference would
+    /// count it under ([`crate::stats_key`]).
     fn stats_for(
         &self,
         domain: &str,
         descriptor: &RateLimitDescriptor,
         limit: &Limit,
     ) -> Arc<LimitStats> {
-        if limit.detailed_metric {
-            return self
-                .stats
-                .limit_stats(domain, &request_stats_key(domain, descriptor));
+        match stats_key::request_key(domain, descriptor, limit) {
+            Some(key) => self.stats.limit_stats(domain, &key),
+            None => limit.stats.clone(),
         }
-        if limit.value_to_metric {
-            let mut key = domain.to_owned();
-            for (entry, level) in descriptor.entries.iter().zip(&limit.levels) {
-                key.push('.');
-                key.push_str(&entry.key);
-                key.push('_');
-                match &level.config_value {
-                    Some(v) if !level.wildcard => key.push_str(v),
-                    _ => key.push_str(&entry.value),
-                }
-            }
-            return self.stats.limit_stats(domain, &key);
-        }
-        limit.stats.clone()
     }
 
     /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`.
@@ -695,16 +681,4 @@ fn current_limit(limit: &Limit, unit: Unit) -> RateLimit {
         requests_per_unit: limit.requests_per_unit,
         unit: unit.proto(),
     }
-}
-
-/// `domain.k1_v1.k2_v2` from the request's values.
-fn request_stats_key(domain: &str, descriptor: &RateLimitDescriptor) -> String {
-    let mut key = domain.to_owned();
-    for e in &descriptor.entries {
-        key.push('.');
-        key.push_str(&e.key);
-        key.push('_');
-        key.push_str(&e.value);
-    }
-    key
 }
