@@ -189,8 +189,9 @@ impl Dialer {
         }
     }
 
-    /// Asks the sentinels in order; the first answer wins. Sentinels are reached over plain
-    /// TCP with `REDIS_SENTINEL_AUTH`, as the reference's sentinel dialer does.
+    /// Asks the sentinels in order; the first answer wins. Sentinels are reached as the
+    /// reference's sentinel dialer reaches them: with `REDIS_SENTINEL_AUTH`, and over TLS when
+    /// `REDIS_TLS` is set.
     async fn master_addr(&self, master: &str, sentinels: &[Addr]) -> Result<Addr, StoreError> {
         let mut last = None;
         for sentinel in sentinels {
@@ -207,7 +208,7 @@ impl Dialer {
 
     async fn ask_sentinel(&self, master: &str, sentinel: &Addr) -> Result<Addr, StoreError> {
         let mut c = self
-            .open(sentinel, &self.plan.sentinel_redis, None, 0)
+            .open(sentinel, &self.plan.sentinel_redis, self.tls.as_ref(), 0)
             .await?;
         let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")

@@ -19,7 +19,7 @@ pub enum RedisType {
 /// `REDIS_TLS=true` and the shared `REDIS_TLS_*` files.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RedisTls {
-    /// `REDIS_TLS_CACERT`: PEM roots; the system's roots when unset.
+    /// `REDIS_TLS_CACERT`: PEM roots trusted besides the system's.
     pub ca_cert: Option<PathBuf>,
     /// `REDIS_TLS_CLIENT_CERT` / `REDIS_TLS_CLIENT_KEY`: PEM client certificate chain and key.
     pub client_cert: Option<PathBuf>,

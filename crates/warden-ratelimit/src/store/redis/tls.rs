@@ -32,25 +32,22 @@ fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, StoreErro
 /// reference.
 pub(super) fn connector(settings: &RedisTls) -> Result<TlsConnector, StoreError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // The system's roots, plus REDIS_TLS_CACERT's (the reference appends the file to Go's
+    // system pool).
     let mut roots = RootCertStore::empty();
-    match &settings.ca_cert {
-        Some(path) => {
-            for cert in read_pem_certs(path)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| tls_error(&format!("bad CA in {}", path.display()), e))?;
-            }
+    let (system, _unparsable) =
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = &settings.ca_cert {
+        for cert in read_pem_certs(path)? {
+            roots
+                .add(cert)
+                .map_err(|e| tls_error(&format!("bad CA in {}", path.display()), e))?;
         }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                return Err(tls_error(
-                    "no system CA certificates found",
-                    "set REDIS_TLS_CACERT",
-                ));
-            }
-        }
+    } else if system == 0 {
+        return Err(tls_error(
+            "no system CA certificates found",
+            "set REDIS_TLS_CACERT",
+        ));
     }
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
