@@ -5,6 +5,10 @@ cd "$(dirname "$0")"
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# redis-cli sets up the cluster and sentinel tests; the sentinels are `redis-server --sentinel`
+# (no redis-sentinel package), TLS uses Debian's redis-server (built with TLS) and certificates
+# the tests make with rcgen (no openssl CLI).
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 if ((${#missing[@]})); then

@@ -94,11 +94,12 @@ pub fn run(args: RatelimitArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         let server = Server::start(settings.clone()).await?;
+        // Through the log, so LOG_FORMAT=json output stays one JSON object per line.
         if let Some(e) = server.initial_config_error() {
-            eprintln!("warden ratelimit: no configuration loaded yet: {e}");
+            tracing::warn!("no configuration loaded yet: {e}");
         }
-        eprintln!(
-            "warden ratelimit: gRPC {} HTTP {} debug {} backend {:?}",
+        tracing::warn!(
+            "serving gRPC on {} HTTP on {} debug on {}, backend {:?}",
             server.grpc_addr(),
             server.http_addr(),
             server.debug_addr(),

@@ -172,6 +172,12 @@ pub fn response_to_json(response: &RateLimitResponse) -> Value {
             .collect();
         out.insert("statuses".into(), Value::Array(statuses));
     }
+    if let Some(metadata) = &response.dynamic_metadata {
+        out.insert(
+            "dynamicMetadata".into(),
+            crate::dynamic_metadata::struct_to_json(metadata),
+        );
+    }
     if !response.response_headers_to_add.is_empty() {
         let headers: Vec<Value> = response
             .response_headers_to_add

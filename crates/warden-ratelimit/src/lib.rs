@@ -16,17 +16,20 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod dynamic_metadata;
 pub mod grpc_client;
 pub mod grpc_frame;
 pub mod json;
 pub mod lease;
 pub mod limiter;
 mod local_cache;
+pub mod log_json;
 pub mod matcher;
 pub mod server;
 mod serving_thread;
 pub mod settings;
 pub mod stats;
+mod stats_key;
 pub mod store;
 mod wildcard;
 

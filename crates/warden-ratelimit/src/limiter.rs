@@ -4,10 +4,12 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, ConfigSet, Unit};
+use crate::dynamic_metadata;
 use crate::lease::{self, LeasePolicy};
 use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
 use crate::stats::{LimitStats, Stats};
+use crate::stats_key;
 use crate::store::{CounterOp, CounterResult, MemoryStore, Store, StoreError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -96,6 +98,8 @@ pub struct LimiterSettings {
     /// warden extension (`QUOTA_LEASE_FRACTION`, `QUOTA_LEASE_MAX`): quota leases for clients
     /// that ask for them ([`crate::lease`]).
     pub lease: LeasePolicy,
+    /// `RESPONSE_DYNAMIC_METADATA`: answers carry `dynamic_metadata` ([`crate::dynamic_metadata`]).
+    pub response_dynamic_metadata: bool,
 }
 
 impl Default for LimiterSettings {
@@ -112,6 +116,7 @@ impl Default for LimiterSettings {
             response_headers: None,
             memory_max_keys: 1_000_000,
             lease: LeasePolicy::SERVER_DEFAULT,
+            response_dynamic_metadata: false,
         }
     }
 }
@@ -431,11 +436,19 @@ impl RateLimiter {
                 ))),
             }
         });
+        let dynamic_metadata = self.settings.response_dynamic_metadata.then(|| {
+            let passed = checks
+                .iter()
+                .filter(|c| statuses[c.index].code != Code::OverLimit as i32)
+                .filter_map(|c| c.limit.metadata.as_ref());
+            dynamic_metadata::build(request, passed)
+        });
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
             response_headers_to_add: headers,
             quota,
+            dynamic_metadata,
             ..Default::default()
         })
     }
@@ -483,7 +496,7 @@ impl RateLimiter {
         if let Some(over) = &descriptor.limit {
             let unit =
                 Unit::from_override(over.unit).ok_or(RlsError::InvalidOverrideUnit(over.unit))?;
-            let full_key = request_stats_key(domain, descriptor);
+            let full_key = stats_key::override_key(domain, descriptor);
             return Ok(Some(Arc::new(Limit {
                 stats: self.stats.limit_stats(domain, &full_key),
                 full_key,
@@ -508,33 +521,18 @@ impl RateLimiter {
         Ok(snapshot.get_limit_of(domain, entries))
     }
 
-    /// Counters for this request: the limit's own, or per-value ones for `detailed_metric` /
-    /// `value_to_metric`.
+    /// Counters for this request: the limit's own, or those of the key the reference would
+    /// count it under ([`crate::stats_key`]).
     fn stats_for(
         &self,
         domain: &str,
         descriptor: &RateLimitDescriptor,
         limit: &Limit,
     ) -> Arc<LimitStats> {
-        if limit.detailed_metric {
-            return self
-                .stats
-                .limit_stats(domain, &request_stats_key(domain, descriptor));
+        match stats_key::request_key(domain, descriptor, limit) {
+            Some(key) => self.stats.limit_stats(domain, &key),
+            None => limit.stats.clone(),
         }
-        if limit.value_to_metric {
-            let mut key = domain.to_owned();
-            for (entry, level) in descriptor.entries.iter().zip(&limit.levels) {
-                key.push('.');
-                key.push_str(&entry.key);
-                key.push('_');
-                match &level.config_value {
-                    Some(v) if !level.wildcard => key.push_str(v),
-                    _ => key.push_str(&entry.value),
-                }
-            }
-            return self.stats.limit_stats(domain, &key);
-        }
-        limit.stats.clone()
     }
 
     /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`.
@@ -683,16 +681,4 @@ fn current_limit(limit: &Limit, unit: Unit) -> RateLimit {
         requests_per_unit: limit.requests_per_unit,
         unit: unit.proto(),
     }
-}
-
-/// `domain.k1_v1.k2_v2` from the request's values.
-fn request_stats_key(domain: &str, descriptor: &RateLimitDescriptor) -> String {
-    let mut key = domain.to_owned();
-    for e in &descriptor.entries {
-        key.push('.');
-        key.push_str(&e.key);
-        key.push('_');
-        key.push_str(&e.value);
-    }
-    key
 }

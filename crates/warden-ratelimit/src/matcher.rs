@@ -16,6 +16,7 @@ pub struct Level {
     pub config_value: Option<String>,
     pub wildcard: bool,
     pub share_threshold: bool,
+    pub value_to_metric: bool,
 }
 
 /// A configured (or request-override) limit.
@@ -180,6 +181,7 @@ fn add_children(
             config_value: d.value.clone(),
             wildcard,
             share_threshold: d.share_threshold,
+            value_to_metric: d.value_to_metric,
         });
         let mut child = Node::default();
         if let Some(rl) = &d.rate_limit {

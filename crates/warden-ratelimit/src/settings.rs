@@ -4,7 +4,7 @@
 use crate::config::{Algorithm, ConfigSource};
 use crate::lease::LeasePolicy;
 use crate::limiter::{LimiterSettings, ResponseHeaderNames};
-use crate::store::{RedisSettings, RedisType};
+use crate::store::{RedisSettings, RedisTls, RedisType};
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -46,8 +46,11 @@ pub struct Settings {
     pub redis: RedisSettings,
     /// `REDIS_PERSECOND=true`: SECOND-unit keys go to this client.
     pub redis_per_second: Option<RedisSettings>,
-    /// How often Redis health is probed.
+    /// How often Redis health is probed (and health changes are published to grpc.health).
     pub health_probe_interval: Duration,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: unhealthy (`/healthcheck` 500, grpc.health
+    /// NOT_SERVING) while the active config has no domain.
+    pub healthy_with_at_least_one_config_loaded: bool,
     pub limiter: LimiterSettings,
     /// `USE_PROMETHEUS` + `PROMETHEUS_ADDR` + `PROMETHEUS_PATH`: an extra metrics listener
     /// (metrics are always on the debug listener at `/metrics` too).
@@ -153,15 +156,10 @@ impl<'a> Env<'a> {
         {
             "single" | "" => RedisType::Single,
             "cluster" => RedisType::Cluster,
-            "sentinel" => {
-                self.errors.push(format!(
-                    "{prefix}_TYPE: sentinel is not supported by warden (use single or cluster)"
-                ));
-                RedisType::Single
-            }
+            "sentinel" => RedisType::Sentinel,
             other => {
                 self.errors.push(format!(
-                    "{prefix}_TYPE: unknown type '{other}' (single or cluster)"
+                    "{prefix}_TYPE: unknown type '{other}' (single, sentinel or cluster)"
                 ));
                 RedisType::Single
             }
@@ -172,19 +170,28 @@ impl<'a> Env<'a> {
                 "{prefix}_SOCKET_TYPE: '{socket_type}' (want tcp or unix)"
             ));
         }
-        if self.bool(&format!("{prefix}_TLS"), false) {
-            self.errors.push(format!(
-                "{prefix}_TLS: TLS to Redis is not supported by this build"
-            ));
-        }
-        let auth = self
-            .raw(&format!("{prefix}_AUTH"))
-            .filter(|a| !a.is_empty());
+        // The certificate files are shared by both clients, as in the reference.
+        let tls = self.bool(&format!("{prefix}_TLS"), false).then(|| {
+            let path = |name: &str| self.raw(name).filter(|p| !p.is_empty()).map(PathBuf::from);
+            RedisTls {
+                ca_cert: path("REDIS_TLS_CACERT"),
+                client_cert: path("REDIS_TLS_CLIENT_CERT"),
+                client_key: path("REDIS_TLS_CLIENT_KEY"),
+                skip_hostname_verification: false,
+            }
+        });
+        let tls = tls.map(|t| RedisTls {
+            skip_hostname_verification: self.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
+            ..t
+        });
+        let nonempty = |name: String| self.raw(&name).filter(|a| !a.is_empty()).map(str::to_owned);
         RedisSettings {
             socket_type,
             url: self.string(&format!("{prefix}_URL"), &defaults.url),
             redis_type,
-            auth: auth.map(str::to_owned),
+            auth: nonempty(format!("{prefix}_AUTH")),
+            sentinel_auth: nonempty(format!("{prefix}_SENTINEL_AUTH")),
+            tls,
             pool_size: self.num(&format!("{prefix}_POOL_SIZE"), defaults.pool_size),
             timeout: self.duration(&format!("{prefix}_TIMEOUT"), defaults.timeout),
         }
@@ -258,6 +265,8 @@ impl Settings {
             ignore_dotfiles: env.bool("RUNTIME_IGNOREDOTFILES", false),
         };
         let merge_domain_config = env.bool("MERGE_DOMAIN_CONFIG", false);
+        let healthy_with_at_least_one_config_loaded =
+            env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false);
         let config_poll_interval = env.duration("RUNTIME_POLL_INTERVAL", Duration::from_secs(1));
 
         let redis = env.redis("REDIS", &RedisSettings::default());
@@ -329,6 +338,7 @@ impl Settings {
                 fraction: env.num("QUOTA_LEASE_FRACTION", LeasePolicy::SERVER_DEFAULT.fraction),
                 max: env.num("QUOTA_LEASE_MAX", LeasePolicy::SERVER_DEFAULT.max),
             },
+            response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false),
         };
         if !(0.0..=1.0).contains(&limiter.lease.fraction) {
             env.errors.push(format!(
@@ -370,6 +380,7 @@ impl Settings {
                 redis,
                 redis_per_second,
                 health_probe_interval: Duration::from_millis(500),
+                healthy_with_at_least_one_config_loaded,
                 limiter,
                 prometheus,
             })
@@ -399,6 +410,7 @@ impl Settings {
             redis: RedisSettings::default(),
             redis_per_second: None,
             health_probe_interval: Duration::from_millis(100),
+            healthy_with_at_least_one_config_loaded: false,
             limiter: LimiterSettings::default(),
             prometheus: None,
         }

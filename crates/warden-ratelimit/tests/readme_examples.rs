@@ -273,7 +273,9 @@ descriptors:
         .await
         .unwrap();
     assert!(
-        metrics.contains(r#"ratelimit_service_rate_limit_shadow_mode_total{domain="trial",key1="api_search",key2=""} 4"#),
+        metrics.contains(
+            r#"ratelimit_service_rate_limit_shadow_mode{domain="trial",key1="api_search"} 4"#
+        ),
         "{metrics}"
     );
 }

@@ -251,8 +251,7 @@ async fn redis_outage_fails_fast_then_recovers() {
         .await
         .unwrap();
     assert!(
-        metrics
-            .contains(r#"ratelimit_service_should_rate_limit_error_total{err_type="redis_error"}"#),
+        metrics.contains(r#"ratelimit_service_should_rate_limit_error{err_type="redis_error"}"#),
         "{metrics}"
     );
 }
@@ -290,8 +289,11 @@ async fn local_cache_answers_over_limit_without_redis() {
         .text()
         .await
         .unwrap();
+    // The reference's exporter has no mapping of its own for over_limit_with_local_cache:
+    // from two levels on, its unanchored over_limit regex takes it, so the over_limit series
+    // shows the 6th call (over in Redis) and the 7th twice (over, and over in the local cache).
     assert!(
-        metrics.contains(r#"ratelimit_service_rate_limit_over_limit_with_local_cache_total{domain="ratelimit",key1="remote_address",key2="PATH"} 1"#),
+        metrics.contains(r#"ratelimit_service_rate_limit_over_limit{domain="ratelimit",key1="remote_address",key2="PATH"} 3"#),
         "{metrics}"
     );
     // Another key still needs Redis, which is down.

@@ -2,18 +2,21 @@
 //!
 //! [`RedisServer`] starts a private `redis-server` on a free loopback port (no persistence), waits
 //! until it answers `PING`, can be stopped and restarted on the same port (to simulate an outage),
-//! and kills the process when dropped. [`netns`] makes network namespaces, veth pairs and child
-//! cgroups for sidecar and capture tests, and removes them on drop. [`Nginx`] runs a private nginx
-//! on a free loopback port for side-by-side probes.
+//! and kills the process when dropped. [`RedisSentinel`] runs a master, replicas and
+//! `redis-server --sentinel` processes that fail over within seconds. [`netns`] makes network
+//! namespaces, veth pairs and child cgroups for sidecar and capture tests, and removes them on
+//! drop. [`Nginx`] runs a private nginx on a free loopback port for side-by-side probes.
 
 pub mod netns;
 mod nginx;
 mod redis_cluster;
+mod redis_sentinel;
 mod redis_server;
 mod temp_dir;
 
 pub use netns::{Cgroup, NetNs, NetNsError};
 pub use nginx::{Nginx, NginxError};
 pub use redis_cluster::{RedisCluster, RedisClusterError};
+pub use redis_sentinel::{RedisSentinel, RedisSentinelError, MASTER_NAME};
 pub use redis_server::{RedisServer, RedisServerError};
 pub use temp_dir::TempDir;

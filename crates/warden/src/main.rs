@@ -58,7 +58,7 @@ enum Command {
 /// `LOG_FORMAT=json` are honoured so its Deployment env works unchanged.
 fn init_logging(default_level: &str) {
     let level = std::env::var("LOG_LEVEL")
-        .map(|l| l.to_ascii_lowercase())
+        .map(|l| warden_ratelimit::log_json::level_directive(&l))
         .unwrap_or_else(|_| default_level.into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
@@ -67,7 +67,10 @@ fn init_logging(default_level: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder.json().init();
+        // The reference's keys (@timestamp, @message, level), so log pipelines keep working.
+        builder
+            .event_format(warden_ratelimit::log_json::ReferenceJson::default())
+            .init();
     } else {
         builder.init();
     }

@@ -13,12 +13,17 @@ const MAX_DEPTH: usize = 16;
 /// Where config files are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigSource {
-    /// The reference's goruntime layout: every file under `root/subdirectory`, keyed by its
-    /// relative path with `/` replaced by `.`.
+    /// The reference's goruntime layout, files keyed by their relative path with `/` replaced
+    /// by `.`:
+    /// - `watch_root` (`RUNTIME_WATCH_ROOT=true`, the default): every file under
+    ///   `root/subdirectory` whose key starts with `"<app_directory>."` (e.g.
+    ///   `config.basic.yaml`);
+    /// - otherwise: every file under `root/subdirectory/app_directory`, keyed relative to it
+    ///   (e.g. `basic.yaml`).
     Runtime {
         root: PathBuf,
         subdirectory: String,
-        /// `RUNTIME_APPDIRECTORY`; with `watch_root`, only keys starting with `"<app>."` load.
+        /// `RUNTIME_APPDIRECTORY` (default `config`).
         app_directory: String,
         watch_root: bool,
         ignore_dotfiles: bool,
@@ -55,7 +60,10 @@ impl ConfigSource {
                 watch_root,
                 ignore_dotfiles,
             } => {
-                let base = root.join(subdirectory);
+                let mut base = root.join(subdirectory);
+                if !*watch_root {
+                    base.push(app_directory);
+                }
                 walk(&base, "", *ignore_dotfiles, 0, &mut found).map_err(|e| ConfigError {
                     file: base.display().to_string(),
                     message: format!("cannot read runtime directory: {e}"),

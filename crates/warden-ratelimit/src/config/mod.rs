@@ -5,6 +5,7 @@ mod loader;
 mod model;
 mod parse;
 mod serialize;
+mod yaml_v2;
 mod yaml_value;
 
 pub use loader::{load_config_set, ConfigSet, ConfigSource};

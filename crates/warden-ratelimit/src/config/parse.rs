@@ -2,6 +2,7 @@
 //! (`src/config/config_impl.go` of envoyproxy/ratelimit).
 
 use super::model::{Algorithm, DescriptorConfig, RateLimitConfig, RlsConfig, Unit};
+use super::yaml_v2::Resolved;
 use super::yaml_value::YamlValue;
 use super::ConfigError;
 
@@ -33,12 +34,8 @@ pub fn parse_config(file_key: &str, text: &str) -> Result<RlsConfig, ConfigError
         file: file_key.to_owned(),
         message,
     };
-    let root: YamlValue = if text.trim().is_empty() {
-        YamlValue::Null
-    } else {
-        serde_saphyr::from_str(text)
-            .map_err(|e| err(format!("error loading config file: yaml: {e}")))?
-    };
+    let root =
+        YamlValue::load(text).map_err(|e| err(format!("error loading config file: yaml: {e}")))?;
     validate_keys(&root).map_err(err)?;
     let root_map = match &root {
         YamlValue::Map(m) => m.as_slice(),
@@ -70,11 +67,17 @@ fn validate_keys(value: &YamlValue) -> Result<(), String> {
     match value {
         YamlValue::Map(entries) => {
             for (k, v) in entries {
-                let YamlValue::Str(key) = k else {
-                    return Err(format!(
-                        "config error, key is not of type string: {}",
-                        k.display()
-                    ));
+                let key = match k {
+                    YamlValue::Scalar {
+                        text,
+                        resolved: Resolved::Str,
+                    } => text,
+                    _ => {
+                        return Err(format!(
+                            "config error, key is not of type string: {}",
+                            k.display()
+                        ))
+                    }
                 };
                 if !VALID_KEYS.contains(&key.as_str()) {
                     return Err(format!("config error, unknown key '{key}'"));
@@ -98,52 +101,97 @@ fn validate_keys(value: &YamlValue) -> Result<(), String> {
             }
             Ok(())
         }
-        YamlValue::Str(_) | YamlValue::Int(_) | YamlValue::Bool(_) | YamlValue::Null => Ok(()),
-        YamlValue::Float(_) => Err("error checking config".into()),
+        // Leaves yaml.v2 decodes to string, int or bool; floats, uint64s and timestamps fail.
+        YamlValue::Null => Ok(()),
+        YamlValue::Scalar { resolved, .. } => match resolved {
+            Resolved::Str | Resolved::Int(_) | Resolved::Bool(_) | Resolved::Null => Ok(()),
+            Resolved::Float(_) | Resolved::Uint(_) | Resolved::Timestamp => {
+                Err("error checking config".into())
+            }
+        },
     }
 }
 
 fn get<'a>(map: &'a [(YamlValue, YamlValue)], key: &str) -> Option<&'a YamlValue> {
     map.iter()
         .rev() // last occurrence wins, like a Go map decode
-        .find(|(k, _)| matches!(k, YamlValue::Str(s) if s == key))
+        .find(|(k, _)| k.text() == Some(key))
         .map(|(_, v)| v)
 }
 
+/// yaml.v2's type error: the scalar's text as written, none for collections.
 fn type_error(field: &str, value: &YamlValue, want: &str) -> String {
+    let shown = value.text().map(|t| format!(" `{t}`")).unwrap_or_default();
     format!(
-        "error loading config file: yaml: unmarshal errors: cannot unmarshal !!{} `{}` into {want} (field '{field}')",
+        "error loading config file: yaml: unmarshal errors: cannot unmarshal !!{}{shown} into {want} (field '{field}')",
         value.kind(),
-        value.display()
     )
 }
 
+/// A yaml.v2 `string` field: any scalar's text as written (`yes`, `0x1F` stay as they are).
 fn opt_string(map: &[(YamlValue, YamlValue)], field: &str) -> Result<Option<String>, String> {
     match get(map, field) {
         None | Some(YamlValue::Null) => Ok(None),
-        Some(YamlValue::Str(s)) => Ok(Some(s.clone())),
-        Some(YamlValue::Int(i)) => Ok(Some(i.to_string())),
-        Some(YamlValue::Bool(b)) => Ok(Some(b.to_string())),
+        Some(YamlValue::Scalar { text, .. }) => Ok(Some(text.clone())),
         Some(other) => Err(type_error(field, other, "string")),
     }
 }
 
+/// A yaml.v2 `bool` field: what resolves to a bool (`true`, `yes`, `on`, `y`, ...).
 fn opt_bool(map: &[(YamlValue, YamlValue)], field: &str) -> Result<bool, String> {
     match get(map, field) {
         None | Some(YamlValue::Null) => Ok(false),
-        Some(YamlValue::Bool(b)) => Ok(*b),
+        Some(YamlValue::Scalar {
+            resolved: Resolved::Bool(b),
+            ..
+        }) => Ok(*b),
         Some(other) => Err(type_error(field, other, "bool")),
     }
 }
 
+/// A yaml.v2 `uint32` field: what resolves to an int in range (`0x1F`, `1_000`, `0123`).
 fn opt_u32(map: &[(YamlValue, YamlValue)], field: &str) -> Result<u32, String> {
-    match get(map, field) {
-        None | Some(YamlValue::Null) => Ok(0),
-        Some(YamlValue::Int(i)) => {
-            u32::try_from(*i).map_err(|_| type_error(field, &YamlValue::Int(*i), "uint32"))
-        }
-        Some(other) => Err(type_error(field, other, "uint32")),
+    let value = get(map, field);
+    let n = match value {
+        None | Some(YamlValue::Null) => return Ok(0),
+        Some(YamlValue::Scalar {
+            resolved: Resolved::Int(i),
+            ..
+        }) => u32::try_from(*i).ok(),
+        Some(YamlValue::Scalar {
+            resolved: Resolved::Uint(u),
+            ..
+        }) => u32::try_from(*u).ok(),
+        _ => None,
+    };
+    match (n, value) {
+        (Some(n), _) => Ok(n),
+        (None, Some(v)) => Err(type_error(field, v, "uint32")),
+        (None, None) => Ok(0),
     }
+}
+
+/// `metadata`: a map (yaml.v2 `map[string]interface{}`), empty meaning none.
+fn metadata(map: &[(YamlValue, YamlValue)]) -> Result<Option<serde_json::Value>, String> {
+    let entries = match get(map, "metadata") {
+        None | Some(YamlValue::Null) => return Ok(None),
+        Some(YamlValue::Map(entries)) => entries,
+        Some(other) => return Err(type_error("metadata", other, "map[string]interface {}")),
+    };
+    let mut out = serde_json::Map::new();
+    for (k, v) in entries {
+        // Top-level keys are decoded into Go strings (their text); nested ones are printed.
+        let key = match k {
+            YamlValue::Null => String::new(),
+            YamlValue::Scalar { text, .. } => text.clone(),
+            other => return Err(type_error("metadata", other, "string")),
+        };
+        let value = v
+            .to_json()
+            .map_err(|e| format!("error parsing metadata: {e}"))?;
+        out.insert(key, value);
+    }
+    Ok((!out.is_empty()).then_some(serde_json::Value::Object(out)))
 }
 
 fn descriptor_list(map: &[(YamlValue, YamlValue)]) -> Result<Vec<DescriptorConfig>, String> {
@@ -175,9 +223,7 @@ fn descriptor(map: &[(YamlValue, YamlValue)]) -> Result<DescriptorConfig, String
         detailed_metric: opt_bool(map, "detailed_metric")?,
         value_to_metric: opt_bool(map, "value_to_metric")?,
         share_threshold: opt_bool(map, "share_threshold")?,
-        metadata: get(map, "metadata")
-            .filter(|v| **v != YamlValue::Null)
-            .map(YamlValue::to_json),
+        metadata: metadata(map)?,
         descriptors: descriptor_list(map)?,
     })
 }

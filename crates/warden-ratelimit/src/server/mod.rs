@@ -105,8 +105,13 @@ impl Server {
         let health = Arc::new(Health {
             store,
             shutting_down: Default::default(),
+            config: settings
+                .healthy_with_at_least_one_config_loaded
+                .then(|| limiter.clone()),
         });
         let reporter = tonic_health::server::HealthReporter::new();
+        // Before the first call can ask: the probe only publishes changes it sees.
+        health::publish(&reporter, health.healthy()).await;
         let mut tasks = Vec::new();
 
         tasks.push(tokio::spawn(health::run_probe(

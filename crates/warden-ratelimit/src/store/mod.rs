@@ -1,11 +1,11 @@
-//! Counter stores behind the limiter: in-process memory (default) or Redis (single or cluster),
-//! both using the reference's keys and fixed windows.
+//! Counter stores behind the limiter: in-process memory (default) or Redis (single, sentinel or
+//! cluster), both using the reference's keys and fixed windows.
 
 mod memory;
 mod redis;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::{RedisPool, RedisSettings, RedisStore, RedisType};
+pub use self::redis::{RedisPool, RedisSettings, RedisStore, RedisTls, RedisType};
 
 use std::sync::Arc;
 

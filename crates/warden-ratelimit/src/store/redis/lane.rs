@@ -1,25 +1,25 @@
-//! A lane: the connections one runtime uses to reach one Redis client. redis-rs spawns a
-//! connection's driver task on the runtime that first uses it, so each gRPC serving thread gets
-//! its own lane, made on that thread: a decision's pipeline is then written, read and answered
-//! without a wakeup crossing threads.
+//! A lane: the connections one runtime uses to reach one Redis client. A connection's driver
+//! task runs on the runtime that first uses it, so each gRPC serving thread gets its own lane,
+//! made on that thread: a decision's pipeline is then written, read and answered without a
+//! wakeup crossing threads.
 
 use super::super::StoreError;
+use super::conn_slot::ConnSlot;
+use super::dial::Dialer;
 use super::settings::{RedisSettings, RedisType};
 use arc_swap::ArcSwapOption;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What every lane of one client is made from.
-// One per Redis client, made once: the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum LaneFactory {
+    /// One server, or the master the sentinels name.
     Single {
-        client: redis::Client,
-        config: ConnectionManagerConfig,
+        dialer: Arc<Dialer>,
+        /// Shared by every slot of the client; bumped when a health probe fails.
+        generation: Arc<AtomicU64>,
     },
     Cluster {
         client: Arc<ClusterClient>,
@@ -28,29 +28,15 @@ pub(super) enum LaneFactory {
 
 impl LaneFactory {
     pub fn new(settings: &RedisSettings) -> Result<Self, StoreError> {
-        let infos = settings.connection_infos()?;
         let redis_error = |e: redis::RedisError| StoreError::Redis(e.to_string());
         Ok(match settings.redis_type {
-            RedisType::Single => {
-                let info = infos
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| StoreError::Redis("REDIS_URL is empty".into()))?;
-                LaneFactory::Single {
-                    client: redis::Client::open(info).map_err(redis_error)?,
-                    // No response timeout here: `RedisPool::run` bounds every call already,
-                    // and a second timer per call showed in profiles.
-                    config: ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(settings.timeout))
-                        .set_response_timeout(None)
-                        .set_number_of_retries(1)
-                        .set_min_delay(Duration::from_millis(10))
-                        .set_max_delay(Duration::from_millis(200)),
-                }
-            }
+            RedisType::Single | RedisType::Sentinel => LaneFactory::Single {
+                dialer: Arc::new(Dialer::new(settings.dial_plan()?)?),
+                generation: Arc::new(AtomicU64::new(0)),
+            },
             RedisType::Cluster => LaneFactory::Cluster {
                 client: Arc::new(
-                    ClusterClient::builder(infos)
+                    ClusterClient::builder(settings.cluster_infos()?)
                         .tcp_settings(super::settings::tcp_settings())
                         .connection_timeout(settings.timeout)
                         .response_timeout(settings.timeout)
@@ -61,18 +47,22 @@ impl LaneFactory {
         })
     }
 
+    /// Marks every connection made so far as suspect: each is re-made before its next use.
+    pub fn distrust_connections(&self) {
+        if let LaneFactory::Single { generation, .. } = self {
+            generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// A lane of `conns` multiplexed connections (cluster: one cluster connection), made lazily:
-    /// nothing connects until the first command, and failed connections are re-made. Must be
+    /// nothing connects until the first command, and broken connections are re-made. Must be
     /// called on the runtime that will use the lane.
-    pub fn lane(&self, conns: usize) -> Result<Lane, StoreError> {
-        Ok(match self {
-            LaneFactory::Single { client, config } => Lane::Single {
+    pub fn lane(&self, conns: usize) -> Lane {
+        match self {
+            LaneFactory::Single { dialer, generation } => Lane::Single {
                 conns: (0..conns.max(1))
-                    .map(|_| {
-                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                            .map_err(|e| StoreError::Redis(e.to_string()))
-                    })
-                    .collect::<Result<_, _>>()?,
+                    .map(|_| ConnSlot::new(dialer.clone(), generation.clone()))
+                    .collect(),
                 next: AtomicUsize::new(0),
             },
             LaneFactory::Cluster { client } => Lane::Cluster {
@@ -80,14 +70,14 @@ impl LaneFactory {
                 conn: ArcSwapOption::empty(),
                 connecting: tokio::sync::Mutex::new(()),
             },
-        })
+        }
     }
 }
 
 pub(super) enum Lane {
     /// Concurrent requests are pipelined on each connection; requests alternate between them.
     Single {
-        conns: Vec<ConnectionManager>,
+        conns: Vec<ConnSlot>,
         next: AtomicUsize,
     },
     /// Connected on first use; dropped after an unrecoverable error so the next call
@@ -108,13 +98,10 @@ impl Lane {
         match self {
             Lane::Single { conns, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % conns.len().max(1);
-                let mut conn = conns
+                let slot = conns
                     .get(i)
-                    .cloned()
                     .ok_or_else(|| StoreError::Redis("no redis connection".into()))?;
-                pipe.query_async::<T>(&mut conn)
-                    .await
-                    .map_err(|e| StoreError::Redis(e.to_string()))
+                slot.query(pipe).await
             }
             Lane::Cluster { conn, .. } => {
                 let mut c = self.cluster_conn().await?;

@@ -1,12 +1,18 @@
 //! Redis counters with the reference's commands: per request one pipeline of
 //! `INCRBY key hits` + `EXPIRE key ttl` per descriptor, over multiplexed connections owned by
 //! the serving thread (concurrent requests are pipelined on each), with a strict timeout and
-//! automatic reconnect. Cluster mode sends each key's commands to its node concurrently.
+//! reconnects that do not fail the request that finds a connection broken (`conn_slot`).
+//! Single servers, sentinel-managed masters (`REDIS_TYPE=sentinel`) and TLS (`REDIS_TLS`) use
+//! warden's dialer; cluster mode uses redis-rs's cluster client and sends each key's commands
+//! to its node concurrently.
 
+mod conn_slot;
+mod dial;
 mod lane;
 mod settings;
+mod tls;
 
-pub use self::settings::{RedisSettings, RedisType};
+pub use self::settings::{RedisSettings, RedisTls, RedisType};
 
 use self::lane::{Lane, LaneFactory};
 use super::{CounterOp, CounterResult, StoreError};
@@ -27,7 +33,7 @@ pub struct RedisPool {
     factory: LaneFactory,
     shared: Lane,
     /// Indexed by [`serving_thread::current`].
-    per_thread: Box<[OnceLock<Option<Lane>>]>,
+    per_thread: Box<[OnceLock<Lane>]>,
     conns_per_thread: usize,
     timeout: Duration,
     healthy: AtomicBool,
@@ -50,7 +56,7 @@ impl RedisPool {
     /// Must be called inside a tokio runtime (the shared lane lives on it).
     pub fn new(settings: &RedisSettings, serving_threads: usize) -> Result<Self, StoreError> {
         let factory = LaneFactory::new(settings)?;
-        let shared = factory.lane(1)?;
+        let shared = factory.lane(1);
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let threads = serving_threads.max(1);
         Ok(RedisPool {
@@ -72,14 +78,7 @@ impl RedisPool {
         let Some(slot) = serving_thread::current().and_then(|i| self.per_thread.get(i)) else {
             return &self.shared;
         };
-        let lane = slot.get_or_init(|| match self.factory.lane(self.conns_per_thread) {
-            Ok(lane) => Some(lane),
-            Err(e) => {
-                tracing::warn!(error = %e, "per-thread redis connections; using the shared ones");
-                None
-            }
-        });
-        lane.as_ref().unwrap_or(&self.shared)
+        slot.get_or_init(|| self.factory.lane(self.conns_per_thread))
     }
 
     /// Runs `pipe` with the strict timeout, tracking health.
@@ -92,11 +91,17 @@ impl RedisPool {
         result
     }
 
-    /// PING, for the health probe.
+    /// PING, for the health probe. A failure makes every connection of this client suspect:
+    /// each is re-made before its next request (a half-open connection would otherwise fail
+    /// that request, or hang it until the timeout).
     pub async fn ping(&self) -> bool {
         let mut pipe = redis::pipe();
         pipe.cmd("PING");
-        self.run::<(String,)>(&pipe).await.is_ok()
+        let ok = self.run::<(String,)>(&pipe).await.is_ok();
+        if !ok {
+            self.factory.distrust_connections();
+        }
+        ok
     }
 
     async fn apply(&self, ops: &[&CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
