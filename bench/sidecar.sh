@@ -14,6 +14,8 @@ ensure_pkgs nginx:nginx wrk:wrk python3:python3 iptables:iptables
 build_warden
 [ "$(id -u)" = 0 ] || { echo "sidecar.sh needs root (network namespaces)" >&2; exit 1; }
 
+# The sidecars run as uid 1337 and read their config from $WORK.
+chmod 755 "$WORK"
 PAIRS=${PAIRS:-8}
 SECS=${SECS:-3}
 RATE=${RATE:-2000}
