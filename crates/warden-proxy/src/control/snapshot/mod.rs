@@ -159,6 +159,7 @@ impl Snapshot {
             warnings: loaded.warnings.clone(),
             clusters: BTreeMap::new(),
         };
+        b.warn_unselected(identity);
         let (listeners, sidecar) = match &identity.sidecar {
             None => {
                 b.warn_mesh_only();
@@ -317,6 +318,58 @@ impl Builder<'_> {
             location: self.set.locate(doc, &field),
             message: message.into(),
         });
+    }
+
+    /// Policies in this proxy's namespace (or Istio's root namespace) whose workload selector
+    /// wants labels this proxy does not have: inert here, which is rarely what was meant
+    /// (Istio's ingress pods carry `istio: ingressgateway` and `app: istio-ingressgateway`).
+    fn warn_unselected(&mut self, identity: &ProxyIdentity) {
+        const ROOT_NAMESPACE: &str = "istio-system";
+        let set = self.set;
+        let ours = |ns: &str| ns == identity.namespace || ns == ROOT_NAMESPACE;
+        let wanted = |labels: &BTreeMap<String, String>| -> Option<String> {
+            let missing = labels.iter().any(|(k, v)| identity.labels.get(k) != Some(v));
+            missing.then(|| {
+                labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+        };
+        let have = || {
+            let mut l: Vec<String> = identity.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if l.is_empty() {
+                l.push("none; set --label".into());
+            }
+            l.join(", ")
+        };
+        for ap in &set.authorization_policies {
+            let Some(sel) = &ap.spec.selector else { continue };
+            if !ours(ap.metadata.namespace_or_default()) {
+                continue;
+            }
+            if let Some(w) = wanted(&sel.match_labels) {
+                self.warn(
+                    ap,
+                    "spec.selector.matchLabels".into(),
+                    format!("selects [{w}], which this proxy does not have (its labels: {}); the policy does not apply here", have()),
+                );
+            }
+        }
+        for ef in &set.envoy_filters {
+            let Some(sel) = &ef.spec.workload_selector else { continue };
+            if !ours(ef.metadata.namespace_or_default()) {
+                continue;
+            }
+            if let Some(w) = wanted(&sel.labels) {
+                self.warn(
+                    ef,
+                    "spec.workloadSelector.labels".into(),
+                    format!("selects [{w}], which this proxy does not have (its labels: {}); the filter does not apply here", have()),
+                );
+            }
+        }
     }
 
     /// A gateway does not serve VirtualServices bound to `mesh` only (no `gateways`).
@@ -1075,6 +1128,26 @@ mod tests {
     fn envoy_group_references_become_regex_crate_ones() {
         assert_eq!(envoy_substitution("/v2/\\1"), "/v2/${1}");
         assert_eq!(envoy_substitution("\\12x$"), "${12}x$$");
+    }
+
+    #[test]
+    fn a_policy_selecting_other_labels_is_named_in_a_warning() {
+        let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n\
+                    metadata: {name: p, namespace: istio-system}\nspec:\n  \
+                    selector: {matchLabels: {app: istio-ingressgateway}}\n  action: DENY\n  \
+                    rules: [{from: [{source: {ipBlocks: [1.2.3.4]}}]}]\n";
+        let loaded = warden_config::load_str("t.yaml", yaml).unwrap();
+        let identity = ProxyIdentity {
+            labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
+            ..ProxyIdentity::default()
+        };
+        let s = Snapshot::build(loaded, &identity, None).unwrap();
+        assert!(
+            s.warnings.iter().any(|w| w.message.contains("selects [app=istio-ingressgateway]")
+                && w.message.contains("istio=ingressgateway")),
+            "{:?}",
+            s.warnings
+        );
     }
 
     #[test]
