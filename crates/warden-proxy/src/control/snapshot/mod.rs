@@ -328,7 +328,9 @@ impl Builder<'_> {
         let set = self.set;
         let ours = |ns: &str| ns == identity.namespace || ns == ROOT_NAMESPACE;
         let wanted = |labels: &BTreeMap<String, String>| -> Option<String> {
-            let missing = labels.iter().any(|(k, v)| identity.labels.get(k) != Some(v));
+            let missing = labels
+                .iter()
+                .any(|(k, v)| identity.labels.get(k) != Some(v));
             missing.then(|| {
                 labels
                     .iter()
@@ -338,14 +340,20 @@ impl Builder<'_> {
             })
         };
         let have = || {
-            let mut l: Vec<String> = identity.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut l: Vec<String> = identity
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             if l.is_empty() {
                 l.push("none; set --label".into());
             }
             l.join(", ")
         };
         for ap in &set.authorization_policies {
-            let Some(sel) = &ap.spec.selector else { continue };
+            let Some(sel) = &ap.spec.selector else {
+                continue;
+            };
             if !ours(ap.metadata.namespace_or_default()) {
                 continue;
             }
@@ -358,7 +366,9 @@ impl Builder<'_> {
             }
         }
         for ef in &set.envoy_filters {
-            let Some(sel) = &ef.spec.workload_selector else { continue };
+            let Some(sel) = &ef.spec.workload_selector else {
+                continue;
+            };
             if !ours(ef.metadata.namespace_or_default()) {
                 continue;
             }
@@ -1143,8 +1153,10 @@ mod tests {
         };
         let s = Snapshot::build(loaded, &identity, None).unwrap();
         assert!(
-            s.warnings.iter().any(|w| w.message.contains("selects [app=istio-ingressgateway]")
-                && w.message.contains("istio=ingressgateway")),
+            s.warnings
+                .iter()
+                .any(|w| w.message.contains("selects [app=istio-ingressgateway]")
+                    && w.message.contains("istio=ingressgateway")),
             "{:?}",
             s.warnings
         );
