@@ -32,6 +32,16 @@ impl AccessLogTarget {
     }
 }
 
+/// Prometheus text appended to `/stats/prometheus` at every scrape.
+#[derive(Clone)]
+pub struct ExtraMetrics(pub std::sync::Arc<dyn Fn(&mut String) + Send + Sync>);
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
     pub config: ConfigSource,
@@ -56,6 +66,8 @@ pub struct ProxyOptions {
     pub service_account: Option<String>,
     /// `Some`: run as a sidecar (outbound and inbound listeners) instead of a gateway.
     pub sidecar: Option<crate::control::snapshot::SidecarSettings>,
+    /// Scrape-time metrics of another component (`--accel`'s BPF counters).
+    pub extra_metrics: Option<ExtraMetrics>,
 }
 
 impl ProxyOptions {
@@ -89,6 +101,7 @@ impl ProxyOptions {
             pod_ips: Vec::new(),
             service_account: None,
             sidecar: None,
+            extra_metrics: None,
         }
     }
 

@@ -132,6 +132,8 @@ pub struct Metrics {
     pub upstream_errors_total: Counter,
     pub config_reloads: Counter,
     pub config_reload_errors: Counter,
+    /// Text another component renders at scrape time (the eBPF acceleration's counters).
+    pub extra: std::sync::OnceLock<crate::options::ExtraMetrics>,
 }
 
 impl Metrics {
@@ -199,6 +201,7 @@ impl Metrics {
             upstream_errors_total,
             config_reloads,
             config_reload_errors,
+            extra: std::sync::OnceLock::new(),
         }
     }
 
@@ -236,6 +239,9 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = text::encode_registry(&mut out, &self.registry);
         let _ = text::encode_registry(&mut out, &scraped);
+        if let Some(extra) = self.extra.get() {
+            (extra.0)(&mut out);
+        }
         let _ = text::encode_eof(&mut out);
         out
     }
