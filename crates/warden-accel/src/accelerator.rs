@@ -197,6 +197,10 @@ pub(crate) mod imp {
             capture: req.capture,
         };
         let mut ebpf = loader::load(&req.bpffs, &settings).map_err(one)?;
+        // Run as root for sidecars of another uid: let them open the shared maps.
+        if probe::euid() == 0 && req.proxy_uid != 0 {
+            bpffs::hand_to(&req.bpffs, req.proxy_uid).map_err(|e| one(e.to_string()))?;
+        }
         let cg = std::fs::File::open(&target.path)
             .map_err(|e| one(format!("{}: {e}", target.path.display())))?;
         let attached = loader::attach(&mut ebpf, &cg, req.capture).map_err(one)?;
@@ -238,6 +242,11 @@ pub(crate) mod imp {
                 return;
             }
             let result = maps::pods_map_at(&self.req.bpffs).and_then(|mut m| {
+                // Pods whose sidecar died without withdrawing (SIGKILL) would send callers to a
+                // closed port: a pod is live while its cgroup has warden's programs attached.
+                for (ip, cgroup) in maps::prune_pods(&mut m, |id| !links::cgroup_links(Some(id)).is_empty()) {
+                    tracing::info!("forgot stale meshed pod {ip} (cgroup id {cgroup} has no programs attached)");
+                }
                 maps::register_pods(
                     &mut m,
                     &self.req.pod_ips,

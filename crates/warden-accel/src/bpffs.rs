@@ -91,6 +91,24 @@ pub fn ensure(dir: &Path, may_mount: bool) -> Result<bool, BpffsError> {
     Ok(true)
 }
 
+/// Hand warden's bpffs and its map pins to `uid` (a root `warden accel enable` for sidecars
+/// that run as the proxy uid): the mount is mode 0700 and pins are 0600, both the creator's.
+pub fn hand_to(dir: &Path, uid: u32) -> Result<(), BpffsError> {
+    let chown = |p: &Path| {
+        std::os::unix::fs::chown(p, Some(uid), Some(uid))
+            .map_err(|e| BpffsError::Io(p.display().to_string(), e))
+    };
+    chown(dir)?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| BpffsError::Io(dir.display().to_string(), e))?;
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("wd_") {
+            chown(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Where `enable` pins the links of cgroup `id`.
 pub fn links_dir(dir: &Path, cgroup_id: u64) -> PathBuf {
     dir.join("links").join(format!("cg{cgroup_id}"))

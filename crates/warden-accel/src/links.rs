@@ -34,6 +34,8 @@ pub struct CgroupLink {
     pub link_id: u32,
     pub program: String,
     pub cgroup_id: u64,
+    /// The maps the program uses: which bpffs (which node-wide map set) it belongs to.
+    pub map_ids: Vec<u32>,
 }
 
 /// Zero-padded `union bpf_attr` (the kernel wants unused bytes zero).
@@ -97,27 +99,36 @@ fn link_info(fd: &OwnedFd) -> std::io::Result<LinkInfo> {
     Ok(info)
 }
 
-/// Program names by id, for the programs currently loaded.
-fn program_names() -> std::collections::HashMap<u32, String> {
+/// Name and map ids of each loaded program, by program id.
+fn programs() -> std::collections::HashMap<u32, (String, Vec<u32>)> {
     aya::programs::loaded_programs()
         .flatten()
-        .filter_map(|p| Some((p.id(), p.name_as_str()?.to_string())))
+        .filter_map(|p| {
+            let name = p.name_as_str()?.to_string();
+            let maps = p.map_ids().ok().flatten().unwrap_or_default();
+            Some((p.id(), (name, maps)))
+        })
         .collect()
 }
 
 /// warden's cgroup links on this node (all cgroups when `cgroup_id` is `None`).
 pub fn cgroup_links(cgroup_id: Option<u64>) -> Vec<CgroupLink> {
-    let names = program_names();
+    let programs = programs();
     let mut out = Vec::new();
     let mut id = 0;
     while let Some(next) = next_link_id(id) {
         id = next;
         let Ok(fd) = link_fd(next) else { continue };
         let Ok(info) = link_info(&fd) else { continue };
-        if info.kind != BPF_LINK_TYPE_CGROUP || cgroup_id.is_some_and(|c| c != info.cgroup_id) {
+        // A detached link (BPF_LINK_DETACH, or its cgroup removed) reports cgroup id 0 while
+        // its holder still has the fd: it runs nowhere.
+        if info.kind != BPF_LINK_TYPE_CGROUP
+            || info.cgroup_id == 0
+            || cgroup_id.is_some_and(|c| c != info.cgroup_id)
+        {
             continue;
         }
-        let Some(program) = names.get(&info.prog_id) else {
+        let Some((program, map_ids)) = programs.get(&info.prog_id) else {
             continue;
         };
         if program.starts_with(PROGRAM_PREFIX) {
@@ -125,6 +136,7 @@ pub fn cgroup_links(cgroup_id: Option<u64>) -> Vec<CgroupLink> {
                 link_id: info.id,
                 program: program.clone(),
                 cgroup_id: info.cgroup_id,
+                map_ids: map_ids.clone(),
             });
         }
     }

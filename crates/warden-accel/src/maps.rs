@@ -133,6 +133,38 @@ mod pinned {
             .collect()
     }
 
+    /// Remove pods whose registering cgroup is no longer `live`; returns them.
+    pub fn prune_pods(
+        map: &mut HashMap<MapData, [u32; 4], PodEntry>,
+        live: impl Fn(u64) -> bool,
+    ) -> Vec<(IpAddr, u64)> {
+        let stale: Vec<([u32; 4], u64)> = map
+            .iter()
+            .flatten()
+            .filter(|(_, v)| !live(v.cgroup))
+            .map(|(k, v)| (k, v.cgroup))
+            .collect();
+        stale
+            .into_iter()
+            .filter(|(k, _)| map.remove(k).is_ok())
+            .map(|(k, c)| (key_ip(k), c))
+            .collect()
+    }
+
+    /// The kernel ids of the maps pinned in `bpffs`: a program using one of them belongs
+    /// to this bpffs.
+    pub fn map_ids_at(bpffs: &Path) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(bpffs) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("wd_"))
+            .filter_map(|e| MapData::from_pin(e.path()).ok()?.info().ok())
+            .map(|i| i.id())
+            .collect()
+    }
+
     pub fn pods_map_at(bpffs: &Path) -> Result<HashMap<MapData, [u32; 4], PodEntry>, String> {
         HashMap::try_from(open(bpffs, LOCAL_PODS)?).map_err(|e| e.to_string())
     }

@@ -107,7 +107,12 @@ pub fn disable(
                 ));
             }
         }
-        let leftovers: Vec<CgroupLink> = links::cgroup_links(None);
+        // Only programs of this bpffs (using its maps): other bpffs' sets are not ours.
+        let ours = maps::map_ids_at(bpffs_dir);
+        let leftovers: Vec<CgroupLink> = links::cgroup_links(None)
+            .into_iter()
+            .filter(|l| l.map_ids.iter().any(|id| ours.contains(id)))
+            .collect();
         for link in &leftovers {
             let _ = links::detach(link.link_id);
         }
