@@ -1,6 +1,7 @@
 //! Compiles bpf/accel.bpf.c with clang when clang is on PATH; otherwise (or when clang
 //! fails, e.g. without libbpf-dev's headers) the checked-in bpf/accel.bpf.o is embedded, so a
-//! build needs no C toolchain.
+//! build needs no C toolchain. `WARDEN_ACCEL_CLANG` names another clang, or `none` to use the
+//! checked-in object even where clang is installed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,10 +20,11 @@ fn main() {
     println!("cargo:rerun-if-changed={}", source.display());
     println!("cargo:rerun-if-changed={}", checked_in.display());
     println!("cargo:rerun-if-env-changed=PATH");
+    println!("cargo:rerun-if-env-changed=WARDEN_ACCEL_CLANG");
     let built = match compile(&dir, &source, &out) {
         Ok(()) => "clang",
         Err(why) => {
-            if why != "clang is not on PATH" {
+            if why != "clang is not on PATH" && why != "WARDEN_ACCEL_CLANG=none" {
                 println!("cargo:warning=warden-accel: {why}; using the checked-in bpf/accel.bpf.o");
             }
             std::fs::copy(&checked_in, &out).expect("bpf/accel.bpf.o is checked in");
@@ -41,9 +43,14 @@ fn main() {
 }
 
 fn compile(dir: &Path, source: &Path, out: &Path) -> Result<(), String> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("clang").is_file()))
-        .unwrap_or(false);
+    let clang = std::env::var("WARDEN_ACCEL_CLANG").unwrap_or_else(|_| "clang".into());
+    if clang == "none" {
+        return Err("WARDEN_ACCEL_CLANG=none".into());
+    }
+    let on_path = Path::new(&clang).is_file()
+        || std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(&clang).is_file()))
+            .unwrap_or(false);
     if !on_path {
         return Err("clang is not on PATH".into());
     }
@@ -52,7 +59,7 @@ fn compile(dir: &Path, source: &Path, out: &Path) -> Result<(), String> {
         "/usr/include/{}-linux-gnu",
         std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into())
     );
-    let result = Command::new("clang")
+    let result = Command::new(&clang)
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
         // Paths out of the debug info: the object is the same from any checkout.
         .arg(format!("-fdebug-prefix-map={}=.", dir.display()))
