@@ -38,8 +38,9 @@ CAPS=+bpf,+net_admin,+sys_admin
 kill_cgroup() { # CGROUP — kill every process in it, wait until it is empty
   local pid
   for _ in $(seq 50); do
-    [ -s "$1/cgroup.procs" ] || return 0
-    for pid in $(cat "$1/cgroup.procs"); do kill -9 "$pid" 2>/dev/null || true; done
+    local pids; pids=$(cat "$1/cgroup.procs" 2>/dev/null) # cgroupfs files have size 0
+    [ -n "$pids" ] || return 0
+    for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
     sleep 0.05
   done
 }

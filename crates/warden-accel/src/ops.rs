@@ -154,6 +154,16 @@ pub fn status(cgroup: Option<&Path>, bpffs_dir: &Path, capture: Capture) -> Stri
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "BPF object: {} ({} bytes)",
+        if crate::OBJECT_FROM == "clang" {
+            "built by clang from bpf/accel.bpf.c"
+        } else {
+            "the checked-in bpf/accel.bpf.o (no clang at build time)"
+        },
+        loader::OBJECT.len()
+    );
     let mounted = bpffs::is_mounted(bpffs_dir);
     let _ = writeln!(
         out,
