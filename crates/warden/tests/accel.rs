@@ -781,6 +781,22 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
         "ok get 200 1000000"
     );
 
+    // IPv4 through a dual-stack (IPv6) socket: connect6 captures it the same way.
+    let open = app.cmd(&format!("open v6 [::ffff:{VIP}]:8078"));
+    assert!(open.ends_with("peer [::ffff:127.0.0.1]:15001"), "{open}");
+    app.cmd("stream v6 300000");
+    assert_eq!(app.cmd("finish v6"), "ok finish v6 300000");
+    let stats = client.stats();
+    assert_eq!(
+        metric(&stats, "warden_accel_capture_outbound_rewrites_total"),
+        3
+    );
+    assert_eq!(
+        metric(&stats, "warden_accel_redirect_misses_total"),
+        0,
+        "{stats}"
+    );
+
     // A socket that asks for a ULP (kTLS) is left to TCP, both ways, and still intact.
     let before = client.stats();
     app.cmd(&format!("open u {VIP}:8078"));
