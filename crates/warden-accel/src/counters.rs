@@ -85,7 +85,8 @@ impl Counters {
             let name = format!("warden_accel_{}", c.metric());
             let base = name.trim_end_matches("_total");
             // Writing to a String cannot fail.
-            let _ = writeln!(out, "# HELP {base} {}.", c.help());
+            // The maps are shared by every sidecar using the same bpffs: node-wide counts.
+            let _ = writeln!(out, "# HELP {base} {} (node-wide).", c.help());
             let _ = writeln!(out, "# TYPE {base} counter");
             let _ = writeln!(out, "{name} {}", self.get(c));
         }
