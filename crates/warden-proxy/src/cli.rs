@@ -67,6 +67,70 @@ pub struct ProxyArgs {
     pub max_connection_duration: Option<Duration>,
     #[command(flatten)]
     pub role: RoleArgs,
+    #[command(flatten)]
+    pub accel: AccelFlags,
+}
+
+/// A sidecar's eBPF acceleration (warden-accel).
+#[derive(clap::Args, Debug, Default)]
+pub struct AccelFlags {
+    /// Sidecar: short-circuit same-node socket traffic with eBPF (sockops + sk_msg), attached
+    /// to this process's cgroup (or --accel-cgroup) while it runs. Needs CAP_BPF and
+    /// CAP_NET_ADMIN, cgroup2 and kernel support; when anything is missing the proxy says
+    /// what and runs unaccelerated.
+    #[arg(long)]
+    pub accel: bool,
+    /// Sidecar with --accel: who captures the pod's traffic. `iptables`: `warden capture`'s
+    /// rules (only legs whose 4-tuples mirror are short-circuited); `ebpf`: cgroup
+    /// connect/getsockopt programs, no iptables needed, every leg short-circuited.
+    #[arg(long, value_enum, default_value_t = warden_accel::Capture::Iptables)]
+    pub capture: warden_accel::Capture,
+    /// Sidecar with --accel: the pod's cgroup2 directory (default: this process's own; the
+    /// cgroup2 root only when named here).
+    #[arg(long, requires = "accel")]
+    pub accel_cgroup: Option<PathBuf>,
+    /// warden's own bpffs, where sidecars of this node share their maps (mounted if needed).
+    #[arg(long, default_value = warden_accel::DEFAULT_BPFFS)]
+    pub bpffs: PathBuf,
+}
+
+impl AccelFlags {
+    /// Load and attach when asked (a sidecar only); `None`, with the reasons logged, when
+    /// acceleration is off.
+    fn start(&self, role: &RoleArgs) -> Option<warden_accel::Accelerator> {
+        if !self.accel {
+            if self.capture == warden_accel::Capture::Ebpf {
+                tracing::warn!(
+                    "--capture ebpf needs --accel; the pod's traffic is not captured by eBPF"
+                );
+            }
+            return None;
+        }
+        if role.mode != Mode::Sidecar {
+            tracing::warn!("--accel is for --mode sidecar; ignored");
+            return None;
+        }
+        let req = warden_accel::AccelRequest {
+            cgroup: self.accel_cgroup.clone(),
+            bpffs: self.bpffs.clone(),
+            capture: self.capture,
+            // The sidecar's own connect()s are the ones not captured.
+            proxy_uid: warden_accel::euid(),
+            outbound_port: role.outbound_port,
+            inbound_port: role.inbound_port,
+            pod_ips: role.pod_ips.clone(),
+        };
+        match warden_accel::Accelerator::start(&req) {
+            Ok(a) => {
+                tracing::info!("eBPF acceleration on: {}", a.describe());
+                Some(a)
+            }
+            Err(why) => {
+                tracing::warn!("eBPF acceleration off, running unaccelerated; missing: {why}");
+                None
+            }
+        }
+    }
 }
 
 /// Gateway or sidecar, and who the sidecar is (shared by `warden proxy` and `warden check`).
@@ -188,7 +252,11 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
+    let mut accel = args.accel.start(&args.role);
     opts.pod_ips = args.role.pod_ips;
+    opts.extra_metrics = accel
+        .as_ref()
+        .map(|a| crate::options::ExtraMetrics(a.metrics()));
     opts.service_account = args.role.service_account;
     opts.allow_empty_config = args.allow_empty_config;
     opts.max_connections = args.max_connections;
@@ -209,6 +277,10 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-file limit"),
     }
     let proxy = Proxy::start(opts)?;
+    // Same-node sidecars connect straight to our inbound port only once it listens.
+    if let Some(a) = accel.as_mut() {
+        a.announce();
+    }
     for l in proxy.listeners() {
         tracing::info!(listener = %l.name, addr = %l.addr, protocol = ?l.protocol, "listening");
     }
@@ -237,7 +309,12 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     tracing::info!(deadline = ?args.drain_timeout, "draining");
+    if let Some(a) = accel.as_mut() {
+        a.withdraw();
+    }
     proxy.shutdown(args.drain_timeout);
+    // Detaches the programs (connections they short-circuited keep working).
+    drop(accel);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -32,6 +32,16 @@ impl AccessLogTarget {
     }
 }
 
+/// Prometheus text appended to `/stats/prometheus` at every scrape.
+#[derive(Clone)]
+pub struct ExtraMetrics(pub std::sync::Arc<dyn Fn(&mut String) + Send + Sync>);
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
     pub config: ConfigSource,
@@ -66,6 +76,8 @@ pub struct ProxyOptions {
     pub max_connections_per_listener: Option<usize>,
     /// Request-head, idle and max-duration timeouts of downstream connections.
     pub timeouts: crate::downstream::timeouts::Timeouts,
+    /// Scrape-time metrics of another component (`--accel`'s BPF counters).
+    pub extra_metrics: Option<ExtraMetrics>,
 }
 
 impl ProxyOptions {
@@ -103,6 +115,7 @@ impl ProxyOptions {
             max_connections: None,
             max_connections_per_listener: None,
             timeouts: crate::downstream::timeouts::Timeouts::default(),
+            extra_metrics: None,
         }
     }
 

@@ -52,6 +52,8 @@ enum Command {
     Echo(warden_load::cli::EchoArgs),
     /// Install (or --clean) the sidecar's transparent-capture iptables rules in the current network namespace
     Capture(warden_capture::CaptureArgs),
+    /// Same-node eBPF acceleration for sidecars: enable, disable or show it for a pod's cgroup
+    Accel(warden_accel::cli::AccelArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Load(args) => warden_load::cli::run_load(args),
         Command::Echo(args) => warden_load::cli::run_echo(args),
         Command::Capture(args) => warden_capture::run(args),
+        Command::Accel(args) => warden_accel::cli::run(args),
     };
     match result {
         Ok(code) => code,

@@ -147,6 +147,8 @@ pub struct Metrics {
     /// Connections closed at accept for a connection maximum.
     pub downstream_cx_overflow: Counter,
     downstream_timeouts: Family<ReasonLabels, Counter>,
+    /// Text another component renders at scrape time (the eBPF acceleration's counters).
+    pub extra: std::sync::OnceLock<crate::options::ExtraMetrics>,
 }
 
 impl Metrics {
@@ -250,6 +252,7 @@ impl Metrics {
             h2_premature_reset_closes,
             downstream_cx_overflow,
             downstream_timeouts,
+            extra: std::sync::OnceLock::new(),
         }
     }
 
@@ -313,6 +316,9 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = text::encode_registry(&mut out, &self.registry);
         let _ = text::encode_registry(&mut out, &scraped);
+        if let Some(extra) = self.extra.get() {
+            (extra.0)(&mut out);
+        }
         let _ = text::encode_eof(&mut out);
         out
     }

@@ -103,6 +103,9 @@ impl Proxy {
             },
         ));
 
+        if let Some(extra) = &opts.extra_metrics {
+            let _ = shared.metrics.extra.set(extra.clone());
+        }
         let (stop_tx, stop_rx) = watch::channel(None);
         let mut running = RunningProxy {
             shared: shared.clone(),

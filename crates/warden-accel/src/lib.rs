@@ -1,0 +1,86 @@
+//! Same-node acceleration for the sidecar (issue 27), as Merbridge/ASM do it: socket traffic
+//! between meshed processes of one node (app -> sidecar -> sidecar -> app) is handed from
+//! socket to socket by eBPF (sockops + sk_msg) instead of crossing TCP/IP, and capture can
+//! be done without iptables (cgroup connect4/6 + getsockopt), which keeps every leg's
+//! 4-tuples mirrored so each one can be short-circuited.
+//!
+//! Entry points: [`Accelerator::start`] for `warden proxy --mode sidecar --accel` (the proxy
+//! holds the programs; their bpf_links go with it), and [`cli::run`] for
+//! `warden accel enable|disable|status` (links pinned in warden's own bpffs).
+//!
+//! Modules: `probe` (privileges, kernel features), `cgroup` (the target cgroup, never the
+//! root by default), `bpffs` (warden's mount and pins), `counters` (the counters map's
+//! slots), `maps` (key/value shapes, pinned maps), `links` (finding and detaching warden's
+//! cgroup links), `loader` (aya: load, attach, pin), `accelerator` (the proxy's handle),
+//! `ops` (enable, disable, status), `cli`. The BPF side is bpf/accel.bpf.c.
+
+// Without eBPF support only the stubs call in; the pure parts stay built and tested.
+#![cfg_attr(not(warden_ebpf), allow(dead_code, unused_imports))]
+
+mod accelerator;
+mod cgroup;
+pub mod cli;
+mod counters;
+mod maps;
+mod probe;
+
+// `warden_ebpf`: the `ebpf` feature on a Linux target (set by build.rs).
+#[cfg(warden_ebpf)]
+mod bpffs;
+#[cfg(warden_ebpf)]
+mod links;
+#[cfg(warden_ebpf)]
+mod loader;
+#[cfg(warden_ebpf)]
+mod ops;
+
+pub use accelerator::{AccelRequest, Accelerator, Unavailable};
+pub use cgroup::{cgroup2_root, CgroupTarget};
+pub use counters::{Counter, Counters};
+pub use probe::euid;
+
+/// Who captures the pod's traffic.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Capture {
+    /// `warden capture`'s nat rules; only legs whose 4-tuples mirror are short-circuited
+    /// (sidecar -> app); REDIRECT/DNAT breaks the mirror on app -> sidecar and
+    /// sidecar -> sidecar.
+    #[default]
+    Iptables,
+    /// cgroup connect4/6 + getsockopt programs: every leg mirrors and is short-circuited.
+    Ebpf,
+}
+
+impl Capture {
+    pub fn name(self) -> &'static str {
+        match self {
+            Capture::Iptables => "iptables",
+            Capture::Ebpf => "ebpf",
+        }
+    }
+
+    /// Which legs this capture lets acceleration short-circuit, for `status` and logs.
+    pub fn legs(self) -> &'static str {
+        match self {
+            Capture::Ebpf => {
+                "every leg mirrors: app->sidecar, sidecar->sidecar (meshed pods of this node) \
+                 and sidecar->app are short-circuited"
+            }
+            Capture::Iptables => {
+                "only legs whose 4-tuples mirror are short-circuited: sidecar->app (from \
+                 127.0.0.6); app->sidecar and sidecar->sidecar go through REDIRECT (DNAT), \
+                 whose tuples do not mirror, and fall back to TCP (counted as redirect misses)"
+            }
+        }
+    }
+}
+
+/// Whether this build can load BPF programs at all (cargo feature `ebpf`, Linux).
+pub const BUILT_WITH_EBPF: bool = cfg!(warden_ebpf);
+
+/// Where warden mounts its own bpffs (shared maps, `enable`'s pinned links).
+pub const DEFAULT_BPFFS: &str = "/run/warden/bpffs";
+
+/// Where the embedded object came from: `clang` (built from bpf/accel.bpf.c) or
+/// `checked-in` (bpf/accel.bpf.o, when clang was not available).
+pub const OBJECT_FROM: &str = env!("WARDEN_ACCEL_OBJECT_FROM");
