@@ -40,7 +40,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         total += value * scale;
         rest = &rest[unit_len..];
     }
-    Ok(Duration::from_secs_f64(total))
+    // A number of digits long enough is beyond any Duration (or infinite as an f64).
+    Duration::try_from_secs_f64(total).map_err(|_| format!("duration {text:?} is too large"))
 }
 
 #[cfg(test)]
@@ -57,5 +58,13 @@ mod tests {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    /// Found by fuzz/config_load: a 400-digit number of seconds panicked converting to Duration.
+    #[test]
+    fn an_enormous_duration_is_an_error_not_a_panic() {
+        let text = format!("{}s", "9".repeat(400));
+        assert!(parse_duration(&text).unwrap_err().contains("too large"));
+        assert!(parse_duration("99999999999999999999999h").is_err());
     }
 }
