@@ -82,7 +82,9 @@ pub struct AccelFlags {
     pub accel: bool,
     /// Sidecar with --accel: who captures the pod's traffic. `iptables`: `warden capture`'s
     /// rules (only legs whose 4-tuples mirror are short-circuited); `ebpf`: cgroup
-    /// connect/getsockopt programs, no iptables needed, every leg short-circuited.
+    /// connect/getsockopt programs capture the pod's calls and same-node meshed callers
+    /// without iptables, every leg short-circuited (callers from other nodes still need
+    /// `warden capture`'s inbound rules, which can stay installed).
     #[arg(long, value_enum, default_value_t = warden_accel::Capture::Iptables)]
     pub capture: warden_accel::Capture,
     /// Sidecar with --accel: the pod's cgroup2 directory (default: this process's own; the
