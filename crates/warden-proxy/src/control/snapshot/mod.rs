@@ -766,10 +766,22 @@ impl Builder<'_> {
 
     fn tcp_route(&mut self, port: u16) -> Option<TcpRoute> {
         let set = self.set;
-        for vs in &set.virtual_services {
-            if admitted_hosts(set, vs, port).is_empty() {
-                continue;
-            }
+        let bound: Vec<&Doc<VirtualService>> = set
+            .virtual_services
+            .iter()
+            .filter(|vs| !admitted_hosts(set, vs, port).is_empty())
+            .collect();
+        self.first_tcp_route(&bound, port)
+    }
+
+    /// The first `tcp[]` route of `virtual_services` (in order) that applies to `port`, its
+    /// clusters built; `None` also when one of them cannot be built (the error is recorded).
+    fn first_tcp_route(
+        &mut self,
+        virtual_services: &[&Doc<VirtualService>],
+        port: u16,
+    ) -> Option<TcpRoute> {
+        for vs in virtual_services {
             for (i, r) in vs.spec.tcp.iter().enumerate() {
                 let applies = r.matches.is_empty()
                     || r.matches.iter().any(|m| m.port.is_none_or(|p| p == port));

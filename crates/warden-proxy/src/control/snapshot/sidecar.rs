@@ -533,7 +533,7 @@ impl Builder<'_> {
         vs_for_host: &[&Doc<VirtualService>],
     ) -> Option<TcpRoute> {
         self.default_port = Some(port.number);
-        let route = self.mesh_vs_tcp_route(vs_for_host, port);
+        let route = self.first_tcp_route(vs_for_host, port.number);
         self.default_port = None;
         if route.is_some() {
             return route;
@@ -543,49 +543,5 @@ impl Builder<'_> {
             &format!("outbound|{}||{}", port.number, host),
             cluster,
         ))
-    }
-
-    /// The first `tcp[]` route of the VirtualServices that applies to `port`.
-    fn mesh_vs_tcp_route(
-        &mut self,
-        vs_for_host: &[&Doc<VirtualService>],
-        port: &ServicePort,
-    ) -> Option<TcpRoute> {
-        for vs in vs_for_host {
-            for (i, r) in vs.spec.tcp.iter().enumerate() {
-                let applies = r.matches.is_empty()
-                    || r.matches
-                        .iter()
-                        .any(|m| m.port.is_none_or(|p| p == port.number));
-                if !applies {
-                    continue;
-                }
-                let mut clusters = Vec::new();
-                for (j, dest) in r.route.iter().enumerate() {
-                    let cluster = self.cluster(
-                        vs,
-                        format!("spec.tcp[{i}].route[{j}].destination"),
-                        &dest.destination,
-                    )?;
-                    let weight = dest
-                        .weight
-                        .unwrap_or(if r.route.len() == 1 { 100 } else { 0 });
-                    clusters.push((cluster, weight));
-                }
-                let total_weight = clusters.iter().map(|(_, w)| w).sum();
-                return Some(TcpRoute {
-                    name: format!(
-                        "{}/{}/tcp{}",
-                        vs.metadata.namespace_or_default(),
-                        vs.metadata.name,
-                        i
-                    )
-                    .into(),
-                    clusters,
-                    total_weight,
-                });
-            }
-        }
-        None
     }
 }
