@@ -286,20 +286,27 @@ impl BodyReader {
                     let all = buf.len();
                     return Ok(BodyStep::Data(take_bytes(buf, all)));
                 }
-                State::ChunkSize => match httparse::parse_chunk_size(buf) {
-                    Ok(httparse::Status::Complete((used, size))) => {
-                        buf.advance(used);
-                        self.state = if size == 0 {
-                            State::Trailers
-                        } else {
-                            State::ChunkData(size)
-                        };
-                    }
-                    Ok(httparse::Status::Partial) if buf.len() > MAX_CHUNK_SIZE_LINE => {
-                        return Err(ResponseError::Chunked)
-                    }
-                    Ok(httparse::Status::Partial) => return Ok(BodyStep::NeedMore),
-                    Err(_) => return Err(ResponseError::Chunked),
+                // The size line is judged once it is whole: httparse may call a prefix
+                // invalid and the whole line partial (found by fuzz/chunked_body), so judging
+                // prefixes made the outcome depend on how the bytes were split into reads.
+                State::ChunkSize => match buf.iter().position(|&b| b == b'\n') {
+                    None if buf.len() > MAX_CHUNK_SIZE_LINE => return Err(ResponseError::Chunked),
+                    None => return Ok(BodyStep::NeedMore),
+                    Some(end) if end > MAX_CHUNK_SIZE_LINE => return Err(ResponseError::Chunked),
+                    Some(_) => match httparse::parse_chunk_size(buf) {
+                        Ok(httparse::Status::Complete((used, size))) => {
+                            buf.advance(used);
+                            self.state = if size == 0 {
+                                State::Trailers
+                            } else {
+                                State::ChunkData(size)
+                            };
+                        }
+                        // A whole line httparse cannot finish is malformed.
+                        Ok(httparse::Status::Partial) | Err(_) => {
+                            return Err(ResponseError::Chunked)
+                        }
+                    },
                 },
                 State::ChunkData(n) => {
                     let (data, rest) = take_counted(buf, n);
@@ -501,6 +508,34 @@ mod tests {
     /// Found by fuzzing (fuzz/fuzz_targets/response_head.rs): a reason phrase that is not
     /// UTF-8 made httparse return a `""` outside the buffer, and its range was computed from
     /// that pointer (an overflow, then an out-of-bounds slice in the proxy).
+    /// Found by fuzz/chunked_body: a size line without its end was an error when read in
+    /// pieces and incomplete when read at once; now both wait for the line.
+    #[test]
+    fn a_size_line_is_judged_the_same_however_it_is_split() {
+        let mut wire = b"\x00;f\x81\x81\x00".to_vec();
+        wire.extend(std::iter::repeat_n(0xffu8, 140));
+        for piece in [1, 3, 7, wire.len()] {
+            let mut reader = BodyReader::new(BodyFraming::Chunked);
+            let mut buf = BytesMut::new();
+            let mut fed = 0;
+            let outcome = loop {
+                match reader.next(&mut buf) {
+                    Ok(BodyStep::NeedMore) if fed < wire.len() => {
+                        let end = (fed + piece).min(wire.len());
+                        buf.extend_from_slice(&wire[fed..end]);
+                        fed = end;
+                    }
+                    other => break other,
+                }
+            };
+            assert_eq!(outcome, Ok(BodyStep::NeedMore), "piece {piece}");
+        }
+        // Once the line ends, it is refused.
+        let mut reader = BodyReader::new(BodyFraming::Chunked);
+        let mut buf = BytesMut::from(&[wire.as_slice(), b"\r\n"].concat()[..]);
+        assert_eq!(reader.next(&mut buf), Err(ResponseError::Chunked));
+    }
+
     #[test]
     fn a_reason_phrase_that_is_not_utf8_stays_in_the_buffer() {
         let raw = b"HTTP/1.1 200 OK\xca\xca\r\ncontent-length: 5\r\n\r\n";
