@@ -350,34 +350,33 @@ impl Builder<'_> {
             }
             l.join(", ")
         };
+        let unselected = |ns: &str, labels: &BTreeMap<String, String>, what: &str| {
+            if !ours(ns) {
+                return None;
+            }
+            wanted(labels).map(|w| {
+                format!(
+                    "selects [{w}], which this proxy does not have (its labels: {}); the {what} does not apply here",
+                    have()
+                )
+            })
+        };
         for ap in &set.authorization_policies {
             let Some(sel) = &ap.spec.selector else {
                 continue;
             };
-            if !ours(ap.metadata.namespace_or_default()) {
-                continue;
-            }
-            if let Some(w) = wanted(&sel.match_labels) {
-                self.warn(
-                    ap,
-                    "spec.selector.matchLabels".into(),
-                    format!("selects [{w}], which this proxy does not have (its labels: {}); the policy does not apply here", have()),
-                );
+            let ns = ap.metadata.namespace_or_default();
+            if let Some(m) = unselected(ns, &sel.match_labels, "policy") {
+                self.warn(ap, "spec.selector.matchLabels".into(), m);
             }
         }
         for ef in &set.envoy_filters {
             let Some(sel) = &ef.spec.workload_selector else {
                 continue;
             };
-            if !ours(ef.metadata.namespace_or_default()) {
-                continue;
-            }
-            if let Some(w) = wanted(&sel.labels) {
-                self.warn(
-                    ef,
-                    "spec.workloadSelector.labels".into(),
-                    format!("selects [{w}], which this proxy does not have (its labels: {}); the filter does not apply here", have()),
-                );
+            let ns = ef.metadata.namespace_or_default();
+            if let Some(m) = unselected(ns, &sel.labels, "filter") {
+                self.warn(ef, "spec.workloadSelector.labels".into(), m);
             }
         }
     }
