@@ -387,3 +387,103 @@ spec:
     assert!(text.contains("max 2 request(s)/connection"), "{text}");
     assert!(text.contains("idle timeout 300ms"), "{text}");
 }
+
+/// A keep-alive HTTP/1.1 upstream answering `/status/N` with N (else 200), counting requests.
+async fn status_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let status = head
+                            .split_whitespace()
+                            .nth(1)
+                            .and_then(|p| p.strip_prefix("/status/"))
+                            .unwrap_or("200")
+                            .to_string();
+                        let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+                        if s.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, requests)
+}
+
+/// `retries.retryOn` decides which answers are retried, as Istio configures Envoy: without it,
+/// Istio's default (503 and connect failures); `5xx` every 5xx; `gateway-error` 502-504;
+/// status codes in the list replace the default 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_on_selects_which_answers_are_retried() {
+    let (up, requests) = status_upstream().await;
+    let yaml = format!(
+        r#"{head}  - match: [{{uri: {{prefix: /five}}}}]
+    retries: {{attempts: 3, retryOn: 5xx}}
+    rewrite: {{uri: /status}}
+    route: [{{destination: {{host: up.internal}}}}]
+  - match: [{{uri: {{prefix: /gw}}}}]
+    retries: {{attempts: 3, retryOn: "gateway-error"}}
+    rewrite: {{uri: /status}}
+    route: [{{destination: {{host: up.internal}}}}]
+  - match: [{{uri: {{prefix: /codes}}}}]
+    retries: {{attempts: 3, retryOn: "connect-failure,500"}}
+    rewrite: {{uri: /status}}
+    route: [{{destination: {{host: up.internal}}}}]
+  - match: [{{uri: {{prefix: /none}}}}]
+    retries: {{attempts: 0}}
+    rewrite: {{uri: /status}}
+    route: [{{destination: {{host: up.internal}}}}]
+  - match: [{{uri: {{prefix: /default}}}}]
+    rewrite: {{uri: /status}}
+    route: [{{destination: {{host: up.internal}}}}]
+{se}"#,
+        head = gateway_and_route_head(),
+        se = service_entry("up.internal", &[up]),
+    );
+    let proxy = start(&yaml);
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let attempts = |path: &'static str, want: u16| {
+        let c = c.clone();
+        let url = format!("{base}{path}");
+        let requests = requests.clone();
+        async move {
+            let before = requests.load(std::sync::atomic::Ordering::SeqCst);
+            let r = c.get(url).send().await.unwrap();
+            assert_eq!(r.status(), want, "{path}");
+            requests.load(std::sync::atomic::Ordering::SeqCst) - before
+        }
+    };
+    // Istio's default policy: 2 retries on 503 only.
+    assert_eq!(attempts("/default/503", 503).await, 3);
+    assert_eq!(attempts("/default/500", 500).await, 1);
+    assert_eq!(attempts("/five/500", 500).await, 4);
+    assert_eq!(attempts("/five/503", 503).await, 4);
+    assert_eq!(attempts("/five/404", 404).await, 1);
+    assert_eq!(attempts("/gw/500", 500).await, 1);
+    assert_eq!(attempts("/gw/504", 504).await, 4);
+    assert_eq!(attempts("/codes/500", 500).await, 4);
+    assert_eq!(attempts("/codes/503", 503).await, 1);
+    assert_eq!(attempts("/none/503", 503).await, 1);
+}

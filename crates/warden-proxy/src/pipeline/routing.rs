@@ -109,6 +109,8 @@ pub struct RetryPolicy {
     /// Extra attempts after the first.
     pub attempts: u32,
     pub per_try_timeout: Option<Duration>,
+    /// Which outcomes are retried (`retries.retryOn`, else Istio's default).
+    pub on: crate::upstream::retry_on::RetryOn,
 }
 
 #[derive(Debug)]

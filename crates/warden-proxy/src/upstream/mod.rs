@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod connect;
 pub mod h1_exchange;
 pub mod h1_pool;
+pub mod retry_on;
 pub(crate) mod tcp_proxy;
 
 use crate::control::metrics::Metrics;
@@ -17,7 +18,7 @@ use crate::upstream::cluster::{PickError, UpstreamProtocol};
 use crate::upstream::h1_exchange::BodylessRequest;
 use crate::upstream::h1_pool::{bodyless, H1Pool};
 use http::uri::{PathAndQuery, Scheme};
-use http::{request, Request, Response, StatusCode, Uri, Version};
+use http::{request, Request, Response, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -204,14 +205,11 @@ async fn forward(
             )
             .await
             {
-                Ok(up)
-                    if up.response.status() == StatusCode::SERVICE_UNAVAILABLE
-                        && n < retries.attempts =>
-                {
+                Ok(up) if n < retries.attempts && retries.on.retries_response(&up.response) => {
                     last = Some(Ok(up));
                 }
                 Ok(up) => return Ok(up),
-                Err(f) if retryable(&f.reply) && n < retries.attempts => {
+                Err(f) if n < retries.attempts && retries.on.retries_failure(f.reply.flag) => {
                     exclude = endpoint_index(target, f.endpoint.as_ref());
                     last = Some(Err(f));
                 }
@@ -230,14 +228,6 @@ async fn forward(
             }
         },
     }
-}
-
-fn retryable(reply: &LocalReply) -> bool {
-    use crate::pipeline::local_reply::ResponseFlag as F;
-    matches!(
-        reply.flag,
-        Some(F::UpstreamConnectFailure) | Some(F::UpstreamReset)
-    )
 }
 
 fn endpoint_index(target: &WeightedCluster, ep: Option<&http::uri::Authority>) -> Option<usize> {

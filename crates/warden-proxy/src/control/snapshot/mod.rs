@@ -11,6 +11,7 @@ use crate::pipeline::routing::{
 use crate::pipeline::Filters;
 use crate::upstream::cluster::{Cluster, Endpoint, LbPolicy, UpstreamProtocol};
 use crate::upstream::h1_pool::ReuseLimits;
+use crate::upstream::retry_on::RetryOn;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use std::collections::BTreeMap;
@@ -748,11 +749,23 @@ impl Builder<'_> {
                     format!("spec.http[{i}].retries.perTryTimeout"),
                     rt.per_try_timeout.as_deref(),
                 ),
+                // An empty `retryOn` keeps Istio's default conditions.
+                on: match rt.retry_on.as_deref().map(str::trim) {
+                    None | Some("") => RetryOn::default(),
+                    Some(list) => match RetryOn::parse(list) {
+                        Ok(on) => on,
+                        Err(e) => {
+                            self.error(vs, format!("spec.http[{i}].retries.retryOn"), e);
+                            RetryOn::default()
+                        }
+                    },
+                },
             },
             // Istio's default retry policy: 2 retries on connect failure / 503.
             None => RetryPolicy {
                 attempts: 2,
                 per_try_timeout: None,
+                on: RetryOn::default(),
             },
         };
         Some(RouteAction::Forward {

@@ -19,6 +19,7 @@ use crate::pipeline::routing::{
     RetryPolicy, Route, RouteAction, RouteCounters, RouteTable, WeightedCluster,
 };
 use crate::upstream::cluster::Cluster;
+use crate::upstream::retry_on::RetryOn;
 use bytes::Bytes;
 use http::StatusCode;
 use std::collections::HashMap;
@@ -391,6 +392,7 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
             retries: RetryPolicy {
                 attempts: retries,
                 per_try_timeout: None,
+                on: RetryOn::default(),
             },
         },
         request_headers: HeaderOps::default(),
