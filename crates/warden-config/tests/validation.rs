@@ -433,6 +433,56 @@ fn cases() -> Vec<Case> {
             "percentage 101 must be between 0 and 100",
         ),
         case(
+            "mirror percentage over 100",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local}\n    mirrorPercentage: {value: 101}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].mirrorPercentage.value",
+            "percentage 101 must be between 0 and 100",
+        ),
+        case(
+            "mirror and mirrors together",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local}\n    mirrors: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].mirrors",
+            "a route takes mirror or mirrors, not both",
+        ),
+        case(
+            "mirror to an unknown subset",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local, subset: v2}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].mirror.subset",
+            "no DestinationRule for host \"backend.local\" defines subsets",
+        ),
+        case(
+            "cors origin with two conditions",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    corsPolicy: {allowOrigins: [{exact: a, prefix: b}]}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].corsPolicy.allowOrigins[0]",
+            "needs exactly one of exact, prefix or regex",
+        ),
+        case(
+            "cors unknown unmatchedPreflights",
+            with_base(&http(
+                "  - route: [{destination: {host: backend.local}}]\n    corsPolicy: {allowOrigins: [{exact: a}], unmatchedPreflights: DROP}\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].corsPolicy.unmatchedPreflights",
+            "unknown unmatchedPreflights \"DROP\"",
+        ),
+        case(
             "fault delay needs a fixed delay",
             with_base(&http(
                 "  - route: [{destination: {host: backend.local}}]\n    fault: {delay: {exponentialDelay: 1s}}\n",
@@ -669,11 +719,11 @@ fn cases() -> Vec<Case> {
         case(
             "unsupported route field",
             with_base(&http(
-                "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local}\n",
+                "  - route: [{destination: {host: backend.local}}]\n    delegate: {name: other}\n",
             )),
             Error,
             "VirtualService/vs",
-            "spec.http[0].mirror",
+            "spec.http[0].delegate",
             "not supported by warden yet; it would change what requests get",
         ),
         case(

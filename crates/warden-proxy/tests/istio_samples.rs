@@ -512,3 +512,233 @@ fn gateway_tls_settings_other_than_https_redirect_are_errors() {
     assert!(err.contains("spec.servers[0].tls.mode"), "{err}");
     assert!(err.contains("TLS is not supported yet"), "{err}");
 }
+
+/// istio.io tasks/traffic-management/mirroring: httpbin v1 serves, v2 gets a copy of every
+/// request ("mirror" with mirrorPercentage 100).
+const HTTPBIN_MIRROR: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: httpbin
+spec:
+  hosts:
+  - httpbin
+  http:
+  - route:
+    - destination:
+        host: httpbin
+        subset: v1
+      weight: 100
+    mirror:
+      host: httpbin
+      subset: v2
+    mirrorPercentage:
+      value: 100.0
+"#;
+
+/// The same task's DestinationRule.
+const HTTPBIN_SUBSETS: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: httpbin
+spec:
+  host: httpbin
+  subsets:
+  - name: v1
+    labels:
+      version: v1
+  - name: v2
+    labels:
+      version: v2
+"#;
+
+/// httpbin v1 and v2 (recording upstreams) behind a Gateway with `vs` and the task's rule.
+async fn httpbin(vs: &str) -> (warden_proxy::RunningProxy, Recording, Recording) {
+    let (v1, seen_v1) = recording_upstream().await;
+    let (v2, seen_v2) = recording_upstream().await;
+    let se = format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: httpbin}}\nspec:\n  hosts: [httpbin.default.svc.cluster.local]\n  resolution: STATIC\n  ports: [{{number: 8000, name: http, protocol: HTTP}}]\n  endpoints:\n  - {{address: {}, ports: {{http: {}}}, labels: {{version: v1}}}}\n  - {{address: {}, ports: {{http: {}}}, labels: {{version: v2}}}}\n",
+        v1.ip(),
+        v1.port(),
+        v2.ip(),
+        v2.port()
+    );
+    let vs = vs.replace(
+        "  - httpbin\n  http:",
+        "  - httpbin\n  gateways: [gw]\n  http:",
+    );
+    let yaml = format!(
+        "{}\n---\n{se}---{HTTPBIN_SUBSETS}---{vs}",
+        gateway(&[(0, "HTTP")])
+    );
+    (start(&yaml), seen_v1, seen_v2)
+}
+
+/// Wait (bounded) until `seen` holds `n` requests: shadows are fire and forget.
+async fn wait_for_requests(seen: &Recording, n: usize) -> Vec<String> {
+    for _ in 0..200 {
+        let got = seen.lock().unwrap().requests.clone();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    seen.lock().unwrap().requests.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirroring_copies_every_request_to_v2_with_a_shadow_host() {
+    let (proxy, seen_v1, seen_v2) = httpbin(HTTPBIN_MIRROR).await;
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    for i in 0..10 {
+        let r = c
+            .get(format!("{base}/headers?i={i}"))
+            .header("host", "httpbin:8000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // A body is copied too, whole.
+    let r = c
+        .post(format!("{base}/post"))
+        .header("host", "httpbin:8000")
+        .body("mirrored body")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v1 = wait_for_requests(&seen_v1, 11).await;
+    let v2 = wait_for_requests(&seen_v2, 11).await;
+    assert_eq!(v1.len(), 11);
+    assert_eq!(v2.len(), 11, "{v2:?}");
+    for r in &v1 {
+        assert_eq!(host_lines(r), vec!["httpbin:8000"], "{r}");
+    }
+    for r in &v2 {
+        // Envoy's shadow suffix goes before the port.
+        assert_eq!(host_lines(r), vec!["httpbin-shadow:8000"], "{r}");
+    }
+    assert!(v2
+        .iter()
+        .any(|r| r.starts_with("POST /post") && r.ends_with("mirrored body")));
+    let metrics = proxy_clusters_metrics(&proxy);
+    assert!(
+        metrics.contains("warden_mirror_requests_total{kind=\"answered\"} 11"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirror_percentage_copies_its_share() {
+    let half = HTTPBIN_MIRROR.replace("value: 100.0", "value: 50.0");
+    let (proxy, seen_v1, seen_v2) = httpbin(&half).await;
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let n = 400;
+    for _ in 0..n {
+        let r = c
+            .get(format!("{base}/get"))
+            .header("host", "httpbin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(wait_for_requests(&seen_v1, n).await.len(), n);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let copies = seen_v2.lock().unwrap().requests.len();
+    // 50% of 400 within 5 standard deviations (±50).
+    assert!((150..=250).contains(&copies), "{copies} copies of {n}");
+}
+
+fn proxy_clusters_metrics(proxy: &warden_proxy::RunningProxy) -> String {
+    let admin = proxy.admin_addr().unwrap();
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    use std::io::{Read, Write};
+    s.write_all(b"GET /stats/prometheus HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// istio.io reference/config/networking/virtual-service/#CorsPolicy: the ratings example.
+const RATINGS_CORS: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: ratings-route
+spec:
+  hosts:
+  - ratings
+  http:
+  - route:
+    - destination:
+        host: ratings
+        subset: v1
+    corsPolicy:
+      allowOrigins:
+      - exact: https://example.com
+      allowMethods:
+      - POST
+      - GET
+      allowCredentials: false
+      allowHeaders:
+      - X-Foo-Bar
+      maxAge: "24h"
+"#;
+
+#[tokio::test]
+async fn cors_preflight_is_answered_at_the_proxy() {
+    let (proxy, _up) = ratings(RATINGS_CORS).await;
+    let url = format!("http://{}/ratings/0", addr(&proxy, 0));
+    let c = client();
+    let r = c
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("host", "ratings")
+        .header("origin", "https://example.com")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers();
+    assert!(
+        !h.contains_key("x-upstream"),
+        "answered by the proxy: {h:?}"
+    );
+    assert_eq!(h["access-control-allow-origin"], "https://example.com");
+    assert_eq!(h["access-control-allow-methods"], "POST,GET");
+    assert_eq!(h["access-control-allow-headers"], "X-Foo-Bar");
+    assert_eq!(h["access-control-max-age"], "86400");
+    assert!(!h.contains_key("access-control-allow-credentials"));
+
+    // An allowed origin's request reaches the service and gets the allow-origin header.
+    let r = c
+        .get(&url)
+        .header("host", "ratings")
+        .header("origin", "https://example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-upstream"], "ratings-v1");
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://example.com"
+    );
+
+    // Another origin's preflight goes on to the service, without CORS headers.
+    let r = c
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("host", "ratings")
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-upstream"], "ratings-v1");
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
+}

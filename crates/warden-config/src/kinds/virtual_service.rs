@@ -41,6 +41,53 @@ pub struct HttpRoute {
     pub rewrite: Option<HttpRewrite>,
     #[serde(default)]
     pub redirect: Option<HttpRedirect>,
+    /// A copy of each request, fire and forget, to another destination (Envoy's shadow).
+    #[serde(default)]
+    pub mirror: Option<Destination>,
+    /// The share of requests `mirror` copies (default 100).
+    #[serde(default)]
+    pub mirror_percentage: Option<Percent>,
+    /// Deprecated integer form of `mirrorPercentage`.
+    #[serde(default)]
+    pub mirror_percent: Option<u32>,
+    /// Several mirrors, each with its own share (Istio 1.22+); not together with `mirror`.
+    #[serde(default)]
+    pub mirrors: Vec<HttpMirrorPolicy>,
+    #[serde(default)]
+    pub cors_policy: Option<CorsPolicy>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMirrorPolicy {
+    pub destination: Destination,
+    #[serde(default)]
+    pub percentage: Option<Percent>,
+}
+
+/// `corsPolicy`: Envoy's CORS filter for the route.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CorsPolicy {
+    #[serde(default)]
+    pub allow_origins: Vec<StringMatch>,
+    /// Deprecated exact origins (`*` allows any).
+    #[serde(default)]
+    pub allow_origin: Vec<String>,
+    #[serde(default)]
+    pub allow_methods: Vec<String>,
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    /// Duration string; the preflight's `access-control-max-age` in seconds.
+    #[serde(default)]
+    pub max_age: Option<String>,
+    #[serde(default)]
+    pub allow_credentials: Option<bool>,
+    /// `FORWARD` (default) or `IGNORE`: what becomes of a preflight whose origin is not allowed.
+    #[serde(default)]
+    pub unmatched_preflights: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -8,8 +8,8 @@ use crate::gateway_ref::{gateway_matches, GatewayRef};
 use crate::hosts::{check_host_pattern, server_host_admits};
 use crate::kinds::gateway::{Gateway, ListenerProtocol};
 use crate::kinds::virtual_service::{
-    Destination, HeaderOperations, Headers, HttpBody, HttpFault, HttpMatchRequest, HttpRoute,
-    StringMatch, TcpRoute, VirtualService,
+    CorsPolicy, Destination, HeaderOperations, Headers, HttpBody, HttpFault, HttpMatchRequest,
+    HttpRoute, Percent, StringMatch, TcpRoute, VirtualService,
 };
 
 type VsDoc = Doc<VirtualService>;
@@ -230,6 +230,10 @@ fn check_http_route(
             report.error(doc, &path, "rewrite applies to routes with destinations");
         }
     }
+    check_mirrors(doc, at, route, refs, report);
+    if let Some(c) = &route.cors_policy {
+        check_cors(doc, &at.key("corsPolicy"), c, report);
+    }
     if let Some(dr) = &route.direct_response {
         let path = at.key("directResponse");
         if !(200..=599).contains(&dr.status) {
@@ -351,19 +355,112 @@ fn check_redirect(
     }
 }
 
-fn check_fault(doc: &VsDoc, at: &FieldPath, fault: &HttpFault, report: &mut Report) {
-    let share =
-        |report: &mut Report, at: FieldPath, p: Option<&crate::kinds::virtual_service::Percent>| {
-            if let Some(p) = p {
-                if !(0.0..=100.0).contains(&p.value) || p.value.is_nan() {
-                    report.error(
-                        doc,
-                        &at.key("value"),
-                        format!("percentage {} must be between 0 and 100", p.value),
-                    );
-                }
-            }
+fn check_percent(doc: &VsDoc, at: &FieldPath, p: &Percent, report: &mut Report) {
+    if !(0.0..=100.0).contains(&p.value) || p.value.is_nan() {
+        report.error(
+            doc,
+            &at.key("value"),
+            format!("percentage {} must be between 0 and 100", p.value),
+        );
+    }
+}
+
+/// `mirror` (+ `mirrorPercentage` / `mirrorPercent`) or `mirrors[]`, on routes with destinations.
+fn check_mirrors(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &HttpRoute,
+    refs: &References,
+    report: &mut Report,
+) {
+    let single = route.mirror.is_some();
+    if single && !route.mirrors.is_empty() {
+        report.error(
+            doc,
+            &at.key("mirrors"),
+            "a route takes mirror or mirrors, not both",
+        );
+    }
+    if !single && (route.mirror_percentage.is_some() || route.mirror_percent.is_some()) {
+        let field = if route.mirror_percentage.is_some() {
+            "mirrorPercentage"
+        } else {
+            "mirrorPercent"
         };
+        report.error(doc, &at.key(field), format!("{field} needs mirror"));
+    }
+    if (single || !route.mirrors.is_empty()) && route.route.is_empty() {
+        report.error(
+            doc,
+            &at.key(if single { "mirror" } else { "mirrors" }),
+            "mirroring applies to routes with destinations",
+        );
+    }
+    if let Some(m) = &route.mirror {
+        check_destination(doc, &at.key("mirror"), m, refs, report);
+    }
+    if let Some(p) = &route.mirror_percentage {
+        check_percent(doc, &at.key("mirrorPercentage"), p, report);
+    }
+    if route.mirror_percent.is_some_and(|p| p > 100) {
+        report.error(
+            doc,
+            &at.key("mirrorPercent"),
+            "mirrorPercent must be between 0 and 100",
+        );
+    }
+    for (i, m) in route.mirrors.iter().enumerate() {
+        let at = at.key("mirrors").index(i);
+        check_destination(doc, &at.key("destination"), &m.destination, refs, report);
+        if let Some(p) = &m.percentage {
+            check_percent(doc, &at.key("percentage"), p, report);
+        }
+    }
+}
+
+fn check_cors(doc: &VsDoc, at: &FieldPath, c: &CorsPolicy, report: &mut Report) {
+    for (i, m) in c.allow_origins.iter().enumerate() {
+        check_string_match(doc, &at.key("allowOrigins").index(i), m, report);
+    }
+    for (i, m) in c.allow_methods.iter().enumerate() {
+        if check_header_name(m).is_err() {
+            report.error(
+                doc,
+                &at.key("allowMethods").index(i),
+                format!("{m:?} is not an HTTP method"),
+            );
+        }
+    }
+    for (field, names) in [
+        ("allowHeaders", &c.allow_headers),
+        ("exposeHeaders", &c.expose_headers),
+    ] {
+        for (i, h) in names.iter().enumerate() {
+            if let Err(e) = check_header_name(h) {
+                report.error(doc, &at.key(field).index(i), e);
+            }
+        }
+    }
+    if let Some(t) = &c.max_age {
+        check_duration(doc, &at.key("maxAge"), t, report);
+    }
+    if let Some(u) = &c.unmatched_preflights {
+        if !matches!(u.as_str(), "FORWARD" | "IGNORE" | "UNSPECIFIED") {
+            report.error(
+                doc,
+                &at.key("unmatchedPreflights"),
+                format!("unknown unmatchedPreflights {u:?} (FORWARD or IGNORE)"),
+            );
+        }
+    }
+}
+
+fn check_fault(doc: &VsDoc, at: &FieldPath, fault: &HttpFault, report: &mut Report) {
+    let share = |report: &mut Report, at: FieldPath, p: Option<&Percent>| {
+        if let Some(p) = p {
+            check_percent(doc, &at, p, report);
+        }
+    };
     if fault.delay.is_none() && fault.abort.is_none() {
         report.error(doc, at, "a fault needs delay or abort");
     }

@@ -137,6 +137,7 @@ pub struct Metrics {
     pub tcp_connections: Counter,
     upstream_errors: Family<KindLabels, Counter>,
     pub upstream_errors_total: Counter,
+    mirror_requests: Family<KindLabels, Counter>,
     pub config_reloads: Counter,
     pub config_reload_errors: Counter,
     config_reload_refused: Family<ReasonLabels, Counter>,
@@ -162,6 +163,7 @@ impl Metrics {
         let tcp_connections = Counter::default();
         let upstream_errors = Family::<KindLabels, Counter>::default();
         let upstream_errors_total = Counter::default();
+        let mirror_requests = Family::<KindLabels, Counter>::default();
         let config_reloads = Counter::default();
         let config_reload_errors = Counter::default();
         let config_reload_refused = Family::<ReasonLabels, Counter>::default();
@@ -193,6 +195,11 @@ impl Metrics {
             "upstream_errors",
             "Upstream failures by kind (connect, timeout, reset, overflow, no_healthy)",
             upstream_errors.clone(),
+        );
+        registry.register(
+            "mirror_requests",
+            "Mirrored (shadow) requests by outcome (answered, failed, overflow, body_dropped)",
+            mirror_requests.clone(),
         );
         registry.register(
             "config_reloads",
@@ -244,6 +251,7 @@ impl Metrics {
             tcp_connections,
             upstream_errors,
             upstream_errors_total,
+            mirror_requests,
             config_reloads,
             config_reload_errors,
             config_reload_refused,
@@ -287,6 +295,12 @@ impl Metrics {
         };
         self.downstream_timeouts
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn mirror(&self, kind: &'static str) {
+        self.mirror_requests
+            .get_or_create(&KindLabels { kind })
             .inc();
     }
 

@@ -13,6 +13,7 @@
 //! ConfigSet; an empty slot costs one branch.
 
 pub mod authority;
+pub mod cors;
 pub mod filters;
 pub mod forwarding_headers;
 pub mod header_ops;
@@ -24,6 +25,7 @@ use crate::control::access_log::{now_rfc3339, Entry};
 use crate::control::snapshot::{ProxyIdentity, Snapshot};
 use crate::control::state::{ConnCtx, Shared, WorkerCtx};
 use crate::downstream::client_addr::trusted_client_addr;
+use crate::pipeline::cors::CorsVerdict;
 use crate::pipeline::filters::authz::{self, AuthzFilter};
 use crate::pipeline::filters::local_rate_limit::{LimitVerdict, LocalRateLimitFilter};
 use crate::pipeline::forwarding_headers::{
@@ -466,6 +468,8 @@ struct SyncPass {
     /// For the upstream request (shadow mode's `request_headers_to_add_when_not_enforced`).
     /// Boxed: rarely there, and inline it would be 96 bytes of every proxied request's future.
     request_headers: Option<Box<HeaderMap>>,
+    /// An allowed cross-origin request's `origin`: its response gets the route's CORS headers.
+    cors_origin: Option<Box<HeaderValue>>,
 }
 
 /// What stages 3-4 decided.
@@ -528,6 +532,16 @@ fn sync_policies(
         }
     }
     Policies::Pass(passed)
+}
+
+fn decorate_cors(
+    route: &Route,
+    origin: Option<Box<HeaderValue>>,
+    response: &mut Response<ProxyBody>,
+) {
+    if let (Some(cors), Some(origin)) = (&route.cors, origin) {
+        cors.decorate(*origin, response);
+    }
 }
 
 /// A VirtualService `directResponse`.
@@ -748,10 +762,21 @@ fn decide(
 
     // 3-4. synchronous policies
     let filters = snapshot.filters_for(conn.side);
-    let passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
+    let mut passed = match sync_policies(filters, &attrs, &route, shared, outcome) {
         Policies::Pass(passed) => passed,
         Policies::Reply(reply, limit_headers) => return Decided::Now(reply, limit_headers),
     };
+    // CORS after RBAC and the local limit, as Istio orders Envoy's filters (a preflight an
+    // AuthorizationPolicy denies is denied).
+    if let Some(cors) = &route.cors {
+        match cors.check(&parts.method, &parts.headers) {
+            CorsVerdict::Pass => {}
+            CorsVerdict::Answer(response) => {
+                return Decided::Now(response, passed.local_limit_headers)
+            }
+            CorsVerdict::Allowed(origin) => passed.cors_origin = Some(Box::new(origin)),
+        }
+    }
     if filters.global_rate_limit.is_none() && route.fault.is_none() {
         let now = match &route.action {
             RouteAction::Direct {
@@ -765,6 +790,7 @@ fn decide(
         if let Some(mut response) = now {
             // 6-7 without waiting.
             respond(&mut response, &route, None);
+            decorate_cors(&route, passed.cors_origin, &mut response);
             return Decided::Now(response, passed.local_limit_headers);
         }
     }
@@ -793,12 +819,14 @@ async fn act(
 ) -> Answer {
     let shared = &*worker.shared;
     let mut limit_headers = None;
-    let response = 'stages: {
+    let cors_origin = waiting.passed.cors_origin.take();
+    let mut response = 'stages: {
         let filters = snapshot.filters_for(conn.side);
         let route = &waiting.route;
         let SyncPass {
             mut local_limit_headers,
             request_headers: mut extra_request_headers,
+            cors_origin: _,
         } = waiting.passed;
         // 5. global rate limit
         let mut extra_headers: Option<HeaderMap> = None;
@@ -862,7 +890,10 @@ async fn act(
                 redirect_response(r, &attrs)
             }
             RouteAction::Forward {
-                timeout, retries, ..
+                timeout,
+                retries,
+                mirrors,
+                ..
             } => {
                 if let Some(rw) = &route.rewrite {
                     rewrite_request(&mut waiting.parts, &mut waiting.lines, route, rw);
@@ -896,6 +927,15 @@ async fn act(
                     target,
                 );
                 request.original_dst = conn.original_dst.as_ref().map(|(_, a)| a);
+                if !mirrors.is_empty() {
+                    crate::upstream::mirror::shadow(
+                        &worker.upstream.mirror,
+                        &worker.shared,
+                        mirrors,
+                        &mut request,
+                        *timeout,
+                    );
+                }
                 let upstream = forward_boxed(
                     &worker.upstream,
                     &shared.metrics,
@@ -930,5 +970,7 @@ async fn act(
         limit_headers = local_limit_headers;
         response
     };
+    // Envoy's CORS filter sees every answer after it, local replies included.
+    decorate_cors(&waiting.route, cors_origin, &mut response);
     finish(shared, conn, start, response, limit_headers, &outcome, log)
 }

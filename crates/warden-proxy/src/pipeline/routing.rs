@@ -127,6 +127,7 @@ pub enum RouteAction {
         total_weight: u32,
         timeout: Option<Duration>,
         retries: RetryPolicy,
+        mirrors: Box<[Mirror]>,
     },
 }
 
@@ -170,6 +171,16 @@ pub struct Route {
     pub fault: Option<Fault>,
     /// `rewrite`: the upstream request's path and Host.
     pub rewrite: Option<Box<Rewrite>>,
+    /// `corsPolicy`, applied after the policy stages (Istio's filter order: RBAC first).
+    pub cors: Option<Box<crate::pipeline::cors::Cors>>,
+}
+
+/// `mirror` / `mirrors[]`: a copy of a share of the route's requests, fire and forget.
+#[derive(Debug)]
+pub struct Mirror {
+    pub cluster: Arc<Cluster>,
+    /// Percent of requests (0..=100).
+    pub share: f64,
 }
 
 /// Where a `redirect` sends the client.
@@ -339,12 +350,12 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// Whether any route matches on request headers.
+    /// Whether any route matches on request headers (or reads `origin` for CORS).
     pub fn matches_headers(&self) -> bool {
         self.vhosts
             .iter()
             .flat_map(|v| &v.routes)
-            .any(|r| r.matches.iter().any(RequestMatch::reads_headers))
+            .any(|r| r.cors.is_some() || r.matches.iter().any(RequestMatch::reads_headers))
     }
 
     /// Add routes for a domain (lowercase); routes for an existing domain are appended, as Istio
@@ -480,6 +491,7 @@ mod tests {
             counters: RouteCounters::default(),
             fault: None,
             rewrite: None,
+            cors: None,
         })
     }
 

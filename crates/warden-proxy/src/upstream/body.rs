@@ -12,7 +12,6 @@ use std::task::{Context, Poll};
 /// The body's error: hyper's, or the lean upstream exchange's.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[derive(Debug)]
 pub enum ProxyBody {
     Streamed(Incoming),
     /// A downstream request's body from hyper's server: its errors are the client's framing
@@ -23,6 +22,21 @@ pub enum ProxyBody {
     H1(Box<H1Body>),
     Full(Option<Bytes>),
     Empty,
+    /// A mirrored request's body or its copy (`mirror`): rare, so boxed.
+    Boxed(Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send>>),
+}
+
+impl std::fmt::Debug for ProxyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProxyBody::Streamed(b) => f.debug_tuple("Streamed").field(b).finish(),
+            ProxyBody::Downstream(b) => f.debug_tuple("Downstream").field(b).finish(),
+            ProxyBody::H1(b) => f.debug_tuple("H1").field(b).finish(),
+            ProxyBody::Full(b) => f.debug_tuple("Full").field(b).finish(),
+            ProxyBody::Empty => f.write_str("Empty"),
+            ProxyBody::Boxed(_) => f.write_str("Boxed"),
+        }
+    }
 }
 
 impl ProxyBody {
@@ -51,6 +65,7 @@ impl Body for ProxyBody {
             ProxyBody::H1(b) => Pin::new(b).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Empty => Poll::Ready(None),
+            ProxyBody::Boxed(b) => b.as_mut().poll_frame(cx),
         }
     }
 
@@ -60,6 +75,7 @@ impl Body for ProxyBody {
             ProxyBody::H1(b) => b.is_end_stream(),
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Empty => true,
+            ProxyBody::Boxed(b) => b.is_end_stream(),
         }
     }
 
@@ -69,6 +85,7 @@ impl Body for ProxyBody {
             ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) | ProxyBody::Empty => SizeHint::with_exact(0),
+            ProxyBody::Boxed(b) => b.size_hint(),
         }
     }
 }

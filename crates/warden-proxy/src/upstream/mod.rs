@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod connect;
 pub mod h1_exchange;
 pub mod h1_pool;
+pub mod mirror;
 pub mod retry_on;
 pub(crate) mod tcp_proxy;
 
@@ -36,6 +37,8 @@ pub struct UpstreamClients {
     /// passthrough from 127.0.0.6): their own pools, since a connection's source is part of
     /// what it is.
     sourced: Option<(std::net::IpAddr, H1Pool, Client<HttpConnector, ProxyBody>)>,
+    /// Shadow requests' clients (`mirror`).
+    pub mirror: mirror::MirrorClients,
 }
 
 fn h2_client(
@@ -60,6 +63,7 @@ impl UpstreamClients {
         UpstreamClients {
             h1: H1Pool::new(connect_timeout),
             h2: h2_client(connect_timeout, None),
+            mirror: mirror::MirrorClients::new(connect_timeout),
             sourced: source.map(|ip| {
                 (
                     ip,
@@ -239,7 +243,7 @@ fn endpoint_index(target: &WeightedCluster, ep: Option<&http::uri::Authority>) -
         .position(|e| &e.authority == ep)
 }
 
-fn clone_parts(parts: &request::Parts) -> request::Parts {
+pub(crate) fn clone_parts(parts: &request::Parts) -> request::Parts {
     let mut req = Request::new(());
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = parts.uri.clone();

@@ -5,7 +5,7 @@
 use crate::pipeline::header_ops::HeaderOps;
 use crate::pipeline::matcher::StringMatcher;
 use crate::pipeline::routing::{
-    Fault, RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable,
+    Fault, Mirror, RequestMatch, RetryPolicy, Route, RouteAction, RouteCounters, RouteTable,
     WeightedCluster,
 };
 use crate::pipeline::Filters;
@@ -271,6 +271,7 @@ fn https_redirect_route<'s>(
         counters: RouteCounters::default(),
         fault: None,
         rewrite: None,
+        cors: None,
     };
     Some((Box::new(admits), Arc::new(route)))
 }
@@ -584,7 +585,50 @@ impl Builder<'_> {
             counters: RouteCounters::default(),
             fault,
             rewrite: self.rewrite(vs, i, r.rewrite.as_ref()),
+            cors: self.cors(vs, i, r.cors_policy.as_ref()),
         })
+    }
+
+    fn cors(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        i: usize,
+        policy: Option<&warden_config::kinds::virtual_service::CorsPolicy>,
+    ) -> Option<Box<crate::pipeline::cors::Cors>> {
+        match crate::pipeline::cors::Cors::compile(policy?) {
+            Ok(c) => Some(Box::new(c)),
+            Err(e) => {
+                self.error(vs, format!("spec.http[{i}].corsPolicy"), e);
+                None
+            }
+        }
+    }
+
+    /// `mirror` (with `mirrorPercentage`, else the deprecated `mirrorPercent`, else 100) or
+    /// `mirrors[]`, each resolved to its cluster like a route destination.
+    fn mirrors(
+        &mut self,
+        vs: &Doc<VirtualService>,
+        i: usize,
+        r: &HttpRoute,
+    ) -> Option<Box<[Mirror]>> {
+        let mut out = Vec::new();
+        if let Some(dest) = &r.mirror {
+            let share = match (&r.mirror_percentage, r.mirror_percent) {
+                (Some(p), _) => p.value,
+                (None, Some(p)) => f64::from(p),
+                (None, None) => 100.0,
+            };
+            let cluster = self.cluster(vs, format!("spec.http[{i}].mirror"), dest)?;
+            out.push(Mirror { cluster, share });
+        }
+        for (j, m) in r.mirrors.iter().enumerate() {
+            let at = format!("spec.http[{i}].mirrors[{j}].destination");
+            let cluster = self.cluster(vs, at, &m.destination)?;
+            let share = m.percentage.as_ref().map_or(100.0, |p| p.value);
+            out.push(Mirror { cluster, share });
+        }
+        Some(out.into_boxed_slice())
     }
 
     fn rewrite(
@@ -768,11 +812,13 @@ impl Builder<'_> {
                 on: RetryOn::default(),
             },
         };
+        let mirrors = self.mirrors(vs, i, r)?;
         Some(RouteAction::Forward {
             clusters,
             total_weight,
             timeout,
             retries,
+            mirrors,
         })
     }
 

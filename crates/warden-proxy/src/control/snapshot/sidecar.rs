@@ -293,6 +293,7 @@ impl SidecarRoutes {
                 counters: RouteCounters::default(),
                 fault: None,
                 rewrite: None,
+                cors: None,
             },
         });
         for table in outbound_http.values_mut() {
@@ -394,12 +395,14 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
                 per_try_timeout: None,
                 on: RetryOn::default(),
             },
+            mirrors: Box::default(),
         },
         request_headers: HeaderOps::default(),
         response_headers: HeaderOps::default(),
         counters: RouteCounters::default(),
         fault: None,
         rewrite: None,
+        cors: None,
     }
 }
 
