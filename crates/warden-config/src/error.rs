@@ -60,15 +60,39 @@ impl Location {
     }
 }
 
-/// All errors of one load, reported together.
+/// All errors of one load, reported together, with the load's warnings (a user fixing the
+/// errors should see those too, not meet them one reload later).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<Problem>);
+pub struct ConfigErrors {
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+impl ConfigErrors {
+    pub fn new(errors: Vec<Problem>) -> Self {
+        ConfigErrors {
+            errors,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn with_warnings(mut self, warnings: impl IntoIterator<Item = Problem>) -> Self {
+        self.warnings.extend(warnings);
+        self
+    }
+}
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} config error(s):", self.0.len())?;
-        for p in &self.0 {
+        write!(f, "{} config error(s):", self.errors.len())?;
+        for p in &self.errors {
             write!(f, "\n  {p}")?;
+        }
+        if !self.warnings.is_empty() {
+            write!(f, "\nwarnings ({}):", self.warnings.len())?;
+            for p in &self.warnings {
+                write!(f, "\n  {p}")?;
+            }
         }
         Ok(())
     }

@@ -339,7 +339,7 @@ impl Loader {
         if self.errors.is_empty() {
             Ok(self.loaded)
         } else {
-            Err(ConfigErrors(self.errors))
+            Err(ConfigErrors::new(self.errors).with_warnings(self.loaded.warnings))
         }
     }
 }

@@ -76,14 +76,20 @@ fn errors_from_several_files_are_reported_together_in_the_order_given() {
     );
     let missing = dir.0.join("missing.yaml");
     let err = load_paths(&[first.clone(), second.clone(), missing.clone()]).unwrap_err();
-    assert_eq!(err.0.len(), 3, "{err}");
-    assert_eq!(err.0[0].location.file, first);
-    assert_eq!(err.0[0].location.field, "spec.servers[0].port.protocol");
-    assert_eq!(err.0[1].location.file, second);
-    assert!(err.0[1].message.starts_with("invalid YAML"), "{err}");
-    assert!(err.0[1].location.line.is_some(), "{err}");
-    assert_eq!(err.0[2].location.file, missing);
-    assert!(err.0[2].message.starts_with("cannot read file"), "{err}");
+    assert_eq!(err.errors.len(), 3, "{err}");
+    assert_eq!(err.errors[0].location.file, first);
+    assert_eq!(
+        err.errors[0].location.field,
+        "spec.servers[0].port.protocol"
+    );
+    assert_eq!(err.errors[1].location.file, second);
+    assert!(err.errors[1].message.starts_with("invalid YAML"), "{err}");
+    assert!(err.errors[1].location.line.is_some(), "{err}");
+    assert_eq!(err.errors[2].location.file, missing);
+    assert!(
+        err.errors[2].message.starts_with("cannot read file"),
+        "{err}"
+    );
 }
 
 #[test]

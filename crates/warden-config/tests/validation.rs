@@ -825,7 +825,7 @@ fn every_error_and_warning_names_file_line_document_object_and_field() {
     for c in cases() {
         let (problems, others): (Vec<Problem>, String) =
             match (load_str("t.yaml", &c.yaml), c.severity) {
-                (Err(e), Error) => (e.0.clone(), e.to_string()),
+                (Err(e), Error) => (e.errors.clone(), e.to_string()),
                 (Ok(l), Warning) => (l.warnings.clone(), format!("{:#?}", l.warnings)),
                 (Ok(l), Error) => {
                     failures.push(format!(
@@ -879,7 +879,7 @@ fn the_base_config_is_valid_and_silent() {
 fn lines_point_at_the_offending_field() {
     let yaml = with_base(&http_lines());
     let err = load_str("t.yaml", &yaml).unwrap_err();
-    let p = &err.0[0];
+    let p = &err.errors[0];
     let line = yaml.lines().position(|l| l.contains("status: 99")).unwrap() + 1;
     assert_eq!(p.location.line, Some(line), "{err}");
 }
@@ -899,7 +899,11 @@ fn all_errors_of_a_load_are_reported_at_once() {
         dr("  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n"),
     ));
     let err = load_str("t.yaml", &yaml).unwrap_err();
-    let fields: Vec<&str> = err.0.iter().map(|p| p.location.field.as_str()).collect();
+    let fields: Vec<&str> = err
+        .errors
+        .iter()
+        .map(|p| p.location.field.as_str())
+        .collect();
     assert_eq!(
         fields,
         [
@@ -923,15 +927,15 @@ fn a_kind_that_failed_to_decode_does_not_cause_dangling_reference_errors() {
         vs(ROUTE_OK)
     );
     let err = load_str("t.yaml", &yaml).unwrap_err();
-    assert_eq!(err.0.len(), 1, "{err}");
-    assert_eq!(err.0[0].location.field, "spec.ports[0].number");
-    assert_eq!(err.0[0].location.object, "ServiceEntry/backend");
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(err.errors[0].location.field, "spec.ports[0].number");
+    assert_eq!(err.errors[0].location.object, "ServiceEntry/backend");
 }
 
 #[test]
 fn yaml_syntax_errors_name_file_and_line() {
     let err = load_str("bad.yaml", "kind: Gateway\nspec:\n  servers: [1, 2\n").unwrap_err();
-    let p = &err.0[0];
+    let p = &err.errors[0];
     assert!(p.location.line.is_some(), "{err}");
     let text = p.to_string();
     assert!(
@@ -1014,6 +1018,22 @@ fn a_malformed_envelope_also_suppresses_dangling_reference_errors() {
         vs(ROUTE_OK)
     );
     let err = load_str("t.yaml", &yaml).unwrap_err();
-    assert_eq!(err.0.len(), 1, "{err}");
-    assert_eq!(err.0[0].location.field, "metadata.name");
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(err.errors[0].location.field, "metadata.name");
+}
+
+#[test]
+fn warnings_are_reported_next_to_errors() {
+    let yaml = with_base(&format!(
+        "{}  exportTo: ['.']\n---\n{}",
+        vs(ROUTE_OK),
+        http_lines().replace("name: vs", "name: broken")
+    ));
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(err.warnings.len(), 1, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("1 config error(s):"), "{text}");
+    assert!(text.contains("warnings (1):"), "{text}");
+    assert!(text.contains("spec.exportTo"), "{text}");
 }

@@ -350,7 +350,7 @@ pub fn run_ratelimit_config(args: RatelimitConfigArgs) -> anyhow::Result<ExitCod
     let source = ConfigSource::Paths(args.config);
     let config = match crate::control::config_source::load(&source) {
         Ok(loaded) => crate::pipeline::filters::global_rate_limit::rls_config(&loaded.set)
-            .map_err(warden_config::ConfigErrors),
+            .map_err(warden_config::ConfigErrors::new),
         Err(e) => Err(e),
     };
     let config = match config {

@@ -56,7 +56,7 @@ pub fn check_source(source: &ConfigSource) -> Result<(), Refused> {
     } else {
         Err(Refused {
             reason: Refusal::EmptyFile,
-            errors: ConfigErrors(empty),
+            errors: ConfigErrors::new(empty),
         })
     }
 }
@@ -91,7 +91,7 @@ pub fn check_snapshot(running: &Snapshot, next: &Snapshot) -> Result<(), Refused
 fn refused(reason: Refusal, message: String) -> Refused {
     Refused {
         reason,
-        errors: ConfigErrors(vec![Problem {
+        errors: ConfigErrors::new(vec![Problem {
             location: Location::default(),
             message,
         }]),

@@ -217,7 +217,7 @@ impl Shared {
         }
         if !bind_errors.is_empty() {
             // Dropping `added` closes the sockets bound so far.
-            return Err(ConfigErrors(bind_errors));
+            return Err(ConfigErrors::new(bind_errors));
         }
 
         // Stop accepting on removed and switching ports before the new routes are visible,

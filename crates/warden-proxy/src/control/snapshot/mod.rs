@@ -187,7 +187,8 @@ impl Snapshot {
             }
         };
         if !b.errors.is_empty() {
-            return Err(ConfigErrors(b.errors));
+            let warnings = loaded.warnings.iter().chain(&b.warnings).cloned();
+            return Err(ConfigErrors::new(b.errors).with_warnings(warnings));
         }
         let clusters = b.clusters;
         let warnings = b.warnings;
