@@ -32,8 +32,20 @@ metadata: {name: d}
         text.contains("t.yaml:12: document 2 (Bar/b), field kind: unknown kind"),
         "{text}"
     );
-    // Someone else's kind (a namespace dump's Deployment) is skipped, not an error.
-    assert!(!text.contains("Deployment"), "{text}");
+    // Someone else's kind (a namespace dump's Deployment) is skipped with a warning, which
+    // is printed next to the errors.
+    assert!(
+        !err.errors
+            .iter()
+            .any(|p| p.to_string().contains("Deployment")),
+        "{text}"
+    );
+    assert!(
+        err.warnings
+            .iter()
+            .any(|p| p.to_string().contains("Deployment")),
+        "{text}"
+    );
 
     let ok = r#"
 apiVersion: networking.istio.io/v1

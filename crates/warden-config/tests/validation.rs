@@ -534,22 +534,22 @@ fn cases() -> Vec<Case> {
         ),
         // ServiceEntry
         case(
-            "resolution NONE",
+            "resolution NONE with endpoints",
             with_base(&se(
-                "  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: NONE\n",
+                "  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: NONE\n  endpoints: [{address: 10.0.0.1}]\n",
             )),
             Error,
             "ServiceEntry/se2",
-            "spec.resolution",
-            "resolution must be STATIC or DNS",
+            "spec.endpoints",
+            "no endpoints with resolution NONE",
         ),
         case(
-            "resolution missing",
-            with_base(&se("  hosts: [x.local]\n  ports: [{number: 80}]\n")),
+            "resolution unknown",
+            with_base(&se("  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: MAGIC\n")),
             Error,
             "ServiceEntry/se2",
             "spec.resolution",
-            "resolution must be STATIC or DNS",
+            "unknown resolution \"MAGIC\"",
         ),
         case(
             "static endpoint is a host name",
@@ -895,7 +895,7 @@ fn all_errors_of_a_load_are_reported_at_once() {
         vs(
             "  http:\n  - directResponse: {status: 99}\n  - route: [{destination: {host: nowhere}}]\n"
         ),
-        se("  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: NONE\n"),
+        se("  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: DNSX\n"),
         dr("  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n"),
     ));
     let err = load_str("t.yaml", &yaml).unwrap_err();

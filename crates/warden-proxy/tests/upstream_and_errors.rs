@@ -487,3 +487,38 @@ async fn retry_on_selects_which_answers_are_retried() {
     assert_eq!(attempts("/codes/503", 503).await, 1);
     assert_eq!(attempts("/none/503", 503).await, 1);
 }
+
+/// A ServiceEntry without `resolution` is Istio's NONE: connections go to their original
+/// destination. A gateway's requests have none, so a route to it answers 503 (UH), and
+/// `warden check` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolution_none_at_a_gateway_is_503_and_check_says_why() {
+    let yaml = format!(
+        r#"{head}  - route: [{{destination: {{host: external.example.com}}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: external}}
+spec:
+  hosts: [external.example.com]
+  ports: [{{number: 80, name: http, protocol: HTTP}}]
+  location: MESH_EXTERNAL
+"#,
+        head = gateway_and_route_head(),
+    );
+    let proxy = start(&yaml);
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.text().await.unwrap(), "no healthy upstream");
+    let loaded = warden_config::load_str("gw.yaml", &yaml).unwrap();
+    let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
+    let text = warden_proxy::control::check::describe(&snap);
+    assert!(
+        text.contains("ORIGINAL_DST (resolution NONE") && text.contains("a gateway has none"),
+        "{text}"
+    );
+}

@@ -65,12 +65,16 @@ pub enum Resolution {
     /// Endpoint addresses (or the hosts themselves, without endpoints) are resolved by DNS
     /// (`DNS`, `DNS_ROUND_ROBIN`).
     Dns,
+    /// Istio's default: no endpoints; a connection goes to its original destination (which
+    /// only a sidecar's captured connections have).
+    None,
 }
 
 impl ServiceEntry {
-    /// The resolution, or `None` for a value validation rejects (unset/NONE, unknown).
+    /// The resolution (unset is Istio's `NONE`), or `None` for a value validation rejects.
     pub fn resolution_kind(&self) -> Option<Resolution> {
         match self.resolution.as_deref() {
+            None | Some("NONE") => Some(Resolution::None),
             Some("STATIC") => Some(Resolution::Static),
             Some("DNS") | Some("DNS_ROUND_ROBIN") => Some(Resolution::Dns),
             _ => None,

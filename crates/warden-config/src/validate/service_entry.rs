@@ -76,16 +76,12 @@ pub(super) fn check(doc: &Doc<ServiceEntry>, report: &mut Report) {
 
     let resolution = se.resolution_kind();
     if resolution.is_none() {
-        let message = match se.resolution.as_deref() {
-            None | Some("NONE") => "resolution must be STATIC or DNS: warden needs endpoint \
-                                    addresses (Istio's default NONE passes traffic to the \
-                                    original destination, which a gateway does not have)"
-                .to_owned(),
-            Some(other) => {
-                format!("unknown resolution {other:?} (STATIC, DNS or DNS_ROUND_ROBIN)")
-            }
-        };
-        report.error(doc, &spec().key("resolution"), message);
+        let other = se.resolution.as_deref().unwrap_or_default();
+        report.error(
+            doc,
+            &spec().key("resolution"),
+            format!("unknown resolution {other:?} (NONE, STATIC, DNS or DNS_ROUND_ROBIN)"),
+        );
     }
 
     let endpoints = spec().key("endpoints");
@@ -97,6 +93,13 @@ pub(super) fn check(doc: &Doc<ServiceEntry>, report: &mut Report) {
                 "resolution STATIC needs endpoints with IP addresses",
             )
         }
+        // As Istio's validation: NONE passes connections on to where they were going.
+        Some(Resolution::None) if !se.endpoints.is_empty() => report.error(
+            doc,
+            &endpoints,
+            "no endpoints with resolution NONE (the default): connections go to their original \
+             destination; set resolution STATIC or DNS to use these endpoints",
+        ),
         Some(Resolution::Dns) if se.endpoints.is_empty() => {
             for (i, host) in se.hosts.iter().enumerate() {
                 if host.starts_with('*') {

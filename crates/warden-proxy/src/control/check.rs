@@ -67,6 +67,18 @@ pub fn describe(s: &Snapshot) -> String {
         if let Some(t) = c.reuse.idle_timeout {
             let _ = write!(limit, ", idle timeout {t:?}");
         }
+        if c.original_dst {
+            // Only a sidecar's captured connections have one.
+            let _ = write!(
+                limit,
+                ", ORIGINAL_DST (resolution NONE: each connection's original destination{})",
+                if s.sidecar.is_some() {
+                    ""
+                } else {
+                    "; a gateway has none, so its requests get 503 UH"
+                }
+            );
+        }
         let _ = writeln!(
             out,
             "  {} {:?} {:?} {} endpoint(s) [{}]{}",

@@ -980,7 +980,8 @@ impl Builder<'_> {
     ) -> Option<Cluster> {
         let dr = self.set.destination_rule_for_host(host);
         let subset = subset.and_then(|name| dr.and_then(|d| d.spec.subset(name)));
-        let resolution = se.spec.resolution.as_deref().unwrap_or("STATIC");
+        // Istio's default NONE: no endpoints, the connection's original destination.
+        let resolution = se.spec.resolution.as_deref().unwrap_or("NONE");
         let default_port = svc_port.target_port.unwrap_or(svc_port.number);
         let port_name = svc_port.name.as_deref().unwrap_or("");
         let mut endpoints = Vec::new();
@@ -1091,10 +1092,10 @@ impl Builder<'_> {
         } else {
             UpstreamProtocol::Http1
         };
-        Some(
-            Cluster::new(name, endpoints, lb, protocol, max_requests.min(max_conns))
-                .with_reuse(reuse),
-        )
+        let mut cluster = Cluster::new(name, endpoints, lb, protocol, max_requests.min(max_conns))
+            .with_reuse(reuse);
+        cluster.original_dst = resolution == "NONE";
+        Some(cluster)
     }
 }
 
