@@ -5,6 +5,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d /tmp/warden-bench.XXXXXX)
 PIDS=()
+PAIRED_WRK_ARGS=()
 
 cleanup() {
   for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
@@ -266,13 +267,15 @@ PY
 paired_ratio() {
   local name=$1 url_a=$2 url_b=$3 pairs=${4:-8} secs=${5:-2} i ra rb ratios=()
   local rps_of='/Requests\/sec/ {print $2}'
+  # PAIRED_WRK_ARGS: extra wrk arguments for both sides (e.g. a Host header), as an array.
+  local extra=("${PAIRED_WRK_ARGS[@]}")
   for i in $(seq "$pairs"); do
     if ((i % 2)); then
-      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_a" | awk "$rps_of")
-      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_b" | awk "$rps_of")
+      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "${extra[@]}" "$url_a" | awk "$rps_of")
+      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "${extra[@]}" "$url_b" | awk "$rps_of")
     else
-      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_b" | awk "$rps_of")
-      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "$url_a" | awk "$rps_of")
+      rb=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "${extra[@]}" "$url_b" | awk "$rps_of")
+      ra=$("${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${secs}s" "${extra[@]}" "$url_a" | awk "$rps_of")
     fi
     ratios+=("$(python3 -c "print(f'{${rb:-0} / max(1.0, ${ra:-0}):.3f}')")")
   done
