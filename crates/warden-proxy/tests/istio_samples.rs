@@ -742,3 +742,318 @@ async fn cors_preflight_is_answered_at_the_proxy() {
     assert_eq!(r.headers()["x-upstream"], "ratings-v1");
     assert!(!r.headers().contains_key("access-control-allow-origin"));
 }
+
+/// A port free on loopback now, for samples whose YAML names its port in two places (a
+/// Gateway server and a `match.port`), which port 0 cannot stand for.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// istio/istio samples/helloworld/helloworld-gateway.yaml (port 80 -> a free port).
+const HELLOWORLD_GATEWAY: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: helloworld-gateway
+spec:
+  selector:
+    istio: ingressgateway # use istio default controller
+  servers:
+  - port:
+      number: 80
+      name: http
+      protocol: HTTP
+    hosts:
+    - "*"
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: helloworld
+spec:
+  hosts:
+  - "*"
+  gateways:
+  - helloworld-gateway
+  http:
+  - match:
+    - uri:
+        exact: /hello
+    route:
+    - destination:
+        host: helloworld
+        port:
+          number: 5000
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helloworld_gateway_balances_v1_and_v2() {
+    // Each pod has its own IP and listens on the sample's port 5000: two loopback addresses.
+    let _v1 = echo_http_on("helloworld-v1", "127.77.0.1:5000".parse().unwrap()).await;
+    let _v2 = echo_http_on("helloworld-v2", "127.77.0.2:5000".parse().unwrap()).await;
+    let port = free_port();
+    // samples/helloworld/helloworld.yaml's Service as written, and its two Deployments' pods.
+    let service = r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: helloworld
+  labels:
+    app: helloworld
+    service: helloworld
+spec:
+  ports:
+  - port: 5000
+    name: http
+  selector:
+    app: helloworld
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: helloworld-v1-1, labels: {app: helloworld, version: v1}}
+spec: {containers: [{name: helloworld, ports: [{containerPort: 5000}]}]}
+status: {podIP: 127.77.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: helloworld-v2-1, labels: {app: helloworld, version: v2}}
+spec: {containers: [{name: helloworld, ports: [{containerPort: 5000}]}]}
+status: {podIP: 127.77.0.2}
+"#;
+    let gw = HELLOWORLD_GATEWAY.replace("number: 80", &format!("number: {port}"));
+    let proxy = start(&format!("{gw}---{service}"));
+    let c = client();
+    let mut seen = HashMap::<String, u32>::new();
+    for _ in 0..40 {
+        let r = c
+            .get(format!("http://127.0.0.1:{port}/hello"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        *seen
+            .entry(r.headers()["x-upstream"].to_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert!(
+        seen.contains_key("helloworld-v1") && seen.contains_key("helloworld-v2"),
+        "{seen:?}"
+    );
+    let r = c
+        .get(format!("http://127.0.0.1:{port}/other"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    drop(proxy);
+}
+
+/// A TCP echo that answers each line with its version first, as samples/tcp-echo's server
+/// (`tcp-echo --prefix one`).
+async fn tcp_echo_version(prefix: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (r, mut w) = s.into_split();
+                let mut lines = BufReader::new(r).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if w.write_all(format!("{prefix} {line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// istio/istio samples/tcp-echo/tcp-echo-all-v1.yaml (port 31400 -> a free port).
+const TCP_ECHO_ALL_V1: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: tcp-echo-gateway
+spec:
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: 31400
+      name: tcp
+      protocol: TCP
+    hosts:
+    - "*"
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: tcp-echo-destination
+spec:
+  host: tcp-echo
+  subsets:
+  - name: v1
+    labels:
+      version: v1
+  - name: v2
+    labels:
+      version: v2
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: tcp-echo
+spec:
+  hosts:
+  - "*"
+  gateways:
+  - tcp-echo-gateway
+  tcp:
+  - match:
+    - port: 31400
+    route:
+    - destination:
+        host: tcp-echo
+        port:
+          number: 9000
+        subset: v1
+"#;
+
+/// istio/istio samples/tcp-echo/tcp-echo-20-v2.yaml: the VirtualService, 80/20.
+const TCP_ECHO_20_V2: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: tcp-echo
+spec:
+  hosts:
+  - "*"
+  gateways:
+  - tcp-echo-gateway
+  tcp:
+  - match:
+    - port: 31400
+    route:
+    - destination:
+        host: tcp-echo
+        port:
+          number: 9000
+        subset: v1
+      weight: 80
+    - destination:
+        host: tcp-echo
+        port:
+          number: 9000
+        subset: v2
+      weight: 20
+"#;
+
+async fn tcp_echo_versions(port: u16, connections: usize) -> HashMap<String, usize> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut seen = HashMap::new();
+    for i in 0..connections {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(format!("hello {i}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(&mut s).read_line(&mut line).await.unwrap();
+        let version = line.split_whitespace().next().unwrap_or("").to_owned();
+        assert!(line.ends_with(&format!("hello {i}\n")), "{line:?}");
+        *seen.entry(version).or_default() += 1;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_traffic_shifting_all_v1_then_80_20() {
+    let one = tcp_echo_version("one").await;
+    let two = tcp_echo_version("two").await;
+    // samples/tcp-echo/tcp-echo-services.yaml's Service, with one pod per version.
+    let service = format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: tcp-echo
+  labels:
+    app: tcp-echo
+    service: tcp-echo
+spec:
+  ports:
+  - name: tcp
+    port: 9000
+  - name: tcp-other
+    port: 9001
+  # Port 9002 is omitted intentionally for testing the pass through filter chain.
+  selector:
+    app: tcp-echo
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: tcp-echo-1, labels: {{kubernetes.io/service-name: tcp-echo}}}}
+addressType: IPv4
+endpoints:
+- {{addresses: ["{}"], targetRef: {{kind: Pod, name: tcp-echo-v1}}}}
+ports: [{{name: tcp, port: {}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: tcp-echo-2, labels: {{kubernetes.io/service-name: tcp-echo}}}}
+addressType: IPv4
+endpoints:
+- {{addresses: ["{}"], targetRef: {{kind: Pod, name: tcp-echo-v2}}}}
+ports: [{{name: tcp, port: {}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: tcp-echo-v1, labels: {{app: tcp-echo, version: v1}}}}
+status: {{podIP: "{}"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: tcp-echo-v2, labels: {{app: tcp-echo, version: v2}}}}
+status: {{podIP: "{}"}}
+"#,
+        one.ip(),
+        one.port(),
+        two.ip(),
+        two.port(),
+        one.ip(),
+        two.ip()
+    );
+    let port = free_port();
+    let all_v1 = TCP_ECHO_ALL_V1.replace("31400", &port.to_string());
+    let proxy = start(&format!("{all_v1}---{service}"));
+    let seen = tcp_echo_versions(port, 20).await;
+    assert_eq!(seen.get("one"), Some(&20), "{seen:?}");
+    drop(proxy);
+
+    let port = free_port();
+    // The Gateway and DestinationRule of tcp-echo-all-v1.yaml, then the 80/20 VirtualService.
+    let gw_dr = TCP_ECHO_ALL_V1
+        .split("---\napiVersion: networking.istio.io/v1\nkind: VirtualService")
+        .next()
+        .unwrap()
+        .replace("31400", &port.to_string());
+    let shifted = TCP_ECHO_20_V2.replace("31400", &port.to_string());
+    let proxy = start(&format!("{gw_dr}---{shifted}---{service}"));
+    let n = 400;
+    let seen = tcp_echo_versions(port, n).await;
+    let v2 = seen.get("two").copied().unwrap_or(0);
+    assert_eq!(seen.values().sum::<usize>(), n);
+    // 20% of 400 within 5 standard deviations (±40).
+    assert!((40..=120).contains(&v2), "{seen:?}");
+    drop(proxy);
+}

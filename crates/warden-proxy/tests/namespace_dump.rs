@@ -196,11 +196,17 @@ async fn a_namespace_dump_serves_its_gateway_routes() {
     let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
     opts.namespace = "bookinfo".into();
     opts.labels.insert("istio".into(), "ingressgateway".into());
-    opts.labels.insert("app".into(), "istio-ingressgateway".into());
+    opts.labels
+        .insert("app".into(), "istio-ingressgateway".into());
     let proxy = warden_proxy::Proxy::start(opts).expect("proxy starts");
     let base = format!("http://{}", addr(&proxy, 0));
     let c = client();
-    for path in ["/productpage", "/static/img/logo.png", "/login", "/api/v1/products/1"] {
+    for path in [
+        "/productpage",
+        "/static/img/logo.png",
+        "/login",
+        "/api/v1/products/1",
+    ] {
         let r = c.get(format!("{base}{path}")).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
         // The Service's named targetPort resolved on the Pod: the productpage echo.

@@ -24,7 +24,13 @@ type EchoBody = BoxBody<Bytes, hyper::Error>;
 /// HTTP echo: returns the request body as the response body and describes the request in
 /// `x-echo-*` headers. A path containing `/status/N` answers N; `/delay/MS` waits first.
 pub async fn echo_http(name: &'static str) -> Echo {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    echo_http_on(name, ([127, 0, 0, 1], 0).into()).await
+}
+
+/// [`echo_http`] on a given address (a pod's own loopback IP and port, for YAML that names
+/// them).
+pub async fn echo_http_on(name: &'static str, at: SocketAddr) -> Echo {
+    let listener = TcpListener::bind(at).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
