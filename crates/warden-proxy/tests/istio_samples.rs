@@ -824,7 +824,7 @@ metadata: {name: helloworld-v2-1, labels: {app: helloworld, version: v2}}
 spec: {containers: [{name: helloworld, ports: [{containerPort: 5000}]}]}
 status: {podIP: 127.77.0.2}
 "#;
-    let gw = HELLOWORLD_GATEWAY.replace("number: 80", &format!("number: {port}"));
+    let gw = HELLOWORLD_GATEWAY.replace("number: 80\n", &format!("number: {port}\n"));
     let proxy = start(&format!("{gw}---{service}"));
     let c = client();
     let mut seen = HashMap::<String, u32>::new();
@@ -1056,4 +1056,193 @@ status: {{podIP: "{}"}}
     // 20% of 400 within 5 standard deviations (±40).
     assert!((40..=120).contains(&v2), "{seen:?}");
     drop(proxy);
+}
+
+/// istio.io tasks/traffic-management/ingress/ingress-control: the httpbin Gateway and
+/// VirtualService (port 80 -> a free port), httpbin as an echo answering `/status/N`.
+const HTTPBIN_INGRESS: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: httpbin-gateway
+spec:
+  # The selector matches the ingress gateway pod labels.
+  # If you installed Istio using Helm following the standard documentation, this would be "istio=ingress"
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: 80
+      name: http
+      protocol: HTTP
+    hosts:
+    - "httpbin.example.com"
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: httpbin
+spec:
+  hosts:
+  - "httpbin.example.com"
+  gateways:
+  - httpbin-gateway
+  http:
+  - match:
+    - uri:
+        prefix: /status
+    - uri:
+        prefix: /delay
+    route:
+    - destination:
+        port:
+          number: 8000
+        host: httpbin
+"#;
+
+/// samples/httpbin/httpbin.yaml's Service (port 8000 -> targetPort 8080) over an echo pod.
+fn httpbin_service(echo: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: httpbin
+  labels:
+    app: httpbin
+    service: httpbin
+spec:
+  ports:
+  - name: http
+    port: 8000
+    targetPort: {}
+  selector:
+    app: httpbin
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: httpbin-1, labels: {{app: httpbin, version: v1}}}}
+status: {{podIP: "{}"}}
+"#,
+        echo.port(),
+        echo.ip()
+    )
+}
+
+/// istio.io tasks/security/authorization/authz-ingress: the IP-based ALLOW policy as
+/// published (the client, 127.0.0.1, is in neither block), then the DENY form for the
+/// client's own address.
+const INGRESS_IP_ALLOW: &str = r#"
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: ingress-policy
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      app: istio-ingressgateway
+  action: ALLOW
+  rules:
+  - from:
+    - source:
+        ipBlocks: ["1.2.3.4", "5.6.7.0/24"]
+"#;
+
+const INGRESS_IP_DENY: &str = r#"
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: ingress-policy
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      app: istio-ingressgateway
+  action: DENY
+  rules:
+  - from:
+    - source:
+        ipBlocks: ["127.0.0.1"]
+"#;
+
+/// The ingress task's Gateway on a free port, with `extra` documents, on a proxy carrying the
+/// ingress gateway pod's labels (both `istio` and `app`, as Istio's charts set them).
+async fn httpbin_ingress(extra: &str) -> (warden_proxy::RunningProxy, u16, Echo) {
+    let httpbin = echo_http("httpbin").await;
+    let port = free_port();
+    let gw = HTTPBIN_INGRESS.replace("number: 80\n", &format!("number: {port}\n"));
+    let yaml = format!("{gw}---{}---{extra}", httpbin_service(httpbin.addr));
+    let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+    opts.labels.insert("istio".into(), "ingressgateway".into());
+    opts.labels
+        .insert("app".into(), "istio-ingressgateway".into());
+    (warden_proxy::Proxy::start(opts).unwrap(), port, httpbin)
+}
+
+async fn status_of(port: u16, host: &str, path: &str) -> u16 {
+    client()
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_task_routes_httpbin_example_com_only() {
+    let (_proxy, port, _httpbin) = httpbin_ingress("").await;
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/200").await,
+        200
+    );
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/418").await,
+        418
+    );
+    // Not a route of the VirtualService, and not its host.
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/headers").await,
+        404
+    );
+    assert_eq!(
+        status_of(port, "other.example.com", "/status/200").await,
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authz_ingress_ip_policies_as_the_task() {
+    let (proxy, port, _httpbin) = httpbin_ingress(INGRESS_IP_ALLOW).await;
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/200").await,
+        403
+    );
+    drop(proxy);
+    let allowed = INGRESS_IP_ALLOW.replace("\"5.6.7.0/24\"", "\"127.0.0.1\"");
+    let (proxy, port, _httpbin) = httpbin_ingress(&allowed).await;
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/200").await,
+        200
+    );
+    drop(proxy);
+    let (proxy, port, _httpbin) = httpbin_ingress(INGRESS_IP_DENY).await;
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/200").await,
+        403
+    );
+    drop(proxy);
+    // istio.io tasks/security/authorization/authz-dry-run: the same DENY, annotated dry-run,
+    // denies nothing.
+    let dry = INGRESS_IP_DENY.replace(
+        "  namespace: istio-system\n",
+        "  namespace: istio-system\n  annotations:\n    \"istio.io/dry-run\": \"true\"\n",
+    );
+    let (_proxy, port, _httpbin) = httpbin_ingress(&dry).await;
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/200").await,
+        200
+    );
 }
