@@ -1246,3 +1246,62 @@ async fn authz_ingress_ip_policies_as_the_task() {
         200
     );
 }
+
+/// istio.io tasks/traffic-management/circuit-breaking: the httpbin DestinationRule as
+/// published.
+const HTTPBIN_CIRCUIT_BREAKER: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: httpbin
+spec:
+  host: httpbin
+  trafficPolicy:
+    connectionPool:
+      tcp:
+        maxConnections: 1
+      http:
+        http1MaxPendingRequests: 1
+        maxRequestsPerConnection: 1
+    outlierDetection:
+      consecutive5xxErrors: 1
+      interval: 1s
+      baseEjectionTime: 3m
+      maxEjectionPercent: 100
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuit_breaking_overflows_and_ejects_as_the_task() {
+    let (_proxy, port, _httpbin) = httpbin_ingress(HTTPBIN_CIRCUIT_BREAKER).await;
+    // Five requests at once against a slow httpbin: one connection and one pending request
+    // are allowed, the rest overflow (503, UO) without reaching it.
+    let c = client();
+    let calls = (0..5).map(|_| {
+        let c = c.clone();
+        async move {
+            c.get(format!("http://127.0.0.1:{port}/delay/1000"))
+                .header("host", "httpbin.example.com")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    let mut codes = futures_util::future::join_all(calls).await;
+    codes.sort();
+    assert_eq!(codes, [200, 200, 503, 503, 503], "{codes:?}");
+    // One 5xx ejects the only endpoint for 3 minutes: then no healthy upstream.
+    assert_eq!(
+        status_of(port, "httpbin.example.com", "/status/500").await,
+        500
+    );
+    let r = client()
+        .get(format!("http://127.0.0.1:{port}/status/200"))
+        .header("host", "httpbin.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.text().await.unwrap(), "no healthy upstream");
+}

@@ -44,6 +44,9 @@ impl DestinationRule {
             connection_pool: sub
                 .and_then(|p| p.connection_pool.clone())
                 .or_else(|| top.and_then(|p| p.connection_pool.clone())),
+            outlier_detection: sub
+                .and_then(|p| p.outlier_detection.clone())
+                .or_else(|| top.and_then(|p| p.outlier_detection.clone())),
         })
     }
 }
@@ -55,6 +58,35 @@ pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     #[serde(default)]
     pub connection_pool: Option<ConnectionPool>,
+    #[serde(default)]
+    pub outlier_detection: Option<OutlierDetection>,
+}
+
+/// `outlierDetection`: Envoy's passive health checking, endpoints ejected after consecutive
+/// errors. Unset counts follow Envoy (5 consecutive 5xx) as Istio leaves them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutlierDetection {
+    #[serde(default, rename = "consecutive5xxErrors")]
+    pub consecutive_5xx_errors: Option<u32>,
+    #[serde(default)]
+    pub consecutive_gateway_errors: Option<u32>,
+    /// Deprecated: gateway errors.
+    #[serde(default)]
+    pub consecutive_errors: Option<u32>,
+    /// Rejected: warden does not split local origin errors from upstream ones.
+    #[serde(default)]
+    pub split_external_local_origin_errors: Option<bool>,
+    #[serde(default)]
+    pub consecutive_local_origin_failures: Option<u32>,
+    #[serde(default)]
+    pub interval: Option<String>,
+    #[serde(default)]
+    pub base_ejection_time: Option<String>,
+    #[serde(default)]
+    pub max_ejection_percent: Option<u32>,
+    #[serde(default)]
+    pub min_health_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -71,6 +71,9 @@ fn check_policy(
             report.error(doc, &tp.key("loadBalancer").key("simple"), message);
         }
     }
+    if let Some(od) = &policy.outlier_detection {
+        check_outlier(doc, od, &tp.key("outlierDetection"), report);
+    }
     let Some(pool) = &policy.connection_pool else {
         return;
     };
@@ -109,6 +112,49 @@ fn check_policy(
                     format!("unknown h2UpgradePolicy {p:?} (DEFAULT, DO_NOT_UPGRADE or UPGRADE)"),
                 );
             }
+        }
+    }
+}
+
+fn check_outlier(
+    doc: &Doc<DestinationRule>,
+    od: &crate::kinds::destination_rule::OutlierDetection,
+    at: &crate::FieldPath,
+    report: &mut Report,
+) {
+    if od.split_external_local_origin_errors == Some(true) {
+        report.error(
+            doc,
+            &at.key("splitExternalLocalOriginErrors"),
+            "not supported: warden counts connect failures, resets and timeouts as 5xx \
+             (Envoy's default)",
+        );
+    }
+    if od.consecutive_local_origin_failures.is_some() {
+        report.error(
+            doc,
+            &at.key("consecutiveLocalOriginFailures"),
+            "not supported (it needs splitExternalLocalOriginErrors)",
+        );
+    }
+    for (field, value) in [
+        ("maxEjectionPercent", od.max_ejection_percent),
+        ("minHealthPercent", od.min_health_percent),
+    ] {
+        if value.is_some_and(|v| v > 100) {
+            report.error(
+                doc,
+                &at.key(field),
+                format!("{field} must be between 0 and 100"),
+            );
+        }
+    }
+    for (field, value) in [
+        ("interval", &od.interval),
+        ("baseEjectionTime", &od.base_ejection_time),
+    ] {
+        if let Some(t) = value {
+            check_positive_duration(doc, &at.key(field), field, t, report);
         }
     }
 }

@@ -67,6 +67,14 @@ pub fn describe(s: &Snapshot) -> String {
         if let Some(t) = c.reuse.idle_timeout {
             let _ = write!(limit, ", idle timeout {t:?}");
         }
+        if let Some(o) = &c.outlier {
+            let p = &o.policy;
+            let _ = write!(
+                limit,
+                ", outlier ejection after {} consecutive 5xx / {} gateway errors for {:?} x times, max {}% out",
+                p.consecutive_5xx, p.consecutive_gateway, p.base_ejection, p.max_ejection_percent
+            );
+        }
         if c.original_dst {
             // Only a sidecar's captured connections have one.
             let _ = write!(

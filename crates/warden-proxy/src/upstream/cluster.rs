@@ -3,8 +3,10 @@
 //! HTTP/1.1 connections are reused.
 
 use crate::upstream::h1_pool::ReuseLimits;
+use crate::upstream::outlier::{Outcome, OutlierDetector, OutlierPolicy};
 use http::uri::Authority;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LbPolicy {
@@ -66,6 +68,8 @@ pub struct Cluster {
     /// The local address upstream connections are made from (`127.0.0.6` for a sidecar's
     /// inbound passthrough, which capture rules let through).
     pub source: Option<std::net::IpAddr>,
+    /// `outlierDetection`: endpoints ejected after consecutive errors.
+    pub outlier: Option<Box<OutlierDetector>>,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -116,6 +120,7 @@ impl Cluster {
             reuse: ReuseLimits::default(),
             original_dst: false,
             source: None,
+            outlier: None,
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }
@@ -124,6 +129,19 @@ impl Cluster {
     pub fn with_reuse(mut self, reuse: ReuseLimits) -> Self {
         self.reuse = reuse;
         self
+    }
+
+    pub fn with_outlier(mut self, policy: OutlierPolicy) -> Self {
+        let n = self.endpoints.len();
+        self.outlier = Some(Box::new(OutlierDetector::new(policy, n, Instant::now())));
+        self
+    }
+
+    /// What an attempt to endpoint `index` came to, for outlier detection.
+    pub fn record(&self, index: usize, outcome: Outcome) {
+        if let Some(d) = &self.outlier {
+            d.record(index, outcome, Instant::now());
+        }
     }
 
     /// An ORIGINAL_DST cluster, connecting from `source` when given.
@@ -170,6 +188,18 @@ impl Cluster {
         };
         if exclude == Some(index) && n > 1 {
             index = (index + 1) % n;
+        }
+        if let Some(d) = &self.outlier {
+            let now = Instant::now();
+            match (0..n).map(|k| (index + k) % n).find(|&i| !d.skips(i, now)) {
+                Some(i) => index = i,
+                None => {
+                    if self.max_requests != u32::MAX {
+                        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    return Err(PickError::NoHealthyUpstream);
+                }
+            }
         }
         let endpoint = &self.endpoints[index];
         if self.lb == LbPolicy::LeastRequest {

@@ -7,6 +7,7 @@ pub mod connect;
 pub mod h1_exchange;
 pub mod h1_pool;
 pub mod mirror;
+pub mod outlier;
 pub mod retry_on;
 pub(crate) mod tcp_proxy;
 
@@ -330,14 +331,14 @@ async fn attempt(
     } = pick;
     let cluster = &target.cluster;
     let (h1, h2) = clients.for_cluster(cluster);
-    let (endpoint, lease) = match (cluster.original_dst, original_dst) {
-        (true, Some(dst)) => (dst.clone(), None),
+    let (endpoint, lease, index) = match (cluster.original_dst, original_dst) {
+        (true, Some(dst)) => (dst.clone(), None, None),
         (true, None) => {
             metrics.upstream_error("no_healthy");
             return Err(fail(LocalReply::no_healthy_upstream(), None));
         }
         (false, _) => {
-            let (_, lease) = cluster.pick(exclude).map_err(|e| match e {
+            let (index, lease) = cluster.pick(exclude).map_err(|e| match e {
                 PickError::NoHealthyUpstream => {
                     metrics.upstream_error("no_healthy");
                     fail(LocalReply::no_healthy_upstream(), None)
@@ -347,7 +348,12 @@ async fn attempt(
                     fail(LocalReply::overflow(), None)
                 }
             })?;
-            (lease.endpoint().authority.clone(), Some(lease))
+            (lease.endpoint().authority.clone(), Some(lease), Some(index))
+        }
+    };
+    let record = |outcome| {
+        if let Some(i) = index {
+            cluster.record(i, outcome);
         }
     };
     let sent = async {
@@ -403,11 +409,18 @@ async fn attempt(
             Ok(r) => r,
             Err(_) => {
                 metrics.upstream_error("timeout");
+                record(outlier::Outcome::LocalFailure);
                 return Err(fail(LocalReply::timeout(), Some(endpoint)));
             }
         },
     };
     drop(lease);
+    match &result {
+        Ok(response) => record(outlier::Outcome::Status(response.status().as_u16())),
+        Err(SendError::Connect | SendError::Other(_)) => record(outlier::Outcome::LocalFailure),
+        // The client's body failed, not the endpoint.
+        Err(SendError::DownstreamBody) => {}
+    }
     match result {
         Ok(response) => Ok(Upstreamed { response, endpoint }),
         Err(SendError::Connect) => {

@@ -1095,6 +1095,17 @@ impl Builder<'_> {
         let mut cluster = Cluster::new(name, endpoints, lb, protocol, max_requests.min(max_conns))
             .with_reuse(reuse);
         cluster.original_dst = resolution == "NONE";
+        if let Some(od) = policy.and_then(|p| p.outlier_detection.as_ref()) {
+            match crate::upstream::outlier::OutlierPolicy::from_config(od) {
+                Ok(p) => cluster = cluster.with_outlier(p),
+                Err(e) => {
+                    if let Some(d) = dr {
+                        self.error(d, "spec.trafficPolicy.outlierDetection".into(), e);
+                    }
+                    return None;
+                }
+            }
+        }
         Some(cluster)
     }
 }
