@@ -17,6 +17,7 @@ pub mod kinds;
 pub mod load;
 mod lookup;
 pub mod mesh_registry;
+pub mod proxy_config;
 mod validate;
 pub mod yaml_source;
 

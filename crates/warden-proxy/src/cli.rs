@@ -24,9 +24,11 @@ pub struct ProxyArgs {
     /// Host the Gateway listeners bind on.
     #[arg(long, default_value = "0.0.0.0")]
     pub listen_host: IpAddr,
-    /// Trusted proxies in front of the gateway (x-forwarded-for hops to trust).
-    #[arg(long, default_value_t = 0)]
-    pub num_trusted_proxies: u32,
+    /// Trusted proxies in front of the gateway (x-forwarded-for hops to trust). Default: the
+    /// `gatewayTopology.numTrustedProxies` of the `proxy.istio.io/config` annotation of this
+    /// proxy's pod in the config (a Pod in the proxy's namespace with all its labels), else 0.
+    #[arg(long)]
+    pub num_trusted_proxies: Option<u32>,
     /// The proxy's namespace (for policy selectors).
     #[arg(long, default_value = "default")]
     pub namespace: String,

@@ -52,7 +52,8 @@ pub struct ProxyOptions {
     /// Worker threads, each with its own single-threaded runtime and SO_REUSEPORT listeners.
     pub concurrency: usize,
     /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
-    pub num_trusted_proxies: u32,
+    /// `None`: the proxy's pod's `proxy.istio.io/config` annotation says, else 0.
+    pub num_trusted_proxies: Option<u32>,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -102,7 +103,7 @@ impl ProxyOptions {
             concurrency: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
-            num_trusted_proxies: 0,
+            num_trusted_proxies: None,
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,

@@ -32,7 +32,7 @@ fn client_from(source: &str) -> reqwest::Client {
 
 fn start_with(yaml: &str, num_trusted_proxies: u32) -> warden_proxy::RunningProxy {
     let mut opts = ProxyOptions::loopback(inline(yaml));
-    opts.num_trusted_proxies = num_trusted_proxies;
+    opts.num_trusted_proxies = Some(num_trusted_proxies);
     Proxy::start(opts).unwrap()
 }
 

@@ -207,7 +207,7 @@ async fn forwarding_headers_without_header_operations() {
 
     // One trusted hop: the client is the last XFF entry, and its proto is kept.
     let mut opts = ProxyOptions::loopback(inline(&yaml));
-    opts.num_trusted_proxies = 1;
+    opts.num_trusted_proxies = Some(1);
     let trusting = Proxy::start(opts).expect("proxy starts");
     let r = to_b(&trusting)
         .header("x-forwarded-for", "9.9.9.9, 5.5.5.5")
@@ -275,4 +275,48 @@ async fn http2_prior_knowledge_client_is_served_and_forwarded() {
         r.headers()["x-echo-h-host"],
         format!("site.test:{}", addr(&proxy, 0).port()).as_str()
     );
+}
+
+/// The ingress gateway pod's `proxy.istio.io/config` annotation (Istio's documented way to set
+/// `numTrustedProxies`) is read when `--num-trusted-proxies` is not given: with 1 trusted
+/// hop, the client address is the last x-forwarded-for entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_proxies_come_from_the_gateway_pods_annotation() {
+    let up = echo_http("up").await;
+    let pod = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: istio-ingressgateway-7d4f
+  namespace: default
+  labels: {istio: ingressgateway, app: istio-ingressgateway}
+  annotations:
+    proxy.istio.io/config: '{"gatewayTopology" : { "numTrustedProxies": 1 } }'
+status: {podIP: 10.0.0.9}
+"#;
+    let yaml = format!("{}{pod}", http_config(up.addr, "", ""));
+    let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+    opts.labels.insert("istio".into(), "ingressgateway".into());
+    let proxy = warden_proxy::Proxy::start(opts).unwrap();
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .header("x-forwarded-for", "203.0.113.7")
+        .send()
+        .await
+        .unwrap();
+    // One trusted hop: the external address is the client the hop saw.
+    assert_eq!(
+        r.headers()["x-echo-h-x-envoy-external-address"],
+        "203.0.113.7"
+    );
+    let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
+    let identity = warden_proxy::ProxyIdentity {
+        namespace: "default".into(),
+        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
+        ..Default::default()
+    };
+    let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
+    let text = warden_proxy::control::check::describe(&snap);
+    assert!(text.contains("trusted proxies: 1"), "{text}");
 }

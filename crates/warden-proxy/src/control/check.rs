@@ -40,6 +40,15 @@ pub fn describe(s: &Snapshot) -> String {
             }
         }
     }
+    let id = &s.identity;
+    if let Ok(pc) = s.config.proxy_config(&id.namespace, &id.labels) {
+        if let (Some(n), Some(pod)) = (pc.num_trusted_proxies, pc.source) {
+            let _ = writeln!(
+                out,
+                "trusted proxies: {n} (gatewayTopology of Pod {pod}'s proxy.istio.io/config; --num-trusted-proxies overrides)"
+            );
+        }
+    }
     let _ = writeln!(out, "routes:");
     for (l, routes) in s.listeners.iter().zip(&s.ports) {
         if let PortRoutes::Http(t) = routes {

@@ -32,6 +32,20 @@ use warden_config::ConfigErrors;
 /// Entry point of the in-process API.
 pub struct Proxy;
 
+/// `numTrustedProxies` from the proxy's pod's `proxy.istio.io/config`, read once at start as
+/// Istio does (a changed annotation needs a restarted pod there too).
+fn trusted_proxies_of(snapshot: &Snapshot) -> Result<u32, ProxyError> {
+    let id = &snapshot.identity;
+    let pc = snapshot
+        .config
+        .proxy_config(&id.namespace, &id.labels)
+        .map_err(|p| ProxyError::Config(ConfigErrors::new(vec![p])))?;
+    if let (Some(n), Some(pod)) = (pc.num_trusted_proxies, &pc.source) {
+        tracing::info!("numTrustedProxies {n} from the proxy.istio.io/config of Pod {pod}");
+    }
+    Ok(pc.num_trusted_proxies.unwrap_or(0))
+}
+
 impl Proxy {
     /// Load and compile the config, bind every listener and the admin endpoint, and start the
     /// worker threads. Errors (bad config, port in use) are reported before anything runs.
@@ -42,6 +56,10 @@ impl Proxy {
         for w in &snapshot.warnings {
             tracing::warn!("{w}");
         }
+        let num_trusted_proxies = match opts.num_trusted_proxies {
+            Some(n) => n,
+            None => trusted_proxies_of(&snapshot)?,
+        };
         let workers = opts.concurrency.max(1);
         let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();
         let (add_txs, add_rxs): (Vec<_>, Vec<_>) =
@@ -83,7 +101,7 @@ impl Proxy {
         let shared = Arc::new(Shared::new(
             snapshot,
             access_log,
-            opts.num_trusted_proxies,
+            num_trusted_proxies,
             opts.config.clone(),
             opts.allow_empty_config,
             identity,
