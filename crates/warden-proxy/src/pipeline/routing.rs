@@ -168,6 +168,10 @@ pub struct Route {
     pub fault: Option<Fault>,
     /// `rewrite`: the upstream request's path and Host.
     pub rewrite: Option<Box<Rewrite>>,
+    /// The names Istio gives the Envoy routes this route becomes (one per match: the
+    /// VirtualService `http[].name`, `.` and the match's `name` when it has one), which
+    /// EnvoyFilter HTTP_ROUTE patches match on.
+    pub envoy_names: Box<[Box<str>]>,
 }
 
 /// Where a `redirect` sends the client.
@@ -381,7 +385,7 @@ impl RouteTable {
         self.vhosts[index].routes.extend(routes.iter().cloned());
     }
 
-    fn vhost(&self, host: &str) -> Option<&VirtualHost> {
+    fn vhost_index(&self, host: &str) -> Option<usize> {
         let lowered;
         let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
             lowered = host.to_ascii_lowercase();
@@ -400,15 +404,20 @@ impl RouteTable {
                     .map(|(_, i)| *i)
             })
             .or(self.any)?;
-        self.vhosts.get(index)
+        Some(index)
     }
 
     /// First matching route of the virtual host for `input.host`; `None` is a 404 (`NR`).
     pub fn find(&self, input: &RouteInput<'_>) -> Option<&Arc<Route>> {
-        self.vhost(input.host)?
-            .routes
-            .iter()
-            .find(|r| r.matches(input))
+        self.find_in_vhost(input).map(|(_, r)| r)
+    }
+
+    /// [`Self::find`], with the index of the virtual host it was found in (in `vhosts`): the
+    /// same route may serve several hosts, and EnvoyFilter patches can name one of them.
+    pub fn find_in_vhost(&self, input: &RouteInput<'_>) -> Option<(u32, &Arc<Route>)> {
+        let index = self.vhost_index(input.host)?;
+        let route = self.vhosts.get(index)?.routes.iter().find(|r| r.matches(input))?;
+        Some((index as u32, route))
     }
 
     pub fn route_count(&self) -> usize {
@@ -478,6 +487,7 @@ mod tests {
             counters: RouteCounters::default(),
             fault: None,
             rewrite: None,
+            envoy_names: Box::new([]),
         })
     }
 

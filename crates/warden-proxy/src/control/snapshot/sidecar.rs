@@ -292,6 +292,7 @@ impl SidecarRoutes {
                 counters: RouteCounters::default(),
                 fault: None,
                 rewrite: None,
+                envoy_names: Box::new(["block_all".into()]),
             },
         });
         for table in outbound_http.values_mut() {
@@ -398,6 +399,12 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
         counters: RouteCounters::default(),
         fault: None,
         rewrite: None,
+        // Istio's generated routes: `default` (inbound, a service's own cluster), `allow_any`.
+        envoy_names: Box::new([if name == "inbound" || name.contains(':') {
+            "default".into()
+        } else {
+            name.into()
+        }]),
     }
 }
 

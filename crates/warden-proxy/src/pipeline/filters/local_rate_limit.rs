@@ -2,6 +2,7 @@
 //! and its L4 connection limit when a TCP listener accepts.
 
 use crate::control::snapshot::ProxyIdentity;
+use crate::pipeline::filters::route_sites::{RouteCatalog, SiteTable};
 use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::RequestAttrs;
 use crate::upstream::body::ProxyBody;
@@ -21,6 +22,11 @@ pub struct LocalRateLimitFilter {
     /// Configured port -> the Gateway declaring it (first one wins), for `targetRefs` to a
     /// Gateway.
     gateways_by_port: Vec<(u16, Arc<str>)>,
+    /// The per-route `local_ratelimit` configs (indices into the EnvoyFilters'
+    /// `route_local`) at each route.
+    per_route: SiteTable<Vec<u32>>,
+    /// `EnvoyFilter/name spec.configPatches[i] -> vhost ... route ...`, for `warden check`.
+    pub landings: Vec<String>,
 }
 
 /// What the pipeline does with a request after the limiter looked at it.
@@ -48,6 +54,7 @@ impl LocalRateLimitFilter {
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
+        routes: &RouteCatalog,
         previous: Option<&LocalRateLimitFilter>,
     ) -> Result<Option<LocalRateLimitFilter>, Vec<Problem>> {
         let opts = LimiterOptions {
@@ -61,6 +68,49 @@ impl LocalRateLimitFilter {
         if limiter.is_empty() && !limiter.has_connection_limits() {
             return Ok(None);
         }
+        // The limiter compiled; interpreting the same documents again cannot fail.
+        let patches = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)
+            .map_err(|p| p.into_iter().collect::<Vec<_>>())?;
+        let mut problems = Vec::new();
+        let mut landed = Vec::new();
+        let mut landings = Vec::new();
+        for (i, p) in (0u32..).zip(&patches.route_local) {
+            if !super::global_rate_limit::selects(p.origin.workload_labels.as_ref(), identity) {
+                continue;
+            }
+            match routes.resolve(&p.origin) {
+                Ok(Some(landing)) => {
+                    for d in &landing.described {
+                        landings.push(format!(
+                            "{} {}: local_ratelimit {} -> {d}",
+                            p.origin.filter, p.origin.field, p.config.stat_prefix
+                        ));
+                    }
+                    landed.push((i, landing));
+                }
+                Ok(None) => {}
+                Err(message) => problems.push(Problem {
+                    location: warden_config::Location {
+                        field: format!("{}.match.routeConfiguration", p.origin.field),
+                        ..p.origin.document.clone()
+                    },
+                    message,
+                }),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let per_route = SiteTable::build(&routes.keys(), |site| {
+            landed
+                .iter()
+                .filter(|(_, l)| match site {
+                    None => l.everywhere,
+                    Some(k) => l.everywhere || l.keys.contains(&k),
+                })
+                .map(|(i, _)| *i)
+                .collect()
+        });
         let mut gateways_by_port: Vec<(u16, Arc<str>)> = Vec::new();
         for gw in &set.gateways {
             for server in &gw.spec.servers {
@@ -73,6 +123,8 @@ impl LocalRateLimitFilter {
         Ok(Some(LocalRateLimitFilter {
             limiter: Arc::new(limiter),
             gateways_by_port,
+            per_route,
+            landings,
         }))
     }
 
@@ -109,10 +161,14 @@ impl LocalRateLimitFilter {
             client_ip: req.client_ip,
             method: req.method,
             path: req.path,
+            query: req.query,
+            authority: req.authority,
+            scheme: "http",
             headers: req.headers,
             gateway: self.gateway(req.port),
             virtual_service,
             destination_cluster,
+            route_local: self.per_route.get(req, route),
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {

@@ -319,6 +319,10 @@ spec:
             gateway: "",
             virtual_service: None,
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
         };
         let mut descriptors = Vec::new();
         rules.descriptors(&req, &[], &mut descriptors);
