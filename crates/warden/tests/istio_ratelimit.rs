@@ -333,7 +333,7 @@ fn istio_io_global_rate_limit_task_as_documented() {
     let failures: u64 = stats
         .lines()
         .filter(|l| l.starts_with("warden_ratelimit_rls_failures_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(failures, 5, "{stats}");
     drop(proxy);
