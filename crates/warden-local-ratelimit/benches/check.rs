@@ -59,6 +59,7 @@ fn attrs<'a>(ip: IpAddr, headers: &'a http::HeaderMap) -> RequestAttrs<'a> {
         authority: "",
         scheme: "http",
         route_local: &[],
+        route_rate_limits: None,
     }
 }
 

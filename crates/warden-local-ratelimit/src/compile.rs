@@ -19,6 +19,10 @@ use std::time::Duration;
 use warden_config::kinds::rate_limit_policy::{RateLimitValue, SourceMatchType};
 use warden_config::{Doc, Location, Problem, RateLimitPolicy};
 
+/// A route `rate_limits` entry: its stage, the patch it came from (index in
+/// `route_rate_limits`), and the entry compiled (errors are the interpreter's to report).
+type RouteEntry = (u32, u32, Result<CompiledEntry, ()>);
+
 /// Bucket state and counters by identity, handed from one limiter generation to the next.
 #[derive(Debug, Default)]
 pub(crate) struct StateRegistry {
@@ -257,11 +261,10 @@ impl<'p> Compiler<'p> {
     }
 
     pub(crate) fn envoy(&mut self, patches: &EnvoyRateLimitPatches) {
-        let route_entries: Vec<(u32, Result<CompiledEntry, ()>)> = patches
-            .route_rate_limits
-            .iter()
-            .flat_map(|p| p.config.entries.iter())
-            .map(|e| (e.stage, CompiledEntry::compile(e).map_err(|_| ())))
+        let route_entries: Vec<RouteEntry> = (0u32..)
+            .zip(&patches.route_rate_limits)
+            .flat_map(|(i, p)| p.config.entries.iter().map(move |e| (i, e)))
+            .map(|(i, e)| (e.stage, i, CompiledEntry::compile(e).map_err(|_| ())))
             .collect();
         let has_route_configs = !patches.route_local.is_empty();
         let filter_level = patches.http_local.iter().map(|p| (None, p));
@@ -308,7 +311,7 @@ impl<'p> Compiler<'p> {
     fn http_local(
         &mut self,
         p: &Patched<HttpLocalRateLimit>,
-        route_entries: &[(u32, Result<CompiledEntry, ()>)],
+        route_entries: &[RouteEntry],
         route_index: Option<u32>,
     ) {
         let c = &p.config;
@@ -439,14 +442,14 @@ impl<'p> Compiler<'p> {
             let entries = if c.rate_limits.is_empty() {
                 route_entries
                     .iter()
-                    .filter(|(stage, _)| *stage == c.stage)
-                    .filter_map(|(_, e)| e.as_ref().ok().cloned())
+                    .filter(|(stage, _, _)| *stage == c.stage)
+                    .filter_map(|(_, patch, e)| Some((Some(*patch), e.as_ref().ok()?.clone())))
                     .collect()
             } else {
                 let mut out = Vec::new();
                 for (i, e) in c.rate_limits.iter().enumerate() {
                     match CompiledEntry::compile(e) {
-                        Ok(ce) => out.push(ce),
+                        Ok(ce) => out.push((None, ce)),
                         Err((f, m)) => self
                             .problems
                             .push(problem(format!("{base}.rate_limits[{i}].{f}"), m)),

@@ -103,7 +103,9 @@ pub(crate) enum Rules {
     Selectors(Vec<SelectorRule>),
     /// Envoy descriptors matched against what the route's `rate_limits` actions produce.
     Descriptors {
-        entries: Vec<CompiledEntry>,
+        /// With the index of the route `rate_limits` patch they come from (None: the filter's
+        /// own `rate_limits`), which the request's route must carry.
+        entries: Vec<(Option<u32>, CompiledEntry)>,
         descriptors: Vec<DescriptorBucket>,
         source_cluster: String,
     },
@@ -200,7 +202,14 @@ impl Group {
                 source_cluster,
             } => {
                 let mut matched: Vec<(&DescriptorBucket, Option<Vec<u8>>)> = Vec::new();
-                for entry in entries {
+                for (patch, entry) in entries {
+                    let here = match (patch, req.route_rate_limits) {
+                        (Some(p), Some(at_route)) => at_route.contains(p),
+                        _ => true,
+                    };
+                    if !here {
+                        continue;
+                    }
                     let Some(desc) = entry.descriptor(req, source_cluster) else {
                         continue;
                     };

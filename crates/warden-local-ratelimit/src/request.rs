@@ -27,4 +27,8 @@ pub struct RequestAttrs<'a> {
     /// request's route; when any applies, the EnvoyFilters' filter-level configs do not (Envoy's
     /// per-route config replaces the filter's).
     pub route_local: &'a [u32],
+    /// Which route `rate_limits` patches (indices into
+    /// [`crate::envoy::EnvoyRateLimitPatches::route_rate_limits`]) feed descriptors here, as
+    /// the proxy resolved them for this request's route; None: all of them.
+    pub route_rate_limits: Option<&'a [u32]>,
 }

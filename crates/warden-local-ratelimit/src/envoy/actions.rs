@@ -503,6 +503,7 @@ mod tests {
             authority: "",
             scheme: "http",
             route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(
             e.descriptor(&req, "local"),
@@ -539,6 +540,7 @@ mod tests {
             authority: "",
             scheme: "http",
             route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(e.descriptor(&req, "local"), None, "absent header drops it");
         req.headers = &headers;
@@ -572,6 +574,7 @@ mod tests {
             authority: "",
             scheme: "http",
             route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(
             e.descriptor(&req, ""),

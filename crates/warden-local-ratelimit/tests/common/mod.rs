@@ -88,6 +88,7 @@ impl Req {
             authority: "",
             scheme: "http",
             route_local: &[],
+            route_rate_limits: None,
         }
     }
 

@@ -33,7 +33,7 @@ use crate::control::snapshot::ProxyIdentity;
 use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
 use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::{AsyncRequestFilter, RequestAttrs, Verdict, VerdictFuture};
-use super::route_sites::{RouteCatalog, SiteTable};
+use super::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use rls_failures::{FailureLog, FailureReason};
 use bytes::Bytes;
@@ -153,15 +153,10 @@ impl GlobalRateLimit {
             );
         }
         let stage = filter.map_or(0, |f| f.stage);
+        // Each `rate_limits` patch's compiled entries (indices into `envoy_entries`).
         let mut envoy_entries = Vec::new();
-        // Per patch: its entries (indices), whether it is route-level and includes the
-        // virtual host's, and where it landed.
-        let mut landed = Vec::new();
-        let mut landings = Vec::new();
+        let mut entries_of: Vec<Vec<usize>> = Vec::new();
         for patch in &patches.route_rate_limits {
-            if !selects(patch.origin.workload_labels.as_ref(), identity) {
-                continue;
-            }
             let mut indices = Vec::new();
             for (i, e) in patch.config.entries.iter().enumerate() {
                 match CompiledEntry::compile(e) {
@@ -178,51 +173,22 @@ impl GlobalRateLimit {
                     )),
                 }
             }
-            match routes.resolve(&patch.origin) {
-                Ok(Some(landing)) => {
-                    for d in &landing.described {
-                        landings.push(format!(
-                            "{} {}: rate_limits -> {d}",
-                            patch.origin.filter, patch.origin.field
-                        ));
-                    }
-                    let on_route = patch.origin.apply_to == "HTTP_ROUTE";
-                    landed.push((
-                        indices,
-                        on_route,
-                        patch.config.include_vh_rate_limits,
-                        landing,
-                    ));
-                }
-                Ok(None) => {}
-                Err(message) => problems.push(problem_at(
-                    &patch.origin.document,
-                    format!("{}.match.routeConfiguration", patch.origin.field),
-                    message,
-                )),
-            }
+            entries_of.push(indices);
         }
-        // Envoy: the route's rate limits, then the virtual host's unless the route has its own
-        // (or sets include_vh_rate_limits).
+        let mut landings = Vec::new();
+        let landed = routes.land_rate_limits(
+            &patches,
+            |o| selects(o.workload_labels.as_ref(), identity),
+            &mut landings,
+            &mut problems,
+        );
         let entries_at = SiteTable::build(&routes.keys(), |site| {
-            let here: Vec<&(Vec<usize>, bool, bool, _)> = landed
-                .iter()
-                .filter(|(_, _, _, l)| match site {
-                    None => l.everywhere,
-                    Some(k) => l.everywhere || l.keys.contains(&k),
-                })
-                .collect();
-            let route: Vec<usize> = here
-                .iter()
-                .filter(|p| p.1)
-                .flat_map(|p| p.0.iter().copied())
-                .collect();
-            let include_vh = route.is_empty() || here.iter().any(|p| p.1 && p.2);
-            let mut out = route;
-            if include_vh {
-                out.extend(here.iter().filter(|p| !p.1).flat_map(|p| p.0.iter().copied()));
-            }
-            out
+            rate_limits_at(&landed, site)
+                .into_iter()
+                .filter_map(|p| entries_of.get(p as usize))
+                .flatten()
+                .copied()
+                .collect()
         });
         let lua = lua_path_header::scan(set);
         let clusters: Vec<_> = patches
@@ -423,6 +389,7 @@ impl GlobalRateLimit {
             virtual_service: vs,
             destination_cluster: cluster,
             route_local: &[],
+            route_rate_limits: None,
         };
         let mut out = Vec::new();
         let entries = self.entries_at.get(req, route);

@@ -2,7 +2,7 @@
 //! and its L4 connection limit when a TCP listener accepts.
 
 use crate::control::snapshot::ProxyIdentity;
-use crate::pipeline::filters::route_sites::{RouteCatalog, SiteTable};
+use crate::pipeline::filters::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::RequestAttrs;
 use crate::upstream::body::ProxyBody;
@@ -25,6 +25,9 @@ pub struct LocalRateLimitFilter {
     /// The per-route `local_ratelimit` configs (indices into the EnvoyFilters'
     /// `route_local`) at each route.
     per_route: SiteTable<Vec<u32>>,
+    /// The route `rate_limits` patches (indices into the EnvoyFilters' `route_rate_limits`)
+    /// whose actions feed descriptors at each route.
+    rate_limits_at: SiteTable<Vec<u32>>,
     /// `EnvoyFilter/name spec.configPatches[i] -> vhost ... route ...`, for `warden check`.
     pub landings: Vec<String>,
 }
@@ -72,45 +75,34 @@ impl LocalRateLimitFilter {
         let patches = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)
             .map_err(|p| p.into_iter().collect::<Vec<_>>())?;
         let mut problems = Vec::new();
-        let mut landed = Vec::new();
         let mut landings = Vec::new();
+        let selected = |o: &warden_local_ratelimit::envoy::PatchOrigin| {
+            super::global_rate_limit::selects(o.workload_labels.as_ref(), identity)
+        };
+        let mut landed = Vec::new();
         for (i, p) in (0u32..).zip(&patches.route_local) {
-            if !super::global_rate_limit::selects(p.origin.workload_labels.as_ref(), identity) {
+            if !selected(&p.origin) {
                 continue;
             }
-            match routes.resolve(&p.origin) {
-                Ok(Some(landing)) => {
-                    for d in &landing.described {
-                        landings.push(format!(
-                            "{} {}: local_ratelimit {} -> {d}",
-                            p.origin.filter, p.origin.field, p.config.stat_prefix
-                        ));
-                    }
-                    landed.push((i, landing));
-                }
-                Ok(None) => {}
-                Err(message) => problems.push(Problem {
-                    location: warden_config::Location {
-                        field: format!("{}.match.routeConfiguration", p.origin.field),
-                        ..p.origin.document.clone()
-                    },
-                    message,
-                }),
+            let what = format!("local_ratelimit {}", p.config.stat_prefix);
+            if let Some(l) = routes.land(&p.origin, &what, &mut landings, &mut problems) {
+                landed.push((i, l));
             }
         }
+        let rate_limits =
+            routes.land_rate_limits(&patches, selected, &mut Vec::new(), &mut problems);
         if !problems.is_empty() {
             return Err(problems);
         }
-        let per_route = SiteTable::build(&routes.keys(), |site| {
+        let keys = routes.keys();
+        let per_route = SiteTable::build(&keys, |site| {
             landed
                 .iter()
-                .filter(|(_, l)| match site {
-                    None => l.everywhere,
-                    Some(k) => l.everywhere || l.keys.contains(&k),
-                })
+                .filter(|(_, l)| l.covers(site))
                 .map(|(i, _)| *i)
                 .collect()
         });
+        let rate_limits_at = SiteTable::build(&keys, |site| rate_limits_at(&rate_limits, site));
         let mut gateways_by_port: Vec<(u16, Arc<str>)> = Vec::new();
         for gw in &set.gateways {
             for server in &gw.spec.servers {
@@ -124,6 +116,7 @@ impl LocalRateLimitFilter {
             limiter: Arc::new(limiter),
             gateways_by_port,
             per_route,
+            rate_limits_at,
             landings,
         }))
     }
@@ -169,6 +162,7 @@ impl LocalRateLimitFilter {
             virtual_service,
             destination_cluster,
             route_local: self.per_route.get(req, route),
+            route_rate_limits: Some(self.rate_limits_at.get(req, route)),
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {

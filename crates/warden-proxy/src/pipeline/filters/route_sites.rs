@@ -16,7 +16,7 @@ use crate::pipeline::RequestAttrs;
 use std::collections::HashMap;
 use std::sync::Arc;
 use warden_config::kinds::envoy_filter::RouteConfigurationMatch;
-use warden_config::ConfigSet;
+use warden_config::{ConfigSet, Problem};
 use warden_local_ratelimit::envoy::PatchOrigin;
 
 /// One (side, port, virtual host, route) a request can be routed to.
@@ -83,6 +83,35 @@ pub struct Landing {
     pub keys: Vec<SiteKey>,
     /// `vhost *:8080 route default/bookinfo/api`, for `warden check`.
     pub described: Vec<String>,
+}
+
+impl Landing {
+    /// Whether the patch applies at `site` (`None`: a site no scoped patch touches).
+    pub fn covers(&self, site: Option<SiteKey>) -> bool {
+        self.everywhere || site.is_some_and(|k| self.keys.contains(&k))
+    }
+}
+
+/// A `rate_limits` patch that landed.
+#[derive(Debug)]
+pub struct LandedRateLimits {
+    /// Index in the EnvoyFilters' `route_rate_limits`.
+    pub patch: u32,
+    /// An HTTP_ROUTE patch (the route's rate limits), else VIRTUAL_HOST.
+    pub on_route: bool,
+    pub include_vh: bool,
+    pub landing: Landing,
+}
+
+/// Envoy's rate limits at one site: the route's, then the virtual host's unless the route has
+/// its own (and does not set `include_vh_rate_limits`). Patch indices, in that order.
+pub fn rate_limits_at(landed: &[LandedRateLimits], site: Option<SiteKey>) -> Vec<u32> {
+    let here: Vec<&LandedRateLimits> = landed.iter().filter(|l| l.landing.covers(site)).collect();
+    let mut out: Vec<u32> = here.iter().filter(|l| l.on_route).map(|l| l.patch).collect();
+    if out.is_empty() || here.iter().any(|l| l.on_route && l.include_vh) {
+        out.extend(here.iter().filter(|l| !l.on_route).map(|l| l.patch));
+    }
+    out
 }
 
 fn action_of(route: &Route) -> &'static str {
@@ -264,6 +293,62 @@ impl RouteCatalog {
         }
         landing.everywhere = landing.keys.len() == self.sites.len();
         Ok(Some(landing))
+    }
+
+    /// [`Self::resolve`] for a patch of the filter (`what` names what it carries, for
+    /// `warden check`): its landing descriptions go to `landings`, an error to `problems`
+    /// against the patch's `match.routeConfiguration`.
+    pub fn land(
+        &self,
+        origin: &PatchOrigin,
+        what: &str,
+        landings: &mut Vec<String>,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Landing> {
+        match self.resolve(origin) {
+            Ok(Some(landing)) => {
+                for d in &landing.described {
+                    landings.push(format!("{} {}: {what} -> {d}", origin.filter, origin.field));
+                }
+                Some(landing)
+            }
+            Ok(None) => None,
+            Err(message) => {
+                problems.push(Problem {
+                    location: warden_config::Location {
+                        field: format!("{}.match.routeConfiguration", origin.field),
+                        ..origin.document.clone()
+                    },
+                    message,
+                });
+                None
+            }
+        }
+    }
+
+    /// Where each selected `rate_limits` patch of `patches` landed.
+    pub fn land_rate_limits(
+        &self,
+        patches: &warden_local_ratelimit::envoy::EnvoyRateLimitPatches,
+        selected: impl Fn(&PatchOrigin) -> bool,
+        landings: &mut Vec<String>,
+        problems: &mut Vec<Problem>,
+    ) -> Vec<LandedRateLimits> {
+        let mut out = Vec::new();
+        for (i, p) in (0u32..).zip(&patches.route_rate_limits) {
+            if !selected(&p.origin) {
+                continue;
+            }
+            if let Some(landing) = self.land(&p.origin, "rate_limits", landings, problems) {
+                out.push(LandedRateLimits {
+                    patch: i,
+                    on_route: p.origin.apply_to == "HTTP_ROUTE",
+                    include_vh: p.config.include_vh_rate_limits,
+                    landing,
+                });
+            }
+        }
+        out
     }
 
     fn vhost_names(&self) -> String {

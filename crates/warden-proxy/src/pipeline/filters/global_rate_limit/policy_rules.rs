@@ -323,6 +323,7 @@ spec:
             authority: "",
             scheme: "http",
             route_local: &[],
+            route_rate_limits: None,
         };
         let mut descriptors = Vec::new();
         rules.descriptors(&req, &[], &mut descriptors);
