@@ -584,4 +584,56 @@ mod tests {
             ])
         );
     }
+
+    #[test]
+    fn pseudo_headers_read_what_envoy_sees() {
+        let e = entry(serde_json::json!({"actions": [
+            {"request_headers": {"header_name": ":path", "descriptor_key": "PATH"}},
+            {"request_headers": {"header_name": ":method", "descriptor_key": "M"}},
+            {"request_headers": {"header_name": ":authority", "descriptor_key": "A"}},
+            {"request_headers": {"header_name": ":scheme", "descriptor_key": "S"}},
+            {"header_value_match": {"descriptor_value": "api", "headers": [
+                {"name": ":path", "safe_regex_match": {"google_re2": {}, "regex": "/api/v1/products/[1-9]{1,2}"}}
+            ]}}
+        ]}));
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let mut req = RequestAttrs {
+            client_ip: "127.0.0.1".parse().unwrap(),
+            method: &method,
+            path: "/api/v1/products/7",
+            headers: &headers,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+            query: Some("x=1"),
+            authority: "shop.example:8080",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
+        };
+        // `:path` carries the query, so the full-match regex no longer matches it.
+        let d = e.descriptor(&req, "");
+        assert_eq!(d, None, "header_value_match fails on the query");
+        req.query = None;
+        assert_eq!(
+            e.descriptor(&req, ""),
+            Some(vec![
+                ("PATH".into(), "/api/v1/products/7".into()),
+                ("M".into(), "GET".into()),
+                ("A".into(), "shop.example:8080".into()),
+                ("S".into(), "http".into()),
+                ("header_match".into(), "api".into()),
+            ])
+        );
+        assert!(!e.reads_headers(), "pseudo-headers need no header map");
+        let bad: RateLimitEntry = serde_json::from_value(serde_json::json!({"actions": [
+            {"request_headers": {"header_name": ":protocol", "descriptor_key": "P"}}
+        ]}))
+        .unwrap();
+        let (field, message) = CompiledEntry::compile(&bad).unwrap_err();
+        assert_eq!(field, "actions[0].request_headers.header_name");
+        assert!(message.contains(":protocol"), "{message}");
+    }
+
 }
