@@ -7,7 +7,9 @@ use crate::envoy::local_config::{HttpLocalRateLimit, TokenBucket};
 use crate::envoy::patches::{EnvoyRateLimitPatches, Patched};
 use crate::envoy::proto_json::{header_pairs, limited_status, RuntimeFractionalPercent};
 use crate::fraction::Fraction;
-use crate::group::{DescriptorBucket, Group, LimitBucket, RouteBinding, Rules, Scope, SelectorRule};
+use crate::group::{
+    DescriptorBucket, Group, LimitBucket, RouteBinding, Rules, Scope, SelectorRule,
+};
 use crate::problem::DocSite;
 use crate::selector::{parse_cidr, CompiledSelector};
 use crate::stats::GroupCounters;
@@ -268,7 +270,9 @@ impl<'p> Compiler<'p> {
             .collect();
         let has_route_configs = !patches.route_local.is_empty();
         let filter_level = patches.http_local.iter().map(|p| (None, p));
-        let per_route = (0u32..).zip(&patches.route_local).map(|(i, p)| (Some(i), p));
+        let per_route = (0u32..)
+            .zip(&patches.route_local)
+            .map(|(i, p)| (Some(i), p));
         for (route_index, p) in filter_level.chain(per_route) {
             let per_route = route_index.is_some();
             if !self.selected(p.origin.workload_labels.as_ref()) {

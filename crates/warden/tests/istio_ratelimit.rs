@@ -68,7 +68,9 @@ spec:
 /// The `config.yaml` of a ConfigMap fixture, as the Deployment mounts it.
 fn configmap_data(yaml: &str) -> String {
     let mut out = String::new();
-    let mut lines = yaml.lines().skip_while(|l| !l.trim_end().ends_with("config.yaml: |"));
+    let mut lines = yaml
+        .lines()
+        .skip_while(|l| !l.trim_end().ends_with("config.yaml: |"));
     lines.next();
     for l in lines {
         match l.strip_prefix("    ") {
@@ -100,7 +102,10 @@ fn sample_env(redis: &str, root: &Path) -> Vec<(String, String)> {
             env.push((n, v));
         }
     }
-    assert!(env.iter().any(|(n, _)| n == "RUNTIME_SUBDIRECTORY"), "{env:?}");
+    assert!(
+        env.iter().any(|(n, _)| n == "RUNTIME_SUBDIRECTORY"),
+        "{env:?}"
+    );
     env
 }
 
@@ -118,7 +123,16 @@ impl Drop for Proc {
 fn curl_code(ns: &NetNs, url: &str) -> u16 {
     let out = ns
         .command("curl")
-        .args(["-s", "-m", "15", url, "-o", "/dev/null", "-w", "%{http_code}"])
+        .args([
+            "-s",
+            "-m",
+            "15",
+            url,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
         .output()
         .expect("curl");
     String::from_utf8_lossy(&out.stdout)
@@ -222,7 +236,12 @@ impl Cluster {
         c.env("RUST_LOG", "warn")
             .args(["proxy", "-c"])
             .arg(&dir)
-            .args(["--label", "istio=ingressgateway", "--admin", "127.0.0.1:15000"])
+            .args([
+                "--label",
+                "istio=ingressgateway",
+                "--admin",
+                "127.0.0.1:15000",
+            ])
             .args(["--concurrency", "1", "--no-watch"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -317,7 +336,12 @@ fn istio_io_global_rate_limit_task_as_documented() {
         "{out}"
     );
     let api: Vec<u16> = (1..=3)
-        .map(|i| curl_code(&cluster.ns, &format!("http://127.0.0.1:8080/api/v1/products/{i}")))
+        .map(|i| {
+            curl_code(
+                &cluster.ns,
+                &format!("http://127.0.0.1:8080/api/v1/products/{i}"),
+            )
+        })
         .collect();
     assert_eq!(api, [200, 200, 429]);
     // The route limit is the api route's only: the first route keeps the virtual host's
@@ -338,7 +362,10 @@ fn istio_io_global_rate_limit_task_as_documented() {
     assert_eq!(failures, 5, "{stats}");
     drop(proxy);
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
-    let lines: Vec<&str> = logged.lines().filter(|l| l.contains("call failed")).collect();
+    let lines: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("call failed"))
+        .collect();
     assert_eq!(lines.len(), 1, "{logged}");
     assert!(lines[0].contains("127.0.0.1:8081"), "{logged}");
 }
@@ -380,7 +407,10 @@ fn unresolvable_patches_are_errors_in_check() {
     let path = dir.write("typo/config.yaml", &typo).expect("write");
     let (ok, _, err) = check(path.parent().expect("dir"));
     assert!(!ok);
-    let hits: Vec<&str> = err.lines().filter(|l| l.contains("matches nothing")).collect();
+    let hits: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("matches nothing"))
+        .collect();
     assert_eq!(hits.len(), 1, "{err}");
     assert!(hits[0].contains("config.yaml:"), "file:line: {err}");
     assert!(hits[0].contains("*:8080"), "names what exists: {err}");
@@ -433,13 +463,23 @@ fn pod(config: &str, ports: &[u16]) -> Option<(NetNs, NetNs, Vec<Proc>, TempDir)
     let out = pod
         .exec(WARDEN, &["capture", "--proxy-uid", "1337"])
         .expect("warden capture");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut sidecar = pod.command_as(1337, 1337, WARDEN);
     sidecar
         .env("RUST_LOG", "warn")
         .args(["proxy", "--mode", "sidecar", "-c"])
         .arg(&path)
-        .args(["--admin", "127.0.0.1:15000", "--concurrency", "1", "--no-watch"])
+        .args([
+            "--admin",
+            "127.0.0.1:15000",
+            "--concurrency",
+            "1",
+            "--no-watch",
+        ])
         .args(["--pod-ip", POD_IP, "--label", "app=productpage"])
         .stdin(Stdio::null())
         .stdout(Stdio::null());
@@ -475,7 +515,8 @@ spec:
 fn istio_io_local_per_route_limit_in_the_sidecar() {
     // The docs' per-route local limit: 4 per minute on `inbound|http|9080`, "200 200 200 200
     // 429"; the filter-level config without a bucket limits nothing elsewhere (port 9081).
-    let config = fixture("istio-io-filter-local-ratelimit-svc-per-route.yaml") + &productpage(&[9080, 9081]);
+    let config =
+        fixture("istio-io-filter-local-ratelimit-svc-per-route.yaml") + &productpage(&[9080, 9081]);
     let Some((client, _pod, _procs, _dir)) = pod(&config, &[9080, 9081]) else {
         return;
     };

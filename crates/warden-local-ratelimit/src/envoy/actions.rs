@@ -314,14 +314,12 @@ pub struct CompiledEntry {
 impl CompiledEntry {
     /// Whether producing the entry looks at request headers.
     pub fn reads_headers(&self) -> bool {
-        self.actions.iter().any(|a| {
-            match a {
-                CompiledAction::RequestHeader { name, .. } => name.is_header(),
-                CompiledAction::HeaderValueMatch { headers, .. } => {
-                    headers.iter().any(|h| h.name.is_header())
-                }
-                _ => false,
+        self.actions.iter().any(|a| match a {
+            CompiledAction::RequestHeader { name, .. } => name.is_header(),
+            CompiledAction::HeaderValueMatch { headers, .. } => {
+                headers.iter().any(|h| h.name.is_header())
             }
+            _ => false,
         })
     }
 
@@ -635,5 +633,4 @@ mod tests {
         assert_eq!(field, "actions[0].request_headers.header_name");
         assert!(message.contains(":protocol"), "{message}");
     }
-
 }

@@ -71,7 +71,10 @@ impl StaticCluster {
             .map(|e| {
                 let s = &e.endpoint.address.socket_address;
                 // `check` made sure every port fits.
-                (s.address.as_str(), u16::try_from(s.port_value.0).unwrap_or(0))
+                (
+                    s.address.as_str(),
+                    u16::try_from(s.port_value.0).unwrap_or(0),
+                )
             })
             .collect()
     }
@@ -85,7 +88,9 @@ impl StaticCluster {
             if !matches!(t, "STATIC" | "STRICT_DNS" | "LOGICAL_DNS") {
                 return Err((
                     ".type".into(),
-                    format!("cluster type {t:?} is not supported (STATIC, STRICT_DNS, LOGICAL_DNS)"),
+                    format!(
+                        "cluster type {t:?} is not supported (STATIC, STRICT_DNS, LOGICAL_DNS)"
+                    ),
                 ));
             }
         }

@@ -2,6 +2,7 @@
 //! implements, with errors and warnings that name the file, document and patch field.
 
 use super::actions::RateLimitEntry;
+use super::cluster_config::StaticCluster;
 use super::global_config::{HttpRateLimit, HTTP_RATELIMIT_TYPE};
 use super::local_config::{
     HttpLocalRateLimit, NetworkLocalRateLimit, HTTP_LOCAL_RATELIMIT_TYPE,
@@ -12,7 +13,6 @@ use crate::problem::DocSite;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use super::cluster_config::StaticCluster;
 use warden_config::kinds::envoy_filter::{ConfigPatch, RouteConfigurationMatch};
 use warden_config::{Doc, EnvoyFilter, Location, Problem};
 
@@ -308,11 +308,9 @@ impl Cx<'_> {
                     };
                     for (k, rl) in action {
                         match k.as_str() {
-                            "rate_limits" | "rateLimits" => self.rate_limits(
-                                &format!(".patch.value.route.{k}"),
-                                rl,
-                                include_vh,
-                            ),
+                            "rate_limits" | "rateLimits" => {
+                                self.rate_limits(&format!(".patch.value.route.{k}"), rl, include_vh)
+                            }
                             "include_vh_rate_limits" | "includeVhRateLimits" => {}
                             other => self.unsupported(
                                 &format!(".patch.value.route.{other}"),

@@ -416,7 +416,12 @@ impl RouteTable {
     /// same route may serve several hosts, and EnvoyFilter patches can name one of them.
     pub fn find_in_vhost(&self, input: &RouteInput<'_>) -> Option<(u32, &Arc<Route>)> {
         let index = self.vhost_index(input.host)?;
-        let route = self.vhosts.get(index)?.routes.iter().find(|r| r.matches(input))?;
+        let route = self
+            .vhosts
+            .get(index)?
+            .routes
+            .iter()
+            .find(|r| r.matches(input))?;
         Some((index as u32, route))
     }
 

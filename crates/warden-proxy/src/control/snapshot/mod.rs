@@ -184,18 +184,14 @@ impl Snapshot {
             &ports,
             sidecar.as_ref(),
         );
-        let filters = match Filters::build(
-            &loaded.set,
-            identity,
-            &routes,
-            previous.map(|p| &p.filters),
-        ) {
-            Ok(f) => f,
-            Err(mut problems) => {
-                b.errors.append(&mut problems);
-                Filters::default()
-            }
-        };
+        let filters =
+            match Filters::build(&loaded.set, identity, &routes, previous.map(|p| &p.filters)) {
+                Ok(f) => f,
+                Err(mut problems) => {
+                    b.errors.append(&mut problems);
+                    Filters::default()
+                }
+            };
         if !b.errors.is_empty() {
             return Err(ConfigErrors(b.errors));
         }

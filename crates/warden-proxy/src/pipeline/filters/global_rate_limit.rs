@@ -28,17 +28,17 @@ mod rls_connection;
 pub mod rls_failures;
 pub mod service;
 
+use super::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use crate::control::metrics::Metrics;
 use crate::control::snapshot::ProxyIdentity;
 use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
 use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::{AsyncRequestFilter, RequestAttrs, Verdict, VerdictFuture};
-use super::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
-use rls_failures::{FailureLog, FailureReason};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use policy_rules::PolicyRules;
+use rls_failures::{FailureLog, FailureReason};
 use service::{RlsBackend, RlsCallError};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -245,7 +245,7 @@ impl GlobalRateLimit {
                     warden_local_ratelimit::envoy::global_config::DEFAULT_TIMEOUT,
                     HttpRateLimit::timeout,
                 );
-                RlsBackend::remote(&addr, timeout).map_err(|e| {
+                RlsBackend::remote(addr, timeout).map_err(|e| {
                     let origin = &filters[0].origin;
                     vec![problem_at(
                         &origin.document,

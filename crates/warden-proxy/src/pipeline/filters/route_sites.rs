@@ -107,7 +107,11 @@ pub struct LandedRateLimits {
 /// its own (and does not set `include_vh_rate_limits`). Patch indices, in that order.
 pub fn rate_limits_at(landed: &[LandedRateLimits], site: Option<SiteKey>) -> Vec<u32> {
     let here: Vec<&LandedRateLimits> = landed.iter().filter(|l| l.landing.covers(site)).collect();
-    let mut out: Vec<u32> = here.iter().filter(|l| l.on_route).map(|l| l.patch).collect();
+    let mut out: Vec<u32> = here
+        .iter()
+        .filter(|l| l.on_route)
+        .map(|l| l.patch)
+        .collect();
     if out.is_empty() || here.iter().any(|l| l.on_route && l.include_vh) {
         out.extend(here.iter().filter(|l| !l.on_route).map(|l| l.patch));
     }
@@ -278,10 +282,9 @@ impl RouteCatalog {
                 }
             }
             landing.keys.push(site.key);
-            landing.described.push(format!(
-                "vhost {} route {}",
-                site.vhost_name, site.label
-            ));
+            landing
+                .described
+                .push(format!("vhost {} route {}", site.vhost_name, site.label));
         }
         if landing.keys.is_empty() {
             return Err(format!(
@@ -379,10 +382,15 @@ impl RouteCatalog {
 }
 
 fn route_config_matches(m: &RouteConfigurationMatch, site: &Site, sidecar: bool) -> bool {
-    if m.name.as_deref().is_some_and(|n| !n.is_empty() && n != site.route_config) {
+    if m.name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty() && n != site.route_config)
+    {
         return false;
     }
-    if m.port_number.is_some_and(|p| p != 0 && p != u32::from(site.port)) {
+    if m.port_number
+        .is_some_and(|p| p != 0 && p != u32::from(site.port))
+    {
         return false;
     }
     // Port names and gateways are gateway-only match fields (Istio ignores them elsewhere).
