@@ -251,6 +251,15 @@ impl Cluster {
         (proc, dir, log)
     }
 
+    /// [`Self::gateway`] on the fixtures `files` applied, plus [`registry`]; `warden check` of
+    /// the same config must pass, its output is returned with the proxy and its log.
+    fn checked_gateway(&self, name: &str, files: &[&str]) -> (Proc, String, PathBuf) {
+        let (proxy, dir, log) = self.gateway(name, &(applied(files) + &registry()));
+        let (ok, out, err) = check(&dir);
+        assert!(ok, "{err}");
+        (proxy, out, log)
+    }
+
     fn codes(&self, path: &str, n: usize) -> Vec<u16> {
         (0..n)
             .map(|_| curl_code(&self.ns, &format!("http://127.0.0.1:8080{path}")))
@@ -296,14 +305,14 @@ fn istio_io_global_rate_limit_task_as_documented() {
 
     // The task's first part: bookinfo's gateway, the global filter and the VIRTUAL_HOST
     // `:path` action. "200 429" for /productpage (1 per minute).
-    let basic = applied(&[
-        "samples-bookinfo-gateway.yaml",
-        "istio-io-filter-ratelimit.yaml",
-        "istio-io-filter-ratelimit-svc.yaml",
-    ]) + &registry();
-    let (proxy, dir, _) = cluster.gateway("basic", &basic);
-    let (ok, out, err) = check(&dir);
-    assert!(ok, "{err}");
+    let (proxy, out, _) = cluster.checked_gateway(
+        "basic",
+        &[
+            "samples-bookinfo-gateway.yaml",
+            "istio-io-filter-ratelimit.yaml",
+            "istio-io-filter-ratelimit-svc.yaml",
+        ],
+    );
     assert!(
         out.contains(
             "rate limit service: outbound|8081||ratelimit.default.svc.cluster.local -> \
@@ -318,16 +327,16 @@ fn istio_io_global_rate_limit_task_as_documented() {
 
     // The advanced case: the VirtualService with a route named `api`, and the HTTP_ROUTE patch
     // for `*:8080` / `api`. "200 200 429" for /api/v1/products/1..3 (PATH=api, 2 per minute).
-    let advanced = applied(&[
-        "samples-bookinfo-gateway.yaml",
-        "istio-io-filter-ratelimit.yaml",
-        "istio-io-filter-ratelimit-svc.yaml",
-        "istio-io-advanced-virtualservice.yaml",
-        "istio-io-filter-ratelimit-svc-api.yaml",
-    ]) + &registry();
-    let (proxy, dir, log) = cluster.gateway("advanced", &advanced);
-    let (ok, out, err) = check(&dir);
-    assert!(ok, "{err}");
+    let (proxy, out, log) = cluster.checked_gateway(
+        "advanced",
+        &[
+            "samples-bookinfo-gateway.yaml",
+            "istio-io-filter-ratelimit.yaml",
+            "istio-io-filter-ratelimit-svc.yaml",
+            "istio-io-advanced-virtualservice.yaml",
+            "istio-io-filter-ratelimit-svc-api.yaml",
+        ],
+    );
     assert!(
         out.contains(
             "EnvoyFilter/filter-ratelimit-svc-api spec.configPatches[0]: rate_limits -> vhost \
@@ -377,14 +386,14 @@ fn rate_limit_cluster_patch_form_resolves_through_the_registry() {
     };
     // The earlier task's form: a CLUSTER patch ADDs `rate_limit_cluster` (STRICT_DNS on
     // ratelimit.default.svc.cluster.local:8081), the filter names it.
-    let config = applied(&[
-        "samples-bookinfo-gateway.yaml",
-        "istio-io-zh-filter-ratelimit-cluster.yaml",
-        "istio-io-filter-ratelimit-svc.yaml",
-    ]) + &registry();
-    let (_proxy, dir, _) = cluster.gateway("cluster", &config);
-    let (ok, out, err) = check(&dir);
-    assert!(ok, "{err}");
+    let (_proxy, out, _) = cluster.checked_gateway(
+        "cluster",
+        &[
+            "samples-bookinfo-gateway.yaml",
+            "istio-io-zh-filter-ratelimit-cluster.yaml",
+            "istio-io-filter-ratelimit-svc.yaml",
+        ],
+    );
     assert!(
         out.contains("rate limit service: rate_limit_cluster -> 127.0.0.1:8081 (cluster of EnvoyFilter/filter-ratelimit spec.configPatches[1], ServiceEntry default/ratelimit)"),
         "{out}"
