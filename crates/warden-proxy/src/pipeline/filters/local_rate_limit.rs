@@ -95,12 +95,24 @@ impl LocalRateLimitFilter {
             return Err(problems);
         }
         let keys = routes.keys();
+        // The most specific per-route config wins, as in Envoy: a route's over its vhost's.
+        let on_route = |i: u32| {
+            patches
+                .route_local
+                .get(i as usize)
+                .is_some_and(|p| p.origin.apply_to == "HTTP_ROUTE")
+        };
         let per_route = SiteTable::build(&keys, |site| {
-            landed
+            let here: Vec<u32> = landed
                 .iter()
                 .filter(|(_, l)| l.covers(site))
                 .map(|(i, _)| *i)
-                .collect()
+                .collect();
+            if here.iter().any(|i| on_route(*i)) {
+                here.into_iter().filter(|i| on_route(*i)).collect()
+            } else {
+                here
+            }
         });
         let rate_limits_at = SiteTable::build(&keys, |site| rate_limits_at(&rate_limits, site));
         let mut gateways_by_port: Vec<(u16, Arc<str>)> = Vec::new();
