@@ -71,9 +71,8 @@ impl LocalRateLimitFilter {
         if limiter.is_empty() && !limiter.has_connection_limits() {
             return Ok(None);
         }
-        // The limiter compiled; interpreting the same documents again cannot fail.
-        let patches = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)
-            .map_err(|p| p.into_iter().collect::<Vec<_>>())?;
+        // Where its per-route configs and route actions land is known here, not to the limiter.
+        let patches = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)?;
         let mut problems = Vec::new();
         let mut landings = Vec::new();
         let selected = |o: &warden_local_ratelimit::envoy::PatchOrigin| {
