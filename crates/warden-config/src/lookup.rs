@@ -26,6 +26,18 @@ impl ConfigSet {
         }
     }
 
+    /// `problem` with the line of its field filled in, when the loader knows it (problems found
+    /// by compiling crates only name the file, document and field).
+    pub fn with_line(&self, mut problem: crate::Problem) -> crate::Problem {
+        let loc = &mut problem.location;
+        if loc.line.is_none() && loc.document > 0 {
+            loc.line =
+                self.source_lines
+                    .line_of(&loc.file, loc.document, &FieldPath::parse(&loc.field));
+        }
+        problem
+    }
+
     /// The ServiceEntry defining `host`: an exact host (case-insensitive) first, else the most
     /// specific (longest) wildcard host that matches it.
     pub fn service_entry_for_host(&self, host: &str) -> Option<&Doc<ServiceEntry>> {

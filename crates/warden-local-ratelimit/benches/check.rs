@@ -55,6 +55,11 @@ fn attrs<'a>(ip: IpAddr, headers: &'a http::HeaderMap) -> RequestAttrs<'a> {
         gateway: "ingress",
         virtual_service: Some("api"),
         destination_cluster: None,
+        query: None,
+        authority: "",
+        scheme: "http",
+        route_local: &[],
+        route_rate_limits: None,
     }
 }
 

@@ -7,7 +7,9 @@ use crate::envoy::local_config::{HttpLocalRateLimit, TokenBucket};
 use crate::envoy::patches::{EnvoyRateLimitPatches, Patched};
 use crate::envoy::proto_json::{header_pairs, limited_status, RuntimeFractionalPercent};
 use crate::fraction::Fraction;
-use crate::group::{DescriptorBucket, Group, LimitBucket, Rules, Scope, SelectorRule};
+use crate::group::{
+    DescriptorBucket, Group, LimitBucket, RouteBinding, Rules, Scope, SelectorRule,
+};
 use crate::problem::DocSite;
 use crate::selector::{parse_cidr, CompiledSelector};
 use crate::stats::GroupCounters;
@@ -18,6 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use warden_config::kinds::rate_limit_policy::{RateLimitValue, SourceMatchType};
 use warden_config::{Doc, Location, Problem, RateLimitPolicy};
+
+/// A route `rate_limits` entry: its stage, the patch it came from (index in
+/// `route_rate_limits`), and the entry compiled (errors are the interpreter's to report).
+type RouteEntry = (u32, u32, Result<CompiledEntry, ()>);
 
 /// Bucket state and counters by identity, handed from one limiter generation to the next.
 #[derive(Debug, Default)]
@@ -204,6 +210,7 @@ impl<'p> Compiler<'p> {
             self.groups.push(Group {
                 name: name.clone().into(),
                 scope: scope.clone(),
+                binding: RouteBinding::Policy,
                 enabled: Fraction::always(),
                 enforced: Fraction::always(),
                 status: http::StatusCode::TOO_MANY_REQUESTS,
@@ -256,19 +263,18 @@ impl<'p> Compiler<'p> {
     }
 
     pub(crate) fn envoy(&mut self, patches: &EnvoyRateLimitPatches) {
-        let route_entries: Vec<(u32, Result<CompiledEntry, ()>)> = patches
-            .route_rate_limits
-            .iter()
-            .flat_map(|p| p.config.iter())
-            .map(|e| (e.stage, CompiledEntry::compile(e).map_err(|_| ())))
+        let route_entries: Vec<RouteEntry> = (0u32..)
+            .zip(&patches.route_rate_limits)
+            .flat_map(|(i, p)| p.config.entries.iter().map(move |e| (i, e)))
+            .map(|(i, e)| (e.stage, i, CompiledEntry::compile(e).map_err(|_| ())))
             .collect();
         let has_route_configs = !patches.route_local.is_empty();
-        for (per_route, p) in patches
-            .http_local
-            .iter()
-            .map(|p| (false, p))
-            .chain(patches.route_local.iter().map(|p| (true, p)))
-        {
+        let filter_level = patches.http_local.iter().map(|p| (None, p));
+        let per_route = (0u32..)
+            .zip(&patches.route_local)
+            .map(|(i, p)| (Some(i), p));
+        for (route_index, p) in filter_level.chain(per_route) {
+            let per_route = route_index.is_some();
             if !self.selected(p.origin.workload_labels.as_ref()) {
                 continue;
             }
@@ -277,7 +283,7 @@ impl<'p> Compiler<'p> {
                 // Only carries the filter into the chain; the per-route configs do the limiting.
                 continue;
             }
-            self.http_local(p, &route_entries);
+            self.http_local(p, &route_entries, route_index);
         }
         for p in &patches.network_local {
             if !self.selected(p.origin.workload_labels.as_ref()) {
@@ -309,10 +315,10 @@ impl<'p> Compiler<'p> {
     fn http_local(
         &mut self,
         p: &Patched<HttpLocalRateLimit>,
-        route_entries: &[(u32, Result<CompiledEntry, ()>)],
+        route_entries: &[RouteEntry],
+        route_index: Option<u32>,
     ) {
         let c = &p.config;
-        let per_route = p.origin.config_field.contains("typed_per_filter_config");
         let problem = |field: String, message: String| Problem {
             location: Location {
                 field: format!("{}{field}", p.origin.config_field),
@@ -440,14 +446,14 @@ impl<'p> Compiler<'p> {
             let entries = if c.rate_limits.is_empty() {
                 route_entries
                     .iter()
-                    .filter(|(stage, _)| *stage == c.stage)
-                    .filter_map(|(_, e)| e.as_ref().ok().cloned())
+                    .filter(|(stage, _, _)| *stage == c.stage)
+                    .filter_map(|(_, patch, e)| Some((Some(*patch), e.as_ref().ok()?.clone())))
                     .collect()
             } else {
                 let mut out = Vec::new();
                 for (i, e) in c.rate_limits.iter().enumerate() {
                     match CompiledEntry::compile(e) {
-                        Ok(ce) => out.push(ce),
+                        Ok(ce) => out.push((None, ce)),
                         Err((f, m)) => self
                             .problems
                             .push(problem(format!("{base}.rate_limits[{i}].{f}"), m)),
@@ -469,17 +475,14 @@ impl<'p> Compiler<'p> {
                 source_cluster: self.source_cluster.to_string(),
             }
         };
-        let scope = match p.origin.vhost.as_deref() {
-            Some(v) if per_route && !v.is_empty() => Scope {
-                gateways: Vec::new(),
-                virtual_services: vec![v.to_string()],
-            },
-            _ => Scope::default(),
-        };
+        // Which routes a per-route config lands on is the proxy's to resolve (it knows the
+        // virtual hosts and routes): it passes the indices in `RequestAttrs::route_local`.
+        let binding = route_index.map_or(RouteBinding::FilterLevel, RouteBinding::PerRoute);
         let counters = self.counters(&format!("{}.http_local_rate_limit", c.stat_prefix));
         self.groups.push(Group {
             name: c.stat_prefix.clone().into(),
-            scope,
+            scope: Scope::default(),
+            binding,
             enabled,
             enforced,
             status: limited_status(c.status.as_ref()),

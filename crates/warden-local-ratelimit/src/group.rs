@@ -23,6 +23,30 @@ pub(crate) struct Scope {
     pub virtual_services: Vec<String>,
 }
 
+/// How an EnvoyFilter `local_ratelimit` group relates to the request's route (Envoy: a route's
+/// `typed_per_filter_config` replaces the filter-level config for that route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RouteBinding {
+    /// A RateLimitPolicy group: its `targetRefs` scope decides.
+    #[default]
+    Policy,
+    /// A filter-level EnvoyFilter config: applies where no per-route config does.
+    FilterLevel,
+    /// Per-route config `i` of `route_local`: applies where the proxy resolved it.
+    PerRoute(u32),
+}
+
+impl RouteBinding {
+    #[inline]
+    fn applies(self, route_local: &[u32]) -> bool {
+        match self {
+            Self::Policy => true,
+            Self::FilterLevel => route_local.is_empty(),
+            Self::PerRoute(i) => route_local.contains(&i),
+        }
+    }
+}
+
 impl Scope {
     #[inline]
     pub(crate) fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
@@ -79,7 +103,9 @@ pub(crate) enum Rules {
     Selectors(Vec<SelectorRule>),
     /// Envoy descriptors matched against what the route's `rate_limits` actions produce.
     Descriptors {
-        entries: Vec<CompiledEntry>,
+        /// With the index of the route `rate_limits` patch they come from (None: the filter's
+        /// own `rate_limits`), which the request's route must carry.
+        entries: Vec<(Option<u32>, CompiledEntry)>,
         descriptors: Vec<DescriptorBucket>,
         source_cluster: String,
     },
@@ -89,6 +115,7 @@ pub(crate) enum Rules {
 pub(crate) struct Group {
     pub name: Arc<str>,
     pub scope: Scope,
+    pub binding: RouteBinding,
     pub enabled: Fraction,
     pub enforced: Fraction,
     pub status: http::StatusCode,
@@ -120,7 +147,10 @@ impl Group {
         table: &KeyTable,
         now: u64,
     ) -> Option<Verdict<'_>> {
-        if !self.scope.applies(req.gateway, req.virtual_service) || !self.enabled.sample() {
+        if !self.binding.applies(req.route_local)
+            || !self.scope.applies(req.gateway, req.virtual_service)
+            || !self.enabled.sample()
+        {
             return None;
         }
         let (allowed, context) = self.consume(req, table, now);
@@ -172,7 +202,14 @@ impl Group {
                 source_cluster,
             } => {
                 let mut matched: Vec<(&DescriptorBucket, Option<Vec<u8>>)> = Vec::new();
-                for entry in entries {
+                for (patch, entry) in entries {
+                    let here = match (patch, req.route_rate_limits) {
+                        (Some(p), Some(at_route)) => at_route.contains(p),
+                        _ => true,
+                    };
+                    if !here {
+                        continue;
+                    }
                     let Some(desc) = entry.descriptor(req, source_cluster) else {
                         continue;
                     };

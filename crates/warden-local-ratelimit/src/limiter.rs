@@ -149,7 +149,7 @@ impl LocalLimiter {
             Rules::Selectors(rules) => rules
                 .iter()
                 .any(|r| r.selectors.iter().any(|s| s.reads_headers())),
-            Rules::Descriptors { entries, .. } => entries.iter().any(|e| e.reads_headers()),
+            Rules::Descriptors { entries, .. } => entries.iter().any(|(_, e)| e.reads_headers()),
         })
     }
 

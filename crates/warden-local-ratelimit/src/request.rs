@@ -9,6 +9,12 @@ pub struct RequestAttrs<'a> {
     pub method: &'a http::Method,
     /// The path without query string.
     pub path: &'a str,
+    /// The query string (after `?`), for Envoy's `:path` pseudo-header.
+    pub query: Option<&'a str>,
+    /// `:authority` as received (host and port).
+    pub authority: &'a str,
+    /// `:scheme`: `http` or `https`.
+    pub scheme: &'a str,
     pub headers: &'a http::HeaderMap,
     /// Name of the Gateway whose listener accepted the request.
     pub gateway: &'a str,
@@ -16,4 +22,13 @@ pub struct RequestAttrs<'a> {
     pub virtual_service: Option<&'a str>,
     /// The upstream cluster (service host) the route picked, for Envoy's `destination_cluster`.
     pub destination_cluster: Option<&'a str>,
+    /// Which per-route `local_ratelimit` configs (indices into
+    /// [`crate::envoy::EnvoyRateLimitPatches::route_local`]) the proxy resolved to this
+    /// request's route; when any applies, the EnvoyFilters' filter-level configs do not (Envoy's
+    /// per-route config replaces the filter's).
+    pub route_local: &'a [u32],
+    /// Which route `rate_limits` patches (indices into
+    /// [`crate::envoy::EnvoyRateLimitPatches::route_rate_limits`]) feed descriptors here, as
+    /// the proxy resolved them for this request's route; None: all of them.
+    pub route_rate_limits: Option<&'a [u32]>,
 }

@@ -124,7 +124,7 @@ fn seed_global_filters_parse_and_the_lua_patch_is_reported_unsupported() {
     );
 
     assert_eq!(patches.route_rate_limits.len(), 1);
-    let entries = &patches.route_rate_limits[0].config;
+    let entries = &patches.route_rate_limits[0].config.entries;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].actions[0], Action::RemoteAddress {});
     assert_eq!(
@@ -136,7 +136,12 @@ fn seed_global_filters_parse_and_the_lua_patch_is_reported_unsupported() {
         }
     );
     assert_eq!(
-        patches.route_rate_limits[0].origin.vhost.as_deref(),
+        patches.route_rate_limits[0]
+            .origin
+            .route_match
+            .vhost
+            .as_ref()
+            .and_then(|v| v.name.as_deref()),
         Some("")
     );
 

@@ -116,6 +116,9 @@ pub struct VirtualHostMatch {
     /// Empty or absent matches every virtual host.
     #[serde(default)]
     pub name: Option<String>,
+    /// One of the virtual host's domains; empty or absent matches every virtual host.
+    #[serde(default, alias = "domain_name")]
+    pub domain_name: Option<String>,
     #[serde(default)]
     pub route: Option<RouteMatch>,
 }

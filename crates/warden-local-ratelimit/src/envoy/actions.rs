@@ -100,6 +100,9 @@ pub struct HeaderMatcher {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct RegexMatcher {
     pub regex: String,
+    /// Deprecated engine choice (RE2 is the only one); accepted and meaningless.
+    #[serde(default, alias = "googleRe2")]
+    pub google_re2: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -131,9 +134,66 @@ enum ValueTest {
     Regex(Regex),
 }
 
+/// Where a header matcher or a `request_headers` action reads its value: a request header, or
+/// one of the pseudo-headers Envoy keeps in the same map (with Envoy's values: `:path` with
+/// its query string, `:authority` as received, `:scheme` of the listener).
+#[derive(Debug, Clone)]
+enum HeaderSource {
+    Header(http::HeaderName),
+    Path,
+    Method,
+    Authority,
+    Scheme,
+}
+
+impl HeaderSource {
+    fn parse(name: &str) -> Result<Self, String> {
+        let lower = name.to_ascii_lowercase();
+        Ok(match lower.as_str() {
+            ":path" => Self::Path,
+            ":method" => Self::Method,
+            ":authority" => Self::Authority,
+            ":scheme" => Self::Scheme,
+            p if p.starts_with(':') => {
+                return Err(format!(
+                    "{name:?} is not a pseudo-header warden knows (:path, :method, :authority, \
+                     :scheme)"
+                ))
+            }
+            _ => Self::Header(
+                http::HeaderName::from_bytes(lower.as_bytes())
+                    .map_err(|_| format!("{name:?} is not a valid header name"))?,
+            ),
+        })
+    }
+
+    fn is_header(&self) -> bool {
+        matches!(self, Self::Header(_))
+    }
+
+    /// The value Envoy would find under this name; None when absent.
+    fn value<'r>(&self, req: &RequestAttrs<'r>) -> Option<std::borrow::Cow<'r, str>> {
+        use std::borrow::Cow;
+        match self {
+            Self::Header(name) => req
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(Cow::Borrowed),
+            Self::Path => Some(match req.query {
+                Some(q) => Cow::Owned(format!("{}?{q}", req.path)),
+                None => Cow::Borrowed(req.path),
+            }),
+            Self::Method => Some(Cow::Owned(req.method.as_str().to_string())),
+            Self::Authority => (!req.authority.is_empty()).then_some(Cow::Borrowed(req.authority)),
+            Self::Scheme => Some(Cow::Borrowed(req.scheme)),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct CompiledHeaderMatcher {
-    name: http::HeaderName,
+    name: HeaderSource,
     test: ValueTest,
     invert: bool,
     missing_as_empty: bool,
@@ -141,8 +201,7 @@ struct CompiledHeaderMatcher {
 
 impl CompiledHeaderMatcher {
     fn compile(m: &HeaderMatcher) -> Result<Self, String> {
-        let name = http::HeaderName::from_bytes(m.name.to_ascii_lowercase().as_bytes())
-            .map_err(|_| format!("{:?} is not a valid header name", m.name))?;
+        let name = HeaderSource::parse(&m.name)?;
         let regex =
             |r: &str| Regex::new(&format!("^(?:{r})$")).map_err(|e| format!("invalid regex: {e}"));
         let test = if let Some(v) = &m.exact_match {
@@ -186,9 +245,9 @@ impl CompiledHeaderMatcher {
         })
     }
 
-    fn matches(&self, headers: &http::HeaderMap) -> bool {
-        let value = headers.get(&self.name).map(|v| v.to_str().unwrap_or(""));
-        let value = match (value, self.missing_as_empty) {
+    fn matches(&self, req: &RequestAttrs<'_>) -> bool {
+        let found = self.name.value(req);
+        let value = match (found.as_deref(), self.missing_as_empty) {
             (Some(v), _) => v,
             (None, true) => "",
             // Envoy: a missing header only matches an (inverted) presence test.
@@ -218,7 +277,7 @@ enum CompiledAction {
     SourceCluster,
     DestinationCluster,
     RequestHeader {
-        name: http::HeaderName,
+        name: HeaderSource,
         key: String,
         skip_if_absent: bool,
     },
@@ -255,11 +314,12 @@ pub struct CompiledEntry {
 impl CompiledEntry {
     /// Whether producing the entry looks at request headers.
     pub fn reads_headers(&self) -> bool {
-        self.actions.iter().any(|a| {
-            matches!(
-                a,
-                CompiledAction::RequestHeader { .. } | CompiledAction::HeaderValueMatch { .. }
-            )
+        self.actions.iter().any(|a| match a {
+            CompiledAction::RequestHeader { name, .. } => name.is_header(),
+            CompiledAction::HeaderValueMatch { headers, .. } => {
+                headers.iter().any(|h| h.name.is_header())
+            }
+            _ => false,
         })
     }
 
@@ -277,13 +337,8 @@ impl CompiledEntry {
                     descriptor_key,
                     skip_if_absent,
                 } => CompiledAction::RequestHeader {
-                    name: http::HeaderName::from_bytes(header_name.to_ascii_lowercase().as_bytes())
-                        .map_err(|_| {
-                            at(
-                                ".request_headers.header_name",
-                                format!("{header_name:?} is not a valid header name"),
-                            )
-                        })?,
+                    name: HeaderSource::parse(header_name)
+                        .map_err(|m| at(".request_headers.header_name", m))?,
                     key: descriptor_key.clone(),
                     skip_if_absent: *skip_if_absent,
                 },
@@ -370,8 +425,8 @@ impl CompiledEntry {
                     name,
                     key,
                     skip_if_absent,
-                } => match req.headers.get(name).and_then(|v| v.to_str().ok()) {
-                    Some(v) => out.push((key.clone(), v.to_string())),
+                } => match name.value(req) {
+                    Some(v) => out.push((key.clone(), v.into_owned())),
                     None if *skip_if_absent => {}
                     None => return None,
                 },
@@ -386,7 +441,7 @@ impl CompiledEntry {
                     expect,
                     headers,
                 } => {
-                    let all = headers.iter().all(|h| h.matches(req.headers));
+                    let all = headers.iter().all(|h| h.matches(req));
                     if all != *expect {
                         return None;
                     }
@@ -442,6 +497,11 @@ mod tests {
             gateway: "gw",
             virtual_service: None,
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(
             e.descriptor(&req, "local"),
@@ -474,6 +534,11 @@ mod tests {
             gateway: "gw",
             virtual_service: None,
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(e.descriptor(&req, "local"), None, "absent header drops it");
         req.headers = &headers;
@@ -503,6 +568,11 @@ mod tests {
             gateway: "gw",
             virtual_service: None,
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
         };
         assert_eq!(
             e.descriptor(&req, ""),
@@ -511,5 +581,56 @@ mod tests {
                 ("header_match".into(), "admin".into())
             ])
         );
+    }
+
+    #[test]
+    fn pseudo_headers_read_what_envoy_sees() {
+        let e = entry(serde_json::json!({"actions": [
+            {"request_headers": {"header_name": ":path", "descriptor_key": "PATH"}},
+            {"request_headers": {"header_name": ":method", "descriptor_key": "M"}},
+            {"request_headers": {"header_name": ":authority", "descriptor_key": "A"}},
+            {"request_headers": {"header_name": ":scheme", "descriptor_key": "S"}},
+            {"header_value_match": {"descriptor_value": "api", "headers": [
+                {"name": ":path", "safe_regex_match": {"google_re2": {}, "regex": "/api/v1/products/[1-9]{1,2}"}}
+            ]}}
+        ]}));
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let mut req = RequestAttrs {
+            client_ip: "127.0.0.1".parse().unwrap(),
+            method: &method,
+            path: "/api/v1/products/7",
+            headers: &headers,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+            query: Some("x=1"),
+            authority: "shop.example:8080",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
+        };
+        // `:path` carries the query, so the full-match regex no longer matches it.
+        let d = e.descriptor(&req, "");
+        assert_eq!(d, None, "header_value_match fails on the query");
+        req.query = None;
+        assert_eq!(
+            e.descriptor(&req, ""),
+            Some(vec![
+                ("PATH".into(), "/api/v1/products/7".into()),
+                ("M".into(), "GET".into()),
+                ("A".into(), "shop.example:8080".into()),
+                ("S".into(), "http".into()),
+                ("header_match".into(), "api".into()),
+            ])
+        );
+        assert!(!e.reads_headers(), "pseudo-headers need no header map");
+        let bad: RateLimitEntry = serde_json::from_value(serde_json::json!({"actions": [
+            {"request_headers": {"header_name": ":protocol", "descriptor_key": "P"}}
+        ]}))
+        .unwrap();
+        let (field, message) = CompiledEntry::compile(&bad).unwrap_err();
+        assert_eq!(field, "actions[0].request_headers.header_name");
+        assert!(message.contains(":protocol"), "{message}");
     }
 }

@@ -2,6 +2,7 @@
 //! implements, with errors and warnings that name the file, document and patch field.
 
 use super::actions::RateLimitEntry;
+use super::cluster_config::StaticCluster;
 use super::global_config::{HttpRateLimit, HTTP_RATELIMIT_TYPE};
 use super::local_config::{
     HttpLocalRateLimit, NetworkLocalRateLimit, HTTP_LOCAL_RATELIMIT_TYPE,
@@ -12,7 +13,7 @@ use crate::problem::DocSite;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use warden_config::kinds::envoy_filter::ConfigPatch;
+use warden_config::kinds::envoy_filter::{ConfigPatch, RouteConfigurationMatch};
 use warden_config::{Doc, EnvoyFilter, Location, Problem};
 
 /// Where a patch came from and what it was scoped to.
@@ -24,10 +25,11 @@ pub struct PatchOrigin {
     pub field: String,
     pub context: Option<String>,
     pub workload_labels: Option<BTreeMap<String, String>>,
-    /// Virtual host name of a VIRTUAL_HOST / HTTP_ROUTE patch; None or empty = all.
-    pub vhost: Option<String>,
-    /// Route name of an HTTP_ROUTE patch; None = all.
-    pub route: Option<String>,
+    /// `applyTo`: `VIRTUAL_HOST`, `HTTP_ROUTE`, `HTTP_FILTER`, ...
+    pub apply_to: String,
+    /// `match.routeConfiguration` (default: everything): which route configurations, virtual
+    /// hosts and routes a VIRTUAL_HOST / HTTP_ROUTE patch lands on; the proxy resolves it.
+    pub route_match: RouteConfigurationMatch,
     /// The EnvoyFilter document (file, index, kind/name; field empty).
     pub document: Location,
     /// Full field path of the interpreted config, e.g.
@@ -52,10 +54,21 @@ pub struct EnvoyRateLimitPatches {
     pub network_local: Vec<Patched<NetworkLocalRateLimit>>,
     /// HTTP_FILTER `envoy.filters.http.ratelimit` (the global limiter's filter).
     pub http_global: Vec<Patched<HttpRateLimit>>,
-    /// `rate_limits` merged into a VIRTUAL_HOST / HTTP_ROUTE.
-    pub route_rate_limits: Vec<Patched<Vec<RateLimitEntry>>>,
+    /// `rate_limits` merged into a VIRTUAL_HOST, or into an HTTP_ROUTE's `route` action.
+    pub route_rate_limits: Vec<Patched<RouteRateLimits>>,
+    /// CLUSTER patches ADDing a static cluster (a rate limit service's address).
+    pub clusters: Vec<Patched<StaticCluster>>,
     /// Unsupported patches and ignored fields.
     pub warnings: Vec<Problem>,
+}
+
+/// The `rate_limits` of one VIRTUAL_HOST or HTTP_ROUTE patch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteRateLimits {
+    pub entries: Vec<RateLimitEntry>,
+    /// `route.include_vh_rate_limits` of an HTTP_ROUTE patch: the virtual host's rate limits
+    /// apply too (by default a route's own rate limits replace them, as in Envoy).
+    pub include_vh_rate_limits: bool,
 }
 
 /// Interpret every patch of every EnvoyFilter; all errors are returned together.
@@ -74,19 +87,12 @@ pub fn interpret(filters: &[Doc<EnvoyFilter>]) -> Result<EnvoyRateLimitPatches, 
                     .workload_selector
                     .as_ref()
                     .map(|w| w.labels.clone()),
-                vhost: patch
+                apply_to: patch.apply_to.clone(),
+                route_match: patch
                     .matches
                     .as_ref()
-                    .and_then(|m| m.route_configuration.as_ref())
-                    .and_then(|r| r.vhost.as_ref())
-                    .and_then(|v| v.name.clone()),
-                route: patch
-                    .matches
-                    .as_ref()
-                    .and_then(|m| m.route_configuration.as_ref())
-                    .and_then(|r| r.vhost.as_ref())
-                    .and_then(|v| v.route.as_ref())
-                    .and_then(|r| r.name.clone()),
+                    .and_then(|m| m.route_configuration.clone())
+                    .unwrap_or_default(),
                 document: site.location().clone(),
                 config_field: String::new(),
             };
@@ -163,9 +169,19 @@ impl Cx<'_> {
                     return self
                         .unsupported(".patch.operation", format!("{op} on {}", patch.apply_to));
                 }
-                self.route_merge(value);
+                self.route_merge(&patch.apply_to, value);
             }
-            other => self.unsupported(".applyTo", format!("applyTo {other}")),
+            "CLUSTER" if op == "ADD" => {
+                let path = ".patch.value";
+                if let Some(config) = self.decode::<StaticCluster>(value.clone(), path) {
+                    if let Err((f, m)) = config.check() {
+                        return self.error(&format!("{path}{f}"), m);
+                    }
+                    let origin = self.origin_at(path);
+                    self.out.clusters.push(Patched { origin, config });
+                }
+            }
+            other => self.unsupported(".applyTo", format!("applyTo {other} {op}")),
         }
     }
 
@@ -254,25 +270,53 @@ impl Cx<'_> {
         }
     }
 
-    fn route_merge(&mut self, value: &Value) {
+    /// MERGE into a VirtualHost (`rate_limits`, `typed_per_filter_config`) or a Route
+    /// (`route.rate_limits` of its action, `typed_per_filter_config`), as Envoy's protos have them.
+    fn route_merge(&mut self, apply_to: &str, value: &Value) {
         let Some(obj) = value.as_object() else {
             return self.error(".patch.value", "must be an object");
         };
+        let on_route = apply_to == "HTTP_ROUTE";
         for (key, v) in obj {
             match key.as_str() {
-                "rate_limits" | "rateLimits" => {
-                    let path = format!(".patch.value.{key}");
-                    if let Some(entries) = self.decode::<Vec<RateLimitEntry>>(v.clone(), &path) {
-                        for (i, e) in entries.iter().enumerate() {
-                            if let Err((f, m)) = super::actions::CompiledEntry::compile(e) {
-                                self.error(&format!("{path}[{i}].{f}"), m);
-                            }
+                "rate_limits" | "rateLimits" if !on_route => {
+                    self.rate_limits(&format!(".patch.value.{key}"), v, false);
+                }
+                "rate_limits" | "rateLimits" => self.error(
+                    &format!(".patch.value.{key}"),
+                    "a Route has no rate_limits: they belong to its action, \
+                     `route: {rate_limits: [...]}` (Envoy's RouteAction)",
+                ),
+                "route" if on_route => {
+                    let Some(action) = v.as_object() else {
+                        self.error(".patch.value.route", "must be an object");
+                        continue;
+                    };
+                    let include_vh = action
+                        .get("include_vh_rate_limits")
+                        .or_else(|| action.get("includeVhRateLimits"));
+                    let include_vh = match include_vh {
+                        None => false,
+                        Some(Value::Bool(b)) => *b,
+                        Some(_) => {
+                            self.error(
+                                ".patch.value.route.include_vh_rate_limits",
+                                "must be true or false",
+                            );
+                            false
                         }
-                        let origin = self.origin_at(&path);
-                        self.out.route_rate_limits.push(Patched {
-                            origin,
-                            config: entries,
-                        });
+                    };
+                    for (k, rl) in action {
+                        match k.as_str() {
+                            "rate_limits" | "rateLimits" => {
+                                self.rate_limits(&format!(".patch.value.route.{k}"), rl, include_vh)
+                            }
+                            "include_vh_rate_limits" | "includeVhRateLimits" => {}
+                            other => self.unsupported(
+                                &format!(".patch.value.route.{other}"),
+                                format!("route action field {other}"),
+                            ),
+                        }
                     }
                 }
                 "typed_per_filter_config" | "typedPerFilterConfig" => {
@@ -298,10 +342,34 @@ impl Cx<'_> {
                 }
                 other => self.unsupported(
                     &format!(".patch.value.{other}"),
-                    format!("route field {other}"),
+                    format!("{} field {other}", apply_to.to_ascii_lowercase()),
                 ),
             }
         }
+    }
+
+    /// A `rate_limits` list at `path`, checked entry by entry.
+    fn rate_limits(&mut self, path: &str, v: &Value, include_vh_rate_limits: bool) {
+        let Some(entries) = self.decode::<Vec<RateLimitEntry>>(v.clone(), path) else {
+            return;
+        };
+        let start = self.errors.len();
+        for (i, e) in entries.iter().enumerate() {
+            if let Err((f, m)) = super::actions::CompiledEntry::compile(e) {
+                self.error(&format!("{path}[{i}].{f}"), m);
+            }
+        }
+        if self.errors.len() != start {
+            return;
+        }
+        let origin = self.origin_at(path);
+        self.out.route_rate_limits.push(Patched {
+            origin,
+            config: RouteRateLimits {
+                entries,
+                include_vh_rate_limits,
+            },
+        });
     }
 
     /// Decode protobuf JSON into `T`; errors carry the field path, ignored fields warn.

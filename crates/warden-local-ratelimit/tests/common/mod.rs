@@ -84,6 +84,11 @@ impl Req {
             gateway: &self.gateway,
             virtual_service: self.vs.as_deref(),
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
         }
     }
 

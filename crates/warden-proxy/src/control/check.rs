@@ -115,6 +115,7 @@ pub fn describe(s: &Snapshot) -> String {
         s.config.envoy_filters.len(),
         s.filters.stage_names().join(", ")
     );
+    describe_rate_limits(&mut out, s);
     if !s.warnings.is_empty() {
         let _ = writeln!(out, "warnings ({}):", s.warnings.len());
         for w in &s.warnings {
@@ -122,6 +123,44 @@ pub fn describe(s: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// Where the global limiter's RLS is (the address each reference resolves to) and which
+/// routes the EnvoyFilter route patches landed on.
+fn describe_rate_limits(out: &mut String, s: &Snapshot) {
+    use crate::pipeline::filters::global_rate_limit::GlobalRateLimit;
+    let global = s
+        .filters
+        .global_rate_limit
+        .as_deref()
+        .and_then(|g| g.as_any().downcast_ref::<GlobalRateLimit>());
+    if let Some(g) = global {
+        match &g.rls_target {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "rate limit service: {} -> {} ({})",
+                    t.reference, t.address, t.via
+                );
+            }
+            None => {
+                let _ = writeln!(out, "rate limit service: embedded (in process, memory)");
+            }
+        }
+    }
+    let local = s.filters.local_rate_limit.as_ref().map(|l| &l.landings);
+    let landings: Vec<&String> = global
+        .map(|g| &g.landings)
+        .into_iter()
+        .chain(local)
+        .flatten()
+        .collect();
+    if !landings.is_empty() {
+        let _ = writeln!(out, "rate limit route patches ({}):", landings.len());
+        for l in landings {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
 }
 
 /// A table's virtual hosts and their routes, under `label` (`port 80`, `outbound port 9080`).

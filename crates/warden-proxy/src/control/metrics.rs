@@ -50,6 +50,8 @@ pub struct GlobalRateLimitMetrics {
     pub over_limit_cache_hits: Counter,
     /// Requests admitted on a quota lease, without an RPC.
     pub lease_hits: Counter,
+    /// Failed RLS calls by reason (`timeout`, `unavailable`, `grpc_status`, ...).
+    errors_by_reason: Family<ReasonLabels, Counter>,
 }
 
 impl GlobalRateLimitMetrics {
@@ -81,6 +83,18 @@ impl GlobalRateLimitMetrics {
             "Requests admitted on a quota lease the RLS granted, without an RLS call",
             self.lease_hits.clone(),
         );
+        sub.register(
+            "rls_failures",
+            "RLS calls that failed, by reason (timeout, unavailable, grpc_status, unknown_code, embedded)",
+            self.errors_by_reason.clone(),
+        );
+    }
+
+    /// Count one failed call under `reason`.
+    pub fn rls_failure(&self, reason: &'static str) {
+        self.errors_by_reason
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 }
 

@@ -68,6 +68,11 @@ pub struct RequestAttrs<'a> {
     pub port: u16,
     /// The local address the connection was accepted on (`destination.ip` / `.port`).
     pub local_addr: SocketAddr,
+    /// Which side of the proxy took the request (gateway port, sidecar inbound).
+    pub side: crate::downstream::destination::Side,
+    /// The virtual host (index in the port's route table) routing picked; set by stage 2,
+    /// read by the rate limit stages for EnvoyFilter patches that name one.
+    pub vhost: u32,
 }
 
 impl RequestAttrs<'_> {
@@ -137,6 +142,7 @@ impl Filters {
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
+        routes: &filters::route_sites::RouteCatalog,
         previous: Option<&Filters>,
     ) -> Result<Filters, Vec<Problem>> {
         let mut problems = Vec::new();
@@ -147,6 +153,7 @@ impl Filters {
         let local_rate_limit = LocalRateLimitFilter::build(
             set,
             identity,
+            routes,
             previous.and_then(|p| p.local_rate_limit.as_ref()),
         )
         .unwrap_or_else(|p| {
@@ -157,6 +164,7 @@ impl Filters {
             crate::pipeline::filters::global_rate_limit::GlobalRateLimit::build(
                 set,
                 identity,
+                routes,
                 previous.and_then(|p| p.global_rate_limit.as_deref()),
             )
             .unwrap_or_else(|p| {
@@ -165,7 +173,10 @@ impl Filters {
             })
             .map(|f| Box::new(f) as Box<dyn AsyncRequestFilter>);
         if !problems.is_empty() {
-            return Err(problems);
+            // The limiters read the same EnvoyFilters: a bad patch is reported once, at its line.
+            let mut seen = std::collections::HashSet::new();
+            problems.retain(|p| seen.insert(p.to_string()));
+            return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
         }
         Ok(Filters {
             authz,
@@ -407,6 +418,8 @@ fn request_attrs<'a>(
         lines,
         port: conn.port,
         local_addr: conn.local,
+        side: conn.side,
+        vhost: u32::MAX,
     }
 }
 
@@ -441,14 +454,15 @@ fn authority_of<'a>(parts: &'a http::request::Parts, lines: Option<&'a RequestLi
         .unwrap_or("")
 }
 
-/// Stage 2: the VirtualService route (first match wins); `None` answers 404 `NR`.
+/// Stage 2: the VirtualService route (first match wins) and its virtual host's index; `None`
+/// answers 404 `NR`.
 fn find_route<'s>(
     snapshot: &'s Snapshot,
     conn: &ConnCtx,
     attrs: &RequestAttrs<'_>,
-) -> Option<&'s Arc<Route>> {
+) -> Option<(u32, &'s Arc<Route>)> {
     let table = snapshot.http_routes(conn)?;
-    table.find(&RouteInput {
+    table.find_in_vhost(&RouteInput {
         method: attrs.method,
         host: host_of(attrs.authority),
         authority: attrs.authority,
@@ -711,6 +725,8 @@ struct Waiting {
     /// Stage 1's trusted client address.
     client_ip: IpAddr,
     route: Arc<Route>,
+    /// Stage 2's virtual host, for stage 5.
+    vhost: u32,
     passed: SyncPass,
 }
 
@@ -738,7 +754,7 @@ fn decide(
     // One authority for every stage and the upstream (or a 400), see `authority`.
     let rejected = authority::resolve(&mut parts, &mut lines).err();
     let authority = authority_of(&parts, lines.as_ref());
-    let attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
+    let mut attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
     if shared.access_log.is_some() {
         *log = Some(log_fields(&parts, authority, attrs.client_ip));
     }
@@ -754,9 +770,10 @@ fn decide(
     }
 
     // 2. route
-    let Some(route) = find_route(snapshot, conn, &attrs) else {
+    let Some((vhost, route)) = find_route(snapshot, conn, &attrs) else {
         return Decided::Now(local(LocalReply::no_route(), outcome), None);
     };
+    attrs.vhost = vhost;
     outcome.route = Some(route.clone());
     let route = route.clone();
 
@@ -801,6 +818,7 @@ fn decide(
         body,
         client_ip,
         route,
+        vhost,
         passed,
     })
 }
@@ -833,7 +851,8 @@ async fn act(
         if let Some(f) = &filters.global_rate_limit {
             let lines = waiting.lines.as_ref();
             let authority = authority_of(&waiting.parts, lines);
-            let attrs = request_attrs(conn, shared, &waiting.parts, lines, authority);
+            let mut attrs = request_attrs(conn, shared, &waiting.parts, lines, authority);
+            attrs.vhost = waiting.vhost;
             // The global stage's own replies carry them too.
             if let Some(h) = local_limit_headers.take() {
                 h.apply(extra_headers.get_or_insert_with(HeaderMap::new));

@@ -173,6 +173,10 @@ pub struct Route {
     pub rewrite: Option<Box<Rewrite>>,
     /// `corsPolicy`, applied after the policy stages (Istio's filter order: RBAC first).
     pub cors: Option<Box<crate::pipeline::cors::Cors>>,
+    /// The names Istio gives the Envoy routes this route becomes (one per match: the
+    /// VirtualService `http[].name`, `.` and the match's `name` when it has one), which
+    /// EnvoyFilter HTTP_ROUTE patches match on.
+    pub envoy_names: Box<[Box<str>]>,
 }
 
 /// `mirror` / `mirrors[]`: a copy of a share of the route's requests, fire and forget.
@@ -394,7 +398,7 @@ impl RouteTable {
         self.vhosts[index].routes.extend(routes.iter().cloned());
     }
 
-    fn vhost(&self, host: &str) -> Option<&VirtualHost> {
+    fn vhost_index(&self, host: &str) -> Option<usize> {
         let lowered;
         let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
             lowered = host.to_ascii_lowercase();
@@ -413,15 +417,25 @@ impl RouteTable {
                     .map(|(_, i)| *i)
             })
             .or(self.any)?;
-        self.vhosts.get(index)
+        Some(index)
     }
 
     /// First matching route of the virtual host for `input.host`; `None` is a 404 (`NR`).
     pub fn find(&self, input: &RouteInput<'_>) -> Option<&Arc<Route>> {
-        self.vhost(input.host)?
+        self.find_in_vhost(input).map(|(_, r)| r)
+    }
+
+    /// [`Self::find`], with the index of the virtual host it was found in (in `vhosts`): the
+    /// same route may serve several hosts, and EnvoyFilter patches can name one of them.
+    pub fn find_in_vhost(&self, input: &RouteInput<'_>) -> Option<(u32, &Arc<Route>)> {
+        let index = self.vhost_index(input.host)?;
+        let route = self
+            .vhosts
+            .get(index)?
             .routes
             .iter()
-            .find(|r| r.matches(input))
+            .find(|r| r.matches(input))?;
+        Some((index as u32, route))
     }
 
     pub fn route_count(&self) -> usize {
@@ -492,6 +506,7 @@ mod tests {
             fault: None,
             rewrite: None,
             cors: None,
+            envoy_names: Box::new([]),
         })
     }
 

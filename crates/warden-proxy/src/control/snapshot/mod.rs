@@ -179,13 +179,20 @@ impl Snapshot {
                 ListenerProtocol::Captured => PortRoutes::Tcp(None),
             });
         }
-        let filters = match Filters::build(&loaded.set, identity, previous.map(|p| &p.filters)) {
-            Ok(f) => f,
-            Err(mut problems) => {
-                b.errors.append(&mut problems);
-                Filters::default()
-            }
-        };
+        let routes = crate::pipeline::filters::route_sites::RouteCatalog::build(
+            &loaded.set,
+            &listeners,
+            &ports,
+            sidecar.as_ref(),
+        );
+        let filters =
+            match Filters::build(&loaded.set, identity, &routes, previous.map(|p| &p.filters)) {
+                Ok(f) => f,
+                Err(mut problems) => {
+                    b.errors.append(&mut problems);
+                    Filters::default()
+                }
+            };
         if !b.errors.is_empty() {
             let warnings = loaded.warnings.iter().chain(&b.warnings).cloned();
             return Err(ConfigErrors::new(b.errors).with_warnings(warnings));
@@ -273,6 +280,7 @@ fn https_redirect_route<'s>(
         fault: None,
         rewrite: None,
         cors: None,
+        envoy_names: Box::new([]),
     };
     Some((Box::new(admits), Arc::new(route)))
 }
@@ -577,8 +585,23 @@ impl Builder<'_> {
         if self.errors.len() > errors_before {
             return None;
         }
+        // Istio makes one Envoy route per match, named `http[].name` (+ `.match name`).
+        let http_name = r.name.as_deref().unwrap_or("");
+        let mut envoy_names: Vec<Box<str>> = r
+            .matches
+            .iter()
+            .map(|m| match m.name.as_deref() {
+                Some(n) => format!("{http_name}.{n}").into(),
+                None => http_name.into(),
+            })
+            .collect();
+        if envoy_names.is_empty() {
+            envoy_names.push(http_name.into());
+        }
+        envoy_names.dedup();
         Some(Route {
             name,
+            envoy_names: envoy_names.into(),
             matches,
             action: action?,
             request_headers,

@@ -294,6 +294,7 @@ impl SidecarRoutes {
                 fault: None,
                 rewrite: None,
                 cors: None,
+                envoy_names: Box::new(["block_all".into()]),
             },
         });
         for table in outbound_http.values_mut() {
@@ -403,6 +404,12 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
         fault: None,
         rewrite: None,
         cors: None,
+        // Istio's generated routes: `default` (inbound, a service's own cluster), `allow_any`.
+        envoy_names: Box::new([if name == "inbound" || name.contains(':') {
+            "default".into()
+        } else {
+            name.into()
+        }]),
     }
 }
 

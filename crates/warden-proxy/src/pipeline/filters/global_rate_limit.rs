@@ -12,16 +12,23 @@
 //!   `failure_mode_deny`.
 //!
 //! The RLS address comes from the EnvoyFilter's `rate_limit_service` (an Istio
-//! `outbound|PORT||HOST` cluster name, or `HOST:PORT`). RateLimitPolicy rules without such a
-//! filter run on the embedded limiter, configured with [`rls_config`].
+//! `outbound|PORT||HOST` cluster name, a CLUSTER patch's static cluster, or `HOST:PORT`),
+//! resolved through the registry before DNS ([`rls_address`]). Route `rate_limits` land on
+//! the virtual hosts and routes their patches name ([`super::route_sites`]); a route's own
+//! replace its virtual host's, as in Envoy. Failed calls are counted by reason and logged
+//! without flooding ([`rls_failures`]). RateLimitPolicy rules without such a filter run on the
+//! embedded limiter, configured with [`rls_config`].
 
 pub mod answer_cache;
 pub mod lua_path_header;
 pub mod policy_rules;
 pub mod response_headers;
+pub mod rls_address;
 mod rls_connection;
+pub mod rls_failures;
 pub mod service;
 
+use super::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use crate::control::metrics::Metrics;
 use crate::control::snapshot::ProxyIdentity;
 use crate::pipeline::local_reply::{LocalReply, ResponseFlag};
@@ -31,6 +38,7 @@ use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use policy_rules::PolicyRules;
+use rls_failures::{FailureLog, FailureReason};
 use service::{RlsBackend, RlsCallError};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -58,6 +66,13 @@ pub struct GlobalRateLimit {
     domain: String,
     policy: Option<PolicyRules>,
     envoy_entries: Vec<CompiledEntry>,
+    /// Which of `envoy_entries` apply at each route, in Envoy's order.
+    entries_at: SiteTable<Vec<usize>>,
+    /// Where the RLS is, for `warden check`; None for the embedded limiter.
+    pub rls_target: Option<rls_address::RlsTarget>,
+    /// `EnvoyFilter/name spec.configPatches[i]: rate_limits -> vhost ... route ...`.
+    pub landings: Vec<String>,
+    failures: Option<FailureLog>,
     /// Headers the seed's Lua filter would have added (`method .. path`).
     method_path_headers: Vec<HeaderName>,
     /// Gateway names serving each configured port (RateLimitPolicy `targetRefs`).
@@ -81,7 +96,7 @@ fn problem_at(origin_doc: &warden_config::Location, field: String, message: Stri
 }
 
 /// `true` when a patch's workload selector admits this proxy (no labels known: all apply).
-fn selects(
+pub(crate) fn selects(
     labels: Option<&std::collections::BTreeMap<String, String>>,
     id: &ProxyIdentity,
 ) -> bool {
@@ -90,18 +105,6 @@ fn selects(
         Some(_) if id.labels.is_empty() => true,
         Some(want) => want.iter().all(|(k, v)| id.labels.get(k) == Some(v)),
     }
-}
-
-/// `outbound|8081||ratelimit.default.svc.cluster.local` -> `ratelimit.default...:8081`; a plain
-/// `host:port` is used as is.
-fn service_address(filter: &HttpRateLimit) -> Option<String> {
-    let grpc = filter.rate_limit_service.grpc_service.envoy_grpc.as_ref()?;
-    if let Some((host, port)) = grpc.istio_host_port() {
-        return Some(format!("{host}:{port}"));
-    }
-    let name = grpc.cluster_name.as_str();
-    let (_, port) = name.rsplit_once(':')?;
-    port.parse::<u16>().ok().map(|_| name.to_string())
 }
 
 /// The envoyproxy/ratelimit config enforcing the RateLimitPolicies' global rules (domain of the
@@ -124,6 +127,7 @@ impl GlobalRateLimit {
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
+        routes: &RouteCatalog,
         previous: Option<&dyn AsyncRequestFilter>,
     ) -> Result<Option<GlobalRateLimit>, Vec<Problem>> {
         let mut problems = Vec::new();
@@ -148,37 +152,69 @@ impl GlobalRateLimit {
                 filters[0].origin.filter
             );
         }
+        let stage = filter.map_or(0, |f| f.stage);
+        // Each `rate_limits` patch's compiled entries (indices into `envoy_entries`).
         let mut envoy_entries = Vec::new();
+        let mut entries_of: Vec<Vec<usize>> = Vec::new();
         for patch in &patches.route_rate_limits {
-            if !selects(patch.origin.workload_labels.as_ref(), identity) {
-                continue;
-            }
-            for (i, e) in patch.config.iter().enumerate() {
+            let mut indices = Vec::new();
+            for (i, e) in patch.config.entries.iter().enumerate() {
                 match CompiledEntry::compile(e) {
-                    Ok(c) => envoy_entries.push(c),
+                    // Envoy's filter only reads the entries of its own stage.
+                    Ok(c) if c.stage == stage => {
+                        indices.push(envoy_entries.len());
+                        envoy_entries.push(c);
+                    }
+                    Ok(_) => {}
                     Err((field, message)) => problems.push(problem_at(
                         &patch.origin.document,
-                        format!("{}.rate_limits[{i}].{field}", patch.origin.config_field),
+                        format!("{}[{i}].{field}", patch.origin.config_field),
                         message,
                     )),
                 }
             }
+            entries_of.push(indices);
         }
+        let mut landings = Vec::new();
+        let landed = routes.land_rate_limits(
+            &patches,
+            |o| selects(o.workload_labels.as_ref(), identity),
+            &mut landings,
+            &mut problems,
+        );
+        let entries_at = SiteTable::build(&routes.keys(), |site| {
+            rate_limits_at(&landed, site)
+                .into_iter()
+                .filter_map(|p| entries_of.get(p as usize))
+                .flatten()
+                .copied()
+                .collect()
+        });
         let lua = lua_path_header::scan(set);
-        let address = match filter {
+        let clusters: Vec<_> = patches
+            .clusters
+            .iter()
+            .filter(|c| selects(c.origin.workload_labels.as_ref(), identity))
+            .collect();
+        let rls_target = match filter {
             Some(f) => {
-                let addr = service_address(f);
-                if addr.is_none() {
-                    let origin = &filters[0].origin;
-                    problems.push(problem_at(
-                        &origin.document,
-                        format!("{}.rate_limit_service.grpc_service", origin.config_field),
-                        "the rate limit service needs envoy_grpc.cluster_name as \
-                         `outbound|PORT||HOST` or `HOST:PORT`"
-                            .into(),
-                    ));
+                let origin = &filters[0].origin;
+                let grpc = f.rate_limit_service.grpc_service.envoy_grpc.as_ref();
+                match grpc.map(|g| rls_address::resolve(set, g, &clusters)) {
+                    Some(Ok(t)) => Some(t),
+                    Some(Err(message)) => {
+                        problems.push(problem_at(
+                            &origin.document,
+                            format!(
+                                "{}.rate_limit_service.grpc_service.envoy_grpc.cluster_name",
+                                origin.config_field
+                            ),
+                            message,
+                        ));
+                        None
+                    }
+                    None => None,
                 }
-                addr
             }
             None => None,
         };
@@ -203,13 +239,13 @@ impl GlobalRateLimit {
         }
         let previous = previous.and_then(|p| p.as_any().downcast_ref::<GlobalRateLimit>());
         let domain = filter.map_or_else(|| DEFAULT_DOMAIN.to_string(), |f| f.domain.clone());
-        let backend = match address {
+        let backend = match rls_target.as_ref().map(|t| t.address.as_str()) {
             Some(addr) => {
                 let timeout = filter.map_or(
                     warden_local_ratelimit::envoy::global_config::DEFAULT_TIMEOUT,
                     HttpRateLimit::timeout,
                 );
-                RlsBackend::remote(&addr, timeout).map_err(|e| {
+                RlsBackend::remote(addr, timeout).map_err(|e| {
                     let origin = &filters[0].origin;
                     vec![problem_at(
                         &origin.document,
@@ -262,10 +298,21 @@ impl GlobalRateLimit {
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .unwrap_or(default)
         };
+        let failures = rls_target.as_ref().map(|t| {
+            FailureLog::new(
+                format!("{} ({})", t.address, t.reference),
+                rls_failures::SUMMARY_INTERVAL,
+                Arc::new(warden_local_ratelimit::MonotonicClock::new()),
+            )
+        });
         Ok(Some(GlobalRateLimit {
             domain,
             policy,
             envoy_entries,
+            entries_at,
+            rls_target,
+            landings,
+            failures,
             method_path_headers: lua
                 .method_path_headers
                 .into_iter()
@@ -334,13 +381,19 @@ impl GlobalRateLimit {
             client_ip: req.client_ip,
             method: req.method,
             path: req.path,
+            query: req.query,
+            authority: req.authority,
+            scheme: "http",
             headers,
             gateway: gateways.first().map_or("", String::as_str),
             virtual_service: vs,
             destination_cluster: cluster,
+            route_local: &[],
+            route_rate_limits: None,
         };
         let mut out = Vec::new();
-        for e in &self.envoy_entries {
+        let entries = self.entries_at.get(req, route);
+        for e in entries.iter().filter_map(|&i| self.envoy_entries.get(i)) {
             if let Some(d) = e.descriptor(&attrs, "") {
                 out.push(RateLimitDescriptor {
                     entries: d
@@ -469,7 +522,18 @@ impl GlobalRateLimit {
     /// `failure_mode_deny`.
     fn failed(&self, error: &RlsCallError, metrics: &Metrics) -> Verdict {
         metrics.global_rate_limit.error.inc();
-        tracing::debug!(%error, "rate limit service call failed");
+        let reason = match error {
+            RlsCallError::Timeout(_) => FailureReason::Timeout,
+            RlsCallError::Unavailable(_) => FailureReason::Unavailable,
+            RlsCallError::Status(_) => FailureReason::Status,
+            RlsCallError::UnknownCode => FailureReason::UnknownCode,
+            RlsCallError::Embedded(_) => FailureReason::Embedded,
+        };
+        metrics.global_rate_limit.rls_failure(reason.label());
+        match self.failures.as_ref().and_then(|f| f.record(reason, error)) {
+            Some(line) => tracing::warn!("{line}"),
+            None => tracing::debug!(%error, "rate limit service call failed"),
+        }
         if self.failure_mode_deny {
             Verdict::Reply(LocalReply {
                 status: self.status_on_error,

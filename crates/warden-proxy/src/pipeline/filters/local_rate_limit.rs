@@ -2,6 +2,7 @@
 //! and its L4 connection limit when a TCP listener accepts.
 
 use crate::control::snapshot::ProxyIdentity;
+use crate::pipeline::filters::route_sites::{rate_limits_at, RouteCatalog, SiteTable};
 use crate::pipeline::routing::{Route, RouteAction};
 use crate::pipeline::RequestAttrs;
 use crate::upstream::body::ProxyBody;
@@ -21,6 +22,14 @@ pub struct LocalRateLimitFilter {
     /// Configured port -> the Gateway declaring it (first one wins), for `targetRefs` to a
     /// Gateway.
     gateways_by_port: Vec<(u16, Arc<str>)>,
+    /// The per-route `local_ratelimit` configs (indices into the EnvoyFilters'
+    /// `route_local`) at each route.
+    per_route: SiteTable<Vec<u32>>,
+    /// The route `rate_limits` patches (indices into the EnvoyFilters' `route_rate_limits`)
+    /// whose actions feed descriptors at each route.
+    rate_limits_at: SiteTable<Vec<u32>>,
+    /// `EnvoyFilter/name spec.configPatches[i] -> vhost ... route ...`, for `warden check`.
+    pub landings: Vec<String>,
 }
 
 /// What the pipeline does with a request after the limiter looked at it.
@@ -48,6 +57,7 @@ impl LocalRateLimitFilter {
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
+        routes: &RouteCatalog,
         previous: Option<&LocalRateLimitFilter>,
     ) -> Result<Option<LocalRateLimitFilter>, Vec<Problem>> {
         let opts = LimiterOptions {
@@ -61,6 +71,49 @@ impl LocalRateLimitFilter {
         if limiter.is_empty() && !limiter.has_connection_limits() {
             return Ok(None);
         }
+        // Where its per-route configs and route actions land is known here, not to the limiter.
+        let patches = warden_local_ratelimit::envoy::interpret(&set.envoy_filters)?;
+        let mut problems = Vec::new();
+        let mut landings = Vec::new();
+        let selected = |o: &warden_local_ratelimit::envoy::PatchOrigin| {
+            super::global_rate_limit::selects(o.workload_labels.as_ref(), identity)
+        };
+        let mut landed = Vec::new();
+        for (i, p) in (0u32..).zip(&patches.route_local) {
+            if !selected(&p.origin) {
+                continue;
+            }
+            let what = format!("local_ratelimit {}", p.config.stat_prefix);
+            if let Some(l) = routes.land(&p.origin, &what, &mut landings, &mut problems) {
+                landed.push((i, l));
+            }
+        }
+        let rate_limits =
+            routes.land_rate_limits(&patches, selected, &mut Vec::new(), &mut problems);
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let keys = routes.keys();
+        // The most specific per-route config wins, as in Envoy: a route's over its vhost's.
+        let on_route = |i: u32| {
+            patches
+                .route_local
+                .get(i as usize)
+                .is_some_and(|p| p.origin.apply_to == "HTTP_ROUTE")
+        };
+        let per_route = SiteTable::build(&keys, |site| {
+            let here: Vec<u32> = landed
+                .iter()
+                .filter(|(_, l)| l.covers(site))
+                .map(|(i, _)| *i)
+                .collect();
+            if here.iter().any(|i| on_route(*i)) {
+                here.into_iter().filter(|i| on_route(*i)).collect()
+            } else {
+                here
+            }
+        });
+        let rate_limits_at = SiteTable::build(&keys, |site| rate_limits_at(&rate_limits, site));
         let mut gateways_by_port: Vec<(u16, Arc<str>)> = Vec::new();
         for gw in &set.gateways {
             for server in &gw.spec.servers {
@@ -73,6 +126,9 @@ impl LocalRateLimitFilter {
         Ok(Some(LocalRateLimitFilter {
             limiter: Arc::new(limiter),
             gateways_by_port,
+            per_route,
+            rate_limits_at,
+            landings,
         }))
     }
 
@@ -109,10 +165,15 @@ impl LocalRateLimitFilter {
             client_ip: req.client_ip,
             method: req.method,
             path: req.path,
+            query: req.query,
+            authority: req.authority,
+            scheme: "http",
             headers: req.headers,
             gateway: self.gateway(req.port),
             virtual_service,
             destination_cluster,
+            route_local: self.per_route.get(req, route),
+            route_rate_limits: Some(self.rate_limits_at.get(req, route)),
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {

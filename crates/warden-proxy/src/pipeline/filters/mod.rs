@@ -5,3 +5,4 @@
 pub mod authz;
 pub mod global_rate_limit;
 pub mod local_rate_limit;
+pub mod route_sites;

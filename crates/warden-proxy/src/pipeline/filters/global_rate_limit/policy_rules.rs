@@ -319,6 +319,11 @@ spec:
             gateway: "",
             virtual_service: None,
             destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
         };
         let mut descriptors = Vec::new();
         rules.descriptors(&req, &[], &mut descriptors);
