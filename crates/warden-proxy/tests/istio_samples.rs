@@ -624,11 +624,17 @@ async fn mirroring_copies_every_request_to_v2_with_a_shadow_host() {
     assert!(v2
         .iter()
         .any(|r| r.starts_with("POST /post") && r.ends_with("mirrored body")));
-    let metrics = proxy_clusters_metrics(&proxy);
-    assert!(
-        metrics.contains("warden_mirror_requests_total{kind=\"answered\"} 11"),
-        "{metrics}"
-    );
+    // Counted once each shadow's answer is read, a moment after the mirror recorded it.
+    let want = "warden_mirror_requests_total{kind=\"answered\"} 11";
+    let mut metrics = String::new();
+    for _ in 0..200 {
+        metrics = proxy_clusters_metrics(&proxy);
+        if metrics.contains(want) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(metrics.contains(want), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
