@@ -6,7 +6,8 @@
 //! client whose streams are accepted before their RST_STREAM is read gets past those, so the
 //! proxy also counts premature resets itself, as Envoy does (`premature_reset_*`): once at least
 //! half of a connection's streams were reset by the client before their response, and there
-//! were enough of them, the connection gets a GOAWAY and is closed ([`ResetTracker`]).
+//! were enough of them, the connection gets a GOAWAY ENHANCE_YOUR_CALM and is closed
+//! ([`ResetTracker`]; the code is set by `h2_goaway_code`).
 //!
 //! A stream's request is not forwarded before the stream has been seen alive once more
 //! ([`settle`]): hyper drops a request's future when its stream is reset, but only between polls.

@@ -6,8 +6,10 @@ use crate::upstream::h1_exchange::H1Body;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// The body's error: hyper's, or the lean upstream exchange's.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -17,8 +19,10 @@ pub enum ProxyBody {
     Streamed(Incoming),
     /// A downstream request's body from hyper's server: its errors are the client's framing
     /// errors (a bad chunk size, an oversized chunk extension, bad trailers), marked as such
-    /// ([`DownstreamBodyError`]) so that the failed exchange is answered 400, not 503.
-    Downstream(Incoming),
+    /// ([`DownstreamBodyError`]) so that the failed exchange is answered 400, not 503; and a
+    /// body that stops arriving for the stream idle timeout ends with [`StreamIdleTimeout`]
+    /// (answered 408). Build it with [`ProxyBody::downstream`].
+    Downstream(Incoming, Option<Box<StreamIdle>>),
     /// Boxed: it holds the connection, and `ProxyBody` is moved around with every response.
     H1(Box<H1Body>),
     Full(Option<Bytes>),
@@ -26,6 +30,19 @@ pub enum ProxyBody {
 }
 
 impl ProxyBody {
+    /// A downstream request body, ended with [`StreamIdleTimeout`] once no byte of it has come
+    /// for `idle` (no timer for a body that is already complete).
+    pub fn downstream(body: Incoming, idle: Option<Duration>) -> Self {
+        let timer = match idle {
+            Some(after) if !body.is_end_stream() => Some(Box::new(StreamIdle {
+                after,
+                sleep: Box::pin(tokio::time::sleep(after)),
+            })),
+            _ => None,
+        };
+        ProxyBody::Downstream(body, timer)
+    }
+
     pub fn full(bytes: Bytes) -> Self {
         if bytes.is_empty() {
             ProxyBody::Empty
@@ -45,9 +62,23 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Streamed(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            ProxyBody::Downstream(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map_err(|e| Box::new(DownstreamBodyError(e)) as BoxError),
+            ProxyBody::Downstream(b, idle) => match Pin::new(b).poll_frame(cx) {
+                Poll::Ready(frame) => {
+                    if let Some(idle) = idle {
+                        idle.restart();
+                    }
+                    Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(DownstreamBodyError(e)) as BoxError)))
+                }
+                Poll::Pending => match idle {
+                    Some(idle) => match idle.sleep.as_mut().poll(cx) {
+                        Poll::Ready(()) => {
+                            Poll::Ready(Some(Err(Box::new(StreamIdleTimeout(idle.after)))))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    },
+                    None => Poll::Pending,
+                },
+            },
             ProxyBody::H1(b) => Pin::new(b).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Empty => Poll::Ready(None),
@@ -56,7 +87,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Streamed(b) | ProxyBody::Downstream(b) => b.is_end_stream(),
+            ProxyBody::Streamed(b) | ProxyBody::Downstream(b, _) => b.is_end_stream(),
             ProxyBody::H1(b) => b.is_end_stream(),
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Empty => true,
@@ -65,7 +96,7 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Streamed(b) | ProxyBody::Downstream(b) => b.size_hint(),
+            ProxyBody::Streamed(b) | ProxyBody::Downstream(b, _) => b.size_hint(),
             ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) | ProxyBody::Empty => SizeHint::with_exact(0),
@@ -87,6 +118,46 @@ impl std::error::Error for DownstreamBodyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.0)
     }
+}
+
+/// The stream idle timer of a downstream body: restarted by every frame.
+#[derive(Debug)]
+pub struct StreamIdle {
+    after: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl StreamIdle {
+    fn restart(&mut self) {
+        self.sleep
+            .as_mut()
+            .reset(tokio::time::Instant::now() + self.after);
+    }
+}
+
+/// A downstream request body stalled for the stream idle timeout.
+#[derive(Debug)]
+pub struct StreamIdleTimeout(pub Duration);
+
+impl std::fmt::Display for StreamIdleTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "downstream request body idle for {:?} (stream idle timeout)", self.0)
+    }
+}
+
+impl std::error::Error for StreamIdleTimeout {}
+
+/// Whether an upstream exchange failed because the downstream body stalled (somewhere in its
+/// source chain).
+pub fn caused_by_stream_idle(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<StreamIdleTimeout>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Whether an upstream exchange failed because the downstream body did (somewhere in its
