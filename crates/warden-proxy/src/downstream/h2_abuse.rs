@@ -21,9 +21,11 @@ use tokio::sync::Notify;
 
 /// Streams a client may reset before the server accepts them (h2's default is 20).
 const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
-/// Streams the server may reset for protocol errors on one connection (hyper's default 1024 is
-/// a lot of free work for a misbehaving client).
-const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
+/// Streams the server may reset (protocol errors, streams refused over the concurrency limit)
+/// on one connection (hyper's default 1024 is a lot of free work for a misbehaving client).
+/// Above the premature-reset rule's 250, so that the rule, which sees every reset before a
+/// response, acts first; this stays as h2's backstop.
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 512;
 /// Envoy's recommended edge value (its default is unbounded).
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
 /// A connection is judged once this many of its streams ended (Envoy's
