@@ -58,14 +58,19 @@ fn raise_nofile(want: u64) -> u64 {
     limit.rlim_cur
 }
 
-/// How many connections both ends of a test can hold under `nofile`: the client and the proxy
-/// (same limit, inherited) each need one fd per connection, plus a reserve.
+/// How many connections a test can hold under `nofile`: the client (this process) and the
+/// proxy (its own process, the same limit inherited) each need one fd per connection, plus a
+/// reserve (listeners, admin, runtime, the good client).
+///
+/// On the machine this was written on the hard limit is 20,000 and the container lacks
+/// CAP_SYS_RESOURCE, so not even root may raise it (setrlimit: EPERM): 50,000 connections do
+/// not fit in one proxy process there, and the tests use the largest number that does.
 fn reachable_connections(nofile: u64, want: usize) -> usize {
-    let fit = usize::try_from(nofile.saturating_sub(2_000)).unwrap_or(usize::MAX);
+    let fit = usize::try_from(nofile.saturating_sub(1_000)).unwrap_or(usize::MAX);
     if fit < want {
-        eprintln!(
+        println!(
             "only {fit} connections fit under the open-file limit {nofile} on this machine \
-             (asked for {want}); using {fit}"
+             (asked for {want}; the hard limit cannot be raised here): using {fit}"
         );
     }
     want.min(fit)
@@ -145,9 +150,15 @@ const DIRECT_200: &str = "  - directResponse: {status: 200, body: {string: ok}}\
 #[test]
 fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
     const SLOW: usize = 10_000;
-    let nofile = raise_nofile(2 * SLOW as u64 + 4_000);
-    let slow_count = reachable_connections(nofile / 2, SLOW);
-    let warden = Warden::start("", DIRECT_200, &["--request-headers-timeout", "4s"]);
+    let nofile = raise_nofile(SLOW as u64 + 2_000);
+    let slow_count = reachable_connections(nofile, SLOW);
+    // Direct responses need no upstream fd: the maximum may be the open-file limit's.
+    let max = (nofile - 500).to_string();
+    let warden = Warden::start(
+        "",
+        DIRECT_200,
+        &["--request-headers-timeout", "4s", "--max-connections", &max],
+    );
     let rss_idle = warden.rss_mib();
     let stop = Arc::new(AtomicBool::new(false));
     let good = good_client(warden.listener, "/good/", Duration::from_millis(20), stop.clone());
@@ -160,6 +171,8 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
         slow.push(s);
     }
     let opened = started.elapsed();
+    let rss_held = warden.rss_mib();
+    let held = warden.metric("warden_downstream_connections_active");
     // Trickle a byte per connection every second (a slowloris keeps its head growing).
     let trickle_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < trickle_until {
@@ -168,8 +181,6 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
         }
         thread::sleep(Duration::from_secs(1));
     }
-    let rss_held = warden.rss_mib();
-    let held = warden.metric("warden_downstream_connections_active");
     // Every head's deadline is 4 s after its first byte: collect the 408s (bounded).
     let mut answered = vec![false; slow.len()];
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -212,9 +223,10 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
 #[test]
 fn fifty_thousand_idle_keep_alive_connections_are_held_while_a_good_client_gets_200() {
     const IDLE: usize = 50_000;
-    let nofile = raise_nofile(2 * IDLE as u64 + 8_000);
-    let idle_count = reachable_connections(nofile / 2, IDLE);
-    let warden = Warden::start("", DIRECT_200, &[]);
+    let nofile = raise_nofile(IDLE as u64 + 2_000);
+    let idle_count = reachable_connections(nofile, IDLE);
+    let max = (nofile - 500).to_string();
+    let warden = Warden::start("", DIRECT_200, &["--max-connections", &max]);
     let rss_idle = warden.rss_mib();
     let started = Instant::now();
     // Four client threads, each opening its share in batches: connect, send, then read every
