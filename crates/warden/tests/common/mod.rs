@@ -62,7 +62,7 @@ impl Warden {
             .args(["--listen-host", "127.0.0.1", "--admin", &admin.to_string()])
             .args(["--concurrency", "2", "--no-watch"])
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -95,6 +95,18 @@ impl Warden {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0.0);
         kib / 1024.0
+    }
+
+    /// The metric once it reaches `at_least`, or its value after `within`.
+    pub fn metric_reaching(&self, series: &str, at_least: f64, within: Duration) -> f64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.metric(series);
+            if v >= at_least || Instant::now() >= deadline {
+                return v;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A counter or gauge from `/stats/prometheus` (0 when absent).
