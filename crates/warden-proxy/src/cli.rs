@@ -345,7 +345,9 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.max_connections_per_listener = args
         .max_connections_per_listener
         .or(limits.max_connections_per_listener);
-    opts.max_connections_per_ip = args.max_connections_per_ip.or(limits.max_connections_per_ip);
+    opts.max_connections_per_ip = args
+        .max_connections_per_ip
+        .or(limits.max_connections_per_ip);
     opts.timeouts = timeouts;
     // Before anything opens files: a proxy holds one per connection.
     match crate::downstream::conn_limits::raise_nofile() {

@@ -146,7 +146,9 @@ async fn connections_over_the_listener_maximum_are_closed_at_accept() {
 /// A connection from `source` (a 127.0.0.x address) to `to`.
 async fn connect_from(source: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind((std::net::Ipv4Addr::from(source), 0).into()).unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(source), 0).into())
+        .unwrap();
     socket.connect(to).await.unwrap()
 }
 
@@ -171,7 +173,11 @@ async fn per_ip_probe(to: std::net::SocketAddr) -> ((String, bool), u16) {
         .await
         .unwrap();
     let (text, _) = read_until_closed(&mut other, Duration::from_secs(3)).await;
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     (refused, status)
 }
 
@@ -187,7 +193,10 @@ async fn connections_over_the_per_ip_cap_are_closed_at_accept() {
     assert!(closed && text.is_empty(), "the one too many got {text:?}");
     assert_eq!(other, 200, "another address is served");
     let metrics = proxy.metrics_text();
-    assert!(metrics.contains("warden_downstream_cx_overflow_per_ip_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("warden_downstream_cx_overflow_per_ip_total 1"),
+        "{metrics}"
+    );
     assert!(metrics.contains("warden_downstream_cx_overflow_total 1"));
 }
 

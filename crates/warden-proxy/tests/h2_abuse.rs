@@ -84,7 +84,11 @@ async fn resets_of_accepted_streams_get_goaway_too() {
     assert!(
         metrics.contains("warden_downstream_cx_too_many_premature_resets_total 1"),
         "{}",
-        metrics.lines().filter(|l| l.contains("downstream")).collect::<Vec<_>>().join("\n")
+        metrics
+            .lines()
+            .filter(|l| l.contains("downstream"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -174,7 +178,13 @@ async fn reset_flood(
         for n in ids {
             let id = 2 * n + 1;
             let path = format!("{path}/{n}");
-            headers.extend(h2_frames::request_headers(id, "GET", &path, "a.example", true));
+            headers.extend(h2_frames::request_headers(
+                id,
+                "GET",
+                &path,
+                "a.example",
+                true,
+            ));
             resets.extend(h2_frames::rst_stream(id, h2_frames::CANCEL));
         }
         let written = match pause {

@@ -40,7 +40,13 @@ pub fn settings_ack() -> Vec<u8> {
 
 /// HEADERS for `method` `http://authority path` (END_HEADERS; END_STREAM when `end`), the
 /// fields as literals without indexing. `method` is `GET` or `POST`.
-pub fn request_headers(stream: u32, method: &str, path: &str, authority: &str, end: bool) -> Vec<u8> {
+pub fn request_headers(
+    stream: u32,
+    method: &str,
+    path: &str,
+    authority: &str,
+    end: bool,
+) -> Vec<u8> {
     // :method GET (2) / POST (3) and :scheme http (6) from the static table.
     let method = if method == "POST" { 0x83 } else { 0x82 };
     let mut block = vec![method, 0x86];
@@ -101,13 +107,23 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let bytes = [request_headers(3, "GET", "/a", "h", true), rst_stream(3, CANCEL)].concat();
+        let bytes = [
+            request_headers(3, "GET", "/a", "h", true),
+            rst_stream(3, CANCEL),
+        ]
+        .concat();
         let mut r = &bytes[..];
         let h = read_frame(&mut r).unwrap();
-        assert_eq!((h.kind, h.flags, h.stream), (HEADERS, END_HEADERS | END_STREAM, 3));
+        assert_eq!(
+            (h.kind, h.flags, h.stream),
+            (HEADERS, END_HEADERS | END_STREAM, 3)
+        );
         assert_eq!(h.payload, [0x82, 0x86, 0x04, 2, b'/', b'a', 0x01, 1, b'h']);
         let rst = read_frame(&mut r).unwrap();
-        assert_eq!((rst.kind, rst.payload), (RST_STREAM, CANCEL.to_be_bytes().to_vec()));
+        assert_eq!(
+            (rst.kind, rst.payload),
+            (RST_STREAM, CANCEL.to_be_bytes().to_vec())
+        );
         let mut g = 5u32.to_be_bytes().to_vec();
         g.extend_from_slice(&ENHANCE_YOUR_CALM.to_be_bytes());
         let goaway = read_frame(&mut &frame(GOAWAY, 0, 0, &g)[..]).unwrap();

@@ -45,7 +45,10 @@ fn timeouts_come_from_the_mesh_config_and_flags_win() {
     );
     let (text, took) = slow_head(&w);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
-    assert!(took >= Duration::from_secs(3), "the flag's 3s won: {took:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "the flag's 3s won: {took:?}"
+    );
 }
 
 #[test]
@@ -59,16 +62,26 @@ fn a_bad_mesh_config_stops_the_start_naming_file_line_and_field() {
         ),
         (
             "defaultConfig:\n  concurrency: 2\n",
-            &["mesh.yaml:2", "field defaultConfig.concurrency", "not supported"][..],
+            &[
+                "mesh.yaml:2",
+                "field defaultConfig.concurrency",
+                "not supported",
+            ][..],
         ),
-        ("warden:\n  maxConnections: many\n", &["mesh.yaml:2", "field warden.maxConnections"][..]),
+        (
+            "warden:\n  maxConnections: many\n",
+            &["mesh.yaml:2", "field warden.maxConnections"][..],
+        ),
     ] {
         let mesh = dir.write("mesh.yaml", text).unwrap();
         let out = run_proxy_to_exit(&config, &["--mesh-config", mesh.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{text:?} was accepted");
         for want in wants {
-            assert!(stderr.contains(want), "{text:?}: wanted {want:?} in {stderr}");
+            assert!(
+                stderr.contains(want),
+                "{text:?}: wanted {want:?} in {stderr}"
+            );
         }
     }
 }

@@ -169,12 +169,18 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
     );
     let rss_idle = warden.rss_mib();
     let stop = Arc::new(AtomicBool::new(false));
-    let good = good_client(warden.listener, "/good/", Duration::from_millis(20), stop.clone());
+    let good = good_client(
+        warden.listener,
+        "/good/",
+        Duration::from_millis(20),
+        stop.clone(),
+    );
     let started = Instant::now();
     let mut slow = Vec::with_capacity(slow_count);
     for i in 0..slow_count {
         let mut s = connect_from(i, warden.listener).expect("slowloris connect");
-        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ").unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ")
+            .unwrap();
         s.set_nonblocking(true).unwrap();
         slow.push(s);
     }
@@ -227,7 +233,10 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
          408 on {timeouts} of them; good client {ok}/{total} 200; warden RSS {rss_idle:.1} MiB \
          idle, {rss_held:.1} MiB holding them (debug build)"
     );
-    assert!(held >= slow_count as f64, "warden held {held} of {slow_count}");
+    assert!(
+        held >= slow_count as f64,
+        "warden held {held} of {slow_count}"
+    );
     assert_eq!(timeouts, slow_count as f64, "every slow head got its 408");
     assert_eq!(ok, total, "the good client got 200 every time");
     assert!(total >= 50, "the good client ran ({total} requests)");
@@ -257,7 +266,8 @@ fn fifty_thousand_idle_keep_alive_connections_are_held_while_a_good_client_gets_
                     let mut conns = Vec::with_capacity(batch.len());
                     for &i in batch {
                         let mut s = connect_from(i, to).expect("keep-alive connect");
-                        s.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+                        s.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+                            .unwrap();
                         conns.push(s);
                     }
                     for mut s in conns {
@@ -276,7 +286,12 @@ fn fifty_thousand_idle_keep_alive_connections_are_held_while_a_good_client_gets_
     let rss_held = warden.rss_mib();
     // The idle connections stay; a good client is served meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
-    let good = good_client(warden.listener, "/good/", Duration::from_millis(10), stop.clone());
+    let good = good_client(
+        warden.listener,
+        "/good/",
+        Duration::from_millis(10),
+        stop.clone(),
+    );
     thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     let (ok, total) = good.join().unwrap();
@@ -317,7 +332,9 @@ fn counting_upstream() -> (SocketAddr, Arc<Mutex<HashMap<String, u32>>>) {
                             .unwrap_or("")
                             .to_string();
                         *seen.lock().unwrap().entry(segment).or_insert(0) += 1;
-                        if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+                        if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -354,7 +371,9 @@ fn reset_connection(to: SocketAddr, i: usize, budget: u32) -> (u32, Option<u32>)
         }
     });
     let mut sent = 0;
-    if s.write_all(&[h2_frames::client_hello(), h2_frames::settings_ack()].concat()).is_ok() {
+    if s.write_all(&[h2_frames::client_hello(), h2_frames::settings_ack()].concat())
+        .is_ok()
+    {
         while sent < budget && goaway.lock().unwrap().is_none() {
             let mut batch = Vec::new();
             for _ in 0..50.min(budget - sent) {
@@ -396,7 +415,12 @@ fn rapid_reset_of_fifty_thousand_streams_reaches_no_upstream_and_spares_a_good_c
     );
     let rss_idle = warden.rss_mib();
     let stop = Arc::new(AtomicBool::new(false));
-    let good = good_client(warden.listener, "/good/", Duration::from_millis(5), stop.clone());
+    let good = good_client(
+        warden.listener,
+        "/good/",
+        Duration::from_millis(5),
+        stop.clone(),
+    );
     let started = Instant::now();
     let (mut sent, mut connections) = (0u32, 0usize);
     let calm = AtomicU32::new(0);

@@ -388,8 +388,9 @@ impl Connection {
         match body {
             ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
             ProxyBody::Full(None) | ProxyBody::Empty => {}
-            mut
-            streamed @ (ProxyBody::Streamed(_) | ProxyBody::Downstream(..) | ProxyBody::H1(_)) => {
+            mut streamed @ (ProxyBody::Streamed(_)
+            | ProxyBody::Downstream(..)
+            | ProxyBody::H1(_)) => {
                 loop {
                     let frame = match futures_util::poll!(streamed.frame()) {
                         Poll::Ready(frame) => frame,

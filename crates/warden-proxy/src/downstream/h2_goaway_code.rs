@@ -69,7 +69,8 @@ impl FrameCursor {
                 i += 1;
                 if self.have == FRAME_HEADER {
                     let h = self.header;
-                    self.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                    self.left =
+                        usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
                     self.kind = h[3];
                     self.offset = 0;
                     self.no_error = true;
@@ -179,7 +180,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GoawayCode<S> {
         };
         if this.calm.is_set() {
             // Rare (the connection is being closed): one slice at a time, through the rewrite.
-            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
             return self.poll_write(cx, first);
         }
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);

@@ -67,7 +67,9 @@ impl Body for ProxyBody {
                     if let Some(idle) = idle {
                         idle.restart();
                     }
-                    Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(DownstreamBodyError(e)) as BoxError)))
+                    Poll::Ready(
+                        frame.map(|f| f.map_err(|e| Box::new(DownstreamBodyError(e)) as BoxError)),
+                    )
                 }
                 Poll::Pending => match idle {
                     Some(idle) => match idle.sleep.as_mut().poll(cx) {
@@ -141,7 +143,11 @@ pub struct StreamIdleTimeout(pub Duration);
 
 impl std::fmt::Display for StreamIdleTimeout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "downstream request body idle for {:?} (stream idle timeout)", self.0)
+        write!(
+            f,
+            "downstream request body idle for {:?} (stream idle timeout)",
+            self.0
+        )
     }
 }
 

@@ -26,7 +26,10 @@ pub fn write_config(dir: &TempDir, extra: &str, routes: &str) -> (std::path::Pat
     let config = format!(
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  servers:\n  - port: {{number: {port}, protocol: HTTP, name: http}}\n    hosts: [\"*\"]\n{extra}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs}}\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n{routes}"
     );
-    (dir.write("config.yaml", &config).expect("config written"), port)
+    (
+        dir.write("config.yaml", &config).expect("config written"),
+        port,
+    )
 }
 
 /// `warden proxy` with `args` that is expected to exit by itself (a refused start).
@@ -113,7 +116,13 @@ impl Warden {
     pub fn metric(&self, series: &str) -> f64 {
         let text = get(self.admin, "/stats/prometheus").unwrap_or_default();
         text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
             .unwrap_or(0.0)
     }
 }
@@ -129,9 +138,12 @@ impl Drop for Warden {
 pub fn get(addr: SocketAddr, path: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
 }
-
