@@ -116,7 +116,13 @@ fn good_client(
                 read_response(c)
             });
             match answered {
-                Some(200) => ok += 1,
+                Some((200, close)) => {
+                    ok += 1;
+                    // (nginx closes a keep-alive connection after 100 requests.)
+                    if close {
+                        conn = None;
+                    }
+                }
                 other => {
                     eprintln!("good client request {total}: {other:?}");
                     conn = None;
@@ -128,8 +134,9 @@ fn good_client(
     })
 }
 
-/// Read one response with a Content-Length body; its status.
-fn read_response(s: &mut TcpStream) -> Option<u16> {
+/// Read one response with a Content-Length body; its status, and whether it closes the
+/// connection.
+fn read_response(s: &mut TcpStream) -> Option<(u16, bool)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
@@ -141,7 +148,10 @@ fn read_response(s: &mut TcpStream) -> Option<u16> {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0);
             if buf.len() >= end + 4 + length {
-                return head.split(' ').nth(1)?.parse().ok();
+                let close = head
+                    .lines()
+                    .any(|l| l.starts_with("connection:") && l.contains("close"));
+                return Some((head.split(' ').nth(1)?.parse().ok()?, close));
             }
         }
         let n = s.read(&mut chunk).ok()?;
@@ -165,7 +175,7 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
     let warden = Warden::start(
         "",
         DIRECT_200,
-        &["--request-headers-timeout", "4s", "--max-connections", &max],
+        &["--request-headers-timeout", "6s", "--max-connections", &max],
     );
     let rss_idle = warden.rss_mib();
     let stop = Arc::new(AtomicBool::new(false));
@@ -175,24 +185,61 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
         Duration::from_millis(20),
         stop.clone(),
     );
+    let held = |_: usize| {
+        // (The last ones may still wait in the accept queue.)
+        let held = warden.metric_reaching(
+            "warden_downstream_connections_active",
+            slow_count as f64,
+            Duration::from_secs(2),
+        );
+        (held, warden.rss_mib())
+    };
+    let probe = slowloris(warden.listener, slow_count, held);
+    let (held, rss_held) = probe.held;
+    stop.store(true, Ordering::Relaxed);
+    let (ok, total) = good.join().unwrap();
+    let timeouts = warden.metric("warden_downstream_cx_timeout_total{reason=\"request_headers\"}");
+    println!(
+        "slowloris: {slow_count} connections opened in {:.1?}, {held} held by warden; \
+         408 on {timeouts} of them ({} answered 408, {} closed without); good client \
+         {ok}/{total} 200; warden RSS {rss_idle:.1} MiB idle, {rss_held:.1} MiB holding them \
+         (debug build)",
+        probe.opened, probe.answered_408, probe.closed_silently
+    );
+    assert!(
+        held >= slow_count as f64,
+        "warden held {held} of {slow_count}"
+    );
+    assert_eq!(timeouts, slow_count as f64, "every slow head got its 408");
+    assert_eq!(probe.answered_408, slow_count);
+    assert_eq!(ok, total, "the good client got 200 every time");
+    assert!(total >= 50, "the good client ran ({total} requests)");
+}
+
+/// What a [`slowloris`] run saw.
+struct Slowloris<T> {
+    opened: Duration,
+    /// What `held` returned once every connection was open.
+    held: T,
+    answered_408: usize,
+    closed_silently: usize,
+}
+
+/// Open `count` connections to `to` (several source addresses), each sending an unfinished
+/// request head, call `held` once they are open, trickle a header byte on each every second
+/// for 3 s, then wait (at most 15 s) for the server to end each one: a 408, or a close.
+fn slowloris<T>(to: SocketAddr, count: usize, held: impl FnOnce(usize) -> T) -> Slowloris<T> {
     let started = Instant::now();
-    let mut slow = Vec::with_capacity(slow_count);
-    for i in 0..slow_count {
-        let mut s = connect_from(i, warden.listener).expect("slowloris connect");
+    let mut slow = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut s = connect_from(i, to).expect("slowloris connect");
         s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ")
             .unwrap();
         s.set_nonblocking(true).unwrap();
         slow.push(s);
     }
     let opened = started.elapsed();
-    // (The last ones may still wait in the accept queue.)
-    let held = warden.metric_reaching(
-        "warden_downstream_connections_active",
-        slow_count as f64,
-        Duration::from_secs(2),
-    );
-    let rss_held = warden.rss_mib();
-    // Trickle a byte per connection every second (a slowloris keeps its head growing).
+    let held = held(count);
     let trickle_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < trickle_until {
         for s in &mut slow {
@@ -200,46 +247,74 @@ fn ten_thousand_slowloris_connections_get_408_while_a_good_client_gets_200() {
         }
         thread::sleep(Duration::from_secs(1));
     }
-    // Every head's deadline is 4 s after its first byte: collect the 408s (bounded).
-    let mut answered = vec![false; slow.len()];
+    let mut ended = vec![false; slow.len()];
+    let (mut answered_408, mut closed_silently) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(15);
-    let mut done = 0;
-    while done < slow.len() && Instant::now() < deadline {
-        for (s, seen) in slow.iter_mut().zip(answered.iter_mut()) {
-            if *seen {
+    while answered_408 + closed_silently < slow.len() && Instant::now() < deadline {
+        for (s, ended) in slow.iter_mut().zip(ended.iter_mut()) {
+            if *ended {
                 continue;
             }
             let mut buf = [0u8; 256];
             match s.read(&mut buf) {
                 Ok(n) if buf[..n].starts_with(b"HTTP/1.1 408") => {
-                    *seen = true;
-                    done += 1;
+                    *ended = true;
+                    answered_408 += 1;
                 }
                 Ok(0) => {
-                    *seen = true;
-                    done += 1;
-                    eprintln!("a slowloris connection closed without a 408");
+                    *ended = true;
+                    closed_silently += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    *ended = true;
+                    closed_silently += 1;
                 }
                 _ => {}
             }
         }
         thread::sleep(Duration::from_millis(100));
     }
+    Slowloris {
+        opened,
+        held,
+        answered_408,
+        closed_silently,
+    }
+}
+
+/// nginx on the same probe (`client_header_timeout 6s`, worker_connections room for all):
+/// it also ends every slow head (closing it without an answer, as it does for a head that
+/// times out) while a good client is served.
+#[test]
+fn nginx_ends_the_same_ten_thousand_slowloris_connections() {
+    const SLOW: usize = 10_000;
+    let _serial = one_at_a_time();
+    let nofile = raise_nofile(SLOW as u64 + 2_000);
+    let slow_count = reachable_connections(nofile, SLOW);
+    let nginx = warden_testkit::Nginx::start_with_connections(
+        "  server { listen {listen}; client_header_timeout 6s; location / { return 200 ok; } }",
+        slow_count + 500,
+    )
+    .expect("nginx starts");
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = good_client(
+        nginx.addr(),
+        "/good/",
+        Duration::from_millis(20),
+        stop.clone(),
+    );
+    let probe = slowloris(nginx.addr(), slow_count, |_| ());
     stop.store(true, Ordering::Relaxed);
     let (ok, total) = good.join().unwrap();
-    let timeouts = warden.metric("warden_downstream_cx_timeout_total{reason=\"request_headers\"}");
     println!(
-        "slowloris: {slow_count} connections opened in {opened:.1?}, {held} held by warden; \
-         408 on {timeouts} of them; good client {ok}/{total} 200; warden RSS {rss_idle:.1} MiB \
-         idle, {rss_held:.1} MiB holding them (debug build)"
+        "nginx slowloris: {slow_count} connections opened in {:.1?}; {} answered 408, {} closed \
+         without an answer; good client {ok}/{total} 200",
+        probe.opened, probe.answered_408, probe.closed_silently
     );
-    assert!(
-        held >= slow_count as f64,
-        "warden held {held} of {slow_count}"
-    );
-    assert_eq!(timeouts, slow_count as f64, "every slow head got its 408");
-    assert_eq!(ok, total, "the good client got 200 every time");
-    assert!(total >= 50, "the good client ran ({total} requests)");
+    assert_eq!(probe.answered_408 + probe.closed_silently, slow_count);
+    // (Seen here: nginx failed one request of ~100 while it accepted the flood; the
+    // comparison asks nginx for the rapid-reset bar, 99%, and warden for all of them.)
+    assert!(ok * 100 >= total * 99, "nginx's good client {ok}/{total}");
 }
 
 #[test]
@@ -272,7 +347,7 @@ fn fifty_thousand_idle_keep_alive_connections_are_held_while_a_good_client_gets_
                     }
                     for mut s in conns {
                         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                        assert_eq!(read_response(&mut s), Some(200));
+                        assert_eq!(read_response(&mut s), Some((200, false)));
                         held.push(s);
                     }
                 }

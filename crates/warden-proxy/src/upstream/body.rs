@@ -156,22 +156,20 @@ impl std::error::Error for StreamIdleTimeout {}
 /// Whether an upstream exchange failed because the downstream body stalled (somewhere in its
 /// source chain).
 pub fn caused_by_stream_idle(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if e.is::<StreamIdleTimeout>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    caused_by::<StreamIdleTimeout>(e)
 }
 
 /// Whether an upstream exchange failed because the downstream body did (somewhere in its
 /// source chain: hyper's clients wrap the body's error in their own).
 pub fn caused_by_downstream_body(e: &(dyn std::error::Error + 'static)) -> bool {
+    caused_by::<DownstreamBodyError>(e)
+}
+
+/// Whether `E` is somewhere in `e`'s source chain.
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
-        if e.is::<DownstreamBodyError>() {
+        if e.is::<E>() {
             return true;
         }
         next = e.source();
