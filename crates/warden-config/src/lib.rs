@@ -16,6 +16,7 @@ pub mod hosts;
 pub mod kinds;
 pub mod load;
 mod lookup;
+pub mod mesh_config;
 pub mod mesh_registry;
 pub mod proxy_config;
 mod validate;

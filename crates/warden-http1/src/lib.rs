@@ -7,6 +7,7 @@
 //! and hands the connection to hyper mid-stream ([`replay_io`]) for anything else. The proxy's
 //! upstream side reads body-less exchanges' responses with [`response_read`].
 
+mod chunked_lines;
 mod connection_tokens;
 pub mod http_date;
 pub mod replay_io;

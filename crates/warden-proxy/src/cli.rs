@@ -3,12 +3,14 @@
 use crate::control::check;
 use crate::control::proxy::Proxy;
 use crate::control::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
+use crate::downstream::timeouts::Timeouts;
 use crate::options::{AccessLogTarget, ConfigSource, ProxyOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use warden_config::mesh_config::MeshConfig;
 
 #[derive(clap::Args, Debug)]
 pub struct ProxyArgs {
@@ -38,9 +40,10 @@ pub struct ProxyArgs {
     /// JSON-lines access log: a file path, or `-` for stdout. Off by default.
     #[arg(long)]
     pub access_log: Option<String>,
-    /// How long SIGTERM waits for in-flight requests, e.g. `5s`.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub drain_timeout: Duration,
+    /// How long SIGTERM waits for in-flight requests, e.g. `5s` (default 5s; mesh config
+    /// `defaultConfig.terminationDrainDuration`).
+    #[arg(long, value_parser = parse_duration)]
+    pub drain_timeout: Option<Duration>,
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
@@ -48,6 +51,14 @@ pub struct ProxyArgs {
     /// without routes (refused and counted by default; the running config stays).
     #[arg(long)]
     pub allow_empty_config: bool,
+    /// Timeouts and connection limits in Istio's MeshConfig shape (`connectTimeout`,
+    /// `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`, and a `warden:`
+    /// section with Envoy's names: `requestHeadersTimeout`, `idleTimeout`,
+    /// `maxConnectionDuration`, `streamIdleTimeout`, `maxConnections`,
+    /// `maxConnectionsPerListener`, `maxConnectionsPerIp`). A flag given on the command line
+    /// wins over the file. Read at start.
+    #[arg(long)]
+    pub mesh_config: Option<PathBuf>,
     /// Downstream connections held at most over all listeners; beyond, new ones are closed at
     /// accept (default: half the open-file limit, which is raised to its hard limit at start).
     #[arg(long)]
@@ -55,18 +66,27 @@ pub struct ProxyArgs {
     /// Downstream connections held at most per listener.
     #[arg(long)]
     pub max_connections_per_listener: Option<usize>,
+    /// Connections one client IP may hold at once (all listeners); beyond, new ones from it are
+    /// closed at accept. Off by default (clients behind one NAT share an address).
+    #[arg(long)]
+    pub max_connections_per_ip: Option<usize>,
     /// A request head must be complete this long after its first byte (else 408 and close);
-    /// `0s` turns it off. Envoy's `request_headers_timeout`.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub request_headers_timeout: Duration,
+    /// `0s` turns it off. Envoy's `request_headers_timeout` (default 10s).
+    #[arg(long, value_parser = parse_duration)]
+    pub request_headers_timeout: Option<Duration>,
     /// A keep-alive connection with no request in progress is closed after this long; `0s`
     /// turns it off. Envoy's `idle_timeout` (default 1h).
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
-    pub idle_timeout: Duration,
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
     /// Connections are closed (between requests, or with a GOAWAY) after this long; off by
     /// default. Envoy's `max_connection_duration`.
     #[arg(long, value_parser = parse_duration)]
     pub max_connection_duration: Option<Duration>,
+    /// A request (HTTP/1 or an HTTP/2 stream) whose body stops arriving for this long is ended:
+    /// 408 `stream timeout` if nothing was answered yet, else reset; `0s` turns it off.
+    /// Envoy's `stream_idle_timeout` (default 5m).
+    #[arg(long, value_parser = parse_duration)]
+    pub stream_idle_timeout: Option<Duration>,
     #[command(flatten)]
     pub role: RoleArgs,
     #[command(flatten)]
@@ -162,9 +182,10 @@ pub struct RoleArgs {
     #[arg(long, default_value = "ALLOW_ANY", value_parser = parse_outbound_mode)]
     pub outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode,
     /// Sidecar: how long to wait for a client's first bytes on a port whose protocol is not
-    /// declared before treating it as TCP (Istio's `protocolDetectionTimeout`; 0 waits).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub protocol_detection_timeout: Duration,
+    /// declared before treating it as TCP (Istio's `protocolDetectionTimeout`; default 0s,
+    /// which waits).
+    #[arg(long, value_parser = parse_duration)]
+    pub protocol_detection_timeout: Option<Duration>,
 }
 
 impl Default for RoleArgs {
@@ -177,7 +198,7 @@ impl Default for RoleArgs {
             pod_ips: Vec::new(),
             service_account: None,
             outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode::AllowAny,
-            protocol_detection_timeout: Duration::ZERO,
+            protocol_detection_timeout: None,
         }
     }
 }
@@ -188,7 +209,7 @@ impl RoleArgs {
             outbound_port: self.outbound_port,
             inbound_port: self.inbound_port,
             outbound_mode: self.outbound_traffic_policy,
-            detection_timeout: Some(self.protocol_detection_timeout).filter(|d| !d.is_zero()),
+            detection_timeout: self.protocol_detection_timeout.and_then(nonzero),
         })
     }
 }
@@ -201,6 +222,36 @@ pub enum Mode {
 
 fn parse_outbound_mode(text: &str) -> Result<warden_config::kinds::sidecar::OutboundMode, String> {
     warden_config::kinds::sidecar::OutboundMode::parse(text)
+}
+
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The downstream timeouts: each from its flag, else the mesh config, else the default; `0s`
+/// turns one off.
+fn downstream_timeouts(args: &ProxyArgs, mesh: &MeshConfig) -> Timeouts {
+    let defaults = Timeouts::default();
+    let m = &mesh.warden;
+    let pick = |flag: Option<Duration>, file: Option<Duration>, default: Option<Duration>| {
+        flag.or(file).map_or(default, nonzero)
+    };
+    Timeouts {
+        request_headers: pick(
+            args.request_headers_timeout,
+            m.request_headers_timeout,
+            defaults.request_headers,
+        ),
+        idle: pick(args.idle_timeout, m.idle_timeout, defaults.idle),
+        max_connection_duration: pick(
+            args.max_connection_duration,
+            m.max_connection_duration,
+            defaults.max_connection_duration,
+        ),
+        stream_idle: pick(
+            args.stream_idle_timeout,
+            m.stream_idle_timeout,
+            defaults.stream_idle,
+        ),
+    }
 }
 
 /// `0s` as "off".
@@ -243,7 +294,32 @@ pub struct RatelimitConfigArgs {
     pub output: Option<PathBuf>,
 }
 
-pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let mesh = match &args.mesh_config {
+        None => MeshConfig::default(),
+        Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
+            Ok((mesh, warnings)) => {
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                mesh
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
+    // A flag given on the command line wins over the mesh config.
+    args.role.protocol_detection_timeout = args
+        .role
+        .protocol_detection_timeout
+        .or(mesh.protocol_detection_timeout);
+    let timeouts = downstream_timeouts(&args, &mesh);
+    let drain_timeout = args
+        .drain_timeout
+        .or(mesh.default_config.termination_drain_duration)
+        .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
     let mut opts = ProxyOptions::new(ConfigSource::Paths(args.config));
     if let Some(n) = args.concurrency {
         opts.concurrency = n.max(1);
@@ -263,13 +339,18 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         .map(|a| crate::options::ExtraMetrics(a.metrics()));
     opts.service_account = args.role.service_account;
     opts.allow_empty_config = args.allow_empty_config;
-    opts.max_connections = args.max_connections;
-    opts.max_connections_per_listener = args.max_connections_per_listener;
-    opts.timeouts = crate::downstream::timeouts::Timeouts {
-        request_headers: nonzero(args.request_headers_timeout),
-        idle: nonzero(args.idle_timeout),
-        max_connection_duration: args.max_connection_duration.and_then(nonzero),
-    };
+    if let Some(t) = mesh.connect_timeout {
+        opts.connect_timeout = t;
+    }
+    let limits = &mesh.warden;
+    opts.max_connections = args.max_connections.or(limits.max_connections);
+    opts.max_connections_per_listener = args
+        .max_connections_per_listener
+        .or(limits.max_connections_per_listener);
+    opts.max_connections_per_ip = args
+        .max_connections_per_ip
+        .or(limits.max_connections_per_ip);
+    opts.timeouts = timeouts;
     // Before anything opens files: a proxy holds one per connection.
     match crate::downstream::conn_limits::raise_nofile() {
         Ok(limit) => tracing::info!(
@@ -312,11 +393,11 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
-    tracing::info!(deadline = ?args.drain_timeout, "draining");
+    tracing::info!(deadline = ?drain_timeout, "draining");
     if let Some(a) = accel.as_mut() {
         a.withdraw();
     }
-    proxy.shutdown(args.drain_timeout);
+    proxy.shutdown(drain_timeout);
     // Detaches the programs (connections they short-circuited keep working).
     drop(accel);
     Ok(ExitCode::SUCCESS)

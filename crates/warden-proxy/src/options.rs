@@ -75,7 +75,9 @@ pub struct ProxyOptions {
     pub max_connections: Option<usize>,
     /// Downstream connections held at most per listener.
     pub max_connections_per_listener: Option<usize>,
-    /// Request-head, idle and max-duration timeouts of downstream connections.
+    /// Downstream connections one client IP may hold at once.
+    pub max_connections_per_ip: Option<usize>,
+    /// Request-head, idle, max-duration and stream idle timeouts of downstream connections.
     pub timeouts: crate::downstream::timeouts::Timeouts,
     /// Scrape-time metrics of another component (`--accel`'s BPF counters).
     pub extra_metrics: Option<ExtraMetrics>,
@@ -115,6 +117,7 @@ impl ProxyOptions {
             sidecar: None,
             max_connections: None,
             max_connections_per_listener: None,
+            max_connections_per_ip: None,
             timeouts: crate::downstream::timeouts::Timeouts::default(),
             extra_metrics: None,
         }

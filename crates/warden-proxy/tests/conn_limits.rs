@@ -142,3 +142,76 @@ async fn connections_over_the_listener_maximum_are_closed_at_accept() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(good_client(addr, 5).await, 5);
 }
+
+/// A connection from `source` (a 127.0.0.x address) to `to`.
+async fn connect_from(source: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(source), 0).into())
+        .unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// `PER_IP` connections from 127.0.0.2 each with a request in flight (an upstream that waits
+/// 3 s), then one more request from the same address and one from 127.0.0.3: (what the one
+/// too many got, whether it was closed; the other address's status).
+async fn per_ip_probe(to: std::net::SocketAddr) -> ((String, bool), u16) {
+    let mut held = Vec::new();
+    for i in 0..PER_IP {
+        let mut s = connect_from([127, 0, 0, 2], to).await;
+        let request = format!("GET /delay/3000/{i} HTTP/1.1\r\nHost: a\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut over = connect_from([127, 0, 0, 2], to).await;
+    let _ = over.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let refused = read_until_closed(&mut over, Duration::from_secs(2)).await;
+    let mut other = connect_from([127, 0, 0, 3], to).await;
+    other
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (text, _) = read_until_closed(&mut other, Duration::from_secs(3)).await;
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (refused, status)
+}
+
+const PER_IP: usize = 5;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_per_ip_cap_are_closed_at_accept() {
+    let up = echo_http("slow").await;
+    let mut opts = ProxyOptions::loopback(inline(&http_config(up.addr, "", "")));
+    opts.max_connections_per_ip = Some(PER_IP);
+    let proxy = Proxy::start(opts).expect("proxy starts");
+    let ((text, closed), other) = per_ip_probe(addr(&proxy, 0)).await;
+    assert!(closed && text.is_empty(), "the one too many got {text:?}");
+    assert_eq!(other, 200, "another address is served");
+    let metrics = proxy.metrics_text();
+    assert!(
+        metrics.contains("warden_downstream_cx_overflow_per_ip_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("warden_downstream_cx_overflow_total 1"));
+}
+
+/// nginx's `limit_conn $binary_remote_addr` on the same probe: it counts connections with a
+/// request in progress and answers the one too many 503 (warden closes it at accept, before
+/// reading anything); another address is served by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_limit_conn_refuses_the_same_connection() {
+    let up = echo_http("slow").await;
+    let nginx = warden_testkit::Nginx::start(&format!(
+        "  limit_conn_zone $binary_remote_addr zone=per_ip:1m;\n  server {{ listen {{listen}}; limit_conn per_ip {PER_IP}; location / {{ proxy_pass http://{}; proxy_http_version 1.1; }} }}",
+        up.addr
+    ))
+    .expect("nginx starts");
+    let ((text, _), other) = per_ip_probe(nginx.addr()).await;
+    assert!(text.starts_with("HTTP/1.1 503"), "nginx: {text:?}");
+    assert_eq!(other, 200, "nginx serves another address");
+}

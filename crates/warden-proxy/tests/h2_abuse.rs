@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use std::time::Duration;
+use warden_testkit::h2_frames;
 
 /// Streams the attacker opens at most (it stops at the GOAWAY, well before).
 const ATTACK_STREAMS: u32 = 5_000;
@@ -32,20 +33,16 @@ async fn rapid_reset_gets_goaway_and_reaches_no_upstream() {
         ok
     });
 
-    let attack = reset_flood(addr, ATTACK_STREAMS, None, "/attack").await;
+    let attack = reset_flood(addr, ATTACK_STREAMS, 50, None, "/attack").await;
     let good_ok = good.await.unwrap();
     eprintln!("attacker: {attack:?}");
     let (code, sent) = attack
         .goaway
         .expect("a GOAWAY before the attacker ran out of streams");
-    assert!(sent < ATTACK_STREAMS);
-    // ENHANCE_YOUR_CALM from h2's own limits, or NO_ERROR from the premature-reset rule.
-    assert!(code == 0xb || code == 0, "GOAWAY code {code:#x}");
-    if code == 0 {
-        assert!(proxy
-            .metrics_text()
-            .contains("warden_downstream_cx_too_many_premature_resets_total 1"));
-    }
+    // (How many streams were written before it depends on socket buffers, not on warden.)
+    let _ = sent;
+    // ENHANCE_YOUR_CALM from h2's own limits or from the premature-reset rule.
+    assert_eq!(code, 0xb, "GOAWAY code {code:#x}");
     let attacks = seen
         .lock()
         .unwrap()
@@ -61,29 +58,38 @@ async fn rapid_reset_gets_goaway_and_reaches_no_upstream() {
 }
 
 /// Resets that come after the stream was accepted (and its request sent on) get past h2's
-/// pending-accept limit; the streams h2 then resets itself (max_local_error_reset_streams) or
-/// the proxy's own premature-reset rule bring the GOAWAY.
+/// pending-accept limit; the proxy's own premature-reset rule brings the GOAWAY, and its code
+/// is ENHANCE_YOUR_CALM (read from the raw frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resets_of_accepted_streams_get_goaway_too() {
     let up = echo_http("slow").await;
     let proxy = start(&http_config(up.addr, "", ""));
-    // `/delay/` keeps every stream waiting for its upstream until the client resets it.
+    // `/delay/` keeps every stream waiting for its upstream until the client resets it; small
+    // batches with a pause let every stream be accepted before its reset (no h2 limit sees it).
     let attack = reset_flood(
         addr(&proxy, 0),
         2_000,
-        Some(Duration::from_millis(20)),
+        10,
+        Some(Duration::from_millis(30)),
         "/delay/10000",
     )
     .await;
     eprintln!("attacker: {attack:?}");
     let (code, sent) = attack.goaway.expect("a GOAWAY");
     assert!(sent < 2_000, "{sent}");
-    assert!(code == 0xb || code == 0, "GOAWAY code {code:#x}");
-    if code == 0 {
-        assert!(proxy
-            .metrics_text()
-            .contains("warden_downstream_cx_too_many_premature_resets_total 1"));
-    }
+    // The proxy's own premature-reset rule closed it (these streams were accepted before their
+    // reset, past h2's limits), with ENHANCE_YOUR_CALM rather than a graceful NO_ERROR.
+    assert_eq!(code, 0xb, "GOAWAY code {code:#x}");
+    let metrics = proxy.metrics_text();
+    assert!(
+        metrics.contains("warden_downstream_cx_too_many_premature_resets_total 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("downstream"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 /// The stream limits are advertised and enforced: more concurrent streams than
@@ -113,13 +119,14 @@ struct Attack {
 }
 
 /// One HTTP/2 connection written frame by frame: HEADERS (a complete GET of `path/N`) and
-/// RST_STREAM (CANCEL) for up to `streams` streams, in batches of 50 (`pause` between a batch's
-/// HEADERS and its resets, if any), while a reader watches for the GOAWAY.
+/// RST_STREAM (CANCEL) for up to `streams` streams, in batches of `batch` (`pause` between a
+/// batch's HEADERS and its resets, if any), while a reader watches for the GOAWAY.
 /// (Frames by hand rather than the h2 crate's client: that one reports the write error of the
 /// closed connection instead of the GOAWAY that came before it.)
 async fn reset_flood(
     addr: std::net::SocketAddr,
     streams: u32,
+    batch: u32,
     pause: Option<Duration>,
     path: &str,
 ) -> Attack {
@@ -161,35 +168,24 @@ async fn reset_flood(
             }
         })
     };
-    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
-        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        f.extend_from_slice(&[kind, flags]);
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    };
-    let mut hello = warden_http1::H2_PREFACE.to_vec();
-    hello.extend(frame(0x4, 0, 0, &[]));
-    wr.write_all(&hello).await.unwrap();
+    wr.write_all(&h2_frames::client_hello()).await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(5), settings_rx).await;
-    let _ = wr.write_all(&frame(0x4, 1, 0, &[])).await;
-    let authority = b"a.example";
-    const BATCH: u32 = 50;
-    for batch in 0..streams.div_ceil(BATCH) {
+    let _ = wr.write_all(&h2_frames::settings_ack()).await;
+    for round in 0..streams.div_ceil(batch) {
         let (mut headers, mut resets) = (Vec::new(), Vec::new());
-        let ids = batch * BATCH..((batch + 1) * BATCH).min(streams);
+        let ids = round * batch..((round + 1) * batch).min(streams);
         let count = ids.len() as u32;
         for n in ids {
             let id = 2 * n + 1;
             let path = format!("{path}/{n}");
-            // :method GET, :scheme http (static table), :path and :authority as literals
-            // without indexing.
-            let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
-            block.extend_from_slice(path.as_bytes());
-            block.extend_from_slice(&[0x01, authority.len() as u8]);
-            block.extend_from_slice(authority);
-            headers.extend(frame(0x1, 0x5, id, &block));
-            resets.extend(frame(0x3, 0, id, &0x8u32.to_be_bytes()));
+            headers.extend(h2_frames::request_headers(
+                id,
+                "GET",
+                &path,
+                "a.example",
+                true,
+            ));
+            resets.extend(h2_frames::rst_stream(id, h2_frames::CANCEL));
         }
         let written = match pause {
             None => {

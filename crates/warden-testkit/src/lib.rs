@@ -5,8 +5,10 @@
 //! and kills the process when dropped. [`RedisSentinel`] runs a master, replicas and
 //! `redis-server --sentinel` processes that fail over within seconds. [`netns`] makes network
 //! namespaces, veth pairs and child cgroups for sidecar and capture tests, and removes them on
-//! drop. [`Nginx`] runs a private nginx on a free loopback port for side-by-side probes.
+//! drop. [`Nginx`] runs a private nginx on a free loopback port for side-by-side probes;
+//! [`h2_frames`] builds and reads raw HTTP/2 frames for abuse probes.
 
+pub mod h2_frames;
 pub mod netns;
 mod nginx;
 mod redis_cluster;

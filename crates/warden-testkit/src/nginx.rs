@@ -30,6 +30,15 @@ impl Nginx {
     /// Start nginx with `servers` inside its `http {}` block; every `{listen}` in them becomes
     /// `127.0.0.1:PORT` of a free port.
     pub fn start(servers: &str) -> Result<Self, NginxError> {
+        Self::start_with_connections(servers, 256)
+    }
+
+    /// [`Nginx::start`] with room for `worker_connections` connections (scale probes; nginx
+    /// needs as many open files, which it inherits).
+    pub fn start_with_connections(
+        servers: &str,
+        worker_connections: usize,
+    ) -> Result<Self, NginxError> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
             .port();
@@ -38,9 +47,10 @@ impl Nginx {
         let d = dir.path().display();
         let conf = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log info;\npid {d}/nginx.pid;\n\
-             events {{ worker_connections 256; }}\n\
+             worker_rlimit_nofile {rlimit};\nevents {{ worker_connections {worker_connections}; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n{}\n}}\n",
-            servers.replace("{listen}", &addr.to_string())
+            servers.replace("{listen}", &addr.to_string()),
+            rlimit = worker_connections + 64,
         );
         let conf_path = dir.write("nginx.conf", &conf)?;
         let child = Command::new("nginx")

@@ -159,8 +159,10 @@ pub struct Metrics {
     downstream_rq_rejected: Family<ReasonLabels, Counter>,
     /// HTTP/2 connections sent a GOAWAY for resetting most of their streams.
     pub h2_premature_reset_closes: Counter,
-    /// Connections closed at accept for a connection maximum.
+    /// Connections closed at accept for a connection maximum (any of them).
     pub downstream_cx_overflow: Counter,
+    /// Of those, the ones closed for the per-client-IP cap.
+    downstream_cx_overflow_per_ip: Counter,
     downstream_timeouts: Family<ReasonLabels, Counter>,
     /// Text another component renders at scrape time (the eBPF acceleration's counters).
     pub extra: std::sync::OnceLock<crate::options::ExtraMetrics>,
@@ -184,6 +186,7 @@ impl Metrics {
         let downstream_rq_rejected = Family::<ReasonLabels, Counter>::default();
         let h2_premature_reset_closes = Counter::default();
         let downstream_cx_overflow = Counter::default();
+        let downstream_cx_overflow_per_ip = Counter::default();
         let downstream_timeouts = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "http_requests",
@@ -242,12 +245,17 @@ impl Metrics {
         );
         registry.register(
             "downstream_cx_overflow",
-            "Connections closed as soon as accepted: the global or the listener's connection maximum was reached",
+            "Connections closed as soon as accepted: the global, the listener's or the client IP's connection maximum was reached",
             downstream_cx_overflow.clone(),
         );
         registry.register(
+            "downstream_cx_overflow_per_ip",
+            "Connections closed as soon as accepted because their client IP held --max-connections-per-ip already (also in downstream_cx_overflow)",
+            downstream_cx_overflow_per_ip.clone(),
+        );
+        registry.register(
             "downstream_cx_timeout",
-            "Downstream connections closed by a timeout (request_headers: answered 408, idle, max_duration)",
+            "Downstream connections and streams ended by a timeout (request_headers: answered 408, idle, max_duration, stream_idle: answered 408 or reset)",
             downstream_timeouts.clone(),
         );
         let global_rate_limit = GlobalRateLimitMetrics::default();
@@ -273,6 +281,7 @@ impl Metrics {
             downstream_rq_rejected,
             h2_premature_reset_closes,
             downstream_cx_overflow,
+            downstream_cx_overflow_per_ip,
             downstream_timeouts,
             extra: std::sync::OnceLock::new(),
         }
@@ -306,6 +315,7 @@ impl Metrics {
             Expired::RequestHeaders => "request_headers",
             Expired::Idle => "idle",
             Expired::MaxDuration => "max_duration",
+            Expired::StreamIdle => "stream_idle",
         };
         self.downstream_timeouts
             .get_or_create(&ReasonLabels { reason })
@@ -316,6 +326,14 @@ impl Metrics {
         self.mirror_requests
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+
+    /// A connection closed at accept for a connection maximum.
+    pub fn downstream_overflow(&self, overflow: crate::downstream::conn_limits::Overflow) {
+        self.downstream_cx_overflow.inc();
+        if overflow == crate::downstream::conn_limits::Overflow::PerIp {
+            self.downstream_cx_overflow_per_ip.inc();
+        }
     }
 
     pub fn upstream_error(&self, kind: &'static str) {

@@ -116,6 +116,7 @@ impl Proxy {
                         conn_limits::default_max_connections(conn_limits::nofile_soft())
                     }),
                     opts.max_connections_per_listener,
+                    opts.max_connections_per_ip,
                 ),
                 timeouts: opts.timeouts,
             },

@@ -1,13 +1,15 @@
 //! How many downstream connections the proxy holds: the open-file limit raised to its hard
 //! limit at start ([`raise_nofile`]), a global and a per-listener maximum (Envoy's overload
-//! `max_downstream_connection` and listener `max_connections`), and the back-off of an accept
-//! loop that ran out of file descriptors.
+//! `max_downstream_connection` and listener `max_connections`), an optional cap per client IP
+//! (nginx's `limit_conn $binary_remote_addr`, counted per connection), and the back-off of an
+//! accept loop that ran out of file descriptors.
 //!
 //! A connection over a maximum is closed as soon as it is accepted (counted in
 //! `warden_downstream_cx_overflow_total`), so that the connections already held keep being
 //! served instead of every client timing out once the fds are gone.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,15 +83,32 @@ pub struct ConnLimits {
     per_listener_max: Option<usize>,
     global: Arc<AtomicUsize>,
     per_listener: Mutex<HashMap<u16, Arc<AtomicUsize>>>,
+    per_ip: Option<PerIp>,
+}
+
+/// Which maximum a refused connection ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    Global,
+    Listener,
+    PerIp,
 }
 
 impl ConnLimits {
-    pub fn new(global_max: usize, per_listener_max: Option<usize>) -> Self {
+    pub fn new(
+        global_max: usize,
+        per_listener_max: Option<usize>,
+        per_ip_max: Option<usize>,
+    ) -> Self {
         ConnLimits {
             global_max,
             per_listener_max,
             global: Arc::default(),
             per_listener: Mutex::default(),
+            per_ip: per_ip_max.map(|max| PerIp {
+                max,
+                counts: Arc::default(),
+            }),
         }
     }
 
@@ -97,10 +116,11 @@ impl ConnLimits {
         self.global_max
     }
 
-    /// A permit for one more connection on the listener of config port `port`, or `None` when
-    /// a maximum is reached.
-    pub fn admit(&self, port: u16) -> Option<ConnPermit> {
-        let global = take(&self.global, self.global_max)?;
+    /// A permit for one more connection from `peer` on the listener of config port `port`,
+    /// or the maximum that is reached.
+    pub fn admit(&self, port: u16, peer: IpAddr) -> Result<ConnPermit, Overflow> {
+        // Each slot taken is given back when a later check fails and it drops.
+        let global = take(&self.global, self.global_max).ok_or(Overflow::Global)?;
         let listener = match self.per_listener_max {
             None => None,
             Some(max) => {
@@ -111,14 +131,61 @@ impl ConnLimits {
                     .entry(port)
                     .or_default()
                     .clone();
-                // `global` is given back when this fails and it drops.
-                Some(take(&count, max)?)
+                Some(take(&count, max).ok_or(Overflow::Listener)?)
             }
         };
-        Some(ConnPermit {
+        let ip = match &self.per_ip {
+            None => None,
+            Some(per_ip) => Some(per_ip.take(peer).ok_or(Overflow::PerIp)?),
+        };
+        Ok(ConnPermit {
             _global: global,
             _listener: listener,
+            _ip: ip,
         })
+    }
+}
+
+/// Connections held per client address; an address leaves the map with its last connection,
+/// so the map never holds more entries than there are connections.
+#[derive(Debug)]
+struct PerIp {
+    max: usize,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerIp {
+    fn take(&self, peer: IpAddr) -> Option<IpSlot> {
+        // An IPv4 client on a dual-stack socket counts as its IPv4 address.
+        let ip = peer.to_canonical();
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(IpSlot {
+            counts: self.counts.clone(),
+            ip,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct IpSlot {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -146,6 +213,7 @@ fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
 pub struct ConnPermit {
     _global: Slot,
     _listener: Option<Slot>,
+    _ip: Option<IpSlot>,
 }
 
 /// How long an accept loop waits after a failed accept (typically EMFILE / ENFILE, which the
@@ -174,14 +242,33 @@ mod tests {
 
     #[test]
     fn permits_are_counted_and_given_back() {
-        let limits = ConnLimits::new(3, Some(2));
-        let a = limits.admit(80).unwrap();
-        let _b = limits.admit(80).unwrap();
-        assert!(limits.admit(80).is_none(), "per-listener maximum");
-        let _c = limits.admit(81).unwrap();
-        assert!(limits.admit(81).is_none(), "global maximum");
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let limits = ConnLimits::new(3, Some(2), None);
+        let a = limits.admit(80, ip).unwrap();
+        let _b = limits.admit(80, ip).unwrap();
+        assert_eq!(limits.admit(80, ip).unwrap_err(), Overflow::Listener);
+        let _c = limits.admit(81, ip).unwrap();
+        assert_eq!(limits.admit(81, ip).unwrap_err(), Overflow::Global);
         drop(a);
-        assert!(limits.admit(81).is_some());
+        assert!(limits.admit(81, ip).is_ok());
+    }
+
+    #[test]
+    fn the_per_ip_cap_counts_each_address_and_forgets_it_with_its_last_connection() {
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let limits = ConnLimits::new(100, None, Some(2));
+        let first = limits.admit(80, a).unwrap();
+        let _second = limits.admit(81, mapped).unwrap();
+        assert_eq!(limits.admit(80, a).unwrap_err(), Overflow::PerIp);
+        let _other = limits.admit(80, b).unwrap();
+        drop(first);
+        let again = limits.admit(80, a).unwrap();
+        // A refusal gives back the global slot it took.
+        assert_eq!(limits.global.load(Ordering::Relaxed), 3);
+        drop((again, _second));
+        let per_ip = limits.per_ip.as_ref().unwrap();
+        assert_eq!(per_ip.counts.lock().unwrap().len(), 1);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::control::state::{ConnCtx, WorkerCtx};
 use crate::downstream::buffer_pool;
 use crate::downstream::framing_guard::FramingGuard;
 use crate::downstream::h2_abuse::{self, ResetTracker};
+use crate::downstream::h2_goaway_code::{Calm, GoawayCode};
 use crate::downstream::timeouts::{self, ConnClock, Expired, Timeouts};
 use crate::pipeline::forwarding_headers;
 use crate::pipeline::{self, Handling};
@@ -198,12 +199,17 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
     drop(watcher);
     let shared = worker.shared.clone();
     let peer = conn.peer;
-    let io = TokioIo::new(FramingGuard::new(
-        ReplayIo::new(input.freeze(), stream),
-        violation,
+    // An abusive HTTP/2 client's GOAWAY says ENHANCE_YOUR_CALM (`h2_goaway_code`).
+    let calm = Calm::default();
+    let h2 = !input.is_empty() && warden_http1::starts_like_h2(&input);
+    let io = TokioIo::new(GoawayCode::new(
+        FramingGuard::new(ReplayIo::new(input.freeze(), stream), violation),
+        h2,
+        calm.clone(),
     ));
     let resets = Arc::new(ResetTracker::default());
     let tracker = resets.clone();
+    let stream_idle = timeouts.stream_idle;
     let service = hyper::service::service_fn(move |req| {
         let worker = worker.clone();
         let conn = conn.clone();
@@ -213,7 +219,7 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
                 h2_abuse::settle().await;
             }
             let version = req.version();
-            let req = req.map(ProxyBody::Downstream);
+            let req = req.map(|b| ProxyBody::downstream(b, stream_idle));
             let response = pipeline::handle(req, None, &conn, &worker)
                 .answer()
                 .await
@@ -249,7 +255,8 @@ async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) 
             _ = resets.abusive(), if !shutting_down => {
                 shutting_down = true;
                 shared.metrics.h2_premature_reset_closes.inc();
-                tracing::info!(%peer, "HTTP/2 client resets most of its streams: GOAWAY");
+                tracing::info!(%peer, "HTTP/2 client resets most of its streams: GOAWAY ENHANCE_YOUR_CALM");
+                calm.set();
                 connection.as_mut().graceful_shutdown();
             }
         }
@@ -382,7 +389,7 @@ impl Connection {
             ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
             ProxyBody::Full(None) | ProxyBody::Empty => {}
             mut streamed @ (ProxyBody::Streamed(_)
-            | ProxyBody::Downstream(_)
+            | ProxyBody::Downstream(..)
             | ProxyBody::H1(_)
             | ProxyBody::Boxed(_)) => {
                 loop {

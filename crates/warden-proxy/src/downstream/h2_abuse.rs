@@ -6,7 +6,8 @@
 //! client whose streams are accepted before their RST_STREAM is read gets past those, so the
 //! proxy also counts premature resets itself, as Envoy does (`premature_reset_*`): once at least
 //! half of a connection's streams were reset by the client before their response, and there
-//! were enough of them, the connection gets a GOAWAY and is closed ([`ResetTracker`]).
+//! were enough of them, the connection gets a GOAWAY ENHANCE_YOUR_CALM and is closed
+//! ([`ResetTracker`]; the code is set by `h2_goaway_code`).
 //!
 //! A stream's request is not forwarded before the stream has been seen alive once more
 //! ([`settle`]): hyper drops a request's future when its stream is reset, but only between polls.
@@ -20,9 +21,11 @@ use tokio::sync::Notify;
 
 /// Streams a client may reset before the server accepts them (h2's default is 20).
 const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
-/// Streams the server may reset for protocol errors on one connection (hyper's default 1024 is
-/// a lot of free work for a misbehaving client).
-const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
+/// Streams the server may reset (protocol errors, streams refused over the concurrency limit)
+/// on one connection (hyper's default 1024 is a lot of free work for a misbehaving client).
+/// Above the premature-reset rule's 250, so that the rule, which sees every reset before a
+/// response, acts first; this stays as h2's backstop.
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 512;
 /// Envoy's recommended edge value (its default is unbounded).
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
 /// A connection is judged once this many of its streams ended (Envoy's

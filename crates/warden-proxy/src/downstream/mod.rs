@@ -9,6 +9,7 @@ pub mod destination;
 pub(crate) mod fast_h1;
 pub(crate) mod framing_guard;
 pub(crate) mod h2_abuse;
+pub(crate) mod h2_goaway_code;
 pub(crate) mod listen;
 pub mod timeouts;
 pub(crate) mod worker;

@@ -1,7 +1,10 @@
 //! A downstream connection's timeouts, with Envoy's names: `request_headers_timeout` (a
 //! request head must be complete this long after its first byte: slowloris), `idle_timeout`
 //! (a keep-alive connection with no request in progress is closed after this long; Envoy's
-//! default is 1 h) and `max_connection_duration` (closed between requests after this long).
+//! default is 1 h), `max_connection_duration` (closed between requests after this long) and
+//! `stream_idle_timeout` (a request whose body stops arriving for this long is ended: 408 if
+//! nothing was answered yet, else the stream is reset; Envoy's default is 5 min; applied by
+//! `upstream::body` to HTTP/1 bodies and HTTP/2 streams alike).
 //!
 //! The fast path keeps one timer per connection and re-arms it only when it fires
 //! ([`ConnClock`]): re-arming a timer for every request, as hyper's header timeout does, cost
@@ -14,6 +17,7 @@ pub struct Timeouts {
     pub request_headers: Option<Duration>,
     pub idle: Option<Duration>,
     pub max_connection_duration: Option<Duration>,
+    pub stream_idle: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -22,6 +26,7 @@ impl Default for Timeouts {
             request_headers: Some(Duration::from_secs(10)),
             idle: Some(Duration::from_secs(3600)),
             max_connection_duration: None,
+            stream_idle: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -34,6 +39,8 @@ pub enum Expired {
     /// Close.
     Idle,
     MaxDuration,
+    /// A request body stalled (answered 408 when nothing was answered yet).
+    StreamIdle,
 }
 
 /// When a connection started, was last active, and when the head it is reading began.
@@ -94,6 +101,7 @@ mod tests {
             request_headers: Some(Duration::from_secs(10)),
             idle: Some(Duration::from_secs(60)),
             max_connection_duration: Some(Duration::from_secs(100)),
+            stream_idle: None,
         };
         let t0 = Instant::now();
         let s = |n| t0 + Duration::from_secs(n);
@@ -115,6 +123,7 @@ mod tests {
             request_headers: None,
             idle: None,
             max_connection_duration: None,
+            stream_idle: None,
         };
         assert_eq!(c.deadline(&none), None);
     }

@@ -258,10 +258,13 @@ async fn accept_loop(
                 };
                 backoff.accepted();
                 // Over a maximum: closed at once, so the connections held keep their fds.
-                let Some(permit) = worker.shared.downstream.connections.admit(port) else {
-                    worker.shared.metrics.downstream_cx_overflow.inc();
-                    drop(stream);
-                    continue;
+                let permit = match worker.shared.downstream.connections.admit(port, peer.ip()) {
+                    Ok(permit) => permit,
+                    Err(overflow) => {
+                        worker.shared.metrics.downstream_overflow(overflow);
+                        drop(stream);
+                        continue;
+                    }
                 };
                 let _ = stream.set_nodelay(true);
                 match spec.protocol {

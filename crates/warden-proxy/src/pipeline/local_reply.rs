@@ -22,6 +22,8 @@ pub enum ResponseFlag {
     UpstreamReset,
     /// Downstream protocol error (`DPE`).
     DownstreamProtocolError,
+    /// Stream idle timeout (`SI`).
+    StreamIdleTimeout,
     /// Local rate limited (`RL`).
     RateLimited,
     /// Unauthorized by an external service or RBAC (`UAEX`).
@@ -44,6 +46,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamOverflow => "UO",
             ResponseFlag::UpstreamReset => "UC",
             ResponseFlag::DownstreamProtocolError => "DPE",
+            ResponseFlag::StreamIdleTimeout => "SI",
             ResponseFlag::RateLimited => "RL",
             ResponseFlag::Unauthorized => "UAEX",
             ResponseFlag::RateLimitServiceError => "RLSE",
@@ -120,6 +123,15 @@ impl LocalReply {
             StatusCode::GATEWAY_TIMEOUT,
             "upstream request timeout",
             Some(ResponseFlag::UpstreamTimeout),
+        )
+    }
+
+    /// A request body that stopped arriving for the stream idle timeout: Envoy's reply.
+    pub fn stream_idle_timeout() -> Self {
+        LocalReply::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "stream timeout",
+            Some(ResponseFlag::StreamIdleTimeout),
         )
     }
 

@@ -105,6 +105,8 @@ enum SendError {
     Connect,
     /// The downstream request's body was malformed (see `body::DownstreamBodyError`).
     DownstreamBody,
+    /// The downstream request's body stalled (`body::StreamIdleTimeout`).
+    StreamIdle,
     Other(String),
 }
 
@@ -306,6 +308,8 @@ struct Pick<'a> {
 fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendError {
     if is_connect {
         SendError::Connect
+    } else if crate::upstream::body::caused_by_stream_idle(&e) {
+        SendError::StreamIdle
     } else if crate::upstream::body::caused_by_downstream_body(&e) {
         SendError::DownstreamBody
     } else {
@@ -418,8 +422,8 @@ async fn attempt(
     match &result {
         Ok(response) => record(outlier::Outcome::Status(response.status().as_u16())),
         Err(SendError::Connect | SendError::Other(_)) => record(outlier::Outcome::LocalFailure),
-        // The client's body failed, not the endpoint.
-        Err(SendError::DownstreamBody) => {}
+        // The client's body failed or stalled, not the endpoint.
+        Err(SendError::DownstreamBody | SendError::StreamIdle) => {}
     }
     match result {
         Ok(response) => Ok(Upstreamed { response, endpoint }),
@@ -432,6 +436,12 @@ async fn attempt(
             // upstream never sees it complete; the client gets the 400 its framing earned.
             metrics.downstream_rejected("body_framing");
             Err(fail(LocalReply::bad_request(), Some(endpoint)))
+        }
+        Err(SendError::StreamIdle) => {
+            // As Envoy: 408 `stream timeout` when nothing was answered yet; the upstream
+            // request was aborted without its end.
+            metrics.downstream_timeout(crate::downstream::timeouts::Expired::StreamIdle);
+            Err(fail(LocalReply::stream_idle_timeout(), Some(endpoint)))
         }
         Err(SendError::Other(e)) => {
             tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");

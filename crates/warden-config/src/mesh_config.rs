@@ -1,0 +1,235 @@
+//! `warden proxy --mesh-config FILE`: the proxy's timeouts and connection limits in Istio's
+//! MeshConfig shape (the text of the `mesh` key of the `istio` ConfigMap, as
+//! `istioctl --meshConfigFile` reads it).
+//!
+//! MeshConfig fields that say the same as a warden setting are read under their Istio names
+//! (`connectTimeout`, `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`);
+//! the Envoy settings MeshConfig has no field for go in a `warden:` section under Envoy's
+//! names. A field that would change what requests get and that warden does not read is an
+//! error, never ignored; a few that only concern Istio's control plane or telemetry are
+//! warnings. Every problem names file:line and field.
+
+use crate::error::{ConfigErrors, Location, Problem};
+use crate::field_path::FieldPath;
+use crate::yaml_source;
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// What a mesh-config file sets; `None` leaves the flag's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshConfig {
+    /// Upstream connect timeout (MeshConfig `connectTimeout`).
+    #[serde(default, deserialize_with = "duration")]
+    pub connect_timeout: Option<Duration>,
+    /// Sidecar protocol sniffing wait (MeshConfig `protocolDetectionTimeout`).
+    #[serde(default, deserialize_with = "duration")]
+    pub protocol_detection_timeout: Option<Duration>,
+    #[serde(default)]
+    pub default_config: ProxyConfig,
+    #[serde(default)]
+    pub warden: WardenSection,
+}
+
+/// MeshConfig `defaultConfig` (Istio's ProxyConfig).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyConfig {
+    /// How long a stopping proxy lets in-flight requests finish (`--drain-timeout`).
+    #[serde(default, deserialize_with = "duration")]
+    pub termination_drain_duration: Option<Duration>,
+}
+
+/// Envoy's downstream settings, under Envoy's names in camelCase.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WardenSection {
+    #[serde(default, deserialize_with = "duration")]
+    pub request_headers_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub max_connection_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub stream_idle_timeout: Option<Duration>,
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    #[serde(default)]
+    pub max_connections_per_listener: Option<usize>,
+    #[serde(default)]
+    pub max_connections_per_ip: Option<usize>,
+}
+
+/// MeshConfig fields warden does not read that change nothing a request gets (the control
+/// plane's, telemetry's): a warning each. Any other unread field is an error.
+const HARMLESS: &[&str] = &[
+    "accessLogFile",
+    "accessLogEncoding",
+    "accessLogFormat",
+    "enableTracing",
+    "enablePrometheusMerge",
+    "rootNamespace",
+    "trustDomain",
+    "trustDomainAliases",
+    "ingressClass",
+    "ingressService",
+    "ingressControllerMode",
+    "ingressSelector",
+    "defaultConfig.discoveryAddress",
+    "defaultConfig.proxyMetadata",
+    "defaultConfig.tracing",
+    "defaultConfig.holdApplicationUntilProxyStarts",
+    "defaultConfig.statusPort",
+    "defaultConfig.proxyStatsMatcher",
+];
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = Option::<String>::deserialize(d)?;
+    text.map(|t| crate::duration::parse_duration(&t).map_err(de::Error::custom))
+        .transpose()
+}
+
+/// Read a mesh-config file: the settings, and warnings for the harmless fields it ignored.
+pub fn load_mesh_config(path: &Path) -> Result<(MeshConfig, Vec<Problem>), ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors::new(vec![Problem {
+            location: Location::file(path, None),
+            message: format!("cannot read mesh config: {e}"),
+        }])
+    })?;
+    parse_mesh_config(path, &text)
+}
+
+/// [`load_mesh_config`] on text already read (`path` names it in problems).
+pub fn parse_mesh_config(
+    path: &Path,
+    text: &str,
+) -> Result<(MeshConfig, Vec<Problem>), ConfigErrors> {
+    let whole_file = |line, message: String| {
+        ConfigErrors::new(vec![Problem {
+            location: Location::file(path, line),
+            message,
+        }])
+    };
+    let docs = yaml_source::parse_documents(text)
+        .map_err(|e| whole_file(e.line, format!("invalid YAML: {}", e.message)))?;
+    let doc = match docs.len() {
+        0 => return Ok((MeshConfig::default(), Vec::new())),
+        1 => docs
+            .into_iter()
+            .next()
+            .ok_or_else(|| whole_file(None, "no document".into()))?,
+        n => {
+            return Err(whole_file(
+                None,
+                format!("a mesh config is one YAML document, not {n}"),
+            ))
+        }
+    };
+    let lines = doc.lines;
+    let at = |field: &FieldPath, message: String| Problem {
+        location: Location {
+            file: path.to_path_buf(),
+            line: lines.line_of(field),
+            document: 1,
+            object: "MeshConfig".into(),
+            field: field.to_string(),
+        },
+        message,
+    };
+    let mut ignored = Vec::new();
+    let decoded: Result<MeshConfig, _> = {
+        let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(doc.value, &mut record))
+    };
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for field in ignored {
+        if HARMLESS.contains(&field.to_string().as_str()) {
+            warnings.push(at(&field, "not used by warden; ignored".into()));
+        } else {
+            errors.push(at(
+                &field,
+                "not supported by warden; it could change what requests get, so it is an error \
+                 rather than ignored"
+                    .into(),
+            ));
+        }
+    }
+    match decoded {
+        Ok(config) if errors.is_empty() => Ok((config, warnings)),
+        Ok(_) => Err(ConfigErrors::new(errors)),
+        Err(e) => {
+            let field = FieldPath::from_path_to_error(e.path());
+            errors.insert(0, at(&field, e.into_inner().to_string()));
+            Err(ConfigErrors::new(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<(MeshConfig, Vec<Problem>), ConfigErrors> {
+        parse_mesh_config(Path::new("mesh.yaml"), text)
+    }
+
+    #[test]
+    fn istio_and_warden_fields_are_read() {
+        let (config, warnings) = parse(
+            "connectTimeout: 2s\nenableTracing: true\ndefaultConfig:\n  terminationDrainDuration: 7s\n  \
+             discoveryAddress: istiod:15012\nwarden:\n  requestHeadersTimeout: 5s\n  idleTimeout: 10m\n  \
+             streamIdleTimeout: 1m\n  maxConnectionsPerIp: 50\n",
+        )
+        .unwrap();
+        assert_eq!(config.connect_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(
+            config.default_config.termination_drain_duration,
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            config.warden.request_headers_timeout,
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(config.warden.idle_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(
+            config.warden.stream_idle_timeout,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(config.warden.max_connections_per_ip, Some(50));
+        assert_eq!(config.warden.max_connection_duration, None);
+        let warned: Vec<_> = warnings.iter().map(|w| w.location.field.as_str()).collect();
+        assert_eq!(warned, ["defaultConfig.discoveryAddress", "enableTracing"]);
+        assert_eq!(parse("").unwrap().0, MeshConfig::default());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let err = parse("warden:\n  idleTimeout: 10m\n  streamIdleTimeout: soon\n").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("mesh.yaml:3: document 1 (MeshConfig), field warden.streamIdleTimeout"),
+            "{text}"
+        );
+        let err =
+            parse("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nwarden:\n  idleTimeOut: 1s\n")
+                .unwrap_err();
+        let text = err.to_string();
+        // A field holding a mapping is located where its value starts.
+        assert!(
+            text.contains("mesh.yaml:2") && text.contains("field outboundTrafficPolicy"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mesh.yaml:4") && text.contains("field warden.idleTimeOut"),
+            "{text}"
+        );
+        let err = parse("warden:\n  maxConnections: -1\n").unwrap_err();
+        assert!(err.to_string().contains("mesh.yaml:2"), "{err}");
+        let err = parse("warden: [\n").unwrap_err();
+        assert!(err.to_string().contains("invalid YAML"), "{err}");
+    }
+}

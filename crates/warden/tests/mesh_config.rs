@@ -1,0 +1,87 @@
+//! `warden proxy --mesh-config FILE`: timeouts and connection limits from Istio's MeshConfig
+//! shape take effect, a flag given on the command line wins over the file, and a bad file
+//! stops the start with an error naming file:line and field.
+
+mod common;
+
+use common::{run_proxy_to_exit, write_config, Warden};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use warden_testkit::TempDir;
+
+const DIRECT_200: &str = "  - directResponse: {status: 200, body: {string: ok}}\n";
+
+/// A head that never completes: how long until warden answers it, and with what (within 6 s).
+fn slow_head(w: &Warden) -> (String, Duration) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(w.listener).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    (out, started.elapsed())
+}
+
+#[test]
+fn timeouts_come_from_the_mesh_config_and_flags_win() {
+    let dir = TempDir::new("mesh-config").unwrap();
+    let mesh = dir
+        .write(
+            "mesh.yaml",
+            "# Istio MeshConfig\nenableTracing: false\nconnectTimeout: 2s\ndefaultConfig:\n  terminationDrainDuration: 1s\nwarden:\n  requestHeadersTimeout: 1s\n  streamIdleTimeout: 30s\n",
+        )
+        .unwrap();
+    let mesh = mesh.to_str().unwrap();
+    let w = Warden::start("", DIRECT_200, &["--mesh-config", mesh]);
+    let (text, took) = slow_head(&w);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop(w);
+    let w = Warden::start(
+        "",
+        DIRECT_200,
+        &["--mesh-config", mesh, "--request-headers-timeout", "3s"],
+    );
+    let (text, took) = slow_head(&w);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "the flag's 3s won: {took:?}"
+    );
+}
+
+#[test]
+fn a_bad_mesh_config_stops_the_start_naming_file_line_and_field() {
+    let dir = TempDir::new("mesh-config").unwrap();
+    let (config, _) = write_config(&dir, "", DIRECT_200);
+    for (text, wants) in [
+        (
+            "warden:\n  idleTimeout: 1h\n  streamIdleTimeout: soon\n",
+            &["mesh.yaml:3", "field warden.streamIdleTimeout", "soon"][..],
+        ),
+        (
+            "defaultConfig:\n  concurrency: 2\n",
+            &[
+                "mesh.yaml:2",
+                "field defaultConfig.concurrency",
+                "not supported",
+            ][..],
+        ),
+        (
+            "warden:\n  maxConnections: many\n",
+            &["mesh.yaml:2", "field warden.maxConnections"][..],
+        ),
+    ] {
+        let mesh = dir.write("mesh.yaml", text).unwrap();
+        let out = run_proxy_to_exit(&config, &["--mesh-config", mesh.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text:?} was accepted");
+        for want in wants {
+            assert!(
+                stderr.contains(want),
+                "{text:?}: wanted {want:?} in {stderr}"
+            );
+        }
+    }
+}
