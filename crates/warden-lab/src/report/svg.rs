@@ -273,7 +273,7 @@ pub fn cdf(title: &str, series: &[Series]) -> String {
             top + ph + 16.0
         );
     }
-    for p in [0.0, 25.0, 50.0, 75.0, 90.0, 99.0, 100.0] {
+    for p in [0.0, 25.0, 50.0, 75.0, 90.0, 100.0] {
         let _ = write!(
             s,
             r#"<line x1="{left}" x2="{0}" y1="{1:.1}" y2="{1:.1}" class="grid"/><text x="{2}" y="{3:.1}" class="tick" text-anchor="end">{p}%</text>"#,

@@ -27,7 +27,7 @@ impl Budget {
         if lab.quick {
             Budget {
                 rounds: 2,
-                run: std::time::Duration::from_millis(500),
+                run: std::time::Duration::from_millis(300),
             }
         } else {
             Budget {

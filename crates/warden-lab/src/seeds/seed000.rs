@@ -142,8 +142,8 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     }
     servers.push(rls1);
     servers.push(rls2);
-    // Warm-up, not measured: every case's 1000 connections are opened once.
-    for case in &cases {
+    // Warm-up, not measured: every case's 1000 connections are opened once (not in --quick).
+    for case in cases.iter().filter(|_| !lab.quick) {
         let mut warm = case.load.clone();
         warm.duration = Duration::from_millis(300);
         let _ = crate::load_run::run_once(lab, &warm, &[], 0);

@@ -212,7 +212,7 @@ fn finish(seed: &mut SeedResult) {
         let r = comparison(seed, &format!("warden ({id}) / (a)"));
         match (rps(id), r) {
             (Some(v), Some(c)) if !c.ratios.is_empty() => {
-                format!("{v:.0} rps ({} of (a): {})", percent_change(c.median), ratio_text(c))
+                format!("{v:.0} rps ({} vs (a); ratio {})", percent_change(c.median), ratio_text(c))
             }
             (v, _) => fmt(v),
         }
@@ -235,11 +235,11 @@ fn finish(seed: &mut SeedResult) {
             let peers: Vec<String> = seed
                 .comparisons
                 .iter()
-                .filter(|x| x.name.starts_with("warden (c) / ") && !x.ratios.is_empty())
+                .filter(|x| x.name.starts_with("warden (c) / ") && x.a != "a" && !x.ratios.is_empty())
                 .map(|x| format!("{:.2}x {}", x.median, x.name.trim_start_matches("warden (c) / ")))
                 .collect();
             format!(
-                "With 100k IPs in one rule the article's Envoy lost 76% of its throughput; warden's throughput with the same list is {} of no policy ({}), {noise}.{}",
+                "With 100k IPs in one rule the article's Envoy lost 76% of its throughput; warden's throughput with the same list changes by {} against no policy (ratio {}), {noise}.{}",
                 percent_change(c.median),
                 ratio_text(c),
                 if peers.is_empty() { String::new() } else { format!(" Against the peers with the same 100k list: {}.", peers.join(", ")) }
