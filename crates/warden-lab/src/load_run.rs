@@ -153,6 +153,25 @@ pub fn parse(json: &Value, round: usize) -> anyhow::Result<RunResult> {
         }
         None => (json.clone(), None, Vec::new()),
     };
+    if best.is_null() && max_qps.is_some() {
+        // find-max: not even the first rate passed; the steps say why.
+        return Ok(RunResult {
+            round,
+            rps: 0.0,
+            requests: 0,
+            errors: steps.iter().map(|s: &FindMaxStep| s.errors).sum(),
+            codes: Default::default(),
+            p50_ms: 0.0,
+            p90_ms: 0.0,
+            p99_ms: steps.first().map_or(0.0, |s| s.p99_ms),
+            avg_ms: 0.0,
+            cdf: Vec::new(),
+            cpu_us_per_req: None,
+            cpu_busy_pct: Vec::new(),
+            steps,
+            command: String::new(),
+        });
+    }
     let hist = best
         .get("DurationHistogram")
         .context("no DurationHistogram in warden load's JSON")?;

@@ -23,6 +23,8 @@ const VIP: &str = "10.96.0.20";
 const CONNECTIONS: usize = 64;
 /// A rate passes while p99 stays under this (and nothing fails).
 const P99_BOUND: Duration = Duration::from_millis(50);
+/// find-max's first rate (x1.5 per step from here).
+const START_QPS: f64 = 200.0;
 
 pub fn mesh_yaml(vip: &str, server_ip: &str, client_ip: &str, ports: &str) -> String {
     format!(
@@ -85,7 +87,7 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         duration: budget.run,
         keepalive: false,
         payload_size: None,
-        find_max: Some(FindMax { start_qps: 500.0, p99_bound: P99_BOUND }),
+        find_max: Some(FindMax { start_qps: START_QPS, p99_bound: P99_BOUND }),
         prefix: client.clone(),
     };
     let sidecar_pids = vec![cli_sidecar.pid, srv_sidecar.pid];
@@ -104,7 +106,7 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     drop(servers);
     drop(pods);
     let shape = format!(
-        "warden load --find-max -c {CONNECTIONS} --no-keepalive (vegeta's keep-alive off), steps of {:.1} s from 500 rps, a step passes with no errors, p99 <= {} ms and >= 95% of the rate achieved; {} rounds",
+        "warden load --find-max -c {CONNECTIONS} --no-keepalive (vegeta's keep-alive off), steps of {:.1} s from {START_QPS} rps x1.5, then bisection; a step passes with at most 0.1% errors, p99 <= {} ms and >= 95% of the rate achieved; {} rounds",
         budget.run.as_secs_f64(),
         P99_BOUND.as_millis(),
         budget.rounds
