@@ -30,7 +30,10 @@ fn now() -> String {
 /// The ab-shaped seed opens 1000 connections at once: raise the open-file limit to the hard
 /// limit (the servers and the load generator inherit it).
 fn raise_nofile() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
@@ -91,7 +94,11 @@ pub fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
         "machine: {} cores, background busy {:.0}%, peers missing: {}",
         results.machine.cores,
         results.machine.background_busy_pct,
-        if results.machine.missing_peers.is_empty() { "none".into() } else { results.machine.missing_peers.join(", ") }
+        if results.machine.missing_peers.is_empty() {
+            "none".into()
+        } else {
+            results.machine.missing_peers.join(", ")
+        }
     ));
     for id in ids {
         if lab.stopped() {
@@ -112,5 +119,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
         args.out.join("results.json").display(),
         args.out.join("report.html").display()
     );
-    Ok(if results.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+    Ok(if results.interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -67,12 +67,13 @@ impl LoadSpec {
         if let Some(f) = self.find_max {
             argv.push("--find-max".into());
             argv.extend(["--qps".into(), format!("{}", f.start_qps)]);
-            argv.extend([
-                "--max-p99".into(),
-                format!("{}ms", f.p99_bound.as_millis()),
-            ]);
+            argv.extend(["--max-p99".into(), format!("{}ms", f.p99_bound.as_millis())]);
         }
-        argv.extend(["--quiet".into(), "--json".into(), json.display().to_string()]);
+        argv.extend([
+            "--quiet".into(),
+            "--json".into(),
+            json.display().to_string(),
+        ]);
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
         cmd
@@ -193,7 +194,10 @@ pub fn parse(json: &Value, round: usize) -> anyhow::Result<RunResult> {
         cdf.extend(data.iter().map(|b| (f(b, "End") * 1000.0, f(b, "Percent"))));
     }
     if let Some(ps) = hist.get("Percentiles").and_then(Value::as_array) {
-        cdf.extend(ps.iter().map(|x| (f(x, "Value") * 1000.0, f(x, "Percentile"))));
+        cdf.extend(
+            ps.iter()
+                .map(|x| (f(x, "Value") * 1000.0, f(x, "Percentile"))),
+        );
     }
     cdf.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     // A CDF never goes down: bucket ends and percentiles interleave.

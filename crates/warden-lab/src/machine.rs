@@ -17,7 +17,9 @@ impl CpuSample {
         let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         CpuSample(
             text.lines()
-                .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+                .filter(|l| {
+                    l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit)
+                })
                 .map(|l| {
                     let v: Vec<u64> = l
                         .split_whitespace()
@@ -91,7 +93,11 @@ fn first_line(program: &str, args: &[&str]) -> String {
         .ok()
         .map(|o| {
             // nginx and ab print their version on stderr.
-            let text = if o.stdout.is_empty() { o.stderr } else { o.stdout };
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
             String::from_utf8_lossy(&text)
                 .lines()
                 .find(|l| !l.trim().is_empty())

@@ -172,10 +172,20 @@ impl Lab {
                 }
                 None => Command::new(&self.warden),
             };
-            cmd.args(["load", url, "-n", "1", "-c", "1", "--timeout", "2s", "--quiet"])
-                .args(["--json", "-"])
-                .stdin(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.args([
+                "load",
+                url,
+                "-n",
+                "1",
+                "-c",
+                "1",
+                "--timeout",
+                "2s",
+                "--quiet",
+            ])
+            .args(["--json", "-"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
             if let Ok(out) = cmd.output() {
                 let json: serde_json::Value =
                     serde_json::from_slice(&out.stdout).unwrap_or_default();

@@ -210,7 +210,11 @@ fn run_find_max(
         }
         None => print!("{}", report.to_text()),
     }
-    Ok(if report.best().is_some() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.best().is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub fn run_echo(args: EchoArgs) -> anyhow::Result<ExitCode> {

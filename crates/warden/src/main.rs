@@ -83,11 +83,13 @@ fn init_logging(default_level: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo and the lab print their own reports; info logs would only interleave with them.
-    init_logging(if matches!(cli.command, Command::Demo(_) | Command::Lab(_)) {
-        "warn"
-    } else {
-        "info"
-    });
+    init_logging(
+        if matches!(cli.command, Command::Demo(_) | Command::Lab(_)) {
+            "warn"
+        } else {
+            "info"
+        },
+    );
     let result = match cli.command {
         Command::Proxy(args) => warden_proxy::cli::run_proxy(args),
         Command::Check(args) => warden_proxy::cli::run_check(args),

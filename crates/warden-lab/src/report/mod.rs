@@ -47,8 +47,16 @@ pub fn render(r: &LabResults) -> String {
         esc(&r.warden_version),
         esc(&r.started),
         esc(&r.finished),
-        if r.quick { " &middot; <b>--quick</b> (short rounds: a smoke test, not a measurement)" } else { "" },
-        if r.interrupted { " &middot; <b>stopped by Ctrl-C</b>: partial results" } else { "" }
+        if r.quick {
+            " &middot; <b>--quick</b> (short rounds: a smoke test, not a measurement)"
+        } else {
+            ""
+        },
+        if r.interrupted {
+            " &middot; <b>stopped by Ctrl-C</b>: partial results"
+        } else {
+            ""
+        }
     );
     machine(&mut h, r);
     summary(&mut h, r);
@@ -89,7 +97,14 @@ fn machine(h: &mut String, r: &LabResults) {
     let peers: Vec<String> = m
         .peers
         .iter()
-        .map(|p| format!("<b>{}</b> {} <span class=\"muted\">({})</span>", esc(&p.name), esc(&p.version), esc(&p.path)))
+        .map(|p| {
+            format!(
+                "<b>{}</b> {} <span class=\"muted\">({})</span>",
+                esc(&p.name),
+                esc(&p.version),
+                esc(&p.path)
+            )
+        })
         .collect();
     let _ = write!(
         h,
@@ -133,7 +148,11 @@ fn section(h: &mut String, s: &SeedResult) {
         esc(&s.article)
     );
     if let Some(reason) = &s.skip_reason {
-        let _ = write!(h, "<div class=\"verdict skipped\">Not run here: {}</div>", esc(reason));
+        let _ = write!(
+            h,
+            "<div class=\"verdict skipped\">Not run here: {}</div>",
+            esc(reason)
+        );
         commands(h, s);
         h.push_str("</section>");
         return;
@@ -146,12 +165,22 @@ fn section(h: &mut String, s: &SeedResult) {
         s.background_busy_pct
     );
     if !s.missing_peers.is_empty() {
-        let _ = write!(h, "<p><b>Not on PATH, left out:</b> {}</p>", esc(&s.missing_peers.join(", ")));
+        let _ = write!(
+            h,
+            "<p><b>Not on PATH, left out:</b> {}</p>",
+            esc(&s.missing_peers.join(", "))
+        );
     }
     // The article's table beside ours.
     h.push_str("<h3>The article's numbers beside ours</h3><table class=\"published\"><thead><tr><th>case</th><th>article</th><th>measured here</th></tr></thead><tbody>");
     for row in &s.published {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", esc(&row.what), esc(&row.article), esc(&row.measured));
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&row.what),
+            esc(&row.article),
+            esc(&row.measured)
+        );
     }
     h.push_str("</tbody></table>");
     let measured: Vec<_> = s.cases.iter().filter(|c| !c.runs.is_empty()).collect();
@@ -164,14 +193,23 @@ fn section(h: &mut String, s: &SeedResult) {
             Bar {
                 label: c.label.clone(),
                 value: c.median_rps,
-                range: Some((v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max))),
+                range: Some((
+                    v.iter().copied().fold(f64::MAX, f64::min),
+                    v.iter().copied().fold(0.0, f64::max),
+                )),
                 colour: svg::colour(&c.server, i),
             }
         })
         .collect();
     if !bars.is_empty() {
-        let find_max = measured.iter().any(|c| c.runs.iter().any(|r| !r.steps.is_empty()));
-        let title = if find_max { "maximum rate found (median of rounds; whisker: lowest to highest round)" } else { "throughput, req/s (median of rounds; whisker: lowest to highest round)" };
+        let find_max = measured
+            .iter()
+            .any(|c| c.runs.iter().any(|r| !r.steps.is_empty()));
+        let title = if find_max {
+            "maximum rate found (median of rounds; whisker: lowest to highest round)"
+        } else {
+            "throughput, req/s (median of rounds; whisker: lowest to highest round)"
+        };
         h.push_str(&svg::bars(title, "req/s", &bars));
     }
     // Ratios with their spread.
@@ -188,7 +226,10 @@ fn section(h: &mut String, s: &SeedResult) {
         })
         .collect();
     if !rows.is_empty() {
-        h.push_str(&svg::ratios("ratios B / A over back-to-back pairs (1.0 = no difference)", &rows));
+        h.push_str(&svg::ratios(
+            "ratios B / A over back-to-back pairs (1.0 = no difference)",
+            &rows,
+        ));
     }
     // Latency CDFs: each case's median-p99 run.
     let series: Vec<Series> = measured
@@ -196,12 +237,22 @@ fn section(h: &mut String, s: &SeedResult) {
         .enumerate()
         .filter_map(|(i, c)| {
             let mid = median(&c.runs.iter().map(|r| r.p99_ms).collect::<Vec<_>>());
-            let run = c.runs.iter().min_by(|a, b| (a.p99_ms - mid).abs().total_cmp(&(b.p99_ms - mid).abs()))?;
-            (!run.cdf.is_empty()).then(|| Series { label: c.label.clone(), colour: svg::colour(&c.server, i), points: run.cdf.clone() })
+            let run = c
+                .runs
+                .iter()
+                .min_by(|a, b| (a.p99_ms - mid).abs().total_cmp(&(b.p99_ms - mid).abs()))?;
+            (!run.cdf.is_empty()).then(|| Series {
+                label: c.label.clone(),
+                colour: svg::colour(&c.server, i),
+                points: run.cdf.clone(),
+            })
         })
         .collect();
     if !series.is_empty() {
-        h.push_str(&svg::cdf("latency CDF (the round with the median p99 of each case)", &series));
+        h.push_str(&svg::cdf(
+            "latency CDF (the round with the median p99 of each case)",
+            &series,
+        ));
     }
     comparisons_table(h, s);
     cases_table(h, s);
@@ -227,7 +278,10 @@ fn comparisons_table(h: &mut String, s: &SeedResult) {
             "<span class=\"noise-yes\">within noise</span>".into()
         } else {
             let better = (c.median > 1.0) == c.metric.higher_is_better();
-            format!("<span class=\"noise-no\">beyond noise ({})</span>", if better { "B better" } else { "B worse" })
+            format!(
+                "<span class=\"noise-no\">beyond noise ({})</span>",
+                if better { "B better" } else { "B worse" }
+            )
         };
         let _ = write!(
             h,
@@ -271,16 +325,35 @@ fn cases_table(h: &mut String, s: &SeedResult) {
         );
     }
     h.push_str("</tbody></table>");
-    let steps: Vec<_> = s.cases.iter().filter_map(|c| c.runs.iter().find(|r| !r.steps.is_empty()).map(|r| (c, r))).collect();
+    let steps: Vec<_> = s
+        .cases
+        .iter()
+        .filter_map(|c| c.runs.iter().find(|r| !r.steps.is_empty()).map(|r| (c, r)))
+        .collect();
     if !steps.is_empty() {
         h.push_str("<h3>find-max ramps (first round)</h3><table class=\"steps\"><thead><tr><th>case</th><th>rates tried (requested &rarr; achieved, p99 ms, errors)</th></tr></thead><tbody>");
         for (c, r) in steps {
             let text: Vec<String> = r
                 .steps
                 .iter()
-                .map(|s| format!("{}{:.0}&rarr;{:.0} ({:.1} ms, {}){}", if s.passed { "" } else { "<s>" }, s.requested_qps, s.actual_qps, s.p99_ms, s.errors, if s.passed { "" } else { "</s>" }))
+                .map(|s| {
+                    format!(
+                        "{}{:.0}&rarr;{:.0} ({:.1} ms, {}){}",
+                        if s.passed { "" } else { "<s>" },
+                        s.requested_qps,
+                        s.actual_qps,
+                        s.p99_ms,
+                        s.errors,
+                        if s.passed { "" } else { "</s>" }
+                    )
+                })
                 .collect();
-            let _ = write!(h, "<tr><td>{}</td><td class=\"muted\">{}</td></tr>", esc(&c.label), text.join(", "));
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=\"muted\">{}</td></tr>",
+                esc(&c.label),
+                text.join(", ")
+            );
         }
         h.push_str("</tbody></table>");
     }
@@ -290,7 +363,11 @@ fn commands(h: &mut String, s: &SeedResult) {
     if s.commands.is_empty() {
         return;
     }
-    let _ = write!(h, "<details><summary>Commands run ({})</summary><pre>", s.commands.len());
+    let _ = write!(
+        h,
+        "<details><summary>Commands run ({})</summary><pre>",
+        s.commands.len()
+    );
     for c in &s.commands {
         let _ = writeln!(h, "{}", esc(c));
     }

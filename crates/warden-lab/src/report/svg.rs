@@ -7,7 +7,9 @@ use std::fmt::Write;
 
 /// Colours by server, as the report's legend names them.
 pub fn colour(server: &str, i: usize) -> &'static str {
-    const WARDEN: [&str; 6] = ["#1f6feb", "#388bfd", "#0b4fb3", "#58a6ff", "#174a8b", "#79c0ff"];
+    const WARDEN: [&str; 6] = [
+        "#1f6feb", "#388bfd", "#0b4fb3", "#58a6ff", "#174a8b", "#79c0ff",
+    ];
     match server {
         "nginx" => "#2da44e",
         "haproxy" => "#bf8700",
@@ -248,12 +250,18 @@ pub fn cdf(title: &str, series: &[Series]) -> String {
     let (left, right, top, bottom) = (60.0, 230.0, 34.0, 40.0);
     let (width, height) = (820.0, 320.0);
     let (pw, ph) = (width - left - right, height - top - bottom);
-    let all = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).filter(|v| *v > 0.0);
+    let all = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|v| *v > 0.0);
     let (mut min, mut max) = all.fold((f64::MAX, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
     if min == f64::MAX {
         (min, max) = (0.01, 1.0);
     }
-    let (lmin, lmax) = (min.log10().floor(), max.log10().ceil().max(min.log10().floor() + 1.0));
+    let (lmin, lmax) = (
+        min.log10().floor(),
+        max.log10().ceil().max(min.log10().floor() + 1.0),
+    );
     let x = |v: f64| left + pw * ((v.max(1e-6).log10() - lmin) / (lmax - lmin)).clamp(0.0, 1.0);
     let y = |p: f64| top + ph * (1.0 - p / 100.0);
     let mut s = String::new();
@@ -264,7 +272,11 @@ pub fn cdf(title: &str, series: &[Series]) -> String {
     );
     for d in (lmin as i32)..=(lmax as i32) {
         let v = 10f64.powi(d);
-        let label = if v >= 1.0 { format!("{v:.0} ms") } else { format!("{v} ms") };
+        let label = if v >= 1.0 {
+            format!("{v:.0} ms")
+        } else {
+            format!("{v} ms")
+        };
         let _ = write!(
             s,
             r#"<line x1="{0:.1}" x2="{0:.1}" y1="{top}" y2="{1}" class="grid"/><text x="{0:.1}" y="{2}" class="tick" text-anchor="middle">{label}</text>"#,
@@ -320,12 +332,34 @@ mod tests {
         let b = bars(
             "req/s",
             "req/s",
-            &[Bar { label: "a <b>".into(), value: 1234.0, range: Some((1000.0, 1300.0)), colour: "#000" }],
+            &[Bar {
+                label: "a <b>".into(),
+                value: 1234.0,
+                range: Some((1000.0, 1300.0)),
+                colour: "#000",
+            }],
         );
         assert!(b.starts_with("<svg") && b.ends_with("</svg>") && b.contains("a &lt;b&gt;"));
-        let c = cdf("lat", &[Series { label: "x".into(), colour: "#000", points: vec![(0.1, 0.0), (1.0, 50.0), (10.0, 100.0)] }]);
+        let c = cdf(
+            "lat",
+            &[Series {
+                label: "x".into(),
+                colour: "#000",
+                points: vec![(0.1, 0.0), (1.0, 50.0), (10.0, 100.0)],
+            }],
+        );
         assert!(c.contains("<polyline"));
-        let r = ratios("r", &[RatioRow { label: "x".into(), median: 0.9, lo: 0.85, hi: 0.95, article: Some(0.24), noise_floor: false }]);
+        let r = ratios(
+            "r",
+            &[RatioRow {
+                label: "x".into(),
+                median: 0.9,
+                lo: 0.85,
+                hi: 0.95,
+                article: Some(0.24),
+                noise_floor: false,
+            }],
+        );
         assert!(r.contains("class=\"article\""));
         assert_eq!(nice_max(1234.0), 2000.0);
     }

@@ -45,7 +45,10 @@ pub fn istio(entries: &[String], rule_per_ip: bool) -> String {
     );
     if rule_per_ip {
         for e in entries {
-            let _ = writeln!(w, "  - from:\n    - source:\n        ipBlocks:\n        - \"{e}\"");
+            let _ = writeln!(
+                w,
+                "  - from:\n    - source:\n        ipBlocks:\n        - \"{e}\""
+            );
         }
     } else {
         w.push_str("  - from:\n    - source:\n        ipBlocks:\n");
@@ -78,6 +81,8 @@ mod tests {
         assert_eq!(m[3], "2001:db8:0:4::1");
         assert_eq!(m[5], "0.0.5.0/24");
         assert_eq!(m[7], "2001:db8:0:8::/64");
-        assert!(entries(40_000, false).iter().all(|e| !e.starts_with("127.0.0.1")));
+        assert!(entries(40_000, false)
+            .iter()
+            .all(|e| !e.starts_with("127.0.0.1")));
     }
 }

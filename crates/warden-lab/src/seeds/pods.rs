@@ -43,7 +43,12 @@ impl Pods {
         let client = NetNs::new(&format!("{prefix}c"))?;
         let server = NetNs::new(&format!("{prefix}s"))?;
         let (client_ip, server_ip) = (format!("{subnet}.1"), format!("{subnet}.2"));
-        netns::veth_pair(&client, &format!("{client_ip}/24"), &server, &format!("{server_ip}/24"))?;
+        netns::veth_pair(
+            &client,
+            &format!("{client_ip}/24"),
+            &server,
+            &format!("{server_ip}/24"),
+        )?;
         client.ip(&["route", "add", "default", "via", &server_ip])?;
         lab.record(format!(
             "ip netns add {} / {}; veth {client_ip}/24 <-> {server_ip}/24",
@@ -94,7 +99,10 @@ impl Pods {
             argv.extend([
                 "sh".to_string(),
                 "-c".to_string(),
-                format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cg.path().display()),
+                format!(
+                    "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                    cg.path().display()
+                ),
                 "sh".to_string(),
             ]);
         }
@@ -110,14 +118,18 @@ impl Pods {
     pub fn command(&self, side: Side, inner: &Command) -> Command {
         let argv = self.prefix(side);
         let mut c = Command::new(&argv[0]);
-        c.args(&argv[1..]).arg(inner.get_program()).args(inner.get_args());
+        c.args(&argv[1..])
+            .arg(inner.get_program())
+            .args(inner.get_args());
         c
     }
 
     /// `warden capture --proxy-uid 1337 ARGS` in the pod.
     pub fn capture(&self, lab: &Lab, side: Side, args: &[&str]) -> anyhow::Result<()> {
         let mut inner = Command::new(&lab.warden);
-        inner.args(["capture", "--proxy-uid", &PROXY_UID.to_string()]).args(args);
+        inner
+            .args(["capture", "--proxy-uid", &PROXY_UID.to_string()])
+            .args(args);
         lab.run(self.command(side, &inner)).map(|_| ())
     }
 
@@ -144,9 +156,21 @@ impl Pods {
             Side::Client => &self.client_ip,
             Side::Server => &self.server_ip,
         };
-        inner.arg("--").arg(&lab.warden).args(["proxy", "--mode", "sidecar", "-c"]);
-        inner.arg(mesh).args(["--concurrency", "1", "--no-watch", "--drain-timeout", "1s"]);
-        inner.args(["--admin", "127.0.0.1:15000", "--pod-ip", pod_ip, "--label", label]);
+        inner
+            .arg("--")
+            .arg(&lab.warden)
+            .args(["proxy", "--mode", "sidecar", "-c"]);
+        inner
+            .arg(mesh)
+            .args(["--concurrency", "1", "--no-watch", "--drain-timeout", "1s"]);
+        inner.args([
+            "--admin",
+            "127.0.0.1:15000",
+            "--pod-ip",
+            pod_ip,
+            "--label",
+            label,
+        ]);
         inner.args(extra);
         let mut cmd = self.command(side, &inner);
         cmd.env("RUST_LOG", "warn");

@@ -61,7 +61,12 @@ fn seed_filters(rls_port: u16) -> String {
 
 const RLS_PASS_DOMAIN: &str = "domain: pass\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: PATH\n        rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
 
-fn start_rls(lab: &Lab, name: &str, threads: u16, redis: Option<u16>) -> anyhow::Result<(Server, u16)> {
+fn start_rls(
+    lab: &Lab,
+    name: &str,
+    threads: u16,
+    redis: Option<u16>,
+) -> anyhow::Result<(Server, u16)> {
     let dir = lab.dir().join("seed000/rls");
     let port = free_port()?;
     let mut cmd = lab.warden(Core::Any);
@@ -71,7 +76,12 @@ fn start_rls(lab: &Lab, name: &str, threads: u16, redis: Option<u16>) -> anyhow:
     cmd.args(["--debug", &format!("127.0.0.1:{}", free_port()?)]);
     cmd.args(["--grpc-threads", &threads.to_string()]);
     match redis {
-        Some(r) => cmd.args(["--backend", "redis", "--redis-url", &format!("127.0.0.1:{r}")]),
+        Some(r) => cmd.args([
+            "--backend",
+            "redis",
+            "--redis-url",
+            &format!("127.0.0.1:{r}"),
+        ]),
         None => cmd.args(["--backend", "memory"]),
     };
     let server = lab.spawn(name, cmd)?;
@@ -92,12 +102,27 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     let mut servers: Vec<Server> = Vec::new();
     let backend = free_port()?;
     let mut echo = lab.warden(Core::Client);
-    echo.args(["echo", "--http", &format!("127.0.0.1:{backend}"), "--threads", "1"]);
+    echo.args([
+        "echo",
+        "--http",
+        &format!("127.0.0.1:{backend}"),
+        "--threads",
+        "1",
+    ]);
     servers.push(lab.spawn("seed000-backend", echo)?);
     let redis = if missing.is_empty() {
         let port = free_port()?;
         let mut r = lab.pinned(Core::Any, "redis-server");
-        r.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        r.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
         servers.push(lab.spawn("seed000-redis", r)?);
         Some(port)
     } else {
@@ -108,26 +133,55 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     let (rls2, rls2_port) = start_rls(lab, "seed000-rls-2-threads", 2, redis)?;
     let setups: [(&str, &str, Vec<(&str, String)>, Vec<u32>); 5] = [
         ("a", "(a) no limiter", vec![], vec![]),
-        ("b", "(b) local limit", vec![("local.yaml", LOCAL_POLICY.to_string())], vec![]),
-        ("c", "(c) global, RLS with 1 thread", vec![("filters.yaml", seed_filters(rls1_port))], vec![rls1.pid]),
-        ("d", "(d) global, RLS with 2 threads", vec![("filters.yaml", seed_filters(rls2_port))], vec![rls2.pid]),
+        (
+            "b",
+            "(b) local limit",
+            vec![("local.yaml", LOCAL_POLICY.to_string())],
+            vec![],
+        ),
+        (
+            "c",
+            "(c) global, RLS with 1 thread",
+            vec![("filters.yaml", seed_filters(rls1_port))],
+            vec![rls1.pid],
+        ),
+        (
+            "d",
+            "(d) global, RLS with 2 threads",
+            vec![("filters.yaml", seed_filters(rls2_port))],
+            vec![rls2.pid],
+        ),
         (
             "e",
             "(e) local + global",
-            vec![("local.yaml", LOCAL_POLICY.to_string()), ("filters.yaml", seed_filters(rls1_port))],
+            vec![
+                ("local.yaml", LOCAL_POLICY.to_string()),
+                ("filters.yaml", seed_filters(rls1_port)),
+            ],
             vec![rls1.pid],
         ),
     ];
     let mut cases = Vec::new();
     for (id, label, files, extra_pids) in setups {
         let port = free_port()?;
-        lab.write(&format!("seed000/{id}/gateway.yaml"), &gateway_yaml(port, backend))?;
+        lab.write(
+            &format!("seed000/{id}/gateway.yaml"),
+            &gateway_yaml(port, backend),
+        )?;
         for (name, text) in files {
             lab.write(&format!("seed000/{id}/{name}"), &text)?;
         }
         let mut cmd = lab.warden(Core::Server);
-        cmd.arg("proxy").arg("-c").arg(lab.dir().join(format!("seed000/{id}")));
-        cmd.args(["--concurrency", "1", "--listen-host", "127.0.0.1", "--no-watch"]);
+        cmd.arg("proxy")
+            .arg("-c")
+            .arg(lab.dir().join(format!("seed000/{id}")));
+        cmd.args([
+            "--concurrency",
+            "1",
+            "--listen-host",
+            "127.0.0.1",
+            "--no-watch",
+        ]);
         cmd.args(["--admin", &format!("127.0.0.1:{}", free_port()?)]);
         let mut gw = lab.spawn(&format!("seed000-{id}"), cmd)?;
         let url = format!("http://127.0.0.1:{port}/api/healthz?user=1");
@@ -137,7 +191,13 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         }
         let mut pids = vec![gw.pid];
         pids.extend(extra_pids);
-        cases.push(Case::new(id, label, "warden", LoadSpec::closed_loop(url, CONNECTIONS, budget.run), pids));
+        cases.push(Case::new(
+            id,
+            label,
+            "warden",
+            LoadSpec::closed_loop(url, CONNECTIONS, budget.run),
+            pids,
+        ));
         servers.push(gw);
     }
     servers.push(rls1);
@@ -153,14 +213,21 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         ComparisonSpec::noise_floor("a", "(a) no limiter", Metric::Rps),
         ComparisonSpec::new("p99 (b) local / (a)", "a", "b", Metric::P99).article(1.0),
         ComparisonSpec::new("req/s (b) local / (a)", "a", "b", Metric::Rps),
-        ComparisonSpec::new("p99 (c) global 1 thread / (a)", "a", "c", Metric::P99).article(700.0 / 400.0),
+        ComparisonSpec::new("p99 (c) global 1 thread / (a)", "a", "c", Metric::P99)
+            .article(700.0 / 400.0),
         ComparisonSpec::new("req/s (c) global 1 thread / (a)", "a", "c", Metric::Rps),
-        ComparisonSpec::new("p99 (d) global 2 threads / (a)", "a", "d", Metric::P99).article(500.0 / 400.0),
+        ComparisonSpec::new("p99 (d) global 2 threads / (a)", "a", "d", Metric::P99)
+            .article(500.0 / 400.0),
         ComparisonSpec::new("req/s (d) global 2 threads / (a)", "a", "d", Metric::Rps),
         ComparisonSpec::new("p99 (e) local + global / (a)", "a", "e", Metric::P99),
         ComparisonSpec::new("req/s (e) local + global / (a)", "a", "e", Metric::Rps),
     ];
-    let plan = Plan { seed: "seed000".into(), cases, comparisons, rounds: budget.rounds };
+    let plan = Plan {
+        seed: "seed000".into(),
+        cases,
+        comparisons,
+        rounds: budget.rounds,
+    };
     let outcome = runner::run(lab, plan, progress);
     drop(servers);
     let shape = format!(
@@ -180,21 +247,63 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
 }
 
 fn finish(seed: &mut SeedResult) {
-    let p99 = |id: &str| seed.cases.iter().find(|c| c.id == id).map(|c| c.median_p99_ms);
+    let p99 = |id: &str| {
+        seed.cases
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.median_p99_ms)
+    };
     let row = |what: &str, article: &str, id: &str, cmp: Option<&str>| {
         let mut measured = p99(id).map_or("not measured".into(), |v| format!("{v:.1} ms"));
-        if let Some(c) = cmp.and_then(|n| comparison(seed, n)).filter(|c| !c.ratios.is_empty()) {
-            measured.push_str(&format!(" ({}x (a): {})", format_args!("{:.2}", c.median), ratio_text(c)));
+        if let Some(c) = cmp
+            .and_then(|n| comparison(seed, n))
+            .filter(|c| !c.ratios.is_empty())
+        {
+            measured.push_str(&format!(
+                " ({}x (a): {})",
+                format_args!("{:.2}", c.median),
+                ratio_text(c)
+            ));
         }
-        PublishedRow { what: what.into(), article: article.into(), measured, case: Some(id.into()) }
+        PublishedRow {
+            what: what.into(),
+            article: article.into(),
+            measured,
+            case: Some(id.into()),
+        }
     };
     seed.published = vec![
         row("no limiter", "p99 ~400 ms", "a", None),
-        row("local limit", "p99 ~400 ms (1.0x)", "b", Some("p99 (b) local / (a)")),
-        row("global, 1 RLS pod", "p99 ~700 ms (1.75x)", "c", Some("p99 (c) global 1 thread / (a)")),
-        row("global, 5 RLS pods", "p99 ~500 ms (1.25x)", "d", Some("p99 (d) global 2 threads / (a)")),
-        row("global + Lua path header", "p99 ~1000 ms (2.5x)", "c", Some("p99 (c) global 1 thread / (a)")),
-        row("local + global", "not measured", "e", Some("p99 (e) local + global / (a)")),
+        row(
+            "local limit",
+            "p99 ~400 ms (1.0x)",
+            "b",
+            Some("p99 (b) local / (a)"),
+        ),
+        row(
+            "global, 1 RLS pod",
+            "p99 ~700 ms (1.75x)",
+            "c",
+            Some("p99 (c) global 1 thread / (a)"),
+        ),
+        row(
+            "global, 5 RLS pods",
+            "p99 ~500 ms (1.25x)",
+            "d",
+            Some("p99 (d) global 2 threads / (a)"),
+        ),
+        row(
+            "global + Lua path header",
+            "p99 ~1000 ms (2.5x)",
+            "c",
+            Some("p99 (c) global 1 thread / (a)"),
+        ),
+        row(
+            "local + global",
+            "not measured",
+            "e",
+            Some("p99 (e) local + global / (a)"),
+        ),
     ];
     let c = comparison(seed, "p99 (c) global 1 thread / (a)").filter(|c| !c.ratios.is_empty());
     let rps = comparison(seed, "req/s (c) global 1 thread / (a)").filter(|c| !c.ratios.is_empty());

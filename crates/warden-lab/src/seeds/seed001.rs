@@ -69,16 +69,36 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     let e100k = allowlist::entries(100_000, false);
     let mut warden_cases = vec![
         ("a", "warden (a) no policy", String::new(), "333"),
-        ("b", "warden (b) 20k IPs in 1 rule", allowlist::istio(&e20k, false), "403"),
-        ("c", "warden (c) 100k IPs in 1 rule", allowlist::istio(&e100k, false), "403"),
-        ("d", "warden (d) 20k rules of 1 IP", allowlist::istio(&e20k, true), "403"),
+        (
+            "b",
+            "warden (b) 20k IPs in 1 rule",
+            allowlist::istio(&e20k, false),
+            "403",
+        ),
+        (
+            "c",
+            "warden (c) 100k IPs in 1 rule",
+            allowlist::istio(&e100k, false),
+            "403",
+        ),
+        (
+            "d",
+            "warden (d) 20k rules of 1 IP",
+            allowlist::istio(&e20k, true),
+            "403",
+        ),
     ];
     let mut notes = Vec::new();
     if lab.quick {
         notes.push("--quick leaves out case (e), 1M CIDRs (its list takes long to load)".into());
     } else {
         let e1m = allowlist::entries(1_000_000, true);
-        warden_cases.push(("e", "warden (e) 1M CIDRs (1/4 IPv6)", allowlist::istio(&e1m, false), "403"));
+        warden_cases.push((
+            "e",
+            "warden (e) 1M CIDRs (1/4 IPv6)",
+            allowlist::istio(&e1m, false),
+            "403",
+        ));
     }
     let mut servers = Vec::new();
     let mut cases = Vec::new();
@@ -116,7 +136,10 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             ),
         )?;
         let mut cmd = lab.pinned(Core::Server, "nginx");
-        cmd.arg("-p").arg(conf.parent().unwrap_or(lab.dir())).arg("-c").arg(&conf);
+        cmd.arg("-p")
+            .arg(conf.parent().unwrap_or(lab.dir()))
+            .arg("-c")
+            .arg(&conf);
         let n = lab.spawn("seed001-nginx", cmd)?;
         for (id, label, port, expect) in [
             ("nginx", "nginx no list", p_none, "333"),
@@ -166,7 +189,12 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     }
     let has = |id: &str| cases.iter().any(|c| c.id == id);
     let mut comparisons = vec![ComparisonSpec::noise_floor("a", "warden (a)", Metric::Rps)];
-    for (id, article) in [("b", Some(1255.0 / 1531.0)), ("c", Some(364.0 / 1531.0)), ("d", Some(360.0 / 1531.0)), ("e", None)] {
+    for (id, article) in [
+        ("b", Some(1255.0 / 1531.0)),
+        ("c", Some(364.0 / 1531.0)),
+        ("d", Some(360.0 / 1531.0)),
+        ("e", None),
+    ] {
         if has(id) {
             let mut c = ComparisonSpec::new(&format!("warden ({id}) / (a)"), "a", id, Metric::Rps);
             if let Some(r) = article {
@@ -176,12 +204,32 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         }
     }
     if has("nginx") {
-        comparisons.push(ComparisonSpec::new("nginx geo 100k / nginx no list", "nginx", "nginx-geo", Metric::Rps));
-        comparisons.push(ComparisonSpec::new("warden (c) / nginx geo 100k", "nginx-geo", "c", Metric::Rps));
+        comparisons.push(ComparisonSpec::new(
+            "nginx geo 100k / nginx no list",
+            "nginx",
+            "nginx-geo",
+            Metric::Rps,
+        ));
+        comparisons.push(ComparisonSpec::new(
+            "warden (c) / nginx geo 100k",
+            "nginx-geo",
+            "c",
+            Metric::Rps,
+        ));
     }
     if has("haproxy") {
-        comparisons.push(ComparisonSpec::new("haproxy src -f 100k / haproxy no list", "haproxy", "haproxy-acl", Metric::Rps));
-        comparisons.push(ComparisonSpec::new("warden (c) / haproxy src -f 100k", "haproxy-acl", "c", Metric::Rps));
+        comparisons.push(ComparisonSpec::new(
+            "haproxy src -f 100k / haproxy no list",
+            "haproxy",
+            "haproxy-acl",
+            Metric::Rps,
+        ));
+        comparisons.push(ComparisonSpec::new(
+            "warden (c) / haproxy src -f 100k",
+            "haproxy-acl",
+            "c",
+            Metric::Rps,
+        ));
     }
     let plan = Plan {
         seed: "seed001".into(),
@@ -212,17 +260,46 @@ fn finish(seed: &mut SeedResult) {
         let r = comparison(seed, &format!("warden ({id}) / (a)"));
         match (rps(id), r) {
             (Some(v), Some(c)) if !c.ratios.is_empty() => {
-                format!("{v:.0} rps ({} vs (a); ratio {})", percent_change(c.median), ratio_text(c))
+                format!(
+                    "{v:.0} rps ({} vs (a); ratio {})",
+                    percent_change(c.median),
+                    ratio_text(c)
+                )
             }
             (v, _) => fmt(v),
         }
     };
     seed.published = vec![
-        PublishedRow { what: "no policy".into(), article: "1514-1548 rps".into(), measured: fmt(rps("a")), case: Some("a".into()) },
-        PublishedRow { what: "20k IPs in one rule".into(), article: "1235-1275 rps (-18%)".into(), measured: with_ratio("b"), case: Some("b".into()) },
-        PublishedRow { what: "100k IPs in one rule".into(), article: "361-367 rps (-76%)".into(), measured: with_ratio("c"), case: Some("c".into()) },
-        PublishedRow { what: "20k IPs as 20k rules".into(), article: "336-385 rps (-76%)".into(), measured: with_ratio("d"), case: Some("d".into()) },
-        PublishedRow { what: "1M CIDRs".into(), article: "not measured".into(), measured: with_ratio("e"), case: Some("e".into()) },
+        PublishedRow {
+            what: "no policy".into(),
+            article: "1514-1548 rps".into(),
+            measured: fmt(rps("a")),
+            case: Some("a".into()),
+        },
+        PublishedRow {
+            what: "20k IPs in one rule".into(),
+            article: "1235-1275 rps (-18%)".into(),
+            measured: with_ratio("b"),
+            case: Some("b".into()),
+        },
+        PublishedRow {
+            what: "100k IPs in one rule".into(),
+            article: "361-367 rps (-76%)".into(),
+            measured: with_ratio("c"),
+            case: Some("c".into()),
+        },
+        PublishedRow {
+            what: "20k IPs as 20k rules".into(),
+            article: "336-385 rps (-76%)".into(),
+            measured: with_ratio("d"),
+            case: Some("d".into()),
+        },
+        PublishedRow {
+            what: "1M CIDRs".into(),
+            article: "not measured".into(),
+            measured: with_ratio("e"),
+            case: Some("e".into()),
+        },
     ];
     let c = comparison(seed, "warden (c) / (a)").filter(|c| !c.ratios.is_empty());
     seed.verdict = match c {
@@ -235,8 +312,16 @@ fn finish(seed: &mut SeedResult) {
             let peers: Vec<String> = seed
                 .comparisons
                 .iter()
-                .filter(|x| x.name.starts_with("warden (c) / ") && x.a != "a" && !x.ratios.is_empty())
-                .map(|x| format!("{:.2}x {}", x.median, x.name.trim_start_matches("warden (c) / ")))
+                .filter(|x| {
+                    x.name.starts_with("warden (c) / ") && x.a != "a" && !x.ratios.is_empty()
+                })
+                .map(|x| {
+                    format!(
+                        "{:.2}x {}",
+                        x.median,
+                        x.name.trim_start_matches("warden (c) / ")
+                    )
+                })
                 .collect();
             format!(
                 "With 100k IPs in one rule the article's Envoy lost 76% of its throughput; warden's throughput with the same list changes by {} against no policy (ratio {}), {noise}.{}",

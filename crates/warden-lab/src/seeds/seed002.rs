@@ -38,7 +38,10 @@ impl Drop for Bpffs {
             .args(["accel", "disable", "--clean", "--bpffs"])
             .arg(&self.path)
             .output();
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).output();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .output();
         let _ = std::fs::remove_dir(&self.path);
     }
 }
@@ -72,8 +75,17 @@ impl Sidecars {
         };
         let mut pids = Vec::new();
         for (side, label) in [(Side::Server, "app=server"), (Side::Client, "app=client")] {
-            let name = format!("seed002-sidecar-{}", if side == Side::Client { "client" } else { "server" });
-            let s = self.pods.sidecar(lab, side, &name, &self.mesh, label, Some(CAPS), &extra)?;
+            let name = format!(
+                "seed002-sidecar-{}",
+                if side == Side::Client {
+                    "client"
+                } else {
+                    "server"
+                }
+            );
+            let s = self
+                .pods
+                .sidecar(lab, side, &name, &self.mesh, label, Some(CAPS), &extra)?;
             pids.push(s.pid);
             self.running.borrow_mut().push(s);
             lab.wait_status(
@@ -97,10 +109,16 @@ impl Sidecars {
 
 pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResult> {
     if let Some(why) = unavailable(&["iptables", "setpriv", "umount"]) {
-        return Ok(HEADER.skipped(lab, format!("the pods need network namespaces and cgroups: {why}")));
+        return Ok(HEADER.skipped(
+            lab,
+            format!("the pods need network namespaces and cgroups: {why}"),
+        ));
     }
     if warden_testkit::Cgroup::root().is_none() {
-        return Ok(HEADER.skipped(lab, "no cgroup2 hierarchy is mounted (the programs attach to the pods' cgroups)".into()));
+        return Ok(HEADER.skipped(
+            lab,
+            "no cgroup2 hierarchy is mounted (the programs attach to the pods' cgroups)".into(),
+        ));
     }
     let budget = Budget::of(lab, 3, 3.0);
     progress.say("seed002: making the pods (namespaces, cgroups, capture rules)");
@@ -108,8 +126,17 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     let mut servers: Vec<Server> = Vec::new();
     for (http, tcp) in [(8080, 8078), (9080, 9078)] {
         let mut inner = lab.warden(Core::Server);
-        inner.args(["echo", "--http", &format!("0.0.0.0:{http}"), "--tcp", &format!("0.0.0.0:{tcp}")]);
-        servers.push(lab.spawn(&format!("seed002-echo-{http}"), pods.command(Side::Server, &inner))?);
+        inner.args([
+            "echo",
+            "--http",
+            &format!("0.0.0.0:{http}"),
+            "--tcp",
+            &format!("0.0.0.0:{tcp}"),
+        ]);
+        servers.push(lab.spawn(
+            &format!("seed002-echo-{http}"),
+            pods.command(Side::Server, &inner),
+        )?);
     }
     let mesh = lab.write(
         "seed002/mesh.yaml",
@@ -120,16 +147,34 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             "  - {name: http-echo, port: 8080, targetPort: 8080}\n  - {name: tcp-echo, port: 8078, targetPort: 8078}\n",
         ),
     )?;
-    pods.capture(lab, Side::Client, &["--exclude-outbound-ports", "9080,9078"])?;
+    pods.capture(
+        lab,
+        Side::Client,
+        &["--exclude-outbound-ports", "9080,9078"],
+    )?;
     pods.capture(lab, Side::Server, &["--exclude-inbound-ports", "9080,9078"])?;
     let bpffs_path = PathBuf::from(format!("/run/warden-lab-bpffs-{}", std::process::id()));
     std::fs::create_dir_all(&bpffs_path)?;
-    let bpffs = Bpffs { path: bpffs_path.clone(), warden: lab.warden.clone() };
+    let bpffs = Bpffs {
+        path: bpffs_path.clone(),
+        warden: lab.warden.clone(),
+    };
     // The sidecars (uid 1337) mount warden's bpffs here.
     let c_path = std::ffi::CString::new(bpffs_path.display().to_string())?;
     // SAFETY: chown with a NUL-terminated path we own; no memory is shared.
-    unsafe { libc::chown(c_path.as_ptr(), super::pods::PROXY_UID, super::pods::PROXY_UID) };
-    let sidecars = Rc::new(Sidecars { running: RefCell::new(Vec::new()), bpffs, pods, mesh });
+    unsafe {
+        libc::chown(
+            c_path.as_ptr(),
+            super::pods::PROXY_UID,
+            super::pods::PROXY_UID,
+        )
+    };
+    let sidecars = Rc::new(Sidecars {
+        running: RefCell::new(Vec::new()),
+        bpffs,
+        pods,
+        mesh,
+    });
     let client = sidecars.pods.prefix(Side::Client);
     // Both paths answer 1 KiB, accelerated and not, before measuring; a kernel without the
     // eBPF support makes the section say why.
@@ -139,7 +184,12 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             drop(servers);
             return Ok(HEADER.skipped(lab, reason));
         }
-        lab.wait_status(&client, &format!("http://{VIP}:8080/echo?size=1024"), "200", Duration::from_secs(10))?;
+        lab.wait_status(
+            &client,
+            &format!("http://{VIP}:8080/echo?size=1024"),
+            "200",
+            Duration::from_secs(10),
+        )?;
     }
     let spec = |url: String, tcp: bool| LoadSpec {
         url,
@@ -153,11 +203,36 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     let mut cases = Vec::new();
     let server_ip = sidecars.pods.server_ip.clone();
     for (proto, tcp) in [("tcp", true), ("http", false)] {
-        for (mode, name) in [(Mode::NoMesh, "no mesh"), (Mode::Off, "sidecars"), (Mode::On, "sidecars + eBPF")] {
-            let (host, http, tcpp) = if mode == Mode::NoMesh { (server_ip.as_str(), 9080, 9078) } else { (VIP, 8080, 8078) };
-            let url = if tcp { format!("tcp://{host}:{tcpp}") } else { format!("http://{host}:{http}/echo?size=1024") };
-            let id = format!("{proto}-{}", match mode { Mode::NoMesh => "nomesh", Mode::Off => "off", Mode::On => "on" });
-            let mut case = Case::new(&id, &format!("{} {name}", proto.to_uppercase()), "warden", spec(url, tcp), vec![]);
+        for (mode, name) in [
+            (Mode::NoMesh, "no mesh"),
+            (Mode::Off, "sidecars"),
+            (Mode::On, "sidecars + eBPF"),
+        ] {
+            let (host, http, tcpp) = if mode == Mode::NoMesh {
+                (server_ip.as_str(), 9080, 9078)
+            } else {
+                (VIP, 8080, 8078)
+            };
+            let url = if tcp {
+                format!("tcp://{host}:{tcpp}")
+            } else {
+                format!("http://{host}:{http}/echo?size=1024")
+            };
+            let id = format!(
+                "{proto}-{}",
+                match mode {
+                    Mode::NoMesh => "nomesh",
+                    Mode::Off => "off",
+                    Mode::On => "on",
+                }
+            );
+            let mut case = Case::new(
+                &id,
+                &format!("{} {name}", proto.to_uppercase()),
+                "warden",
+                spec(url, tcp),
+                vec![],
+            );
             let sc = sidecars.clone();
             let before: BeforeRun = Box::new(move |lab: &Lab| sc.start(lab, mode));
             case.before_run = Some(before);
@@ -166,14 +241,38 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     }
     let comparisons = vec![
         ComparisonSpec::noise_floor("tcp-off", "TCP sidecars", Metric::Rps),
-        ComparisonSpec::new("TCP QPS on/off", "tcp-off", "tcp-on", Metric::Rps).article(85665.0 / 54565.0),
-        ComparisonSpec::new("TCP avg latency on/off", "tcp-off", "tcp-on", Metric::AvgLatency).article(0.746 / 1.172),
-        ComparisonSpec::new("HTTP QPS on/off", "http-off", "http-on", Metric::Rps).article(13521.0 / 11461.0),
-        ComparisonSpec::new("HTTP avg latency on/off", "http-off", "http-on", Metric::AvgLatency).article(4.732 / 5.583),
+        ComparisonSpec::new("TCP QPS on/off", "tcp-off", "tcp-on", Metric::Rps)
+            .article(85665.0 / 54565.0),
+        ComparisonSpec::new(
+            "TCP avg latency on/off",
+            "tcp-off",
+            "tcp-on",
+            Metric::AvgLatency,
+        )
+        .article(0.746 / 1.172),
+        ComparisonSpec::new("HTTP QPS on/off", "http-off", "http-on", Metric::Rps)
+            .article(13521.0 / 11461.0),
+        ComparisonSpec::new(
+            "HTTP avg latency on/off",
+            "http-off",
+            "http-on",
+            Metric::AvgLatency,
+        )
+        .article(4.732 / 5.583),
         ComparisonSpec::new("TCP QPS on / no mesh", "tcp-nomesh", "tcp-on", Metric::Rps),
-        ComparisonSpec::new("HTTP QPS on / no mesh", "http-nomesh", "http-on", Metric::Rps),
+        ComparisonSpec::new(
+            "HTTP QPS on / no mesh",
+            "http-nomesh",
+            "http-on",
+            Metric::Rps,
+        ),
     ];
-    let plan = Plan { seed: "seed002".into(), cases, comparisons, rounds: budget.rounds };
+    let plan = Plan {
+        seed: "seed002".into(),
+        cases,
+        comparisons,
+        rounds: budget.rounds,
+    };
     let outcome = runner::run(lab, plan, progress);
     sidecars.running.borrow_mut().clear();
     drop(servers);
@@ -191,21 +290,67 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
 
 fn finish(seed: &mut SeedResult) {
     let case = |id: &str| seed.cases.iter().find(|c| c.id == id);
-    let qps = |id: &str| case(id).map_or("not measured".into(), |c| format!("{:.0} QPS, avg {:.3} ms", c.median_rps, c.median_avg_ms));
+    let qps = |id: &str| {
+        case(id).map_or("not measured".into(), |c| {
+            format!("{:.0} QPS, avg {:.3} ms", c.median_rps, c.median_avg_ms)
+        })
+    };
     let ratio = |name: &str| {
         comparison(seed, name)
             .filter(|c| !c.ratios.is_empty())
-            .map_or("not measured".into(), |c| format!("{} ({})", percent_change(c.median), ratio_text(c)))
+            .map_or("not measured".into(), |c| {
+                format!("{} ({})", percent_change(c.median), ratio_text(c))
+            })
     };
     seed.published = vec![
-        PublishedRow { what: "HTTP, acceleration off".into(), article: "11461 QPS, avg 5.583 ms".into(), measured: qps("http-off"), case: Some("http-off".into()) },
-        PublishedRow { what: "HTTP, acceleration on".into(), article: "13521 QPS, avg 4.732 ms".into(), measured: qps("http-on"), case: Some("http-on".into()) },
-        PublishedRow { what: "HTTP QPS on/off".into(), article: "+18%".into(), measured: ratio("HTTP QPS on/off"), case: None },
-        PublishedRow { what: "HTTP avg latency on/off".into(), article: "-16%".into(), measured: ratio("HTTP avg latency on/off"), case: None },
-        PublishedRow { what: "TCP, acceleration off".into(), article: "54565 QPS, avg 1.172 ms".into(), measured: qps("tcp-off"), case: Some("tcp-off".into()) },
-        PublishedRow { what: "TCP, acceleration on".into(), article: "85665 QPS, avg 0.746 ms".into(), measured: qps("tcp-on"), case: Some("tcp-on".into()) },
-        PublishedRow { what: "TCP QPS on/off".into(), article: "+57%".into(), measured: ratio("TCP QPS on/off"), case: None },
-        PublishedRow { what: "TCP avg latency on/off".into(), article: "-36%".into(), measured: ratio("TCP avg latency on/off"), case: None },
+        PublishedRow {
+            what: "HTTP, acceleration off".into(),
+            article: "11461 QPS, avg 5.583 ms".into(),
+            measured: qps("http-off"),
+            case: Some("http-off".into()),
+        },
+        PublishedRow {
+            what: "HTTP, acceleration on".into(),
+            article: "13521 QPS, avg 4.732 ms".into(),
+            measured: qps("http-on"),
+            case: Some("http-on".into()),
+        },
+        PublishedRow {
+            what: "HTTP QPS on/off".into(),
+            article: "+18%".into(),
+            measured: ratio("HTTP QPS on/off"),
+            case: None,
+        },
+        PublishedRow {
+            what: "HTTP avg latency on/off".into(),
+            article: "-16%".into(),
+            measured: ratio("HTTP avg latency on/off"),
+            case: None,
+        },
+        PublishedRow {
+            what: "TCP, acceleration off".into(),
+            article: "54565 QPS, avg 1.172 ms".into(),
+            measured: qps("tcp-off"),
+            case: Some("tcp-off".into()),
+        },
+        PublishedRow {
+            what: "TCP, acceleration on".into(),
+            article: "85665 QPS, avg 0.746 ms".into(),
+            measured: qps("tcp-on"),
+            case: Some("tcp-on".into()),
+        },
+        PublishedRow {
+            what: "TCP QPS on/off".into(),
+            article: "+57%".into(),
+            measured: ratio("TCP QPS on/off"),
+            case: None,
+        },
+        PublishedRow {
+            what: "TCP avg latency on/off".into(),
+            article: "-36%".into(),
+            measured: ratio("TCP avg latency on/off"),
+            case: None,
+        },
     ];
     let tcp = comparison(seed, "TCP QPS on/off").filter(|c| !c.ratios.is_empty());
     let http = comparison(seed, "HTTP QPS on/off").filter(|c| !c.ratios.is_empty());

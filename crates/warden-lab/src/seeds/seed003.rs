@@ -39,7 +39,10 @@ pub fn mesh_yaml(vip: &str, server_ip: &str, client_ip: &str, ports: &str) -> St
 
 pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResult> {
     if let Some(why) = unavailable(&["iptables", "setpriv"]) {
-        return Ok(HEADER.skipped(lab, format!("the sidecar pods need network namespaces: {why}")));
+        return Ok(HEADER.skipped(
+            lab,
+            format!("the sidecar pods need network namespaces: {why}"),
+        ));
     }
     let budget = Budget::of(lab, 3, 1.0);
     progress.say("seed003: making the pods (namespaces, capture rules, sidecars)");
@@ -57,25 +60,59 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             ),
         )?;
         let mut inner = lab.pinned(Core::Server, "nginx");
-        inner.arg("-p").arg(conf.parent().unwrap_or(lab.dir())).arg("-c").arg(&conf);
+        inner
+            .arg("-p")
+            .arg(conf.parent().unwrap_or(lab.dir()))
+            .arg("-c")
+            .arg(&conf);
         servers.push(lab.spawn("seed003-nginx", pods.command(Side::Server, &inner))?);
         "nginx (1 worker, 1 KiB body)"
     } else {
         for port in [8080, 8081] {
             let mut inner = lab.warden(Core::Server);
-            inner.args(["echo", "--http", &format!("0.0.0.0:{port}"), "--threads", "1"]);
-            servers.push(lab.spawn(&format!("seed003-echo-{port}"), pods.command(Side::Server, &inner))?);
+            inner.args([
+                "echo",
+                "--http",
+                &format!("0.0.0.0:{port}"),
+                "--threads",
+                "1",
+            ]);
+            servers.push(lab.spawn(
+                &format!("seed003-echo-{port}"),
+                pods.command(Side::Server, &inner),
+            )?);
         }
         "warden echo (nginx is not on PATH), 1 KiB body"
     };
     let mesh = lab.write(
         "seed003/mesh.yaml",
-        &mesh_yaml(VIP, &pods.server_ip, &pods.client_ip, "  - {name: http, port: 80, targetPort: 8080}\n"),
+        &mesh_yaml(
+            VIP,
+            &pods.server_ip,
+            &pods.client_ip,
+            "  - {name: http, port: 80, targetPort: 8080}\n",
+        ),
     )?;
     pods.capture(lab, Side::Client, &["--exclude-outbound-ports", "8081"])?;
     pods.capture(lab, Side::Server, &["--exclude-inbound-ports", "8081"])?;
-    let srv_sidecar = pods.sidecar(lab, Side::Server, "seed003-server-sidecar", &mesh, "app=server", None, &[])?;
-    let cli_sidecar = pods.sidecar(lab, Side::Client, "seed003-client-sidecar", &mesh, "app=client", None, &[])?;
+    let srv_sidecar = pods.sidecar(
+        lab,
+        Side::Server,
+        "seed003-server-sidecar",
+        &mesh,
+        "app=server",
+        None,
+        &[],
+    )?;
+    let cli_sidecar = pods.sidecar(
+        lab,
+        Side::Client,
+        "seed003-client-sidecar",
+        &mesh,
+        "app=client",
+        None,
+        &[],
+    )?;
     let client = pods.prefix(Side::Client);
     let direct_url = format!("http://{}:8081/echo?size=1024", pods.server_ip);
     let mesh_url = format!("http://{VIP}/echo?size=1024");
@@ -87,19 +124,45 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         duration: budget.run,
         keepalive: false,
         payload_size: None,
-        find_max: Some(FindMax { start_qps: START_QPS, p99_bound: P99_BOUND }),
+        find_max: Some(FindMax {
+            start_qps: START_QPS,
+            p99_bound: P99_BOUND,
+        }),
         prefix: client.clone(),
     };
     let sidecar_pids = vec![cli_sidecar.pid, srv_sidecar.pid];
     let cases = vec![
-        Case::new("direct", "direct (client -> server pod)", "nginx", spec(&direct_url), vec![]),
-        Case::new("sidecars", "through two warden sidecars", "warden", spec(&mesh_url), sidecar_pids),
+        Case::new(
+            "direct",
+            "direct (client -> server pod)",
+            "nginx",
+            spec(&direct_url),
+            vec![],
+        ),
+        Case::new(
+            "sidecars",
+            "through two warden sidecars",
+            "warden",
+            spec(&mesh_url),
+            sidecar_pids,
+        ),
     ];
     let comparisons = vec![
         ComparisonSpec::noise_floor("direct", "direct", Metric::Rps),
-        ComparisonSpec::new("max QPS sidecars / direct", "direct", "sidecars", Metric::Rps).article(9730.0 / 11100.0),
+        ComparisonSpec::new(
+            "max QPS sidecars / direct",
+            "direct",
+            "sidecars",
+            Metric::Rps,
+        )
+        .article(9730.0 / 11100.0),
     ];
-    let plan = Plan { seed: "seed003".into(), cases, comparisons, rounds: budget.rounds };
+    let plan = Plan {
+        seed: "seed003".into(),
+        cases,
+        comparisons,
+        rounds: budget.rounds,
+    };
     let outcome = runner::run(lab, plan, progress);
     servers.push(srv_sidecar);
     servers.push(cli_sidecar);
@@ -120,12 +183,31 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
 fn finish(seed: &mut SeedResult) {
     let max = |id: &str| seed.cases.iter().find(|c| c.id == id).map(|c| c.median_rps);
     let fmt = |v: Option<f64>| v.map_or("not measured".into(), |v| format!("{v:.0} rps"));
-    let c = comparison(seed, "max QPS sidecars / direct").filter(|c| !c.ratios.is_empty()).cloned();
-    let ratio = c.as_ref().map_or("not measured".into(), |c| format!("{:.0}% of direct: {}", c.median * 100.0, ratio_text(c)));
+    let c = comparison(seed, "max QPS sidecars / direct")
+        .filter(|c| !c.ratios.is_empty())
+        .cloned();
+    let ratio = c.as_ref().map_or("not measured".into(), |c| {
+        format!("{:.0}% of direct: {}", c.median * 100.0, ratio_text(c))
+    });
     seed.published = vec![
-        PublishedRow { what: "max QPS without sidecar".into(), article: "11100 (1.3.3) / 12000 (1.4.8)".into(), measured: fmt(max("direct")), case: Some("direct".into()) },
-        PublishedRow { what: "max QPS with sidecars".into(), article: "9730 (1.3.3) / 10950 (1.4.8)".into(), measured: fmt(max("sidecars")), case: Some("sidecars".into()) },
-        PublishedRow { what: "with / without".into(), article: "88% (1.3.3) / 91% (1.4.8)".into(), measured: ratio, case: None },
+        PublishedRow {
+            what: "max QPS without sidecar".into(),
+            article: "11100 (1.3.3) / 12000 (1.4.8)".into(),
+            measured: fmt(max("direct")),
+            case: Some("direct".into()),
+        },
+        PublishedRow {
+            what: "max QPS with sidecars".into(),
+            article: "9730 (1.3.3) / 10950 (1.4.8)".into(),
+            measured: fmt(max("sidecars")),
+            case: Some("sidecars".into()),
+        },
+        PublishedRow {
+            what: "with / without".into(),
+            article: "88% (1.3.3) / 91% (1.4.8)".into(),
+            measured: ratio,
+            case: None,
+        },
     ];
     seed.verdict = match &c {
         Some(c) => format!(

@@ -133,7 +133,11 @@ pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxRep
     for _ in 0..cfg.max_steps.max(1) {
         let report = step(rate).await?;
         let ok = passed(&report, rate, cfg.p99_bound);
-        steps.push(Step { requested_qps: rate, report, passed: ok });
+        steps.push(Step {
+            requested_qps: rate,
+            report,
+            passed: ok,
+        });
         if !ok {
             hi = Some(rate);
             break;
@@ -149,7 +153,11 @@ pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxRep
             }
             let report = step(mid).await?;
             let ok = passed(&report, mid, cfg.p99_bound);
-            steps.push(Step { requested_qps: mid, report, passed: ok });
+            steps.push(Step {
+                requested_qps: mid,
+                report,
+                passed: ok,
+            });
             if ok {
                 lo = mid;
             } else {
@@ -157,5 +165,8 @@ pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxRep
             }
         }
     }
-    Ok(FindMaxReport { steps, p99_bound: cfg.p99_bound })
+    Ok(FindMaxReport {
+        steps,
+        p99_bound: cfg.p99_bound,
+    })
 }
