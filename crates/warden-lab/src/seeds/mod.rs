@@ -85,7 +85,7 @@ impl Header {
         if outcome.interrupted {
             notes.push("stopped by Ctrl-C: the numbers are the rounds measured so far".into());
         }
-        let status = if outcome.interrupted || !missing.is_empty() {
+        let status = if outcome.interrupted || !missing.is_empty() || !outcome.failures.is_empty() {
             SeedStatus::Partial
         } else {
             SeedStatus::Ran

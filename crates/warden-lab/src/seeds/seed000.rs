@@ -61,6 +61,14 @@ fn seed_filters(rls_port: u16) -> String {
 
 const RLS_PASS_DOMAIN: &str = "domain: pass\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: PATH\n        rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
 
+/// One gateway case: its config files beside the Gateway and the RLS whose CPU it also costs.
+struct Setup {
+    id: &'static str,
+    label: &'static str,
+    files: Vec<(&'static str, String)>,
+    rls: Vec<u32>,
+}
+
 fn start_rls(
     lab: &Lab,
     name: &str,
@@ -131,38 +139,48 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
     lab.write("seed000/rls/pass.yaml", RLS_PASS_DOMAIN)?;
     let (rls1, rls1_port) = start_rls(lab, "seed000-rls-1-thread", 1, redis)?;
     let (rls2, rls2_port) = start_rls(lab, "seed000-rls-2-threads", 2, redis)?;
-    let setups: [(&str, &str, Vec<(&str, String)>, Vec<u32>); 5] = [
-        ("a", "(a) no limiter", vec![], vec![]),
-        (
-            "b",
-            "(b) local limit",
-            vec![("local.yaml", LOCAL_POLICY.to_string())],
-            vec![],
-        ),
-        (
-            "c",
-            "(c) global, RLS with 1 thread",
-            vec![("filters.yaml", seed_filters(rls1_port))],
-            vec![rls1.pid],
-        ),
-        (
-            "d",
-            "(d) global, RLS with 2 threads",
-            vec![("filters.yaml", seed_filters(rls2_port))],
-            vec![rls2.pid],
-        ),
-        (
-            "e",
-            "(e) local + global",
-            vec![
-                ("local.yaml", LOCAL_POLICY.to_string()),
-                ("filters.yaml", seed_filters(rls1_port)),
-            ],
-            vec![rls1.pid],
-        ),
+    let local = || ("local.yaml", LOCAL_POLICY.to_string());
+    let global = |port| ("filters.yaml", seed_filters(port));
+    let setups = [
+        Setup {
+            id: "a",
+            label: "(a) no limiter",
+            files: vec![],
+            rls: vec![],
+        },
+        Setup {
+            id: "b",
+            label: "(b) local limit",
+            files: vec![local()],
+            rls: vec![],
+        },
+        Setup {
+            id: "c",
+            label: "(c) global, RLS with 1 thread",
+            files: vec![global(rls1_port)],
+            rls: vec![rls1.pid],
+        },
+        Setup {
+            id: "d",
+            label: "(d) global, RLS with 2 threads",
+            files: vec![global(rls2_port)],
+            rls: vec![rls2.pid],
+        },
+        Setup {
+            id: "e",
+            label: "(e) local + global",
+            files: vec![local(), global(rls1_port)],
+            rls: vec![rls1.pid],
+        },
     ];
     let mut cases = Vec::new();
-    for (id, label, files, extra_pids) in setups {
+    for Setup {
+        id,
+        label,
+        files,
+        rls,
+    } in setups
+    {
         let port = free_port()?;
         lab.write(
             &format!("seed000/{id}/gateway.yaml"),
@@ -190,7 +208,7 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             return Err(e);
         }
         let mut pids = vec![gw.pid];
-        pids.extend(extra_pids);
+        pids.extend(rls);
         cases.push(Case::new(
             id,
             label,

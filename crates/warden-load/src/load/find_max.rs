@@ -111,7 +111,7 @@ fn passed(report: &Report, requested: f64, bound: Duration) -> bool {
 
 /// Run steps of `base` (its duration each) at rising fixed rates.
 pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxReport, LoadError> {
-    if !(cfg.start_qps > 0.0) {
+    if cfg.start_qps.is_nan() || cfg.start_qps <= 0.0 {
         return Err(LoadError::Config(
             "--find-max needs a starting rate (--qps > 0)".into(),
         ));
