@@ -38,6 +38,35 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// "5 rounds x 3.0 s per run, back-to-back pairs" for the load shape line.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} rounds x {:.1} s per run, back-to-back pairs",
+            self.rounds,
+            self.run.as_secs_f64()
+        )
+    }
+
+    /// Run `cases` and `comparisons` for this budget's rounds.
+    pub fn run(
+        &self,
+        lab: &Lab,
+        progress: &Progress,
+        seed: &str,
+        cases: Vec<crate::runner::Case>,
+        comparisons: Vec<crate::runner::ComparisonSpec>,
+    ) -> Outcome {
+        let plan = crate::runner::Plan {
+            seed: seed.into(),
+            cases,
+            comparisons,
+            rounds: self.rounds,
+        };
+        crate::runner::run(lab, plan, progress)
+    }
+}
+
 /// The fixed part of a seed's section.
 pub struct Header {
     pub id: &'static str,
@@ -128,6 +157,16 @@ pub fn run(id: &str, lab: &Lab, progress: &Progress) -> SeedResult {
         };
         header.skipped(lab, format!("setup failed: {e:#}"))
     })
+}
+
+/// An Istio Gateway named `name` in istio-system on `port`, all hosts (both gateway seeds').
+pub fn gateway_doc(name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1beta1\nkind: Gateway\n\
+         metadata: {{name: {name}, namespace: istio-system}}\n\
+         spec:\n  selector: {{istio: ingressgateway}}\n  servers:\n\
+         \x20 - port: {{number: {port}, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n---\n"
+    )
 }
 
 /// An nginx config (one process: no daemon, no master, one worker) with `http` inside its

@@ -8,7 +8,7 @@ use super::{comparison, missing, ratio_text, Budget, Header};
 use crate::load_run::LoadSpec;
 use crate::model::{Metric, PublishedRow, SeedResult};
 use crate::process::{free_port, Core, Lab, Server};
-use crate::runner::{self, Case, ComparisonSpec, Plan, Progress};
+use crate::runner::{Case, ComparisonSpec, Progress};
 use std::time::Duration;
 
 pub const HEADER: Header = Header {
@@ -26,18 +26,15 @@ const SEED_FILTERS: &str =
 
 fn gateway_yaml(port: u16, backend: u16) -> String {
     format!(
-        "apiVersion: networking.istio.io/v1beta1\nkind: Gateway\n\
-         metadata: {{name: bench, namespace: istio-system}}\n\
-         spec:\n  selector: {{istio: ingressgateway}}\n  servers:\n\
-         \x20 - port: {{number: {port}, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n---\n\
-         apiVersion: networking.istio.io/v1beta1\nkind: ServiceEntry\n\
+        "{}apiVersion: networking.istio.io/v1beta1\nkind: ServiceEntry\n\
          metadata: {{name: backend, namespace: istio-system}}\n\
          spec:\n  hosts: [backend.local]\n  ports: [{{number: 80, name: http, protocol: HTTP}}]\n\
          \x20 resolution: STATIC\n  endpoints: [{{address: 127.0.0.1, ports: {{http: {backend}}}}}]\n---\n\
          apiVersion: networking.istio.io/v1beta1\nkind: VirtualService\n\
          metadata: {{name: api, namespace: istio-system}}\n\
          spec:\n  hosts: [\"*\"]\n  gateways: [bench]\n  http:\n\
-         \x20 - route: [{{destination: {{host: backend.local, port: {{number: 80}}}}}}]\n"
+         \x20 - route: [{{destination: {{host: backend.local, port: {{number: 80}}}}}}]\n",
+        super::gateway_doc("bench", port)
     )
 }
 
@@ -118,24 +115,14 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         "1",
     ]);
     servers.push(lab.spawn("seed000-backend", echo)?);
-    let redis = if missing.is_empty() {
-        let port = free_port()?;
-        let mut r = lab.pinned(Core::Any, "redis-server");
-        r.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]);
-        servers.push(lab.spawn("seed000-redis", r)?);
-        Some(port)
+    // The testkit's guard: a private redis-server on a free port, no persistence.
+    let redis_server = if missing.is_empty() {
+        lab.record("redis-server --port PORT --bind 127.0.0.1 --save '' --appendonly no".into());
+        Some(warden_testkit::RedisServer::start()?)
     } else {
         None
     };
+    let redis = redis_server.as_ref().map(|r| r.port());
     lab.write("seed000/rls/pass.yaml", RLS_PASS_DOMAIN)?;
     let (rls1, rls1_port) = start_rls(lab, "seed000-rls-1-thread", 1, redis)?;
     let (rls2, rls2_port) = start_rls(lab, "seed000-rls-2-threads", 2, redis)?;
@@ -240,18 +227,12 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         ComparisonSpec::new("p99 (e) local + global / (a)", "a", "e", Metric::P99),
         ComparisonSpec::new("req/s (e) local + global / (a)", "a", "e", Metric::Rps),
     ];
-    let plan = Plan {
-        seed: "seed000".into(),
-        cases,
-        comparisons,
-        rounds: budget.rounds,
-    };
-    let outcome = runner::run(lab, plan, progress);
+    let outcome = budget.run(lab, progress, "seed000", cases, comparisons);
     drop(servers);
+    drop(redis_server);
     let shape = format!(
-        "warden load -c {CONNECTIONS} (ab -c 1000) closed loop, keep-alive, {} rounds x {:.1} s per run, back-to-back pairs",
-        budget.rounds,
-        budget.run.as_secs_f64()
+        "warden load -c {CONNECTIONS} (ab -c 1000) closed loop, keep-alive, {}",
+        budget.describe()
     );
     let mut seed = HEADER.ran(lab, outcome, busy, shape, budget.rounds, missing.clone());
     seed.notes.push(format!(

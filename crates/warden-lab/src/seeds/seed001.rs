@@ -8,7 +8,7 @@ use crate::load_run::LoadSpec;
 use crate::machine::rss_mib;
 use crate::model::{Metric, PublishedRow, SeedResult};
 use crate::process::{free_port, Core, Lab, Server};
-use crate::runner::{self, Case, ComparisonSpec, Plan, Progress};
+use crate::runner::{Case, ComparisonSpec, Progress};
 use std::time::Duration;
 
 pub const HEADER: Header = Header {
@@ -24,15 +24,12 @@ const CONNECTIONS: usize = 50;
 
 fn gateway_yaml(port: u16) -> String {
     format!(
-        "apiVersion: networking.istio.io/v1beta1\nkind: Gateway\n\
-         metadata: {{name: ingressgateway, namespace: istio-system}}\n\
-         spec:\n  selector: {{istio: ingressgateway}}\n  servers:\n\
-         \x20 - port: {{number: {port}, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n---\n\
-         apiVersion: networking.istio.io/v1beta1\nkind: VirtualService\n\
+        "{}apiVersion: networking.istio.io/v1beta1\nkind: VirtualService\n\
          metadata: {{name: ingressgateway, namespace: default}}\n\
          spec:\n  gateways: [istio-system/ingressgateway]\n  hosts: [\"*\"]\n  http:\n\
          \x20 - name: httpbin\n    match: [{{uri: {{prefix: /}}}}]\n\
-         \x20   directResponse: {{status: 333, body: {{string: test}}}}\n"
+         \x20   directResponse: {{status: 333, body: {{string: test}}}}\n",
+        super::gateway_doc("ingressgateway", port)
     )
 }
 
@@ -231,18 +228,11 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             Metric::Rps,
         ));
     }
-    let plan = Plan {
-        seed: "seed001".into(),
-        cases,
-        comparisons,
-        rounds: budget.rounds,
-    };
-    let outcome = runner::run(lab, plan, progress);
+    let outcome = budget.run(lab, progress, "seed001", cases, comparisons);
     drop(servers);
     let shape = format!(
-        "warden load -c {CONNECTIONS} (hey's default) closed loop, keep-alive, {} rounds x {:.1} s per run, back-to-back pairs",
-        budget.rounds,
-        budget.run.as_secs_f64()
+        "warden load -c {CONNECTIONS} (hey's default) closed loop, keep-alive, {}",
+        budget.describe()
     );
     let mut seed = HEADER.ran(lab, outcome, busy, shape, budget.rounds, missing);
     seed.notes.extend(notes);

@@ -8,7 +8,7 @@ use super::{comparison, percent_change, ratio_text, Budget, Header};
 use crate::load_run::LoadSpec;
 use crate::model::{Metric, PublishedRow, SeedResult};
 use crate::process::{Core, Lab, Server};
-use crate::runner::{self, BeforeRun, Case, ComparisonSpec, Plan, Progress};
+use crate::runner::{BeforeRun, Case, ComparisonSpec, Progress};
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -267,20 +267,13 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             Metric::Rps,
         ),
     ];
-    let plan = Plan {
-        seed: "seed002".into(),
-        cases,
-        comparisons,
-        rounds: budget.rounds,
-    };
-    let outcome = runner::run(lab, plan, progress);
+    let outcome = budget.run(lab, progress, "seed002", cases, comparisons);
     sidecars.running.borrow_mut().clear();
     drop(servers);
     drop(sidecars);
     let shape = format!(
-        "warden load -c {CONNECTIONS} --qps 0 (fortio -c 64 -qps 0), HTTP /echo?size=1024 and TCP --payload-size 1024, {} rounds x {:.1} s per run, sidecars restarted for every run",
-        budget.rounds,
-        budget.run.as_secs_f64()
+        "warden load -c {CONNECTIONS} --qps 0 (fortio -c 64 -qps 0), HTTP /echo?size=1024 and TCP --payload-size 1024, {}, sidecars restarted for every run",
+        budget.describe()
     );
     let mut seed = HEADER.ran(lab, outcome, busy, shape, budget.rounds, Vec::new());
     seed.notes.push("accelerated sidecars run with --accel --capture ebpf (connect4 captures, sk_msg short-circuits every leg); the iptables rules stay installed, as for callers from other nodes".into());

@@ -8,7 +8,7 @@ use super::{comparison, missing, percent_change, ratio_text, Budget, Header};
 use crate::load_run::{FindMax, LoadSpec};
 use crate::model::{Metric, PublishedRow, SeedResult};
 use crate::process::{Core, Lab, Server};
-use crate::runner::{self, Case, ComparisonSpec, Plan, Progress};
+use crate::runner::{Case, ComparisonSpec, Progress};
 use std::time::Duration;
 
 pub const HEADER: Header = Header {
@@ -157,13 +157,7 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         )
         .article(9730.0 / 11100.0),
     ];
-    let plan = Plan {
-        seed: "seed003".into(),
-        cases,
-        comparisons,
-        rounds: budget.rounds,
-    };
-    let outcome = runner::run(lab, plan, progress);
+    let outcome = budget.run(lab, progress, "seed003", cases, comparisons);
     servers.push(srv_sidecar);
     servers.push(cli_sidecar);
     drop(servers);

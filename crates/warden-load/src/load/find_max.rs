@@ -109,6 +109,19 @@ fn passed(report: &Report, requested: f64, bound: Duration) -> bool {
         && report.achieved_rps() >= MIN_ACHIEVED * requested
 }
 
+/// One step: `base` at a fixed `qps`.
+async fn measure(base: &LoadConfig, qps: f64, bound: Duration) -> Result<Step, LoadError> {
+    let mut config = base.clone();
+    config.qps = qps;
+    config.progress = false;
+    let report = run(config).await?;
+    Ok(Step {
+        requested_qps: qps,
+        passed: passed(&report, qps, bound),
+        report,
+    })
+}
+
 /// Run steps of `base` (its duration each) at rising fixed rates.
 pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxReport, LoadError> {
     if cfg.start_qps.is_nan() || cfg.start_qps <= 0.0 {
@@ -121,23 +134,13 @@ pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxRep
             "--find-max runs each step for -t (not -n)".into(),
         ));
     }
-    let mut steps = Vec::new();
-    let step = |qps: f64| {
-        let mut config = base.clone();
-        config.qps = qps;
-        config.progress = false;
-        async move { run(config).await }
-    };
+    let mut steps: Vec<Step> = Vec::new();
     let (mut lo, mut hi) = (0.0f64, None::<f64>);
     let mut rate = cfg.start_qps;
     for _ in 0..cfg.max_steps.max(1) {
-        let report = step(rate).await?;
-        let ok = passed(&report, rate, cfg.p99_bound);
-        steps.push(Step {
-            requested_qps: rate,
-            report,
-            passed: ok,
-        });
+        let step = measure(&base, rate, cfg.p99_bound).await?;
+        let ok = step.passed;
+        steps.push(step);
         if !ok {
             hi = Some(rate);
             break;
@@ -151,18 +154,13 @@ pub async fn find_max(base: LoadConfig, cfg: FindMaxConfig) -> Result<FindMaxRep
             if mid <= 0.0 || hi - lo < 0.02 * hi {
                 break;
             }
-            let report = step(mid).await?;
-            let ok = passed(&report, mid, cfg.p99_bound);
-            steps.push(Step {
-                requested_qps: mid,
-                report,
-                passed: ok,
-            });
-            if ok {
+            let step = measure(&base, mid, cfg.p99_bound).await?;
+            if step.passed {
                 lo = mid;
             } else {
                 hi = mid;
             }
+            steps.push(step);
         }
     }
     Ok(FindMaxReport {
