@@ -117,7 +117,8 @@ pub fn run_once(
     let mut run = parse(&json, round)?;
     run.cpu_busy_pct = busy;
     run.command = line;
-    if !server_pids.is_empty() {
+    // find-max: the CPU of every step, but only the best step's requests; not a per-request cost.
+    if !server_pids.is_empty() && run.steps.is_empty() {
         run.cpu_us_per_req = cpu_used.map(|s| s * 1e6 / (run.requests.max(1) as f64));
     }
     Ok(run)
