@@ -13,6 +13,8 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 # The hardening probes run the same requests against a private nginx.
 command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+# `warden lab`'s test renders report.html in headless Chromium (DOM dump + screenshot).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

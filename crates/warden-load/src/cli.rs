@@ -64,6 +64,14 @@ pub struct LoadArgs {
     /// No progress line
     #[arg(long)]
     pub quiet: bool,
+    /// Find the highest fixed rate that passes: steps of -t each from --qps, x1.5 until one
+    /// fails (over 0.1% errors, p99 over --max-p99, or under 95% of the rate achieved), then
+    /// bisect
+    #[arg(long)]
+    pub find_max: bool,
+    /// --find-max: the p99 bound a step must stay within
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub max_p99: Duration,
 }
 
 #[derive(clap::Args, Debug)]
@@ -153,6 +161,9 @@ impl LoadArgs {
 pub fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let config = args.to_config()?;
     let rt = runtime(args.threads)?;
+    if args.find_max {
+        return run_find_max(&args, config, rt);
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -174,6 +185,36 @@ pub fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_find_max(
+    args: &LoadArgs,
+    config: LoadConfig,
+    rt: tokio::runtime::Runtime,
+) -> anyhow::Result<ExitCode> {
+    let cfg = load::find_max::FindMaxConfig {
+        start_qps: if args.qps > 0.0 { args.qps } else { 100.0 },
+        p99_bound: args.max_p99,
+        max_steps: 20,
+    };
+    let report = rt.block_on(load::find_max::find_max(config, cfg))?;
+    match args.json.as_deref() {
+        Some(p) if p == std::path::Path::new("-") => {
+            eprint!("{}", report.to_text());
+            println!("{}", report.to_json());
+        }
+        Some(p) => {
+            print!("{}", report.to_text());
+            std::fs::write(p, report.to_json() + "\n")
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        None => print!("{}", report.to_text()),
+    }
+    Ok(if report.best().is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub fn run_echo(args: EchoArgs) -> anyhow::Result<ExitCode> {

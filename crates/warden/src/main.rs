@@ -54,6 +54,8 @@ enum Command {
     Capture(warden_capture::CaptureArgs),
     /// Same-node eBPF acceleration for sidecars: enable, disable or show it for a pod's cgroup
     Accel(warden_accel::cli::AccelArgs),
+    /// Run the source articles' experiments side by side; write results.json and report.html
+    Lab(warden_lab::cli::LabArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -80,12 +82,14 @@ fn init_logging(default_level: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The demo prints its own report; its components' info logs would only interleave with it.
-    init_logging(if matches!(cli.command, Command::Demo(_)) {
-        "warn"
-    } else {
-        "info"
-    });
+    // The demo and the lab print their own reports; info logs would only interleave with them.
+    init_logging(
+        if matches!(cli.command, Command::Demo(_) | Command::Lab(_)) {
+            "warn"
+        } else {
+            "info"
+        },
+    );
     let result = match cli.command {
         Command::Proxy(args) => warden_proxy::cli::run_proxy(args),
         Command::Check(args) => warden_proxy::cli::run_check(args),
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
         Command::Echo(args) => warden_load::cli::run_echo(args),
         Command::Capture(args) => warden_capture::run(args),
         Command::Accel(args) => warden_accel::cli::run(args),
+        Command::Lab(args) => warden_lab::cli::run(args),
     };
     match result {
         Ok(code) => code,

@@ -20,6 +20,7 @@
 
 mod connect;
 mod driver;
+pub mod find_max;
 mod h2_client;
 mod http1_client;
 mod progress;
