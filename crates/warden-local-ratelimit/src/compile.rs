@@ -47,6 +47,7 @@ pub(crate) struct Compiler<'p> {
     pub(crate) groups: Vec<Group>,
     pub(crate) conn_groups: Vec<ConnGroup>,
     proxy_labels: Option<&'p BTreeMap<String, String>>,
+    proxy_is_sidecar: Option<bool>,
     source_cluster: &'p str,
 }
 
@@ -54,6 +55,7 @@ impl<'p> Compiler<'p> {
     pub(crate) fn new(
         previous: Option<&'p StateRegistry>,
         proxy_labels: Option<&'p BTreeMap<String, String>>,
+        proxy_is_sidecar: Option<bool>,
         source_cluster: &'p str,
     ) -> Self {
         Self {
@@ -67,6 +69,7 @@ impl<'p> Compiler<'p> {
             groups: Vec::new(),
             conn_groups: Vec::new(),
             proxy_labels,
+            proxy_is_sidecar,
             source_cluster,
         }
     }
@@ -123,11 +126,18 @@ impl<'p> Compiler<'p> {
         c
     }
 
-    fn selected(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        match (self.proxy_labels, labels) {
+    fn selected(&self, origin: &crate::envoy::PatchOrigin) -> bool {
+        let labels_fit = match (self.proxy_labels, origin.workload_labels.as_ref()) {
             (Some(proxy), Some(want)) => want.iter().all(|(k, v)| proxy.get(k) == Some(v)),
             _ => true,
-        }
+        };
+        // `match.context`: GATEWAY patches are for gateways, SIDECAR_* for sidecars.
+        let context_fits = match (self.proxy_is_sidecar, origin.context.as_deref()) {
+            (Some(sidecar), Some("GATEWAY")) => !sidecar,
+            (Some(sidecar), Some("SIDECAR_INBOUND" | "SIDECAR_OUTBOUND")) => sidecar,
+            _ => true,
+        };
+        labels_fit && context_fits
     }
 
     pub(crate) fn policy(&mut self, doc: &Doc<RateLimitPolicy>) {
@@ -275,7 +285,7 @@ impl<'p> Compiler<'p> {
             .map(|(i, p)| (Some(i), p));
         for (route_index, p) in filter_level.chain(per_route) {
             let per_route = route_index.is_some();
-            if !self.selected(p.origin.workload_labels.as_ref()) {
+            if !self.selected(&p.origin) {
                 continue;
             }
             let inert = p.config.token_bucket.is_none() && p.config.descriptors.is_empty();
@@ -286,7 +296,7 @@ impl<'p> Compiler<'p> {
             self.http_local(p, &route_entries, route_index);
         }
         for p in &patches.network_local {
-            if !self.selected(p.origin.workload_labels.as_ref()) {
+            if !self.selected(&p.origin) {
                 continue;
             }
             let c = &p.config;

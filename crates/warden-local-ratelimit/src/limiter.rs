@@ -23,6 +23,9 @@ pub struct LimiterOptions {
     /// This proxy's workload labels; EnvoyFilters whose `workloadSelector` does not match are
     /// skipped. None applies every EnvoyFilter.
     pub proxy_labels: Option<BTreeMap<String, String>>,
+    /// Whether this proxy is a sidecar (`Some(false)`: a gateway): EnvoyFilter patches whose
+    /// `match.context` is for the other role are skipped. None applies every context.
+    pub proxy_is_sidecar: Option<bool>,
     /// Value of Envoy's `source_cluster` descriptor action.
     pub source_cluster: String,
 }
@@ -33,6 +36,7 @@ impl Default for LimiterOptions {
             max_keys: DEFAULT_MAX_KEYS,
             clock: Arc::new(MonotonicClock::new()),
             proxy_labels: None,
+            proxy_is_sidecar: None,
             source_cluster: String::new(),
         }
     }
@@ -43,6 +47,7 @@ impl std::fmt::Debug for LimiterOptions {
         f.debug_struct("LimiterOptions")
             .field("max_keys", &self.max_keys)
             .field("proxy_labels", &self.proxy_labels)
+            .field("proxy_is_sidecar", &self.proxy_is_sidecar)
             .field("source_cluster", &self.source_cluster)
             .finish()
     }
@@ -81,6 +86,7 @@ impl LocalLimiter {
         let mut compiler = Compiler::new(
             previous.map(|p| &p.registry),
             opts.proxy_labels.as_ref(),
+            opts.proxy_is_sidecar,
             &opts.source_cluster,
         );
         for doc in policies {

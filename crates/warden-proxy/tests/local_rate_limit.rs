@@ -284,3 +284,67 @@ spec:
     );
     stop(proxy).await;
 }
+
+/// A local rate limit EnvoyFilter for `context` (1 request per minute).
+fn local_limit_filter(context: &str) -> String {
+    format!(
+        r#"---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: local, namespace: istio-system}}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match:
+      context: {context}
+      listener: {{filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager}}}}}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.local_ratelimit
+        typed_config:
+          "@type": type.googleapis.com/udpa.type.v1.TypedStruct
+          type_url: type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+          value:
+            stat_prefix: http_local_rate_limiter
+            token_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}
+            filter_enabled: {{runtime_key: e, default_value: {{numerator: 100, denominator: HUNDRED}}}}
+            filter_enforced: {{runtime_key: f, default_value: {{numerator: 100, denominator: HUNDRED}}}}
+"#
+    )
+}
+
+/// EnvoyFilter `match.context` is honoured: a SIDECAR_INBOUND patch does not apply to a
+/// gateway (and `warden check` says so), a GATEWAY one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_filter_context_selects_gateway_or_sidecar() {
+    let up = echo_http("up").await;
+    for (context, second) in [("SIDECAR_INBOUND", 200), ("GATEWAY", 429), ("ANY", 429)] {
+        let yaml = format!(
+            "{}{}",
+            http_config(up.addr, "", ""),
+            local_limit_filter(context)
+        );
+        let proxy = start(&yaml);
+        let url = format!("http://{}/", addr(&proxy, 0));
+        let c = client();
+        assert_eq!(c.get(&url).send().await.unwrap().status(), 200, "{context}");
+        assert_eq!(
+            c.get(&url).send().await.unwrap().status(),
+            second,
+            "{context}"
+        );
+        let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
+        let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
+        let said = snap.warnings.iter().any(|w| {
+            w.message
+                .contains("is for sidecars; this proxy is a gateway")
+        });
+        assert_eq!(
+            said,
+            context == "SIDECAR_INBOUND",
+            "{context}: {:?}",
+            snap.warnings
+        );
+    }
+}

@@ -390,6 +390,30 @@ impl Builder<'_> {
                 self.warn(ef, "spec.workloadSelector.labels".into(), m);
             }
         }
+        // `match.context` for the other role: the patch is not applied here, and says so.
+        let role = if identity.sidecar.is_some() {
+            "sidecar"
+        } else {
+            "gateway"
+        };
+        for ef in &set.envoy_filters {
+            for (i, patch) in ef.spec.config_patches.iter().enumerate() {
+                let context = patch.matches.as_ref().and_then(|m| m.context.as_deref());
+                let other = match (context, identity.sidecar.is_some()) {
+                    (Some("GATEWAY"), true) => "gateways",
+                    (Some("SIDECAR_INBOUND" | "SIDECAR_OUTBOUND"), false) => "sidecars",
+                    _ => continue,
+                };
+                self.warn(
+                    ef,
+                    format!("spec.configPatches[{i}].match.context"),
+                    format!(
+                        "context {} is for {other}; this proxy is a {role}, so the patch does not apply here",
+                        context.unwrap_or_default()
+                    ),
+                );
+            }
+        }
     }
 
     /// A gateway does not serve VirtualServices bound to `mesh` only (no `gateways`).

@@ -95,6 +95,18 @@ fn problem_at(origin_doc: &warden_config::Location, field: String, message: Stri
     }
 }
 
+/// `true` when a patch's `match.context` fits this proxy: `GATEWAY` patches apply to gateways,
+/// `SIDECAR_INBOUND` / `SIDECAR_OUTBOUND` to sidecars, `ANY` (or none) to both, as Istio
+/// applies them (a sidecar's policy stages run on its inbound side; a rate-limit filter patched
+/// into its outbound side is refused where routes are resolved).
+pub(crate) fn fits_context(context: Option<&str>, id: &ProxyIdentity) -> bool {
+    match context.unwrap_or("ANY") {
+        "GATEWAY" => id.sidecar.is_none(),
+        "SIDECAR_INBOUND" | "SIDECAR_OUTBOUND" => id.sidecar.is_some(),
+        _ => true,
+    }
+}
+
 /// `true` when a patch's workload selector admits this proxy (no labels known: all apply).
 pub(crate) fn selects(
     labels: Option<&std::collections::BTreeMap<String, String>>,
@@ -143,7 +155,10 @@ impl GlobalRateLimit {
         let filters: Vec<&Patched<HttpRateLimit>> = patches
             .http_global
             .iter()
-            .filter(|p| selects(p.origin.workload_labels.as_ref(), identity))
+            .filter(|p| {
+                selects(p.origin.workload_labels.as_ref(), identity)
+                    && fits_context(p.origin.context.as_deref(), identity)
+            })
             .collect();
         let filter = filters.first().map(|p| &p.config);
         if filters.len() > 1 {
@@ -194,7 +209,10 @@ impl GlobalRateLimit {
         let clusters: Vec<_> = patches
             .clusters
             .iter()
-            .filter(|c| selects(c.origin.workload_labels.as_ref(), identity))
+            .filter(|c| {
+                selects(c.origin.workload_labels.as_ref(), identity)
+                    && fits_context(c.origin.context.as_deref(), identity)
+            })
             .collect();
         let rls_target = match filter {
             Some(f) => {

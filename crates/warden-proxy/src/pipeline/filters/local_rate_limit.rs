@@ -62,6 +62,7 @@ impl LocalRateLimitFilter {
     ) -> Result<Option<LocalRateLimitFilter>, Vec<Problem>> {
         let opts = LimiterOptions {
             proxy_labels: Some(identity.labels.clone()),
+            proxy_is_sidecar: Some(identity.sidecar.is_some()),
             ..LimiterOptions::default()
         };
         let limiter = LocalLimiter::from_config(set, opts, previous.map(|p| p.limiter.as_ref()))?;
