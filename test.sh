@@ -13,6 +13,8 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 # The hardening probes run the same requests against a private nginx.
 command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+# The TLS tests use `openssl s_client` as a client (certificates are made with rcgen).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

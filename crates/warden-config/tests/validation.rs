@@ -104,14 +104,14 @@ fn cases() -> Vec<Case> {
     vec![
         // Gateway
         case(
-            "https not supported",
+            "https needs a tls block",
             with_base(
                 &gw2(&[("protocol: HTTP,", "protocol: HTTPS,"), ("8080", "8443")]),
             ),
             Error,
             "Gateway/gw2",
-            "spec.servers[0].port.protocol",
-            "protocol HTTPS is not supported yet",
+            "spec.servers[0].tls",
+            "protocol HTTPS needs a tls block",
         ),
         case(
             "unknown gateway protocol",

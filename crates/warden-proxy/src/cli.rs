@@ -163,6 +163,10 @@ pub struct RoleArgs {
     /// declared before treating it as TCP (Istio's `protocolDetectionTimeout`; 0 waits).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub protocol_detection_timeout: Duration,
+    /// Where Gateway and DestinationRule `credentialName`s resolve: one folder per name with
+    /// `tls.crt`, `tls.key` and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
+    #[arg(long)]
+    pub credentials_dir: Option<PathBuf>,
 }
 
 impl Default for RoleArgs {
@@ -176,6 +180,7 @@ impl Default for RoleArgs {
             service_account: None,
             outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode::AllowAny,
             protocol_detection_timeout: Duration::ZERO,
+            credentials_dir: None,
         }
     }
 }
@@ -260,6 +265,7 @@ pub fn run_proxy(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|a| crate::options::ExtraMetrics(a.metrics()));
     opts.service_account = args.role.service_account;
+    opts.credentials_dir = args.role.credentials_dir;
     opts.allow_empty_config = args.allow_empty_config;
     opts.max_connections = args.max_connections;
     opts.max_connections_per_listener = args.max_connections_per_listener;
@@ -328,6 +334,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         sidecar: args.role.sidecar(),
         pod_ips: args.role.pod_ips,
         service_account: args.role.service_account,
+        credentials_dir: args.role.credentials_dir,
     };
     let built = crate::control::config_source::load(&source)
         .and_then(|l| Snapshot::build(l, &identity, None));

@@ -78,6 +78,9 @@ pub struct ProxyOptions {
     pub timeouts: crate::downstream::timeouts::Timeouts,
     /// Scrape-time metrics of another component (`--accel`'s BPF counters).
     pub extra_metrics: Option<ExtraMetrics>,
+    /// Where Gateway `credentialName`s resolve: one folder per name with `tls.crt`, `tls.key`
+    /// and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
+    pub credentials_dir: Option<PathBuf>,
 }
 
 impl ProxyOptions {
@@ -88,6 +91,7 @@ impl ProxyOptions {
             labels: self.labels.clone(),
             pod_ips: self.pod_ips.clone(),
             service_account: self.service_account.clone(),
+            credentials_dir: self.credentials_dir.clone(),
             sidecar: self.sidecar.clone(),
         }
     }
@@ -116,6 +120,7 @@ impl ProxyOptions {
             max_connections_per_listener: None,
             timeouts: crate::downstream::timeouts::Timeouts::default(),
             extra_metrics: None,
+            credentials_dir: None,
         }
     }
 

@@ -66,6 +66,8 @@ pub struct RequestAttrs<'a> {
     pub port: u16,
     /// The local address the connection was accepted on (`destination.ip` / `.port`).
     pub local_addr: SocketAddr,
+    /// TLS terminated here: the SNI and the client certificate's identity.
+    pub tls: Option<&'a crate::downstream::tls_accept::TlsInfo>,
 }
 
 impl RequestAttrs<'_> {
@@ -405,6 +407,7 @@ fn request_attrs<'a>(
         lines,
         port: conn.port,
         local_addr: conn.local,
+        tls: conn.tls.as_deref(),
     }
 }
 
@@ -883,7 +886,8 @@ async fn act(
                     client_ip,
                     shared.num_trusted_proxies,
                 )
-                .on_side(conn.side);
+                .on_side(conn.side)
+                .over_tls(conn.tls.is_some());
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
                 let mut request = outgoing(

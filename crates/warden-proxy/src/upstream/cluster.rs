@@ -4,6 +4,7 @@
 
 use crate::upstream::h1_pool::ReuseLimits;
 use http::uri::Authority;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -66,6 +67,8 @@ pub struct Cluster {
     /// The local address upstream connections are made from (`127.0.0.6` for a sidecar's
     /// inbound passthrough, which capture rules let through).
     pub source: Option<std::net::IpAddr>,
+    /// DestinationRule `tls`: connections to the endpoints are TLS.
+    pub tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -116,9 +119,15 @@ impl Cluster {
             reuse: ReuseLimits::default(),
             original_dst: false,
             source: None,
+            tls: None,
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }
+    }
+
+    pub fn with_tls(mut self, tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     pub fn with_reuse(mut self, reuse: ReuseLimits) -> Self {

@@ -7,6 +7,7 @@ pub mod connect;
 pub mod h1_exchange;
 pub mod h1_pool;
 pub(crate) mod tcp_proxy;
+pub mod tls_origination;
 
 use crate::control::metrics::Metrics;
 use crate::pipeline::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
@@ -35,6 +36,8 @@ pub struct UpstreamClients {
     /// passthrough from 127.0.0.6): their own pools, since a connection's source is part of
     /// what it is.
     sourced: Option<(std::net::IpAddr, H1Pool, Client<HttpConnector, ProxyBody>)>,
+    /// For the TLS clusters' clients, made on first use.
+    pub connect_timeout: Duration,
 }
 
 fn h2_client(
@@ -59,6 +62,7 @@ impl UpstreamClients {
         UpstreamClients {
             h1: H1Pool::new(connect_timeout),
             h2: h2_client(connect_timeout, None),
+            connect_timeout,
             sourced: source.map(|ip| {
                 (
                     ip,
@@ -363,6 +367,26 @@ async fn attempt(
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        if let Some(tls) = &cluster.tls {
+            let mut parts = head.into_owned();
+            let mut uri = http::uri::Parts::default();
+            uri.scheme = Some(Scheme::HTTPS);
+            uri.authority = Some(endpoint.clone());
+            uri.path_and_query = Some(path);
+            parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
+            parts.version = if tls.http2 {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            };
+            return Box::pin(
+                tls.client(clients.connect_timeout)
+                    .request(Request::from_parts(parts, body)),
+            )
+            .await
+            .map(|r| r.map(ProxyBody::Streamed))
+            .map_err(|e| send_error(e.is_connect(), e));
+        }
         match cluster.protocol {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
