@@ -81,6 +81,9 @@ pub struct ProxyOptions {
     /// Where Gateway `credentialName`s resolve: one folder per name with `tls.crt`, `tls.key`
     /// and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
     pub credentials_dir: Option<PathBuf>,
+    /// This proxy's mesh certificate (`--mesh-credentials`): ISTIO_MUTUAL upstreams and the
+    /// sidecar's mTLS inbound.
+    pub mesh: Option<crate::control::snapshot::MeshCredentials>,
 }
 
 impl ProxyOptions {
@@ -92,6 +95,7 @@ impl ProxyOptions {
             pod_ips: self.pod_ips.clone(),
             service_account: self.service_account.clone(),
             credentials_dir: self.credentials_dir.clone(),
+            mesh: self.mesh.clone(),
             sidecar: self.sidecar.clone(),
         }
     }
@@ -121,6 +125,7 @@ impl ProxyOptions {
             timeouts: crate::downstream::timeouts::Timeouts::default(),
             extra_metrics: None,
             credentials_dir: None,
+            mesh: None,
         }
     }
 

@@ -81,6 +81,7 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
             config,
             http,
             client_sans,
+            ..
         } => (config.clone(), *http, client_sans),
     };
     let local = stream.local_addr().unwrap_or(a.peer);

@@ -377,7 +377,7 @@ fn record(
 /// Stage 1: what the policy stages see of the request (the trusted client address per the
 /// XFF rules).
 fn request_attrs<'a>(
-    conn: &ConnCtx,
+    conn: &'a ConnCtx,
     shared: &Shared,
     parts: &'a http::request::Parts,
     lines: Option<&'a RequestLines>,

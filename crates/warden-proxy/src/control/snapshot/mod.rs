@@ -52,6 +52,20 @@ pub struct MeshCredentials {
     pub trust_domain: String,
 }
 
+impl MeshCredentials {
+    /// The trust domain of `dir/tls.crt`'s SPIFFE identity.
+    pub fn trust_domain_of(dir: &std::path::Path) -> anyhow::Result<String> {
+        let path = dir.join("tls.crt");
+        let chain = warden_tls::pem_files::read_chain(&path, std::time::SystemTime::now())?;
+        let principal = chain
+            .first()
+            .and_then(warden_tls::PeerIdentity::from_leaf)
+            .and_then(|id| id.principal)
+            .ok_or_else(|| anyhow::anyhow!("{}: no spiffe:// URI SAN", path.display()))?;
+        Ok(principal.split('/').next().unwrap_or_default().to_owned())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ListenerProtocol {
     /// HTTP/1.1 and h2c on the same port.
