@@ -550,14 +550,14 @@ fn cases() -> Vec<Case> {
             "not the name of a port",
         ),
         case(
-            "upstream https",
+            "unknown service entry protocol",
             with_base(&se(
-                "  hosts: [x.local]\n  ports: [{number: 443, protocol: HTTPS}]\n  resolution: DNS\n",
+                "  hosts: [x.local]\n  ports: [{number: 443, protocol: HTTPX}]\n  resolution: DNS\n",
             )),
             Error,
             "ServiceEntry/se2",
             "spec.ports[0].protocol",
-            "not supported yet (no upstream TLS)",
+            "unknown protocol \"HTTPX\"",
         ),
         case(
             "host defined twice",
