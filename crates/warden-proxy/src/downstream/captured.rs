@@ -49,6 +49,20 @@ pub async fn serve(stream: TcpStream, c: Captured) {
     };
     let shared = c.worker.shared.clone();
     let snapshot = shared.snapshot.load_full();
+    if c.side == Side::Inbound {
+        if let Some(inbound) = snapshot.inbound_tls.as_ref() {
+            match mutual_tls(&stream, inbound, dst.port(), &snapshot).await {
+                Peer::Closed => return,
+                Peer::Plaintext => {}
+                Peer::PlaintextRefused => {
+                    tracing::debug!(peer = %c.peer, %dst, "plaintext refused (PeerAuthentication STRICT)");
+                    shared.metrics.tls_handshake_failed("plaintext_refused");
+                    return;
+                }
+                Peer::Tls(config) => return serve_mtls(stream, dst, config, c, snapshot.clone()).await,
+            }
+        }
+    }
     match plan(&snapshot, c.side, dst) {
         Plan::Close => {
             shared.metrics.upstream_error("blackhole");
@@ -88,6 +102,130 @@ pub async fn serve(stream: TcpStream, c: Captured) {
     let conn = ConnCtx::new(c.peer, local, dst.port(), violation.clone()).captured(c.side, dst);
     fast_h1::serve(
         stream,
+        fast_h1::Serving {
+            conn: Arc::new(conn),
+            worker: c.worker,
+            hyper: c.hyper,
+            watcher: c.watcher,
+            stop: c.stop,
+            violation,
+            max_head: c.max_head,
+            timeouts: c.timeouts,
+        },
+    )
+    .await;
+}
+
+/// What an inbound connection's first bytes and the port's PeerAuthentication mode make it.
+enum Peer {
+    Plaintext,
+    PlaintextRefused,
+    Tls(Arc<warden_tls::rustls::ServerConfig>),
+    Closed,
+}
+
+async fn mutual_tls(
+    stream: &TcpStream,
+    inbound: &crate::control::snapshot::InboundTls,
+    port: u16,
+    snapshot: &Snapshot,
+) -> Peer {
+    use warden_config::kinds::peer_authentication::PeerMode;
+    let mode = inbound.mode(port);
+    if mode == PeerMode::Disable {
+        return Peer::Plaintext;
+    }
+    // PERMISSIVE waits as protocol detection does (a server-first protocol sends nothing);
+    // STRICT as long as a handshake may take.
+    let wait = match mode {
+        PeerMode::Strict => Some(crate::downstream::tls_accept::HANDSHAKE_TIMEOUT),
+        _ => snapshot.sidecar.as_ref().and_then(|s| s.detection_timeout),
+    };
+    let first = async {
+        let mut buf = [0u8; 3];
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) if n >= buf.len() => return Some(warden_tls::client_hello::looks_like_tls(&buf)),
+                // Fewer bytes than a record header: wait for the rest.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+    };
+    let tls = match wait {
+        None => first.await,
+        Some(t) => tokio::time::timeout(t, first).await.unwrap_or(Some(false)),
+    };
+    match (tls, mode, &inbound.config) {
+        (None, ..) => Peer::Closed,
+        (Some(true), _, Some(config)) => Peer::Tls(config.clone()),
+        (Some(_), PeerMode::Strict, _) => Peer::PlaintextRefused,
+        _ => Peer::Plaintext,
+    }
+}
+
+/// An inbound connection from a mesh peer: terminate its mTLS (the peer's identity goes to the
+/// policies), then serve the decrypted bytes as the destination port's protocol says (a port
+/// whose protocol is not declared: HTTP when ALPN chose HTTP, else TCP).
+async fn serve_mtls(
+    stream: TcpStream,
+    dst: SocketAddr,
+    config: Arc<warden_tls::rustls::ServerConfig>,
+    c: Captured,
+    snapshot: Arc<Snapshot>,
+) {
+    use crate::downstream::tls_accept::{TlsInfo, HANDSHAKE_TIMEOUT};
+    let metrics = &c.worker.shared.metrics;
+    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, peer = %c.peer, "mesh mTLS handshake failed");
+            metrics.tls_handshake_failed(warden_tls::handshake_error::reason(&e));
+            return;
+        }
+        Err(_) => {
+            metrics.tls_handshake_failed("timeout");
+            return;
+        }
+    };
+    metrics.tls_handshakes.inc();
+    let session = tls.get_ref().1;
+    let alpn_http = matches!(
+        session.alpn_protocol(),
+        Some(b"h2") | Some(b"http/1.1")
+    );
+    let info = Arc::new(TlsInfo {
+        sni: session.server_name().map(str::to_owned),
+        peer: session
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(warden_tls::PeerIdentity::from_leaf),
+    });
+    match plan(&snapshot, c.side, dst) {
+        Plan::Close => return,
+        Plan::Http => {}
+        Plan::Detect(_) if alpn_http => {}
+        Plan::Tcp(route) | Plan::Detect(route) => {
+            return tcp_proxy::proxy_decrypted(
+                tls,
+                c.peer,
+                &info,
+                route,
+                (dst.port(), dst, Some(dst)),
+                c.side,
+                &c.worker,
+                c.connect_timeout,
+            )
+            .await;
+        }
+    }
+    let violation = Arc::new(AtomicBool::new(false));
+    let conn = ConnCtx::new(c.peer, dst, dst.port(), violation.clone())
+        .captured(c.side, dst)
+        .with_tls(info);
+    fast_h1::serve_tls(
+        tls,
         fast_h1::Serving {
             conn: Arc::new(conn),
             worker: c.worker,

@@ -49,8 +49,12 @@ impl UpstreamTls {
             http.set_nodelay(true);
             http.set_connect_timeout(Some(connect_timeout));
             http.set_keepalive(Some(Duration::from_secs(60)));
+            // ALPN says HTTP/1.1 (HTTP/2 is set by `enable_http2`): a mesh peer serves the
+            // decrypted bytes as HTTP by it; TCP routes (`connect`) offer none.
+            let mut config = (*self.config).clone();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
             let builder = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config((*self.config).clone())
+                .with_tls_config(config)
                 .https_only();
             let builder = match &self.sni {
                 Some(name) => builder.with_server_name_resolver(

@@ -23,9 +23,11 @@ use warden_config::kinds::virtual_service::{HttpFault, HttpRoute, VirtualService
 use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
 
 mod gateway_tls;
+mod peer_authn;
 mod sidecar;
 mod upstream_tls;
 pub use gateway_tls::{SniRoute, TlsAction, TlsPortRoutes, TlsServer};
+pub use peer_authn::InboundTls;
 pub use sidecar::{Outbound, PortProtocol, SidecarRoutes, SidecarSettings, INBOUND_SOURCE};
 
 /// The proxy's own identity, used by policies with workload selectors, and its role.
@@ -130,6 +132,8 @@ pub struct Snapshot {
     pub identity: ProxyIdentity,
     /// A sidecar's outbound and inbound routes (its `listeners` are its two ports).
     pub sidecar: Option<SidecarRoutes>,
+    /// A sidecar's inbound mTLS (PeerAuthentication modes and the mesh server config).
+    pub inbound_tls: Option<InboundTls>,
     /// The certificate files the running config read, as they were: a change reloads.
     pub tls_files: warden_tls::file_stamps::FileStamps,
     /// The (no) policies of a sidecar's outbound side: Istio applies them inbound.
@@ -207,6 +211,7 @@ impl Snapshot {
                 Some(SidecarRoutes::build(&mut b, identity, settings)),
             ),
         };
+        let inbound_tls = identity.sidecar.as_ref().map(|_| b.inbound_tls());
         let mut ports = Vec::with_capacity(listeners.len());
         for l in &listeners {
             ports.push(match l.protocol {
@@ -245,6 +250,7 @@ impl Snapshot {
             warnings,
             identity: identity.clone(),
             sidecar,
+            inbound_tls,
             tls_files,
             no_filters: Filters::default(),
         })
