@@ -202,23 +202,35 @@ async fn serve_mtls(
             .and_then(|certs| certs.first())
             .and_then(warden_tls::PeerIdentity::from_leaf),
     });
-    match plan(&snapshot, c.side, dst) {
+    let mut tls = tls;
+    let mut input = bytes::BytesMut::new();
+    let tcp = match plan(&snapshot, c.side, dst) {
         Plan::Close => return,
-        Plan::Http => {}
-        Plan::Detect(_) if alpn_http => {}
-        Plan::Tcp(route) | Plan::Detect(route) => {
-            return tcp_proxy::proxy_decrypted(
-                tls,
-                c.peer,
-                &info,
-                route,
-                (dst.port(), dst, Some(dst)),
-                c.side,
-                &c.worker,
-                c.connect_timeout,
-            )
-            .await;
+        Plan::Http => None,
+        Plan::Detect(_) if alpn_http => None,
+        Plan::Tcp(route) => Some(route),
+        Plan::Detect(route) => {
+            let timeout = snapshot.sidecar.as_ref().and_then(|s| s.detection_timeout);
+            match sniff_decrypted(&mut tls, &mut input, timeout).await {
+                None => return,
+                Some(true) => None,
+                Some(false) => Some(route),
+            }
         }
+    };
+    if let Some(route) = tcp {
+        let replayed = warden_http1::replay_io::ReplayIo::new(input.freeze(), tls);
+        return tcp_proxy::proxy_decrypted(
+            replayed,
+            c.peer,
+            &info,
+            route,
+            (dst.port(), dst, Some(dst)),
+            c.side,
+            &c.worker,
+            c.connect_timeout,
+        )
+        .await;
     }
     let violation = Arc::new(AtomicBool::new(false));
     let conn = ConnCtx::new(c.peer, dst, dst.port(), violation.clone())
@@ -226,6 +238,7 @@ async fn serve_mtls(
         .with_tls(info);
     fast_h1::serve_tls(
         tls,
+        input,
         fast_h1::Serving {
             conn: Arc::new(conn),
             worker: c.worker,
@@ -238,6 +251,32 @@ async fn serve_mtls(
         },
     )
     .await;
+}
+
+/// Read the first decrypted bytes into `input` until they tell HTTP (`Some(true)`) from
+/// other bytes, within `timeout` (a peer that sends nothing speaks a server-first protocol:
+/// TCP); `None` when the connection ended first.
+async fn sniff_decrypted<S: tokio::io::AsyncRead + Unpin>(
+    tls: &mut S,
+    input: &mut bytes::BytesMut,
+    timeout: Option<Duration>,
+) -> Option<bool> {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        loop {
+            if let Some(verdict) = classify(input) {
+                return Some(verdict);
+            }
+            match tls.read_buf(input).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    match timeout {
+        None => read.await,
+        Some(t) => tokio::time::timeout(t, read).await.unwrap_or(Some(false)),
+    }
 }
 
 fn plan(snapshot: &Snapshot, side: Side, dst: SocketAddr) -> Plan<'_> {

@@ -136,6 +136,7 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
     let conn = ConnCtx::new(a.peer, local, a.port, violation.clone()).with_tls(info);
     fast_h1::serve_tls(
         tls,
+        bytes::BytesMut::new(),
         fast_h1::Serving {
             conn: Arc::new(conn),
             worker: a.worker,

@@ -33,7 +33,11 @@ impl std::fmt::Debug for UpstreamTls {
 }
 
 impl UpstreamTls {
-    pub fn new(config: Arc<ClientConfig>, sni: Option<ServerName<'static>>, http2: bool) -> Self {
+    pub fn new(
+        config: Arc<ClientConfig>,
+        sni: Option<ServerName<'static>>,
+        http2: bool,
+    ) -> Self {
         UpstreamTls {
             config,
             sni,
@@ -49,12 +53,8 @@ impl UpstreamTls {
             http.set_nodelay(true);
             http.set_connect_timeout(Some(connect_timeout));
             http.set_keepalive(Some(Duration::from_secs(60)));
-            // ALPN says HTTP/1.1 (HTTP/2 is set by `enable_http2`): a mesh peer serves the
-            // decrypted bytes as HTTP by it; TCP routes (`connect`) offer none.
-            let mut config = (*self.config).clone();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
             let builder = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(config)
+                .with_tls_config((*self.config).clone())
                 .https_only();
             let builder = match &self.sni {
                 Some(name) => builder.with_server_name_resolver(
@@ -62,6 +62,8 @@ impl UpstreamTls {
                 ),
                 None => builder,
             };
+            // HTTP/1.1 goes without ALPN (hyper-rustls sets it only for h2; a mesh peer tells
+            // HTTP from TCP by the first decrypted bytes where the port does not say).
             let connector = if self.http2 {
                 builder.enable_http2().wrap_connector(http)
             } else {
