@@ -595,3 +595,67 @@ async fn certificates_rotate_under_load_without_a_failed_request() {
     let n = kept.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "the old connection still works");
 }
+
+#[tokio::test]
+async fn a_mutual_gateways_client_identity_reaches_authorization_policies() {
+    let echo = echo_http("echo").await;
+    let pki = Pki::new("id");
+    let (cert, key) = pki.issue("gw", &leaf("m.example.com"));
+    let yaml = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  servers:
+  - port: {{number: 0, protocol: HTTPS, name: https}}
+    hosts: [m.example.com]
+    tls: {{mode: MUTUAL, serverCertificate: {cert}, privateKey: {key}, caCertificates: {ca}}}
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: site}}
+spec:
+  hosts: [m.example.com]
+  gateways: [gw]
+  http:
+  - route: [{{destination: {{host: echo.internal}}}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: only-client, namespace: default}}
+spec:
+  action: ALLOW
+  rules:
+  - from: [{{source: {{principals: [cluster.local/ns/default/sa/client]}}}}]
+"#,
+        cert = cert.display(),
+        key = key.display(),
+        ca = pki.ca_path.display(),
+        se = service_entry("echo.internal", &[echo.addr]),
+    );
+    let proxy = start(&yaml);
+    let gw = addr(&proxy, 0);
+    let with_identity = |uri: &str| Leaf {
+        uris: vec![uri.into()],
+        ..leaf("someone")
+    };
+    let (c1, k1) = pki.issue("c1", &with_identity("spiffe://cluster.local/ns/default/sa/client"));
+    let (c2, k2) = pki.issue("c2", &with_identity("spiffe://cluster.local/ns/default/sa/other"));
+    let as_client = |c: &PathBuf, k: &PathBuf| {
+        vec![
+            "--cert".to_string(),
+            c.display().to_string(),
+            "--key".to_string(),
+            k.display().to_string(),
+        ]
+    };
+    let args = as_client(&c1, &k1);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &args).await;
+    assert!(ok && out.starts_with("200"), "{out}");
+    let args = as_client(&c2, &k2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &args).await;
+    assert!(ok && out.starts_with("403"), "another identity is denied: {out}");
+}

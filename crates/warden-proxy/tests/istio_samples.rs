@@ -509,6 +509,9 @@ fn gateway_tls_settings_other_than_https_redirect_are_errors() {
     let err = warden_config::load_str("gw.yaml", yaml)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("spec.servers[0].tls.mode"), "{err}");
-    assert!(err.contains("TLS is not supported yet"), "{err}");
+    assert!(err.contains("spec.servers[0].tls"), "{err}");
+    assert!(
+        err.contains("protocol HTTP takes only tls.httpsRedirect"),
+        "{err}"
+    );
 }

@@ -77,7 +77,8 @@ pub fn looks_like_tls(first: &[u8]) -> bool {
 /// Wait for the whole ClientHello on `stream` (peeked, not read), up to `timeout`.
 pub async fn peek(stream: &TcpStream, timeout: Duration) -> Result<Hello, HelloError> {
     let wait = async {
-        let mut buf = vec![0u8; MAX_HELLO];
+        // Most hellos fit in 2 KiB; the buffer grows to MAX_HELLO only for those that do not.
+        let mut buf = vec![0u8; 2048];
         let mut seen = 0;
         loop {
             let n = match stream.peek(&mut buf).await {
@@ -90,7 +91,11 @@ pub async fn peek(stream: &TcpStream, timeout: Duration) -> Result<Hello, HelloE
                     return Ok(hello);
                 }
                 if n == buf.len() {
-                    return Err(HelloError::TooLarge);
+                    if buf.len() >= MAX_HELLO {
+                        return Err(HelloError::TooLarge);
+                    }
+                    buf.resize(MAX_HELLO, 0);
+                    continue;
                 }
             }
             // Part of the hello is in: peek returns at once until more arrives.

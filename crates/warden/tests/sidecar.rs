@@ -538,7 +538,8 @@ fn mesh_mtls_strict_server_with_a_principal_policy() {
     mesh_identity(&ca, &client_id, "client");
     mesh_identity(&ca, &intruder_id, "intruder");
     // The server pod takes mTLS only, and only from the client's identity; the client's
-    // sidecar originates ISTIO_MUTUAL to the service.
+    // sidecar originates ISTIO_MUTUAL to the service (auto mTLS on port 80, a DestinationRule
+    // on 8078).
     let extra = r#"---
 apiVersion: security.istio.io/v1
 kind: PeerAuthentication
@@ -552,12 +553,19 @@ kind: DestinationRule
 metadata: {name: echo-mtls, namespace: default}
 spec:
   host: echo.default.svc.cluster.local
-  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
+  trafficPolicy:
+    portLevelSettings: [{port: {number: 8078}, tls: {mode: ISTIO_MUTUAL}}]
 "#;
-    let yaml = registry(extra).replace(
-        r#"ipBlocks: ["10.231.1.0/24"]"#,
-        "principals: [cluster.local/ns/default/sa/client]",
-    );
+    // Port 80 by auto mTLS (the pod carries the injector's tlsMode label), 8078 by the rule.
+    let yaml = registry(extra)
+        .replace(
+            r#"ipBlocks: ["10.231.1.0/24"]"#,
+            "principals: [cluster.local/ns/default/sa/client]",
+        )
+        .replace(
+            "labels: {app: api}}",
+            "labels: {app: api, security.istio.io/tlsMode: istio}}",
+        );
     let config = dir.write("mesh.yaml", &yaml).unwrap();
     let id = |p: &std::path::Path| p.to_str().unwrap().to_string();
     server.start_sidecar(

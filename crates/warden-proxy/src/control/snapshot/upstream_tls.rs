@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 use warden_config::kinds::destination_rule::ClientTls;
-use warden_config::{DestinationRule, Doc};
+use warden_config::Doc;
 use warden_tls::client::ClientSpec;
 use warden_tls::rustls::pki_types::ServerName;
 
@@ -15,9 +15,10 @@ use warden_tls::rustls::pki_types::ServerName;
 pub(super) type Built = Result<Option<Arc<UpstreamTls>>, ()>;
 
 impl Builder<'_> {
-    pub(super) fn upstream_tls(
+    /// `dr` is where problems are reported: the DestinationRule, or for auto mTLS the service.
+    pub(super) fn upstream_tls<T>(
         &mut self,
-        dr: &Doc<DestinationRule>,
+        dr: &Doc<T>,
         tls: &ClientTls,
         host: &str,
         http2: bool,
@@ -118,5 +119,17 @@ impl Builder<'_> {
             },
         };
         Ok(Some(Arc::new(UpstreamTls::new(config, server_name, http2))))
+    }
+}
+
+/// Istio's auto mTLS: a sidecar with a mesh certificate speaks ISTIO_MUTUAL to a service whose
+/// endpoints all carry the label its injector puts on meshed pods, unless a DestinationRule
+/// says otherwise.
+pub(super) const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+
+pub(super) fn auto_mtls() -> ClientTls {
+    ClientTls {
+        mode: Some("ISTIO_MUTUAL".into()),
+        ..ClientTls::default()
     }
 }
