@@ -902,7 +902,12 @@ fn principals_and_namespaces_match_the_peer_identity() {
         ],
     );
     check_table(
-        &policy("any", "default", "ALLOW", "  - from: [{source: {principals: [\"*\"]}}]"),
+        &policy(
+            "any",
+            "default",
+            "ALLOW",
+            "  - from: [{source: {principals: [\"*\"]}}]",
+        ),
         &[(req().principal(other), ALLOW), (req(), MISS)],
     );
     check_table(
@@ -927,7 +932,10 @@ fn principals_and_namespaces_match_the_peer_identity() {
         ),
         &[
             (req().principal(client), ALLOW),
-            (req().principal(other), (false, "ns[default]-policy[deny-others]-rule[0]")),
+            (
+                req().principal(other),
+                (false, "ns[default]-policy[deny-others]-rule[0]"),
+            ),
             (req(), (false, "ns[default]-policy[deny-others]-rule[0]")),
         ],
     );

@@ -176,7 +176,9 @@ pub struct RoleArgs {
 
 impl RoleArgs {
     /// `--mesh-credentials` with the trust domain read from its certificate's SPIFFE URI.
-    pub fn mesh_credentials(&self) -> anyhow::Result<Option<crate::control::snapshot::MeshCredentials>> {
+    pub fn mesh_credentials(
+        &self,
+    ) -> anyhow::Result<Option<crate::control::snapshot::MeshCredentials>> {
         let Some(dir) = &self.mesh_credentials else {
             return Ok(None);
         };

@@ -64,6 +64,20 @@ async fn curl(addr: std::net::SocketAddr, host: &str, ca: &Path, extra: &[&str])
     run("curl", args).await
 }
 
+/// curl's arguments presenting a client certificate.
+fn cert_args(cert: &Path, key: &Path) -> Vec<String> {
+    vec![
+        "--cert".into(),
+        cert.display().to_string(),
+        "--key".into(),
+        key.display().to_string(),
+    ]
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 async fn s_client(addr: std::net::SocketAddr, sni: &str, ca: &Path, extra: &[&str]) -> String {
     let mut args: Vec<String> = vec![
         "s_client".into(),
@@ -167,13 +181,22 @@ async fn sni_selects_the_server_and_alpn_h2_reaches_the_same_routes() {
     assert_eq!(out.trim(), "200 2", "ALPN h2 over TLS to the same routes");
     // Each name gets its own certificate.
     let a = s_client(t.addr, "a.example.com", &ca, &["-alpn", "h2,http/1.1"]).await;
-    assert!(a.contains("CN=a.example.com") || a.contains("CN = a.example.com"), "{a}");
+    assert!(
+        a.contains("CN=a.example.com") || a.contains("CN = a.example.com"),
+        "{a}"
+    );
     assert!(a.contains("ALPN protocol: h2"), "{a}");
     let b = s_client(t.addr, "b.example.com", &ca, &[]).await;
-    assert!(b.contains("CN=b.example.com") || b.contains("CN = b.example.com"), "{b}");
+    assert!(
+        b.contains("CN=b.example.com") || b.contains("CN = b.example.com"),
+        "{b}"
+    );
     // A name no server has gets no handshake.
     let none = s_client(t.addr, "c.example.com", &ca, &[]).await;
-    assert!(!none.contains("CN=a.example.com") && !none.contains("BEGIN CERTIFICATE"), "{none}");
+    assert!(
+        !none.contains("CN=a.example.com") && !none.contains("BEGIN CERTIFICATE"),
+        "{none}"
+    );
     assert_eq!(metrics_line(&t.proxy, "no_matching_server"), Some(1.0));
     drop(t.creds);
 }
@@ -185,32 +208,12 @@ async fn mutual_refuses_clients_without_a_certificate_or_from_another_ca() {
     let (ok, out) = curl(t.addr, "b.example.com", &ca, &[]).await;
     assert!(!ok, "no client certificate must be refused: {out}");
     let (bad_cert, bad_key) = t.other.issue("stranger", &leaf("stranger"));
-    let (ok, out) = curl(
-        t.addr,
-        "b.example.com",
-        &ca,
-        &[
-            "--cert",
-            &bad_cert.display().to_string(),
-            "--key",
-            &bad_key.display().to_string(),
-        ],
-    )
-    .await;
+    let args = cert_args(&bad_cert, &bad_key);
+    let (ok, out) = curl(t.addr, "b.example.com", &ca, &as_strs(&args)).await;
     assert!(!ok, "a certificate from another CA must be refused: {out}");
     let (cert, key) = t.pki.issue("client", &leaf("client"));
-    let (ok, out) = curl(
-        t.addr,
-        "b.example.com",
-        &ca,
-        &[
-            "--cert",
-            &cert.display().to_string(),
-            "--key",
-            &key.display().to_string(),
-        ],
-    )
-    .await;
+    let args = cert_args(&cert, &key);
+    let (ok, out) = curl(t.addr, "b.example.com", &ca, &as_strs(&args)).await;
     assert!(ok, "{out}");
     assert!(out.starts_with("200"), "{out}");
     // openssl s_client without a certificate: the handshake fails too.
@@ -259,7 +262,10 @@ async fn bad_certificate_files_are_named_with_the_problem() {
     );
     // credentialName without --credentials-dir, unknown cipher suite, TLS 1.1.
     let e = config_error(&case(&cert, &key), None);
-    assert!(e.contains("credentialName") && e.contains("--credentials-dir"), "{e}");
+    assert!(
+        e.contains("credentialName") && e.contains("--credentials-dir"),
+        "{e}"
+    );
     let yaml = case(&cert, &key).replace(
         "minProtocolVersion: TLSV1_2",
         "minProtocolVersion: TLSV1_1, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NOPE-SHA]",
@@ -275,10 +281,13 @@ async fn bad_certificate_files_are_named_with_the_problem() {
 /// A TLS server on loopback answering every connection with an HTTP response naming itself
 /// (the PASSTHROUGH backend), optionally requiring client certificates.
 async fn tls_backend(pki: &Pki, name: &str) -> std::net::SocketAddr {
-    let (cert, key) = pki.issue(name, &Leaf {
-        loopback_ip: true,
-        ..leaf(name)
-    });
+    let (cert, key) = pki.issue(
+        name,
+        &Leaf {
+            loopback_ip: true,
+            ..leaf(name)
+        },
+    );
     let spec = warden_tls::server::ServerSpec {
         cert,
         key,
@@ -295,7 +304,9 @@ async fn tls_backend(pki: &Pki, name: &str) -> std::net::SocketAddr {
             let acceptor = acceptor.clone();
             let name = name.clone();
             tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(s).await else { return };
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
                 let mut buf = [0u8; 4096];
                 let _ = tls.read(&mut buf).await;
                 let body = format!("backend {name}");
@@ -445,7 +456,10 @@ spec:
     assert_eq!(resp.text().await.unwrap(), "client CN=gateway-client");
     drop(proxy);
     // SIMPLE: nginx asks for a certificate the gateway does not have.
-    let simple = format!("{{mode: SIMPLE, caCertificates: {}}}", pki.ca_path.display());
+    let simple = format!(
+        "{{mode: SIMPLE, caCertificates: {}}}",
+        pki.ca_path.display()
+    );
     let proxy = start(&dr(&simple));
     let resp = client()
         .get(format!("http://{}/", addr(&proxy, 0)))
@@ -470,6 +484,23 @@ spec:
     assert_eq!(resp.status(), 503);
 }
 
+/// A TLS client trusting the CA bundle at `ca`.
+fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).unwrap();
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: rustls::pki_types::CertificateDer<'static> = c.unwrap();
+        roots.add(c).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(warden_tls::provider::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
 /// New TLS connections (a request each) from `workers` tasks until `stop`; the failures and the
 /// certificate serial numbers (DER of the leaf) seen.
 async fn hammer(
@@ -477,20 +508,7 @@ async fn hammer(
     ca: PathBuf,
     until: Instant,
 ) -> (usize, usize, Vec<Vec<u8>>) {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&ca).unwrap();
-    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        let c: rustls::pki_types::CertificateDer<'static> = c.unwrap();
-        roots.add(c).unwrap();
-    }
-    let config = Arc::new(
-        rustls::ClientConfig::builder_with_provider(warden_tls::provider::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
-    let connector = warden_tls::tokio_rustls::TlsConnector::from(config);
+    let connector = warden_tls::tokio_rustls::TlsConnector::from(client_config(&ca));
     let (mut ok, mut failed, mut seen) = (0, 0, Vec::<Vec<u8>>::new());
     // Bounded in count as well as time.
     for _ in 0..20_000 {
@@ -540,18 +558,7 @@ async fn certificates_rotate_under_load_without_a_failed_request() {
     let proxy = Proxy::start(opts).expect("proxy starts");
     let gw = addr(&proxy, 0);
     // A keep-alive HTTPS connection opened before the rotation stays usable after it.
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&pki.ca_path).unwrap();
-    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let kept_config = Arc::new(
-        rustls::ClientConfig::builder_with_provider(warden_tls::provider::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
+    let kept_config = client_config(&pki.ca_path);
     let tcp = tokio::net::TcpStream::connect(gw).await.unwrap();
     let mut kept = warden_tls::tokio_rustls::TlsConnector::from(kept_config)
         .connect(
@@ -590,10 +597,17 @@ async fn certificates_rotate_under_load_without_a_failed_request() {
     }
     assert_eq!(failed, 0, "{ok} requests succeeded");
     assert!(ok > 20, "{ok}");
-    assert_eq!(seen.len(), 2, "both the old and the new certificate were served");
+    assert_eq!(
+        seen.len(),
+        2,
+        "both the old and the new certificate were served"
+    );
     kept.write_all(ask).await.unwrap();
     let n = kept.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "the old connection still works");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "the old connection still works"
+    );
 }
 
 #[tokio::test]
@@ -640,22 +654,21 @@ spec:
         uris: vec![uri.into()],
         ..leaf("someone")
     };
-    let (c1, k1) = pki.issue("c1", &with_identity("spiffe://cluster.local/ns/default/sa/client"));
-    let (c2, k2) = pki.issue("c2", &with_identity("spiffe://cluster.local/ns/default/sa/other"));
-    let as_client = |c: &PathBuf, k: &PathBuf| {
-        vec![
-            "--cert".to_string(),
-            c.display().to_string(),
-            "--key".to_string(),
-            k.display().to_string(),
-        ]
-    };
-    let args = as_client(&c1, &k1);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &args).await;
+    let (c1, k1) = pki.issue(
+        "c1",
+        &with_identity("spiffe://cluster.local/ns/default/sa/client"),
+    );
+    let (c2, k2) = pki.issue(
+        "c2",
+        &with_identity("spiffe://cluster.local/ns/default/sa/other"),
+    );
+    let args = cert_args(&c1, &k1);
+    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &as_strs(&args)).await;
     assert!(ok && out.starts_with("200"), "{out}");
-    let args = as_client(&c2, &k2);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &args).await;
-    assert!(ok && out.starts_with("403"), "another identity is denied: {out}");
+    let args = cert_args(&c2, &k2);
+    let (ok, out) = curl(gw, "m.example.com", &pki.ca_path, &as_strs(&args)).await;
+    assert!(
+        ok && out.starts_with("403"),
+        "another identity is denied: {out}"
+    );
 }

@@ -61,7 +61,9 @@ impl Pki {
     pub fn issue(&self, file: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
         let (cert, key) = self.issue_pem(leaf);
         (
-            self.dir.write(&format!("{file}.crt"), &cert).expect("write"),
+            self.dir
+                .write(&format!("{file}.crt"), &cert)
+                .expect("write"),
             self.dir.write(&format!("{file}.key"), &key).expect("write"),
         )
     }

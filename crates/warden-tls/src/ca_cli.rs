@@ -74,7 +74,8 @@ pub fn run(args: CaArgs) -> anyhow::Result<ExitCode> {
             ttl,
             keep_renewed,
         } => loop {
-            let issued = local_ca::issue(&dir, &namespace, &service_account, ttl, SystemTime::now())?;
+            let issued =
+                local_ca::issue(&dir, &namespace, &service_account, ttl, SystemTime::now())?;
             local_ca::write_credentials(&out, &issued)?;
             println!(
                 "{} valid for {} written to {}",

@@ -3,8 +3,8 @@
 //! by `subjectAltNames` instead of the host name when given (how Istio pins a SPIFFE identity),
 //! or not at all with `insecureSkipVerify`.
 
-use crate::pem_files;
 use crate::peer_identity::PeerIdentity;
+use crate::pem_files;
 use crate::provider::provider;
 use crate::server::{cert_field, SpecError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -45,7 +45,10 @@ fn system_roots() -> Arc<RootCertStore> {
         .clone()
 }
 
-pub fn client_config(spec: &ClientSpec, now: SystemTime) -> Result<Arc<ClientConfig>, Vec<SpecError>> {
+pub fn client_config(
+    spec: &ClientSpec,
+    now: SystemTime,
+) -> Result<Arc<ClientConfig>, Vec<SpecError>> {
     let provider = provider();
     let mut errors = Vec::new();
     let roots = match &spec.ca {
@@ -180,16 +183,20 @@ impl ServerCertVerifier for SanVerifier {
 }
 
 impl SanVerifier {
-    fn check_sans(&self, end_entity: &CertificateDer<'_>) -> Result<ServerCertVerified, rustls::Error> {
+    fn check_sans(
+        &self,
+        end_entity: &CertificateDer<'_>,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         let ok = PeerIdentity::from_leaf(end_entity).is_some_and(|id| match &self.allowed {
             Allowed::Sans(sans) => id.has_san_in(sans),
             Allowed::TrustDomain(prefix) => id.uri_sans.iter().any(|u| u.starts_with(prefix)),
         });
-        match ok {
-            true => Ok(ServerCertVerified::assertion()),
-            false => Err(rustls::Error::InvalidCertificate(
+        if ok {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForName,
-            )),
+            ))
         }
     }
 }
@@ -216,7 +223,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -225,7 +237,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -12,14 +12,14 @@ pub mod client_hello;
 pub mod file_stamps;
 pub mod handshake_error;
 pub mod local_ca;
-pub mod pem_files;
 pub mod peer_identity;
+pub mod pem_files;
 pub mod protocol;
 pub mod provider;
 pub mod server;
 pub mod sni;
 
-pub use pem_files::CertError;
 pub use peer_identity::PeerIdentity;
+pub use pem_files::CertError;
 pub use rustls;
 pub use tokio_rustls;

@@ -78,9 +78,10 @@ pub fn init(
         return Err(CaError::Exists(dir.to_path_buf()));
     }
     let mut params = CertificateParams::default();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("warden mesh CA ({trust_domain})"));
+    params.distinguished_name.push(
+        DnType::CommonName,
+        format!("warden mesh CA ({trust_domain})"),
+    );
     params
         .distinguished_name
         .push(DnType::OrganizationName, trust_domain);

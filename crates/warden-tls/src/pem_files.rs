@@ -91,12 +91,11 @@ fn check_validity(
     der: &CertificateDer<'_>,
     now: SystemTime,
 ) -> Result<(), CertError> {
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(der).map_err(|e| CertError::Malformed {
-            path: path.to_path_buf(),
-            index,
-            detail: e.to_string(),
-        })?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| CertError::Malformed {
+        path: path.to_path_buf(),
+        index,
+        detail: e.to_string(),
+    })?;
     let now = unix(now);
     let validity = cert.validity();
     let subject = || cert.subject().to_string();

@@ -133,9 +133,7 @@ pub fn cipher_suites(
         .any(|s| s.tls13().is_some() && wanted.contains(&iana_name(s)));
     Ok(available
         .iter()
-        .filter(|s| {
-            wanted.contains(&iana_name(s)) || (s.tls13().is_some() && !names_tls13)
-        })
+        .filter(|s| wanted.contains(&iana_name(s)) || (s.tls13().is_some() && !names_tls13))
         .copied()
         .collect())
 }
@@ -150,9 +148,13 @@ mod tests {
         let only13 = versions(Some("TLSV1_3"), None).unwrap();
         assert_eq!(only13.len(), 1);
         assert_eq!(only13[0].version, rustls::ProtocolVersion::TLSv1_3);
-        assert!(versions(Some("TLSV1_1"), None).unwrap_err().contains("1.2 and 1.3"));
+        assert!(versions(Some("TLSV1_1"), None)
+            .unwrap_err()
+            .contains("1.2 and 1.3"));
         assert!(versions(Some("TLSV1_3"), Some("TLSV1_2")).is_err());
-        assert!(versions(Some("TLS9"), None).unwrap_err().contains("unknown"));
+        assert!(versions(Some("TLS9"), None)
+            .unwrap_err()
+            .contains("unknown"));
     }
 
     #[test]

@@ -93,7 +93,10 @@ impl ResolvesServerCert for FixedCert {
 }
 
 /// Build the config; every problem is reported (all of them, not the first).
-pub fn server_config(spec: &ServerSpec, now: SystemTime) -> Result<Arc<ServerConfig>, Vec<SpecError>> {
+pub fn server_config(
+    spec: &ServerSpec,
+    now: SystemTime,
+) -> Result<Arc<ServerConfig>, Vec<SpecError>> {
     let mut errors = Vec::new();
     let versions = protocol::versions(spec.min_version.as_deref(), spec.max_version.as_deref())
         .map_err(|e| errors.push(SpecError::new("minProtocolVersion", e)))
@@ -103,16 +106,17 @@ pub fn server_config(spec: &ServerSpec, now: SystemTime) -> Result<Arc<ServerCon
             errors.extend(es.into_iter().map(|e| SpecError::new("cipherSuites", e)));
         })
         .ok();
-    let key = match pem_files::certified_key(&spec.cert, &spec.key, &crate::provider::provider(), now) {
-        Ok(k) => Some(k),
-        Err(e) => {
-            errors.push(SpecError::new(
-                cert_field(&e, "serverCertificate", "privateKey"),
-                e.to_string(),
-            ));
-            None
-        }
-    };
+    let key =
+        match pem_files::certified_key(&spec.cert, &spec.key, &crate::provider::provider(), now) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                errors.push(SpecError::new(
+                    cert_field(&e, "serverCertificate", "privateKey"),
+                    e.to_string(),
+                ));
+                None
+            }
+        };
     let client_roots = match (&spec.client_ca, spec.mutual) {
         (Some(ca), true) => match pem_files::read_roots(ca, now) {
             Ok(r) => Some(r),

@@ -472,10 +472,14 @@ fn seed_000_inbound_local_limit_and_registry_only() {
         .unwrap()
         .unwrap();
     assert_eq!(r.status, 502);
-    let read = client
-        .ns
+    assert_closed_unanswered(&client.ns, &format!("{SERVER_IP}:8080"));
+}
+
+/// An HTTP request from `ns` to `addr` is closed with nothing written (a reset is a close too).
+fn assert_closed_unanswered(ns: &NetNs, addr: &str) {
+    let read = ns
         .run_in(|| {
-            let mut s = TcpStream::connect(format!("{SERVER_IP}:8080"))?;
+            let mut s = TcpStream::connect(addr)?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
             let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
             let mut buf = Vec::new();
@@ -484,14 +488,16 @@ fn seed_000_inbound_local_limit_and_registry_only() {
         .unwrap();
     match read {
         Ok(bytes) => assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes)),
-        // A reset is a close too.
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
     }
 }
 
 /// Run `warden` with `args` (as root, outside the namespaces); panics with its output on failure.
 fn warden(args: &[&str]) {
-    let out = Command::new(WARDEN).args(args).output().expect("warden runs");
+    let out = Command::new(WARDEN)
+        .args(args)
+        .output()
+        .expect("warden runs");
     assert!(
         out.status.success(),
         "warden {args:?}: {}",
@@ -572,13 +578,23 @@ spec:
         &config,
         SERVER_IP,
         "app=api",
-        &["--mesh-credentials", &id(&server_id), "--service-account", "api"],
+        &[
+            "--mesh-credentials",
+            &id(&server_id),
+            "--service-account",
+            "api",
+        ],
     );
     client.start_sidecar(
         &config,
         CLIENT_IP,
         "app=client",
-        &["--mesh-credentials", &id(&client_id), "--service-account", "client"],
+        &[
+            "--mesh-credentials",
+            &id(&client_id),
+            "--service-account",
+            "client",
+        ],
     );
 
     // HTTP and TCP cross both sidecars over mTLS; the policy sees the client's identity.
@@ -609,22 +625,12 @@ spec:
     );
 
     // A plaintext client (no sidecar) is refused by the STRICT server: closed, no answer.
-    let read = outsider
-        .run_in(|| {
-            let mut s = TcpStream::connect(format!("{SERVER_IP}:8080"))?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: echo\r\n\r\n");
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).map(|_| buf)
-        })
-        .unwrap();
-    match read {
-        Ok(bytes) => assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes)),
-        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
-    }
+    assert_closed_unanswered(&outsider, &format!("{SERVER_IP}:8080"));
     let stats = server.admin_stats();
     assert!(
-        stats.contains(r#"warden_downstream_tls_handshake_failures_total{reason="plaintext_refused"} 1"#),
+        stats.contains(
+            r#"warden_downstream_tls_handshake_failures_total{reason="plaintext_refused"} 1"#
+        ),
         "{stats}"
     );
 
@@ -634,9 +640,18 @@ spec:
         &config,
         CLIENT_IP,
         "app=client",
-        &["--mesh-credentials", &id(&intruder_id), "--service-account", "intruder"],
+        &[
+            "--mesh-credentials",
+            &id(&intruder_id),
+            "--service-account",
+            "intruder",
+        ],
     );
-    let r = client.ns.run_in(|| get(&vip, "/", "echo")).unwrap().unwrap();
+    let r = client
+        .ns
+        .run_in(|| get(&vip, "/", "echo"))
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.status, r.body_text().as_str()),
         (403, "RBAC: access denied")

@@ -61,7 +61,11 @@ fn check_policy(
     for (i, p) in policy.port_level_settings.iter().enumerate() {
         let at = tp.key("portLevelSettings").index(i);
         if p.port.as_ref().and_then(|n| n.number).is_none() {
-            report.error(doc, &at.key("port").key("number"), "a port level setting needs a port number");
+            report.error(
+                doc,
+                &at.key("port").key("number"),
+                "a port level setting needs a port number",
+            );
         }
         if let Some(tls) = &p.tls {
             check_client_tls(doc, tls, &at.key("tls"), report);
@@ -162,7 +166,11 @@ fn check_client_tls(
             "not supported by warden (it would change which upstreams are trusted)",
         );
     }
-    let mode = tls.mode.as_deref().unwrap_or("DISABLE").to_ascii_uppercase();
+    let mode = tls
+        .mode
+        .as_deref()
+        .unwrap_or("DISABLE")
+        .to_ascii_uppercase();
     match mode.as_str() {
         "DISABLE" | "SIMPLE" | "ISTIO_MUTUAL" => {}
         "MUTUAL" => {

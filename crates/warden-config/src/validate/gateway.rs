@@ -153,10 +153,14 @@ fn check_tls(
     let Some(mode) = tls.server_mode() else {
         let m = tls.mode.as_deref().unwrap_or_default();
         let why = match m.to_ascii_uppercase().as_str() {
-            "AUTO_PASSTHROUGH" => "AUTO_PASSTHROUGH (multi-network SNI routing) is not supported \
-                                   yet",
-            "ISTIO_MUTUAL" => "ISTIO_MUTUAL on a gateway is not supported (use MUTUAL with the \
-                               mesh CA as caCertificates)",
+            "AUTO_PASSTHROUGH" => {
+                "AUTO_PASSTHROUGH (multi-network SNI routing) is not supported \
+                                   yet"
+            }
+            "ISTIO_MUTUAL" => {
+                "ISTIO_MUTUAL on a gateway is not supported (use MUTUAL with the \
+                               mesh CA as caCertificates)"
+            }
             _ => "unknown mode (SIMPLE, MUTUAL, OPTIONAL_MUTUAL, PASSTHROUGH)",
         };
         report.error(doc, &tls_at.key("mode"), format!("{m}: {why}"));

@@ -111,20 +111,26 @@ fn check_peer_authentication(
             report.error(
                 doc,
                 &spec().key("mtls").key("mode"),
-                format!("unknown mode {:?} ({modes})", m.mode.as_deref().unwrap_or_default()),
+                format!(
+                    "unknown mode {:?} ({modes})",
+                    m.mode.as_deref().unwrap_or_default()
+                ),
             );
         }
     }
     for (port, m) in &doc.spec.port_level_mtls {
         let at = spec().key("portLevelMtls").key(port.clone());
-        if port.parse::<u16>().map_or(true, |p| p == 0) {
+        if !port.parse::<u16>().is_ok_and(|p| p != 0) {
             report.error(doc, &at, format!("{port:?} is not a port number"));
         }
         if m.peer_mode().is_none() {
             report.error(
                 doc,
                 &at.key("mode"),
-                format!("unknown mode {:?} ({modes})", m.mode.as_deref().unwrap_or_default()),
+                format!(
+                    "unknown mode {:?} ({modes})",
+                    m.mode.as_deref().unwrap_or_default()
+                ),
             );
         }
     }

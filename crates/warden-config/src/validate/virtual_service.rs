@@ -44,9 +44,13 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
                 .any(|s| s.port.listener_protocol().is_some_and(p))
         })
     };
-    let terminates_http = |p| matches!(p, ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Https);
-    if !vs.http.is_empty() && !gateways.is_empty() && !has_protocol(&terminates_http)
-    {
+    let terminates_http = |p| {
+        matches!(
+            p,
+            ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Https
+        )
+    };
+    if !vs.http.is_empty() && !gateways.is_empty() && !has_protocol(&terminates_http) {
         report.warn(
             doc,
             &spec().key("http"),
@@ -66,7 +70,14 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
         );
     }
     for (i, route) in vs.tls.iter().enumerate() {
-        check_tls_route(doc, &spec().key("tls").index(i), route, &gateways, refs, report);
+        check_tls_route(
+            doc,
+            &spec().key("tls").index(i),
+            route,
+            &gateways,
+            refs,
+            report,
+        );
     }
 
     for (i, route) in vs.http.iter().enumerate() {
@@ -671,12 +682,20 @@ fn check_tls_route(
     report: &mut Report,
 ) {
     if route.matches.is_empty() {
-        report.error(doc, &at.key("match"), "a tls route needs a match with sniHosts");
+        report.error(
+            doc,
+            &at.key("match"),
+            "a tls route needs a match with sniHosts",
+        );
     }
     for (i, m) in route.matches.iter().enumerate() {
         let path = at.key("match").index(i);
         if m.sni_hosts.is_empty() {
-            report.error(doc, &path.key("sniHosts"), "a tls match needs at least one SNI host");
+            report.error(
+                doc,
+                &path.key("sniHosts"),
+                "a tls match needs at least one SNI host",
+            );
         }
         for (h, host) in m.sni_hosts.iter().enumerate() {
             if let Err(e) = crate::hosts::check_host_pattern(host) {
@@ -687,7 +706,11 @@ fn check_tls_route(
         check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
     }
     if route.route.is_empty() {
-        report.error(doc, &at.key("route"), "a tls route needs at least one destination");
+        report.error(
+            doc,
+            &at.key("route"),
+            "a tls route needs at least one destination",
+        );
     }
     let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
     check_weights(doc, &at.key("route"), &weights, report);

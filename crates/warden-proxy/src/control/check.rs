@@ -72,7 +72,9 @@ pub fn describe(s: &Snapshot) -> String {
     for (l, routes) in s.listeners.iter().zip(&s.ports) {
         match routes {
             PortRoutes::Http(t) => describe_table(&mut out, &format!("port {}", l.port), t),
-            PortRoutes::Tls(t) => describe_table(&mut out, &format!("port {} (TLS)", l.port), &t.http),
+            PortRoutes::Tls(t) => {
+                describe_table(&mut out, &format!("port {} (TLS)", l.port), &t.http)
+            }
             PortRoutes::Tcp(_) => {}
         }
     }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// What serving a captured connection needs from its accept loop.
+/// What serving a captured connection (or a Gateway TLS port's) needs from its accept loop.
 pub struct Captured {
     pub side: Side,
     pub peer: SocketAddr,
@@ -28,6 +28,22 @@ pub struct Captured {
     pub max_head: usize,
     pub timeouts: crate::downstream::timeouts::Timeouts,
     pub connect_timeout: Duration,
+}
+
+impl Captured {
+    /// The HTTP server's view of `conn`.
+    pub(crate) fn serving(self, conn: ConnCtx, violation: Arc<AtomicBool>) -> fast_h1::Serving {
+        fast_h1::Serving {
+            conn: Arc::new(conn),
+            worker: self.worker,
+            hyper: self.hyper,
+            watcher: self.watcher,
+            stop: self.stop,
+            violation,
+            max_head: self.max_head,
+            timeouts: self.timeouts,
+        }
+    }
 }
 
 /// How one connection is served, decided from the snapshot.
@@ -59,7 +75,9 @@ pub async fn serve(stream: TcpStream, c: Captured) {
                     shared.metrics.tls_handshake_failed("plaintext_refused");
                     return;
                 }
-                Peer::Tls(config) => return serve_mtls(stream, dst, config, c, snapshot.clone()).await,
+                Peer::Tls(config) => {
+                    return serve_mtls(stream, dst, config, c, snapshot.clone()).await
+                }
             }
         }
     }
@@ -100,20 +118,7 @@ pub async fn serve(stream: TcpStream, c: Captured) {
     let local = stream.local_addr().unwrap_or(dst);
     let violation = Arc::new(AtomicBool::new(false));
     let conn = ConnCtx::new(c.peer, local, dst.port(), violation.clone()).captured(c.side, dst);
-    fast_h1::serve(
-        stream,
-        fast_h1::Serving {
-            conn: Arc::new(conn),
-            worker: c.worker,
-            hyper: c.hyper,
-            watcher: c.watcher,
-            stop: c.stop,
-            violation,
-            max_head: c.max_head,
-            timeouts: c.timeouts,
-        },
-    )
-    .await;
+    fast_h1::serve(stream, c.serving(conn, violation)).await;
 }
 
 /// What an inbound connection's first bytes and the port's PeerAuthentication mode make it.
@@ -146,7 +151,9 @@ async fn mutual_tls(
         loop {
             match stream.peek(&mut buf).await {
                 Ok(0) | Err(_) => return None,
-                Ok(n) if n >= buf.len() => return Some(warden_tls::client_hello::looks_like_tls(&buf)),
+                Ok(n) if n >= buf.len() => {
+                    return Some(warden_tls::client_hello::looks_like_tls(&buf))
+                }
                 // Fewer bytes than a record header: wait for the rest.
                 Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
             }
@@ -191,10 +198,7 @@ async fn serve_mtls(
     };
     metrics.tls_handshakes.inc();
     let session = tls.get_ref().1;
-    let alpn_http = matches!(
-        session.alpn_protocol(),
-        Some(b"h2") | Some(b"http/1.1")
-    );
+    let alpn_http = matches!(session.alpn_protocol(), Some(b"h2") | Some(b"http/1.1"));
     let info = Arc::new(TlsInfo {
         sni: session.server_name().map(str::to_owned),
         peer: session
@@ -236,21 +240,7 @@ async fn serve_mtls(
     let conn = ConnCtx::new(c.peer, dst, dst.port(), violation.clone())
         .captured(c.side, dst)
         .with_tls(info);
-    fast_h1::serve_tls(
-        tls,
-        input,
-        fast_h1::Serving {
-            conn: Arc::new(conn),
-            worker: c.worker,
-            hyper: c.hyper,
-            watcher: c.watcher,
-            stop: c.stop,
-            violation,
-            max_head: c.max_head,
-            timeouts: c.timeouts,
-        },
-    )
-    .await;
+    fast_h1::serve_tls(tls, input, c.serving(conn, violation)).await;
 }
 
 /// Read the first decrypted bytes into `input` until they tell HTTP (`Some(true)`) from

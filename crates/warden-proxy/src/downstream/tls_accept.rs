@@ -7,19 +7,15 @@
 //! counted by reason (`warden_downstream_tls_handshake_failures_total`).
 
 use crate::control::snapshot::{PortRoutes, TlsAction};
-use crate::control::state::{ConnCtx, WorkerCtx};
+use crate::control::state::ConnCtx;
+use crate::downstream::captured::Captured;
 use crate::downstream::destination::Side;
 use crate::downstream::fast_h1;
 use crate::upstream::tcp_proxy;
-use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::Watcher;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use warden_tls::{client_hello, handshake_error, PeerIdentity};
 
 /// A ClientHello and the handshake after it must be done within this (Envoy's listener
@@ -34,20 +30,8 @@ pub struct TlsInfo {
     pub peer: Option<PeerIdentity>,
 }
 
-/// What serving a TLS connection needs from its accept loop.
-pub struct Accepting {
-    pub port: u16,
-    pub peer: SocketAddr,
-    pub worker: Arc<WorkerCtx>,
-    pub hyper: Arc<auto::Builder<TokioExecutor>>,
-    pub watcher: Watcher,
-    pub stop: watch::Receiver<()>,
-    pub max_head: usize,
-    pub timeouts: crate::downstream::timeouts::Timeouts,
-    pub connect_timeout: Duration,
-}
-
-pub async fn serve(stream: TcpStream, a: Accepting) {
+/// Serve a connection accepted on the Gateway TLS port `port` (configured number).
+pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
     let shared = a.worker.shared.clone();
     let metrics = &shared.metrics;
     let hello = match client_hello::peek(&stream, HANDSHAKE_TIMEOUT).await {
@@ -58,23 +42,23 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
         }
     };
     let snapshot = shared.snapshot.load_full();
-    let Some(PortRoutes::Tls(routes)) = snapshot.routes_for_port(a.port) else {
+    let Some(PortRoutes::Tls(routes)) = snapshot.routes_for_port(port) else {
         return;
     };
     let sni = hello.sni.as_deref();
     let Some(server) = routes.server_for(sni) else {
-        tracing::debug!(?sni, port = a.port, "no server for this SNI; closing");
+        tracing::debug!(?sni, port, "no server for this SNI; closing");
         metrics.tls_handshake_failed("no_matching_server");
         return;
     };
     let (config, http, client_sans) = match &server.action {
         TlsAction::Passthrough => {
             let Some(route) = routes.passthrough_route(sni) else {
-                tracing::debug!(?sni, port = a.port, "no tls route for this SNI; closing");
+                tracing::debug!(?sni, port, "no tls route for this SNI; closing");
                 metrics.tls_handshake_failed("no_sni_route");
                 return;
             };
-            return tcp_proxy::proxy_passthrough(stream, route, a.port, &a.worker, a.connect_timeout)
+            return tcp_proxy::proxy_passthrough(stream, route, port, &a.worker, a.connect_timeout)
                 .await;
         }
         TlsAction::Terminate {
@@ -116,7 +100,7 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
     });
     if !http {
         let Some(route) = routes.tcp.as_ref() else {
-            tracing::debug!(port = a.port, "no tcp route; closing");
+            tracing::debug!(port, "no tcp route; closing");
             return;
         };
         return tcp_proxy::proxy_decrypted(
@@ -124,7 +108,7 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
             a.peer,
             &info,
             route,
-            (a.port, local, None),
+            (port, local, None),
             Side::Gateway,
             &a.worker,
             a.connect_timeout,
@@ -133,20 +117,6 @@ pub async fn serve(stream: TcpStream, a: Accepting) {
     }
     drop(snapshot);
     let violation = Arc::new(AtomicBool::new(false));
-    let conn = ConnCtx::new(a.peer, local, a.port, violation.clone()).with_tls(info);
-    fast_h1::serve_tls(
-        tls,
-        bytes::BytesMut::new(),
-        fast_h1::Serving {
-            conn: Arc::new(conn),
-            worker: a.worker,
-            hyper: a.hyper,
-            watcher: a.watcher,
-            stop: a.stop,
-            violation,
-            max_head: a.max_head,
-            timeouts: a.timeouts,
-        },
-    )
-    .await;
+    let conn = ConnCtx::new(a.peer, local, port, violation.clone()).with_tls(info);
+    fast_h1::serve_tls(tls, bytes::BytesMut::new(), a.serving(conn, violation)).await;
 }

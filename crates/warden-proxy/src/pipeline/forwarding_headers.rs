@@ -183,7 +183,10 @@ impl<'a> Forwarding<'a> {
             self.append_xff(headers);
         }
         if !self.keep_proto || !headers.contains_key(&X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(self.proto()));
+            headers.insert(
+                X_FORWARDED_PROTO.clone(),
+                HeaderValue::from_static(self.proto()),
+            );
         }
         headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];

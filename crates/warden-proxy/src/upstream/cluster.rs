@@ -4,8 +4,8 @@
 
 use crate::upstream::h1_pool::ReuseLimits;
 use http::uri::Authority;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LbPolicy {
@@ -125,7 +125,10 @@ impl Cluster {
         }
     }
 
-    pub fn with_tls(mut self, tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>) -> Self {
+    pub fn with_tls(
+        mut self,
+        tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>,
+    ) -> Self {
         self.tls = tls;
         self
     }

@@ -322,6 +322,19 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
     }
 }
 
+/// `scheme://endpoint/path`, what hyper's clients connect by.
+fn absolute_uri(
+    scheme: Scheme,
+    endpoint: &http::uri::Authority,
+    path: PathAndQuery,
+) -> Result<Uri, SendError> {
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(scheme);
+    uri.authority = Some(endpoint.clone());
+    uri.path_and_query = Some(path);
+    Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))
+}
+
 /// One try. A body-less HTTP/1.1 request is written straight from a borrowed head, so retries
 /// need no copy, with the forwarding headers written into it; hyper's clients get them in
 /// their copy.
@@ -369,11 +382,7 @@ async fn attempt(
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         if let Some(tls) = &cluster.tls {
             let mut parts = head.into_owned();
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(Scheme::HTTPS);
-            uri.authority = Some(endpoint.clone());
-            uri.path_and_query = Some(path);
-            parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
+            parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
             parts.version = if tls.http2 {
                 Version::HTTP_2
             } else {
@@ -414,11 +423,7 @@ async fn attempt(
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
-                let mut uri = http::uri::Parts::default();
-                uri.scheme = Some(Scheme::HTTP);
-                uri.authority = Some(endpoint.clone());
-                uri.path_and_query = Some(path);
-                parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
+                parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
                 parts.version = Version::HTTP_2;
                 Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await

@@ -33,11 +33,7 @@ impl std::fmt::Debug for UpstreamTls {
 }
 
 impl UpstreamTls {
-    pub fn new(
-        config: Arc<ClientConfig>,
-        sni: Option<ServerName<'static>>,
-        http2: bool,
-    ) -> Self {
+    pub fn new(config: Arc<ClientConfig>, sni: Option<ServerName<'static>>, http2: bool) -> Self {
         UpstreamTls {
             config,
             sni,

@@ -56,7 +56,9 @@ impl TlsPortRoutes {
     pub fn server_for(&self, sni: Option<&str>) -> Option<&TlsServer> {
         let i = warden_tls::sni::pick(
             sni,
-            self.servers.iter().map(|s| s.hosts.iter().map(String::as_str)),
+            self.servers
+                .iter()
+                .map(|s| s.hosts.iter().map(String::as_str)),
         )?;
         self.servers.get(i)
     }
@@ -90,7 +92,10 @@ impl Builder<'_> {
         for gw in &set.gateways {
             for (i, server) in gw.spec.servers.iter().enumerate() {
                 if server.port.number != port
-                    || !server.port.listener_protocol().is_some_and(ListenerProtocol::is_tls)
+                    || !server
+                        .port
+                        .listener_protocol()
+                        .is_some_and(ListenerProtocol::is_tls)
                 {
                     continue;
                 }
@@ -211,8 +216,11 @@ impl Builder<'_> {
                 _ => Vec::new(),
             },
         };
-        self.tls_files
-            .extend(warden_tls::server::files(&spec).into_iter().map(Path::to_path_buf));
+        self.tls_files.extend(
+            warden_tls::server::files(&spec)
+                .into_iter()
+                .map(Path::to_path_buf),
+        );
         match warden_tls::server::server_config(&spec, SystemTime::now()) {
             Ok(config) => Some(TlsAction::Terminate {
                 config,
@@ -223,7 +231,9 @@ impl Builder<'_> {
             Err(errors) => {
                 for SpecError { field, message } in errors {
                     let field = match field {
-                        "serverCertificate" | "privateKey" | "caCertificates" if from_credential => {
+                        "serverCertificate" | "privateKey" | "caCertificates"
+                            if from_credential =>
+                        {
                             "credentialName"
                         }
                         f => f,

@@ -1091,14 +1091,16 @@ impl Builder<'_> {
                     subset.is_none_or(|s| s.labels.iter().all(|(k, v)| ep.labels.get(k) == Some(v)))
                 })
                 .all(|ep| {
-                    ep.labels.get(upstream_tls::TLS_MODE_LABEL).map(String::as_str) == Some("istio")
+                    ep.labels
+                        .get(upstream_tls::TLS_MODE_LABEL)
+                        .map(String::as_str)
+                        == Some("istio")
                 });
         let tls = match (dr, policy.and_then(|p| p.tls_for_port(svc_port.number))) {
             (Some(dr), Some(tls)) => self.upstream_tls(dr, tls, host, http2).ok()?,
-            _ if meshed && self.identity.mesh.is_some() && self.identity.sidecar.is_some() => {
-                self.upstream_tls(se, &upstream_tls::auto_mtls(), host, http2)
-                    .ok()?
-            }
+            _ if meshed && self.identity.mesh.is_some() && self.identity.sidecar.is_some() => self
+                .upstream_tls(se, &upstream_tls::auto_mtls(), host, http2)
+                .ok()?,
             _ => None,
         };
         Some(

@@ -54,9 +54,8 @@ impl Builder<'_> {
                         .all(|(k, v)| identity.labels.get(k) == Some(v))
             })
         };
-        let in_ns = |d: &&Doc<PeerAuthentication>| {
-            d.metadata.namespace_or_default() == identity.namespace
-        };
+        let in_ns =
+            |d: &&Doc<PeerAuthentication>| d.metadata.namespace_or_default() == identity.namespace;
         let no_selector = |d: &&Doc<PeerAuthentication>| {
             d.spec
                 .selector

@@ -24,7 +24,11 @@ impl Builder<'_> {
         http2: bool,
     ) -> Built {
         let at = "spec.trafficPolicy.tls";
-        let mode = tls.mode.as_deref().unwrap_or("DISABLE").to_ascii_uppercase();
+        let mode = tls
+            .mode
+            .as_deref()
+            .unwrap_or("DISABLE")
+            .to_ascii_uppercase();
         let mut spec = ClientSpec {
             ca: tls.ca_certificates.as_ref().map(PathBuf::from),
             subject_alt_names: tls.subject_alt_names.clone(),
@@ -35,7 +39,11 @@ impl Builder<'_> {
         match mode.as_str() {
             "DISABLE" => return Ok(None),
             "SIMPLE" => {}
-            "MUTUAL" => match (&tls.credential_name, &tls.client_certificate, &tls.private_key) {
+            "MUTUAL" => match (
+                &tls.credential_name,
+                &tls.client_certificate,
+                &tls.private_key,
+            ) {
                 (Some(name), _, _) => {
                     let Some(dir) = self.identity.credentials_dir.clone() else {
                         self.error(
@@ -113,7 +121,11 @@ impl Builder<'_> {
             Some(n) => match ServerName::try_from(n.clone()) {
                 Ok(s) => Some(s),
                 Err(_) => {
-                    self.error(dr, format!("{at}.sni"), format!("{n:?} is not a server name"));
+                    self.error(
+                        dr,
+                        format!("{at}.sni"),
+                        format!("{n:?} is not a server name"),
+                    );
                     return Err(());
                 }
             },
