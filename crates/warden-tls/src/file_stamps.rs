@@ -4,17 +4,20 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FileStamps(Vec<(PathBuf, Option<(u64, u64, i64, i64)>)>);
+/// Inode, size, mtime seconds and nanoseconds; `None` for a file that cannot be stat'ed.
+type Stamp = Option<(u64, u64, i64, i64)>;
 
-fn stamp(path: &Path) -> Option<(u64, u64, i64, i64)> {
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileStamps(Vec<(PathBuf, Stamp)>);
+
+fn stamp(path: &Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
     Some((m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 impl FileStamps {
     pub fn of<'a>(paths: impl IntoIterator<Item = &'a Path>) -> FileStamps {
-        let mut out: Vec<(PathBuf, Option<_>)> = Vec::new();
+        let mut out: Vec<(PathBuf, Stamp)> = Vec::new();
         for p in paths {
             if !out.iter().any(|(q, _)| q == p) {
                 out.push((p.to_path_buf(), stamp(p)));
