@@ -705,19 +705,7 @@ fn check_tls_route(
         let own = check_gateway_refs(doc, &m.gateways, &path.key("gateways"), refs, report);
         check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
     }
-    if route.route.is_empty() {
-        report.error(
-            doc,
-            &at.key("route"),
-            "a tls route needs at least one destination",
-        );
-    }
-    let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
-    check_weights(doc, &at.key("route"), &weights, report);
-    for (i, dest) in route.route.iter().enumerate() {
-        let path = at.key("route").index(i).key("destination");
-        check_destination(doc, &path, &dest.destination, refs, report);
-    }
+    check_l4_destinations(doc, at, &route.route, "tls", refs, report);
 }
 
 fn check_tcp_route(
@@ -733,16 +721,28 @@ fn check_tcp_route(
         let own = check_gateway_refs(doc, &m.gateways, &path.key("gateways"), refs, report);
         check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
     }
-    if route.route.is_empty() {
+    check_l4_destinations(doc, at, &route.route, "tcp", refs, report);
+}
+
+/// A tcp or tls route's `route`: at least one destination, weights, each destination.
+fn check_l4_destinations(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &[crate::kinds::virtual_service::RouteDestination],
+    kind: &str,
+    refs: &References,
+    report: &mut Report,
+) {
+    if route.is_empty() {
         report.error(
             doc,
             &at.key("route"),
-            "a tcp route needs at least one destination",
+            format!("a {kind} route needs at least one destination"),
         );
     }
-    let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
+    let weights: Vec<Option<u32>> = route.iter().map(|r| r.weight).collect();
     check_weights(doc, &at.key("route"), &weights, report);
-    for (i, dest) in route.route.iter().enumerate() {
+    for (i, dest) in route.iter().enumerate() {
         let path = at.key("route").index(i).key("destination");
         check_destination(doc, &path, &dest.destination, refs, report);
     }
