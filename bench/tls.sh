@@ -10,7 +10,8 @@
 # SECS (s per run, 3), CLIENTS (4), CONNS (64), PIN (1: servers on CPU 0, clients on CPU 1).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk openssl:openssl curl:curl python3:python3
-build_warden
+# WARDEN=path benches a binary already built (else it is built here).
+if [ -z "${WARDEN:-}" ]; then build_warden; fi
 PAIRS=${PAIRS:-8}; SECS=${SECS:-3}; CLIENTS=${CLIENTS:-4}
 
 # Certificates: a CA, and one leaf per key type for bench.local (and 127.0.0.1).
