@@ -93,7 +93,7 @@ handshakes() {
 }
 
 # paired_handshakes NAME NGINX_PORT WARDEN_PORT — paired_ratio's line for handshakes/s (warden /
-# nginx), and the CPU per handshake of each (medians) to $WORK/cpu.NAME.
+# nginx), and the CPU per handshake of each (medians) to $WORK/cpu.WARDEN_PORT.
 paired_handshakes() {
   local name=$1 np=$2 wp=$3 i rn rw ratios=() cn=() cw=()
   for i in $(seq "$PAIRS"); do
@@ -103,7 +103,7 @@ paired_handshakes() {
     cn+=("${rn#*$'\t'}"); cw+=("${rw#*$'\t'}")
     echo "  $name pair $i: nginx ${rn%%$'\t'*}/s (${rn#*$'\t'} us CPU each), warden ${rw%%$'\t'*}/s (${rw#*$'\t'} us)" >&2
   done
-  python3 - "$name" "${cn[*]}" "${cw[*]}" >"$WORK/cpu.$name" <<'PY'
+  python3 - "$name" "${cn[*]}" "${cw[*]}" >"$WORK/cpu.$wp" <<'PY'
 import statistics, sys
 name, cn, cw = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
 n, w = statistics.median(cn), statistics.median(cw)
@@ -120,9 +120,9 @@ PY
 bench_header
 echo "# s_time: $CLIENTS clients in parallel, ${SECS}s per run, $PAIRS pairs; wrk -c$CONNS ${SECS}s runs"
 paired_handshakes "TLS 1.3 new handshakes/s ECDSA P-256, warden / nginx" "$N_ECDSA" "$W_ECDSA" | paired_verdict 1.0
-cat "$WORK/cpu.TLS 1.3 new handshakes/s ECDSA P-256, warden / nginx"
+cat "$WORK/cpu.$W_ECDSA"
 paired_handshakes "TLS 1.3 new handshakes/s RSA 2048, warden / nginx" "$N_RSA" "$W_RSA" | paired_verdict 1.0
-cat "$WORK/cpu.TLS 1.3 new handshakes/s RSA 2048, warden / nginx"
+cat "$WORK/cpu.$W_RSA"
 paired_ratio "keep-alive HTTPS req/s (ECDSA), warden / nginx" "https://127.0.0.1:$N_ECDSA/" \
   "https://127.0.0.1:$W_ECDSA/" "$PAIRS" "$SECS" | paired_verdict 1.0
 echo "one run each, for scale:"
