@@ -15,6 +15,8 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v nginx >/dev/null 2>&1 || missing+=(nginx)
 # `warden lab`'s test renders report.html in headless Chromium (DOM dump + screenshot).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The TLS tests use `openssl s_client` as a client (certificates are made with rcgen).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

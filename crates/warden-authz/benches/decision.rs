@@ -168,6 +168,7 @@ fn decision(c: &mut Criterion) {
         path: "/",
         headers: &headers,
         sni: None,
+        principal: None,
     };
     // Misses: loopback clients, as in seed 001 (the whole list is searched, then 403).
     let mut rng = Rng(7);

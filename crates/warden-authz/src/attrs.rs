@@ -21,6 +21,9 @@ pub struct HttpAttrs<'a> {
     pub headers: &'a http::HeaderMap,
     /// TLS server name, when the connection had one.
     pub sni: Option<&'a str>,
+    /// The mTLS peer's identity, Istio's principal (`cluster.local/ns/default/sa/client`, the
+    /// SPIFFE URI without `spiffe://`); `None` without a verified client certificate.
+    pub principal: Option<&'a str>,
 }
 
 /// One TCP connection (checked on its first byte).
@@ -32,6 +35,8 @@ pub struct TcpAttrs<'a> {
     pub dest_ip: IpAddr,
     pub dest_port: u16,
     pub sni: Option<&'a str>,
+    /// As [`HttpAttrs::principal`].
+    pub principal: Option<&'a str>,
 }
 
 /// The HTTP-only part of a request; absent on TCP listeners.
@@ -51,6 +56,7 @@ pub(crate) struct Request<'a> {
     pub dest_ip: IpAddr,
     pub dest_port: u16,
     pub sni: Option<&'a str>,
+    pub principal: Option<&'a str>,
     pub http: Option<HttpPart<'a>>,
 }
 
@@ -62,6 +68,7 @@ impl<'a> From<&HttpAttrs<'a>> for Request<'a> {
             dest_ip: a.dest_ip,
             dest_port: a.dest_port,
             sni: a.sni,
+            principal: a.principal,
             http: Some(HttpPart {
                 host: a.host,
                 method: a.method,
@@ -80,6 +87,7 @@ impl<'a> From<&TcpAttrs<'a>> for Request<'a> {
             dest_ip: a.dest_ip,
             dest_port: a.dest_port,
             sni: a.sni,
+            principal: a.principal,
             http: None,
         }
     }

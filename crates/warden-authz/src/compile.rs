@@ -197,20 +197,16 @@ fn source(
     set: &mut PolicySetBuilder,
     problems: &mut Problems<'_>,
 ) -> Option<SourceMatch> {
-    let identity = [
-        (&src.principals, "principals", "mTLS peer identities"),
-        (&src.not_principals, "notPrincipals", "mTLS peer identities"),
-        (&src.namespaces, "namespaces", "mTLS peer identities"),
-        (&src.not_namespaces, "notNamespaces", "mTLS peer identities"),
+    let unsupported = [
         (
             &src.service_accounts,
             "serviceAccounts",
-            "mTLS peer identities",
+            "mTLS peer identities by service account (use principals)",
         ),
         (
             &src.not_service_accounts,
             "notServiceAccounts",
-            "mTLS peer identities",
+            "mTLS peer identities by service account (use notPrincipals)",
         ),
         (
             &src.request_principals,
@@ -224,7 +220,7 @@ fn source(
         ),
     ];
     let mut empty = true;
-    for (values, field, needs) in identity {
+    for (values, field, needs) in unsupported {
         if !values.is_empty() {
             empty = false;
             problems.push(
@@ -233,6 +229,16 @@ fn source(
             );
         }
     }
+    let patterns = |vs: &[String]| vs.iter().map(|v| Pattern::parse(v)).collect::<Vec<_>>();
+    let principals = Pair {
+        values: patterns(&src.principals),
+        not_values: patterns(&src.not_principals),
+    };
+    let namespaces = Pair {
+        values: patterns(&src.namespaces),
+        not_values: patterns(&src.not_namespaces),
+    };
+    empty &= principals.is_empty() && namespaces.is_empty();
     let lists = [
         &src.ip_blocks,
         &src.not_ip_blocks,
@@ -270,7 +276,12 @@ fn source(
             problems,
         ),
     };
-    Some(SourceMatch { direct, remote })
+    Some(SourceMatch {
+        direct,
+        remote,
+        principals,
+        namespaces,
+    })
 }
 
 /// A CIDR list becomes one predicate of the set's index for `kind`; None when the list is empty.
@@ -424,10 +435,18 @@ fn condition(
             values: strings(&cond.values),
             not_values: strings(&cond.not_values),
         })),
-        "source.principal" | "source.namespace" | "source.serviceAccount" => {
+        "source.principal" => Some(ConditionMatch::Principal(Pair {
+            values: strings(&cond.values),
+            not_values: strings(&cond.not_values),
+        })),
+        "source.namespace" => Some(ConditionMatch::Namespace(Pair {
+            values: strings(&cond.values),
+            not_values: strings(&cond.not_values),
+        })),
+        "source.serviceAccount" => {
             problems.push(
                 format!("{path}.key"),
-                format!("{key} needs mTLS peer identities, which warden does not support yet"),
+                format!("{key} is not supported yet (use source.principal)"),
             );
             None
         }
@@ -471,7 +490,7 @@ fn condition(
                 format!("{path}.key"),
                 format!(
                     "unknown condition key {other:?} (supported: source.ip, remote.ip, destination.ip, \
-                     destination.port, connection.sni, request.headers[NAME])"
+                     destination.port, connection.sni, source.principal, source.namespace, request.headers[NAME])"
                 ),
             );
             None

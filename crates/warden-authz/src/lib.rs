@@ -6,7 +6,7 @@
 //! let authz = Authorizer::compile_set(&loaded.set, &scope)?;     // Err(Vec<Problem>)
 //! // HTTP, after the route match:
 //! let d = authz.check_http(&HttpAttrs { direct_peer, client_ip, dest_ip, dest_port,
-//!                                        host, method, path, headers, sni });
+//!                                        host, method, path, headers, sni, principal });
 //! if !d.allow { reply DENY_STATUS, DENY_BODY, DENY_CONTENT_TYPE; log d.details() }
 //! // metrics: allowed / denied{policy = d.policy_label()} / shadow_denied{policy} per d.shadow_denied
 //! // TCP, on the first byte: if !authz.check_tcp(&TcpAttrs{..}).allow, close writing nothing.

@@ -45,13 +45,36 @@ impl CidrPair {
 pub(crate) struct SourceMatch {
     pub direct: CidrPair,
     pub remote: CidrPair,
+    /// `principals` / `notPrincipals`: the mTLS peer's identity.
+    pub principals: Pair<Pattern>,
+    /// `namespaces` / `notNamespaces`: the namespace in the peer's identity.
+    pub namespaces: Pair<Pattern>,
 }
 
 impl SourceMatch {
-    fn matches(&self, hits: &AddrHits<'_>) -> bool {
+    fn matches(&self, req: &Request<'_>, hits: &AddrHits<'_>) -> bool {
         self.direct.matches(&hits[AddrKind::Direct as usize])
             && self.remote.matches(&hits[AddrKind::Remote as usize])
+            && principal_matches(&self.principals, req.principal)
+            && principal_matches(&self.namespaces, req.principal.and_then(namespace_of))
     }
+}
+
+/// As Envoy's `authenticated` matcher: no peer identity matches no value (so it satisfies a
+/// `not` list).
+fn principal_matches(pair: &Pair<Pattern>, value: Option<&str>) -> bool {
+    pair.check(|ps| value.is_some_and(|v| any_match(ps, v.as_bytes())))
+}
+
+/// The `<ns>` of an Istio principal `<trust-domain>/ns/<ns>/sa/<sa>` (Istio matches
+/// `namespaces` as `.*/ns/<ns>/.*` on the principal).
+pub(crate) fn namespace_of(principal: &str) -> Option<&str> {
+    let mut parts = principal.split('/');
+    parts.next()?;
+    if parts.next()? != "ns" {
+        return None;
+    }
+    parts.next().filter(|ns| !ns.is_empty())
 }
 
 /// A list field with its `not` counterpart.
@@ -118,6 +141,10 @@ pub(crate) enum ConditionMatch {
     Port(Pair<u16>),
     Header(HeaderName, Pair<Pattern>),
     Sni(Pair<Pattern>),
+    /// `source.principal`.
+    Principal(Pair<Pattern>),
+    /// `source.namespace`.
+    Namespace(Pair<Pattern>),
 }
 
 impl ConditionMatch {
@@ -132,6 +159,10 @@ impl ConditionMatch {
             ConditionMatch::Sni(pair) => {
                 let sni = req.sni.unwrap_or("").as_bytes();
                 pair.check(|ps| any_match(ps, sni))
+            }
+            ConditionMatch::Principal(pair) => principal_matches(pair, req.principal),
+            ConditionMatch::Namespace(pair) => {
+                principal_matches(pair, req.principal.and_then(namespace_of))
             }
             ConditionMatch::Header(name, pair) => match &req.http {
                 Some(http) => header_matches(http, name, pair),
@@ -178,7 +209,7 @@ impl Rule {
     }
 
     pub(crate) fn matches(&self, req: &Request<'_>, hits: &AddrHits<'_>) -> bool {
-        (self.from.is_empty() || self.from.iter().any(|s| s.matches(hits)))
+        (self.from.is_empty() || self.from.iter().any(|s| s.matches(req, hits)))
             && (self.to.is_empty() || self.to.iter().any(|o| o.matches(req)))
             && self.when.iter().all(|c| c.matches(req, hits))
     }

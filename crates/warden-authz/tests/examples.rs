@@ -36,6 +36,7 @@ fn allowed(a: &Authorizer, peer: &str, path: &str, headers: &HeaderMap) -> bool 
         path,
         headers,
         sni: None,
+        principal: None,
     })
     .allow
 }
@@ -68,6 +69,7 @@ fn deny_and_dry_run() {
         path: "/",
         headers: &h,
         sni: None,
+        principal: None,
     });
     assert!(d.allow);
     assert_eq!(d.shadow_denied.len(), 1);

@@ -58,6 +58,7 @@ struct Req {
     path: &'static str,
     headers: Vec<(&'static str, &'static str)>,
     sni: Option<&'static str>,
+    principal: Option<&'static str>,
 }
 
 fn req() -> Req {
@@ -71,6 +72,7 @@ fn req() -> Req {
         path: "/",
         headers: vec![],
         sni: None,
+        principal: None,
     }
 }
 
@@ -107,6 +109,10 @@ impl Req {
         self.sni = Some(s);
         self
     }
+    fn principal(mut self, p: &'static str) -> Self {
+        self.principal = Some(p);
+        self
+    }
     fn dest(mut self, d: &'static str) -> Self {
         self.dest = d;
         self
@@ -134,6 +140,7 @@ impl Req {
             path: self.path,
             headers: &headers,
             sni: self.sni,
+            principal: self.principal,
         })
     }
 
@@ -144,6 +151,7 @@ impl Req {
             dest_ip: Self::ip(self.dest),
             dest_port: self.port,
             sni: self.sni,
+            principal: self.principal,
         })
     }
 }
@@ -673,26 +681,6 @@ fn invalid_and_unsupported_input_is_a_located_error() {
         ),
         (
             policy(
-                "p",
-                "default",
-                "ALLOW",
-                "  - from: [{source: {principals: [a]}}]",
-            ),
-            "source.principals",
-            "mTLS",
-        ),
-        (
-            policy(
-                "nsp",
-                "default",
-                "ALLOW",
-                "  - from: [{source: {namespaces: [a]}}]",
-            ),
-            "source.namespaces",
-            "mTLS",
-        ),
-        (
-            policy(
                 "j",
                 "default",
                 "ALLOW",
@@ -700,16 +688,6 @@ fn invalid_and_unsupported_input_is_a_located_error() {
             ),
             "requestPrincipals",
             "JWT",
-        ),
-        (
-            policy(
-                "w",
-                "default",
-                "ALLOW",
-                "  - when: [{key: source.principal, values: [a]}]",
-            ),
-            "when[0].key",
-            "mTLS",
         ),
         (
             policy(
@@ -901,4 +879,85 @@ fn rules_anchored_on_conditions_and_unanchored_rules() {
     assert!(req().client("192.0.1.1").port(8000).http(&a).allow);
     assert!(req().client("192.0.9.1").port(8001).http(&a).allow);
     assert!(req().http(&a).allow);
+}
+
+/// Peer identities (the mTLS principal): exact, prefix/suffix and `*` (any authenticated peer);
+/// namespaces from the principal; `not*` and `source.*` conditions; a request without a client
+/// certificate matches no value, so it satisfies only `not` lists.
+#[test]
+fn principals_and_namespaces_match_the_peer_identity() {
+    let client = "cluster.local/ns/default/sa/client";
+    let other = "cluster.local/ns/prod/sa/api";
+    check_table(
+        &policy(
+            "p",
+            "default",
+            "ALLOW",
+            "  - from: [{source: {principals: [cluster.local/ns/default/sa/client]}}]",
+        ),
+        &[
+            (req().principal(client), ALLOW),
+            (req().principal(other), MISS),
+            (req(), MISS),
+        ],
+    );
+    check_table(
+        &policy(
+            "any",
+            "default",
+            "ALLOW",
+            "  - from: [{source: {principals: [\"*\"]}}]",
+        ),
+        &[(req().principal(other), ALLOW), (req(), MISS)],
+    );
+    check_table(
+        &policy(
+            "ns",
+            "default",
+            "ALLOW",
+            "  - from: [{source: {namespaces: [prod], notPrincipals: [\"*/sa/admin\"]}}]",
+        ),
+        &[
+            (req().principal(other), ALLOW),
+            (req().principal("cluster.local/ns/prod/sa/admin"), MISS),
+            (req().principal(client), MISS),
+        ],
+    );
+    check_table(
+        &policy(
+            "deny-others",
+            "default",
+            "DENY",
+            "  - from: [{source: {notNamespaces: [default]}}]",
+        ),
+        &[
+            (req().principal(client), ALLOW),
+            (
+                req().principal(other),
+                (false, "ns[default]-policy[deny-others]-rule[0]"),
+            ),
+            (req(), (false, "ns[default]-policy[deny-others]-rule[0]")),
+        ],
+    );
+    check_table(
+        &policy(
+            "w",
+            "default",
+            "ALLOW",
+            "  - when: [{key: source.principal, values: [\"*/sa/client\"]}, {key: source.namespace, values: [default]}]",
+        ),
+        &[
+            (req().principal(client), ALLOW),
+            (req().principal(other), MISS),
+        ],
+    );
+    // TCP: the same fields apply (they are not HTTP-only).
+    let a = compile(&policy(
+        "t",
+        "default",
+        "ALLOW",
+        "  - from: [{source: {principals: [cluster.local/ns/default/sa/client]}}]",
+    ));
+    assert!(req().principal(client).tcp(&a).allow);
+    assert!(!req().tcp(&a).allow);
 }

@@ -51,6 +51,11 @@ const KINDS: &[(&str, &str, &[&str])] = &[
         "security.istio.io",
         &["v1beta1", "v1"],
     ),
+    (
+        "PeerAuthentication",
+        "security.istio.io",
+        &["v1beta1", "v1"],
+    ),
     ("Sidecar", "networking.istio.io", ISTIO_NET_VERSIONS),
     ("WorkloadEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
     // The warden group's versions are owned by the RateLimitPolicy kind; any is accepted here.
@@ -304,6 +309,7 @@ impl Loader {
             "DestinationRule" => typed!(destination_rules),
             "EnvoyFilter" => typed!(envoy_filters),
             "AuthorizationPolicy" => typed!(authorization_policies),
+            "PeerAuthentication" => typed!(peer_authentications),
             "RateLimitPolicy" => typed!(rate_limit_policies),
             "Sidecar" => typed!(sidecars),
             "WorkloadEntry" => typed!(workload_entries),
@@ -366,7 +372,7 @@ fn changes_behaviour(kind: &str, path: &FieldPath) -> bool {
         "DestinationRule" => matches!(*top, "trafficPolicy" | "subsets" | "workloadSelector"),
         "Gateway" => matches!(*top, "servers" | "selector"),
         "ServiceEntry" => matches!(*top, "ports" | "endpoints" | "resolution"),
-        "AuthorizationPolicy" | "Sidecar" => *top != "exportTo",
+        "AuthorizationPolicy" | "Sidecar" | "PeerAuthentication" => *top != "exportTo",
         _ => false,
     }
 }

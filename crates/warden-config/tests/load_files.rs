@@ -72,7 +72,7 @@ fn errors_from_several_files_are_reported_together_in_the_order_given() {
     let second = dir.write("second.yaml", "kind: Gateway\nspec: [\n");
     let first = dir.write(
         "first.yaml",
-        &gateway("g", 80).replace("protocol: HTTP", "protocol: TLS"),
+        &gateway("g", 80).replace("protocol: HTTP", "protocol: TLZ"),
     );
     let missing = dir.0.join("missing.yaml");
     let err = load_paths(&[first.clone(), second.clone(), missing.clone()]).unwrap_err();

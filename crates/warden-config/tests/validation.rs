@@ -104,14 +104,14 @@ fn cases() -> Vec<Case> {
     vec![
         // Gateway
         case(
-            "https not supported",
+            "https needs a tls block",
             with_base(
                 &gw2(&[("protocol: HTTP,", "protocol: HTTPS,"), ("8080", "8443")]),
             ),
             Error,
             "Gateway/gw2",
-            "spec.servers[0].port.protocol",
-            "protocol HTTPS is not supported yet",
+            "spec.servers[0].tls",
+            "protocol HTTPS needs a tls block",
         ),
         case(
             "unknown gateway protocol",
@@ -600,14 +600,14 @@ fn cases() -> Vec<Case> {
             "not the name of a port",
         ),
         case(
-            "upstream https",
+            "unknown service entry protocol",
             with_base(&se(
-                "  hosts: [x.local]\n  ports: [{number: 443, protocol: HTTPS}]\n  resolution: DNS\n",
+                "  hosts: [x.local]\n  ports: [{number: 443, protocol: HTTPX}]\n  resolution: DNS\n",
             )),
             Error,
             "ServiceEntry/se2",
             "spec.ports[0].protocol",
-            "not supported yet (no upstream TLS)",
+            "unknown protocol \"HTTPX\"",
         ),
         case(
             "host defined twice",

@@ -186,6 +186,31 @@ pub struct RoleArgs {
     /// which waits).
     #[arg(long, value_parser = parse_duration)]
     pub protocol_detection_timeout: Option<Duration>,
+    /// Where Gateway and DestinationRule `credentialName`s resolve: one folder per name with
+    /// `tls.crt`, `tls.key` and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
+    #[arg(long)]
+    pub credentials_dir: Option<PathBuf>,
+    /// This workload's mesh certificate: a folder with tls.crt (its SPIFFE identity), tls.key
+    /// and the mesh CA's ca.crt (`warden ca issue --out`), reloaded when the files change.
+    /// Needed for ISTIO_MUTUAL upstreams and PeerAuthentication STRICT/PERMISSIVE inbound.
+    #[arg(long)]
+    pub mesh_credentials: Option<PathBuf>,
+}
+
+impl RoleArgs {
+    /// `--mesh-credentials` with the trust domain read from its certificate's SPIFFE URI.
+    pub fn mesh_credentials(
+        &self,
+    ) -> anyhow::Result<Option<crate::control::snapshot::MeshCredentials>> {
+        let Some(dir) = &self.mesh_credentials else {
+            return Ok(None);
+        };
+        let trust_domain = crate::control::snapshot::MeshCredentials::trust_domain_of(dir)?;
+        Ok(Some(crate::control::snapshot::MeshCredentials {
+            dir: dir.clone(),
+            trust_domain,
+        }))
+    }
 }
 
 impl Default for RoleArgs {
@@ -199,6 +224,8 @@ impl Default for RoleArgs {
             service_account: None,
             outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode::AllowAny,
             protocol_detection_timeout: None,
+            credentials_dir: None,
+            mesh_credentials: None,
         }
     }
 }
@@ -332,12 +359,14 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
+    opts.mesh = args.role.mesh_credentials()?;
     let mut accel = args.accel.start(&args.role);
     opts.pod_ips = args.role.pod_ips;
     opts.extra_metrics = accel
         .as_ref()
         .map(|a| crate::options::ExtraMetrics(a.metrics()));
     opts.service_account = args.role.service_account;
+    opts.credentials_dir = args.role.credentials_dir.clone();
     opts.allow_empty_config = args.allow_empty_config;
     if let Some(t) = mesh.connect_timeout {
         opts.connect_timeout = t;
@@ -405,12 +434,15 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let source = ConfigSource::Paths(args.config);
+    let mesh = args.role.mesh_credentials()?;
     let identity = ProxyIdentity {
         namespace: args.namespace,
         labels: args.labels.into_iter().collect(),
         sidecar: args.role.sidecar(),
         pod_ips: args.role.pod_ips,
         service_account: args.role.service_account,
+        credentials_dir: args.role.credentials_dir.clone(),
+        mesh,
     };
     let built = crate::control::config_source::load(&source)
         .and_then(|l| Snapshot::build(l, &identity, None));

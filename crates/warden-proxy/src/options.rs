@@ -81,6 +81,12 @@ pub struct ProxyOptions {
     pub timeouts: crate::downstream::timeouts::Timeouts,
     /// Scrape-time metrics of another component (`--accel`'s BPF counters).
     pub extra_metrics: Option<ExtraMetrics>,
+    /// Where Gateway `credentialName`s resolve: one folder per name with `tls.crt`, `tls.key`
+    /// and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
+    pub credentials_dir: Option<PathBuf>,
+    /// This proxy's mesh certificate (`--mesh-credentials`): ISTIO_MUTUAL upstreams and the
+    /// sidecar's mTLS inbound.
+    pub mesh: Option<crate::control::snapshot::MeshCredentials>,
 }
 
 impl ProxyOptions {
@@ -91,6 +97,8 @@ impl ProxyOptions {
             labels: self.labels.clone(),
             pod_ips: self.pod_ips.clone(),
             service_account: self.service_account.clone(),
+            credentials_dir: self.credentials_dir.clone(),
+            mesh: self.mesh.clone(),
             sidecar: self.sidecar.clone(),
         }
     }
@@ -120,6 +128,8 @@ impl ProxyOptions {
             max_connections_per_ip: None,
             timeouts: crate::downstream::timeouts::Timeouts::default(),
             extra_metrics: None,
+            credentials_dir: None,
+            mesh: None,
         }
     }
 

@@ -509,8 +509,11 @@ fn gateway_tls_settings_other_than_https_redirect_are_errors() {
     let err = warden_config::load_str("gw.yaml", yaml)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("spec.servers[0].tls.mode"), "{err}");
-    assert!(err.contains("TLS is not supported yet"), "{err}");
+    assert!(err.contains("spec.servers[0].tls"), "{err}");
+    assert!(
+        err.contains("protocol HTTP takes only tls.httpsRedirect"),
+        "{err}"
+    );
 }
 
 /// istio.io tasks/traffic-management/mirroring: httpbin v1 serves, v2 gets a copy of every

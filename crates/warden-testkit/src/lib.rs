@@ -6,11 +6,13 @@
 //! `redis-server --sentinel` processes that fail over within seconds. [`netns`] makes network
 //! namespaces, veth pairs and child cgroups for sidecar and capture tests, and removes them on
 //! drop. [`Nginx`] runs a private nginx on a free loopback port for side-by-side probes;
-//! [`h2_frames`] builds and reads raw HTTP/2 frames for abuse probes.
+//! [`h2_frames`] builds and reads raw HTTP/2 frames for abuse probes; [`pki`] makes test CAs
+//! and certificates (rcgen) as PEM files in a temp folder.
 
 pub mod h2_frames;
 pub mod netns;
 mod nginx;
+pub mod pki;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;

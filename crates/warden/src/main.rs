@@ -52,6 +52,8 @@ enum Command {
     Echo(warden_load::cli::EchoArgs),
     /// Install (or --clean) the sidecar's transparent-capture iptables rules in the current network namespace
     Capture(warden_capture::CaptureArgs),
+    /// The local mesh CA: `init` a CA, `issue` SPIFFE workload certificates from it
+    Ca(warden_tls::ca_cli::CaArgs),
     /// Same-node eBPF acceleration for sidecars: enable, disable or show it for a pod's cgroup
     Accel(warden_accel::cli::AccelArgs),
     /// Run the source articles' experiments side by side; write results.json and report.html
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Capture(args) => warden_capture::run(args),
         Command::Accel(args) => warden_accel::cli::run(args),
         Command::Lab(args) => warden_lab::cli::run(args),
+        Command::Ca(args) => warden_tls::ca_cli::run(args),
     };
     match result {
         Ok(code) => code,

@@ -472,10 +472,14 @@ fn seed_000_inbound_local_limit_and_registry_only() {
         .unwrap()
         .unwrap();
     assert_eq!(r.status, 502);
-    let read = client
-        .ns
+    assert_closed_unanswered(&client.ns, &format!("{SERVER_IP}:8080"));
+}
+
+/// An HTTP request from `ns` to `addr` is closed with nothing written (a reset is a close too).
+fn assert_closed_unanswered(ns: &NetNs, addr: &str) {
+    let read = ns
         .run_in(|| {
-            let mut s = TcpStream::connect(format!("{SERVER_IP}:8080"))?;
+            let mut s = TcpStream::connect(addr)?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
             let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
             let mut buf = Vec::new();
@@ -484,7 +488,172 @@ fn seed_000_inbound_local_limit_and_registry_only() {
         .unwrap();
     match read {
         Ok(bytes) => assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes)),
-        // A reset is a close too.
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
     }
+}
+
+/// Run `warden` with `args` (as root, outside the namespaces); panics with its output on failure.
+fn warden(args: &[&str]) {
+    let out = Command::new(WARDEN)
+        .args(args)
+        .output()
+        .expect("warden runs");
+    assert!(
+        out.status.success(),
+        "warden {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A workload certificate from the test's mesh CA, readable by the sidecar's uid.
+fn mesh_identity(ca: &std::path::Path, out: &std::path::Path, service_account: &str) {
+    let (ca, out) = (ca.to_str().unwrap(), out.to_str().unwrap());
+    warden(&[
+        "ca",
+        "issue",
+        "--dir",
+        ca,
+        "--namespace",
+        "default",
+        "--service-account",
+        service_account,
+        "--out",
+        out,
+        "--ttl",
+        "1h",
+    ]);
+    for f in ["", "tls.crt", "tls.key", "ca.crt"] {
+        std::os::unix::fs::chown(std::path::Path::new(out).join(f), Some(1337), Some(1337))
+            .unwrap();
+    }
+}
+
+#[test]
+fn mesh_mtls_strict_server_with_a_principal_policy() {
+    let Some((mut client, mut server, outsider, dir)) = topology() else {
+        return;
+    };
+    let ca = dir.path().join("ca");
+    warden(&["ca", "init", "--dir", ca.to_str().unwrap()]);
+    let (server_id, client_id, intruder_id) = (
+        dir.path().join("api-id"),
+        dir.path().join("client-id"),
+        dir.path().join("intruder-id"),
+    );
+    mesh_identity(&ca, &server_id, "api");
+    mesh_identity(&ca, &client_id, "client");
+    mesh_identity(&ca, &intruder_id, "intruder");
+    // The server pod takes mTLS only, and only from the client's identity; the client's
+    // sidecar originates ISTIO_MUTUAL to the service (auto mTLS on port 80, a DestinationRule
+    // on 8078).
+    let extra = r#"---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: api-strict, namespace: default}
+spec:
+  selector: {matchLabels: {app: api}}
+  mtls: {mode: STRICT}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-mtls, namespace: default}
+spec:
+  host: echo.default.svc.cluster.local
+  trafficPolicy:
+    portLevelSettings: [{port: {number: 8078}, tls: {mode: ISTIO_MUTUAL}}]
+"#;
+    // Port 80 by auto mTLS (the pod carries the injector's tlsMode label), 8078 by the rule.
+    let yaml = registry(extra)
+        .replace(
+            r#"ipBlocks: ["10.231.1.0/24"]"#,
+            "principals: [cluster.local/ns/default/sa/client]",
+        )
+        .replace(
+            "labels: {app: api}}",
+            "labels: {app: api, security.istio.io/tlsMode: istio}}",
+        );
+    let config = dir.write("mesh.yaml", &yaml).unwrap();
+    let id = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    server.start_sidecar(
+        &config,
+        SERVER_IP,
+        "app=api",
+        &[
+            "--mesh-credentials",
+            &id(&server_id),
+            "--service-account",
+            "api",
+        ],
+    );
+    client.start_sidecar(
+        &config,
+        CLIENT_IP,
+        "app=client",
+        &[
+            "--mesh-credentials",
+            &id(&client_id),
+            "--service-account",
+            "client",
+        ],
+    );
+
+    // HTTP and TCP cross both sidecars over mTLS; the policy sees the client's identity.
+    let vip = format!("{VIP}:80");
+    let r = client
+        .ns
+        .run_in(|| get(&vip, "/echo?size=5", "echo"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.status, r.body.len()), (200, 5), "{}", r.body_text());
+    let echoed = client
+        .ns
+        .run_in(|| {
+            let mut s = TcpStream::connect(format!("{VIP}:8078")).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.write_all(b"over mtls").unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            s.read_to_end(&mut back).unwrap();
+            back
+        })
+        .unwrap();
+    assert_eq!(echoed, b"over mtls");
+    let stats = server.admin_stats();
+    assert!(
+        stats.contains("warden_downstream_tls_handshakes_total 2"),
+        "{stats}"
+    );
+
+    // A plaintext client (no sidecar) is refused by the STRICT server: closed, no answer.
+    assert_closed_unanswered(&outsider, &format!("{SERVER_IP}:8080"));
+    let stats = server.admin_stats();
+    assert!(
+        stats.contains(
+            r#"warden_downstream_tls_handshake_failures_total{reason="plaintext_refused"} 1"#
+        ),
+        "{stats}"
+    );
+
+    // Another mesh identity gets through mTLS but not through the policy.
+    drop(client.procs.pop());
+    client.start_sidecar(
+        &config,
+        CLIENT_IP,
+        "app=client",
+        &[
+            "--mesh-credentials",
+            &id(&intruder_id),
+            "--service-account",
+            "intruder",
+        ],
+    );
+    let r = client
+        .ns
+        .run_in(|| get(&vip, "/", "echo"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (r.status, r.body_text().as_str()),
+        (403, "RBAC: access denied")
+    );
 }

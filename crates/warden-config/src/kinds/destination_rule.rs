@@ -47,7 +47,27 @@ impl DestinationRule {
             outlier_detection: sub
                 .and_then(|p| p.outlier_detection.clone())
                 .or_else(|| top.and_then(|p| p.outlier_detection.clone())),
+            tls: sub
+                .and_then(|p| p.tls.clone())
+                .or_else(|| top.and_then(|p| p.tls.clone())),
+            port_level_settings: sub
+                .map(|p| p.port_level_settings.clone())
+                .filter(|v| !v.is_empty())
+                .or_else(|| top.map(|p| p.port_level_settings.clone()))
+                .unwrap_or_default(),
         })
+    }
+}
+
+impl TrafficPolicy {
+    /// The TLS settings for connections to `port`: its `portLevelSettings` entry's, else the
+    /// policy's.
+    pub fn tls_for_port(&self, port: u16) -> Option<&ClientTls> {
+        self.port_level_settings
+            .iter()
+            .find(|p| p.port.as_ref().is_some_and(|s| s.number == Some(port)))
+            .and_then(|p| p.tls.as_ref())
+            .or(self.tls.as_ref())
     }
 }
 
@@ -60,6 +80,12 @@ pub struct TrafficPolicy {
     pub connection_pool: Option<ConnectionPool>,
     #[serde(default)]
     pub outlier_detection: Option<OutlierDetection>,
+    /// TLS to the upstream.
+    #[serde(default)]
+    pub tls: Option<ClientTls>,
+    /// Per-port settings; warden reads their `tls` (the other fields are warned about).
+    #[serde(default)]
+    pub port_level_settings: Vec<PortTrafficPolicy>,
 }
 
 /// `outlierDetection`: Envoy's passive health checking, endpoints ejected after consecutive
@@ -87,6 +113,49 @@ pub struct OutlierDetection {
     pub max_ejection_percent: Option<u32>,
     #[serde(default)]
     pub min_health_percent: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortTrafficPolicy {
+    #[serde(default)]
+    pub port: Option<PortNumber>,
+    #[serde(default)]
+    pub tls: Option<ClientTls>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortNumber {
+    #[serde(default)]
+    pub number: Option<u16>,
+}
+
+/// Istio's ClientTLSSettings.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTls {
+    /// DISABLE | SIMPLE | MUTUAL | ISTIO_MUTUAL.
+    #[serde(default)]
+    pub mode: Option<String>,
+    #[serde(default)]
+    pub client_certificate: Option<String>,
+    #[serde(default)]
+    pub private_key: Option<String>,
+    #[serde(default)]
+    pub ca_certificates: Option<String>,
+    /// A folder of `--credentials-dir` (tls.crt, tls.key, ca.crt).
+    #[serde(default)]
+    pub credential_name: Option<String>,
+    #[serde(default)]
+    pub subject_alt_names: Vec<String>,
+    #[serde(default)]
+    pub sni: Option<String>,
+    #[serde(default)]
+    pub insecure_skip_verify: Option<bool>,
+    /// caCrl and anything newer: rejected by name (each changes which upstreams are trusted).
+    #[serde(flatten)]
+    pub other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -5,6 +5,7 @@ pub mod destination_rule;
 pub mod envoy_filter;
 pub mod gateway;
 pub mod kubernetes;
+pub mod peer_authentication;
 pub mod rate_limit_policy;
 pub mod service_entry;
 pub mod sidecar;

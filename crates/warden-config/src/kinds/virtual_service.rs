@@ -14,6 +14,30 @@ pub struct VirtualService {
     pub http: Vec<HttpRoute>,
     #[serde(default)]
     pub tcp: Vec<TcpRoute>,
+    /// SNI routes of PASSTHROUGH servers: the connection's TLS is forwarded untouched.
+    #[serde(default)]
+    pub tls: Vec<TlsRoute>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRoute {
+    #[serde(default, rename = "match")]
+    pub matches: Vec<TlsMatchAttributes>,
+    #[serde(default)]
+    pub route: Vec<RouteDestination>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsMatchAttributes {
+    /// The SNI values this match takes (`*.example.com` wildcards as server hosts).
+    #[serde(default)]
+    pub sni_hosts: Vec<String>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub gateways: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

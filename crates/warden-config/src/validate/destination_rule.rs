@@ -55,6 +55,22 @@ fn check_policy(
     tp: &crate::FieldPath,
     report: &mut Report,
 ) {
+    if let Some(tls) = &policy.tls {
+        check_client_tls(doc, tls, &tp.key("tls"), report);
+    }
+    for (i, p) in policy.port_level_settings.iter().enumerate() {
+        let at = tp.key("portLevelSettings").index(i);
+        if p.port.as_ref().and_then(|n| n.number).is_none() {
+            report.error(
+                doc,
+                &at.key("port").key("number"),
+                "a port level setting needs a port number",
+            );
+        }
+        if let Some(tls) = &p.tls {
+            check_client_tls(doc, tls, &at.key("tls"), report);
+        }
+    }
     if let Some(simple) = policy
         .load_balancer
         .as_ref()
@@ -179,5 +195,51 @@ pub(super) fn check_duplicate_hosts(rules: &[Doc<DestinationRule>], report: &mut
         } else {
             seen.insert(key, doc.id());
         }
+    }
+}
+
+/// Upstream TLS: a mode warden runs, and for MUTUAL a client certificate and key.
+fn check_client_tls(
+    doc: &Doc<DestinationRule>,
+    tls: &crate::kinds::destination_rule::ClientTls,
+    at: &crate::FieldPath,
+    report: &mut Report,
+) {
+    for key in tls.other.keys() {
+        report.error(
+            doc,
+            &at.key(key.clone()),
+            "not supported by warden (it would change which upstreams are trusted)",
+        );
+    }
+    let mode = tls
+        .mode
+        .as_deref()
+        .unwrap_or("DISABLE")
+        .to_ascii_uppercase();
+    match mode.as_str() {
+        "DISABLE" | "SIMPLE" | "ISTIO_MUTUAL" => {}
+        "MUTUAL" => {
+            let files = tls.client_certificate.is_some() && tls.private_key.is_some();
+            if !files && tls.credential_name.is_none() {
+                report.error(
+                    doc,
+                    at,
+                    "mode MUTUAL needs clientCertificate and privateKey, or credentialName",
+                );
+            }
+        }
+        other => report.error(
+            doc,
+            &at.key("mode"),
+            format!("unknown mode {other:?} (DISABLE, SIMPLE, MUTUAL, ISTIO_MUTUAL)"),
+        ),
+    }
+    if mode != "MUTUAL" && (tls.client_certificate.is_some() || tls.private_key.is_some()) {
+        report.error(
+            doc,
+            &at.key("clientCertificate"),
+            format!("a client certificate is presented only under MUTUAL (mode is {mode})"),
+        );
     }
 }

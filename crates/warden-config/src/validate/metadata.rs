@@ -26,6 +26,7 @@ pub(super) fn check(set: &ConfigSet, report: &mut Report) {
     check_docs(&set.pods, &mut seen, report);
     check_docs(&set.destination_rules, &mut seen, report);
     check_docs(&set.authorization_policies, &mut seen, report);
+    check_docs(&set.peer_authentications, &mut seen, report);
     check_docs(&set.rate_limit_policies, &mut seen, report);
     check_docs(&set.envoy_filters, &mut seen, report);
 }

@@ -95,6 +95,45 @@ pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report:
         destination_rule::check(doc, &refs, report);
     }
     destination_rule::check_duplicate_hosts(&set.destination_rules, report);
+    for doc in &set.peer_authentications {
+        check_peer_authentication(doc, report);
+    }
+}
+
+/// Modes are UNSET, DISABLE, PERMISSIVE or STRICT; port keys are port numbers.
+fn check_peer_authentication(
+    doc: &Doc<crate::kinds::peer_authentication::PeerAuthentication>,
+    report: &mut Report,
+) {
+    let modes = "UNSET, DISABLE, PERMISSIVE, STRICT";
+    if let Some(m) = &doc.spec.mtls {
+        if m.peer_mode().is_none() {
+            report.error(
+                doc,
+                &spec().key("mtls").key("mode"),
+                format!(
+                    "unknown mode {:?} ({modes})",
+                    m.mode.as_deref().unwrap_or_default()
+                ),
+            );
+        }
+    }
+    for (port, m) in &doc.spec.port_level_mtls {
+        let at = spec().key("portLevelMtls").key(port.clone());
+        if !port.parse::<u16>().is_ok_and(|p| p != 0) {
+            report.error(doc, &at, format!("{port:?} is not a port number"));
+        }
+        if m.peer_mode().is_none() {
+            report.error(
+                doc,
+                &at.key("mode"),
+                format!(
+                    "unknown mode {:?} ({modes})",
+                    m.mode.as_deref().unwrap_or_default()
+                ),
+            );
+        }
+    }
 }
 
 /// What cross-document checks may rely on.

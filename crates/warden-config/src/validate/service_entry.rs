@@ -49,16 +49,13 @@ pub(super) fn check(doc: &Doc<ServiceEntry>, report: &mut Report) {
             report.error(doc, &at.key("targetPort"), "targetPort must be 1..=65535");
         }
         if let Some(protocol) = &port.protocol {
-            if port.app_protocol().is_none() {
-                let message = match protocol.to_ascii_uppercase().as_str() {
-                    "HTTPS" | "TLS" => format!(
-                        "protocol {protocol} is not supported yet (no upstream TLS); \
-                         use HTTP, HTTP2, GRPC or TCP"
-                    ),
-                    _ => {
-                        format!("unknown protocol {protocol:?} (supported: HTTP, HTTP2, GRPC, TCP)")
-                    }
-                };
+            // HTTPS and TLS ports carry the client's own TLS (a TCP or PASSTHROUGH route), or
+            // the proxy's when a DestinationRule `tls` originates it.
+            let tls = matches!(protocol.to_ascii_uppercase().as_str(), "HTTPS" | "TLS");
+            if port.app_protocol().is_none() && !tls {
+                let message = format!(
+                    "unknown protocol {protocol:?} (supported: HTTP, HTTP2, GRPC, TCP, HTTPS, TLS)"
+                );
                 report.error(doc, &at.key("protocol"), message);
             }
         }

@@ -44,8 +44,13 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
                 .any(|s| s.port.listener_protocol().is_some_and(p))
         })
     };
-    if !vs.http.is_empty() && !gateways.is_empty() && !has_protocol(&|p| p != ListenerProtocol::Tcp)
-    {
+    let terminates_http = |p| {
+        matches!(
+            p,
+            ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Https
+        )
+    };
+    if !vs.http.is_empty() && !gateways.is_empty() && !has_protocol(&terminates_http) {
         report.warn(
             doc,
             &spec().key("http"),
@@ -53,13 +58,25 @@ pub(super) fn check(doc: &VsDoc, refs: &References, report: &mut Report) {
              has one; ignored",
         );
     }
-    if !vs.tcp.is_empty() && !gateways.is_empty() && !has_protocol(&|p| p == ListenerProtocol::Tcp)
+    if !vs.tcp.is_empty()
+        && !gateways.is_empty()
+        && !has_protocol(&|p| matches!(p, ListenerProtocol::Tcp | ListenerProtocol::Tls))
     {
         report.warn(
             doc,
             &spec().key("tcp"),
             "tcp routes are used only on TCP servers, and none of the bound gateways has one; \
              ignored",
+        );
+    }
+    for (i, route) in vs.tls.iter().enumerate() {
+        check_tls_route(
+            doc,
+            &spec().key("tls").index(i),
+            route,
+            &gateways,
+            refs,
+            report,
         );
     }
 
@@ -752,6 +769,42 @@ fn check_destination(
     }
 }
 
+/// A PASSTHROUGH route: every match names the SNI hosts it takes (Istio requires them).
+fn check_tls_route(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &crate::kinds::virtual_service::TlsRoute,
+    gateways: &[&Doc<Gateway>],
+    refs: &References,
+    report: &mut Report,
+) {
+    if route.matches.is_empty() {
+        report.error(
+            doc,
+            &at.key("match"),
+            "a tls route needs a match with sniHosts",
+        );
+    }
+    for (i, m) in route.matches.iter().enumerate() {
+        let path = at.key("match").index(i);
+        if m.sni_hosts.is_empty() {
+            report.error(
+                doc,
+                &path.key("sniHosts"),
+                "a tls match needs at least one SNI host",
+            );
+        }
+        for (h, host) in m.sni_hosts.iter().enumerate() {
+            if let Err(e) = crate::hosts::check_host_pattern(host) {
+                report.error(doc, &path.key("sniHosts").index(h), e);
+            }
+        }
+        let own = check_gateway_refs(doc, &m.gateways, &path.key("gateways"), refs, report);
+        check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
+    }
+    check_l4_destinations(doc, at, &route.route, "tls", refs, report);
+}
+
 fn check_tcp_route(
     doc: &VsDoc,
     at: &FieldPath,
@@ -765,16 +818,28 @@ fn check_tcp_route(
         let own = check_gateway_refs(doc, &m.gateways, &path.key("gateways"), refs, report);
         check_match_port(doc, &path.key("port"), m.port, gateways, &own, report);
     }
-    if route.route.is_empty() {
+    check_l4_destinations(doc, at, &route.route, "tcp", refs, report);
+}
+
+/// A tcp or tls route's `route`: at least one destination, weights, each destination.
+fn check_l4_destinations(
+    doc: &VsDoc,
+    at: &FieldPath,
+    route: &[crate::kinds::virtual_service::RouteDestination],
+    kind: &str,
+    refs: &References,
+    report: &mut Report,
+) {
+    if route.is_empty() {
         report.error(
             doc,
             &at.key("route"),
-            "a tcp route needs at least one destination",
+            format!("a {kind} route needs at least one destination"),
         );
     }
-    let weights: Vec<Option<u32>> = route.route.iter().map(|r| r.weight).collect();
+    let weights: Vec<Option<u32>> = route.iter().map(|r| r.weight).collect();
     check_weights(doc, &at.key("route"), &weights, report);
-    for (i, dest) in route.route.iter().enumerate() {
+    for (i, dest) in route.iter().enumerate() {
         let path = at.key("route").index(i).key("destination");
         check_destination(doc, &path, &dest.destination, refs, report);
     }

@@ -38,6 +38,34 @@ pub fn describe(s: &Snapshot) -> String {
                         });
                 let _ = writeln!(out, "  {} port {} TCP: {}", l.name, l.port, target);
             }
+            PortRoutes::Tls(t) => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} TLS (by SNI): {} server(s), {} virtual host(s), {} route(s), \
+                     {} SNI route(s){}",
+                    l.name,
+                    l.port,
+                    t.servers.len(),
+                    t.http.vhosts.len(),
+                    t.http.route_count(),
+                    t.passthrough.len(),
+                    if t.tcp.is_some() { ", a tcp route" } else { "" }
+                );
+                for server in &t.servers {
+                    let what = match &server.action {
+                        crate::control::snapshot::TlsAction::Passthrough => "PASSTHROUGH",
+                        crate::control::snapshot::TlsAction::Terminate { mutual, http, .. } => {
+                            match (*mutual, *http) {
+                                (true, true) => "terminate (client certificates), HTTP",
+                                (true, false) => "terminate (client certificates), TCP",
+                                (false, true) => "terminate, HTTP",
+                                (false, false) => "terminate, TCP",
+                            }
+                        }
+                    };
+                    let _ = writeln!(out, "    [{}]: {what}", server.hosts.join(", "));
+                }
+            }
         }
     }
     let id = &s.identity;
@@ -51,8 +79,12 @@ pub fn describe(s: &Snapshot) -> String {
     }
     let _ = writeln!(out, "routes:");
     for (l, routes) in s.listeners.iter().zip(&s.ports) {
-        if let PortRoutes::Http(t) = routes {
-            describe_table(&mut out, &format!("port {}", l.port), t);
+        match routes {
+            PortRoutes::Http(t) => describe_table(&mut out, &format!("port {}", l.port), t),
+            PortRoutes::Tls(t) => {
+                describe_table(&mut out, &format!("port {} (TLS)", l.port), &t.http)
+            }
+            PortRoutes::Tcp(_) => {}
         }
     }
     if let Some(sidecar) = &s.sidecar {

@@ -164,6 +164,9 @@ pub struct Metrics {
     /// Of those, the ones closed for the per-client-IP cap.
     downstream_cx_overflow_per_ip: Counter,
     downstream_timeouts: Family<ReasonLabels, Counter>,
+    /// Downstream TLS handshakes completed, and those that failed by reason.
+    pub tls_handshakes: Counter,
+    tls_handshake_failures: Family<ReasonLabels, Counter>,
     /// Text another component renders at scrape time (the eBPF acceleration's counters).
     pub extra: std::sync::OnceLock<crate::options::ExtraMetrics>,
 }
@@ -188,6 +191,18 @@ impl Metrics {
         let downstream_cx_overflow = Counter::default();
         let downstream_cx_overflow_per_ip = Counter::default();
         let downstream_timeouts = Family::<ReasonLabels, Counter>::default();
+        let tls_handshakes = Counter::default();
+        let tls_handshake_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "downstream_tls_handshakes",
+            "Downstream TLS handshakes completed (terminated here)",
+            tls_handshakes.clone(),
+        );
+        registry.register(
+            "downstream_tls_handshake_failures",
+            "Downstream TLS connections that failed before serving, by reason (no_client_certificate, unknown_ca, peer_rejected_certificate, no_matching_server, not_tls, timeout, ...)",
+            tls_handshake_failures.clone(),
+        );
         registry.register(
             "http_requests",
             "HTTP requests by route and status code",
@@ -283,6 +298,8 @@ impl Metrics {
             downstream_cx_overflow,
             downstream_cx_overflow_per_ip,
             downstream_timeouts,
+            tls_handshakes,
+            tls_handshake_failures,
             extra: std::sync::OnceLock::new(),
         }
     }
@@ -334,6 +351,12 @@ impl Metrics {
         if overflow == crate::downstream::conn_limits::Overflow::PerIp {
             self.downstream_cx_overflow_per_ip.inc();
         }
+    }
+
+    pub fn tls_handshake_failed(&self, reason: &'static str) {
+        self.tls_handshake_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn upstream_error(&self, kind: &'static str) {

@@ -156,10 +156,19 @@ impl Proxy {
             running._watcher = Some(watch_files(paths, changes_tx)?);
         }
         let (admin_stop_tx, admin_stop_rx) = oneshot::channel::<()>();
+        let watch_certs = opts.watch_config;
         let admin_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("warden-admin".into())
-            .spawn(move || admin_thread(admin_listener, admin_shared, changes_rx, admin_stop_rx))
+            .spawn(move || {
+                admin_thread(
+                    admin_listener,
+                    admin_shared,
+                    changes_rx,
+                    admin_stop_rx,
+                    watch_certs,
+                )
+            })
             .map_err(|source| ProxyError::Thread {
                 what: "admin thread",
                 source,
@@ -175,6 +184,7 @@ fn admin_thread(
     shared: Arc<Shared>,
     mut changes: mpsc::UnboundedReceiver<()>,
     stop: oneshot::Receiver<()>,
+    watch_certs: bool,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -198,6 +208,16 @@ fn admin_thread(
             }
             std::future::pending::<()>().await;
         };
+        let cert_shared = shared.clone();
+        let certs = async move {
+            if watch_certs {
+                watch_certificates(&cert_shared).await;
+            }
+            std::future::pending::<()>().await;
+        };
+        let reloads = async move {
+            tokio::join!(reloads, certs);
+        };
         let stop = async {
             let _ = stop.await;
         };
@@ -216,6 +236,39 @@ fn admin_thread(
             }
         }
     });
+}
+
+/// How often the certificate files of the running config are looked at.
+const CERT_POLL: Duration = Duration::from_secs(1);
+
+/// Reload when a certificate file the running config read changes (polled: the set of files
+/// changes with every reload, and Kubernetes swaps mounted Secrets through symlinks). A
+/// change is acted on once it has held for a moment (a writer replaces the certificate and the
+/// key one after the other); a reload that fails (a key that does not match yet) keeps the
+/// running certificates and is retried at the next change.
+async fn watch_certificates(shared: &Shared) {
+    use warden_tls::file_stamps::FileStamps;
+    let mut last_tried: Option<FileStamps> = None;
+    let mut every = tokio::time::interval(CERT_POLL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let running = shared.snapshot.load_full();
+        if running.tls_files.is_empty() {
+            continue;
+        }
+        let now = FileStamps::of(running.tls_files.paths());
+        if now == running.tls_files || last_tried.as_ref() == Some(&now) {
+            continue;
+        }
+        tokio::time::sleep(CERT_POLL / 4).await;
+        if FileStamps::of(running.tls_files.paths()) != now {
+            continue;
+        }
+        last_tried = Some(now);
+        tracing::info!("certificate files changed: reloading");
+        let _ = shared.reload();
+    }
 }
 
 /// Watch config files (through their directories, so editors that replace files are seen)

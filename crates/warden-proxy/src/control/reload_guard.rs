@@ -102,6 +102,9 @@ fn route_count(routes: &PortRoutes) -> usize {
     match routes {
         PortRoutes::Http(table) => table.route_count(),
         PortRoutes::Tcp(route) => usize::from(route.is_some()),
+        PortRoutes::Tls(t) => {
+            t.http.route_count() + usize::from(t.tcp.is_some()) + t.passthrough.len()
+        }
     }
 }
 

@@ -336,6 +336,8 @@ pub struct ConnCtx {
     /// A captured connection's original destination, and as an authority for ORIGINAL_DST
     /// clusters (rendered once per connection).
     pub original_dst: Option<(SocketAddr, http::uri::Authority)>,
+    /// Set when the connection was TLS terminated here: SNI and the peer's certificate.
+    pub tls: Option<Arc<crate::downstream::tls_accept::TlsInfo>>,
     framing_violation: Arc<AtomicBool>,
 }
 
@@ -353,8 +355,15 @@ impl ConnCtx {
             port,
             side: Side::Gateway,
             original_dst: None,
+            tls: None,
             framing_violation,
         }
+    }
+
+    /// The connection was TLS terminated here.
+    pub fn with_tls(mut self, tls: Arc<crate::downstream::tls_accept::TlsInfo>) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// A sidecar connection: `side`, headed to `dst` (its port is the connection's port).

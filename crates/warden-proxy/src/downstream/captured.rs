@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// What serving a captured connection needs from its accept loop.
+/// What serving a captured connection (or a Gateway TLS port's) needs from its accept loop.
 pub struct Captured {
     pub side: Side,
     pub peer: SocketAddr,
@@ -28,6 +28,22 @@ pub struct Captured {
     pub max_head: usize,
     pub timeouts: crate::downstream::timeouts::Timeouts,
     pub connect_timeout: Duration,
+}
+
+impl Captured {
+    /// The HTTP server's view of `conn`.
+    pub(crate) fn serving(self, conn: ConnCtx, violation: Arc<AtomicBool>) -> fast_h1::Serving {
+        fast_h1::Serving {
+            conn: Arc::new(conn),
+            worker: self.worker,
+            hyper: self.hyper,
+            watcher: self.watcher,
+            stop: self.stop,
+            violation,
+            max_head: self.max_head,
+            timeouts: self.timeouts,
+        }
+    }
 }
 
 /// How one connection is served, decided from the snapshot.
@@ -49,6 +65,22 @@ pub async fn serve(stream: TcpStream, c: Captured) {
     };
     let shared = c.worker.shared.clone();
     let snapshot = shared.snapshot.load_full();
+    if c.side == Side::Inbound {
+        if let Some(inbound) = snapshot.inbound_tls.as_ref() {
+            match mutual_tls(&stream, inbound, dst.port(), &snapshot).await {
+                Peer::Closed => return,
+                Peer::Plaintext => {}
+                Peer::PlaintextRefused => {
+                    tracing::debug!(peer = %c.peer, %dst, "plaintext refused (PeerAuthentication STRICT)");
+                    shared.metrics.tls_handshake_failed("plaintext_refused");
+                    return;
+                }
+                Peer::Tls(config) => {
+                    return serve_mtls(stream, dst, config, c, snapshot.clone()).await
+                }
+            }
+        }
+    }
     match plan(&snapshot, c.side, dst) {
         Plan::Close => {
             shared.metrics.upstream_error("blackhole");
@@ -86,20 +118,155 @@ pub async fn serve(stream: TcpStream, c: Captured) {
     let local = stream.local_addr().unwrap_or(dst);
     let violation = Arc::new(AtomicBool::new(false));
     let conn = ConnCtx::new(c.peer, local, dst.port(), violation.clone()).captured(c.side, dst);
-    fast_h1::serve(
-        stream,
-        fast_h1::Serving {
-            conn: Arc::new(conn),
-            worker: c.worker,
-            hyper: c.hyper,
-            watcher: c.watcher,
-            stop: c.stop,
-            violation,
-            max_head: c.max_head,
-            timeouts: c.timeouts,
-        },
-    )
-    .await;
+    fast_h1::serve(stream, c.serving(conn, violation)).await;
+}
+
+/// What an inbound connection's first bytes and the port's PeerAuthentication mode make it.
+enum Peer {
+    Plaintext,
+    PlaintextRefused,
+    Tls(Arc<warden_tls::rustls::ServerConfig>),
+    Closed,
+}
+
+async fn mutual_tls(
+    stream: &TcpStream,
+    inbound: &crate::control::snapshot::InboundTls,
+    port: u16,
+    snapshot: &Snapshot,
+) -> Peer {
+    use warden_config::kinds::peer_authentication::PeerMode;
+    let mode = inbound.mode(port);
+    if mode == PeerMode::Disable {
+        return Peer::Plaintext;
+    }
+    // PERMISSIVE waits as protocol detection does (a server-first protocol sends nothing);
+    // STRICT as long as a handshake may take.
+    let wait = match mode {
+        PeerMode::Strict => Some(crate::downstream::tls_accept::HANDSHAKE_TIMEOUT),
+        _ => snapshot.sidecar.as_ref().and_then(|s| s.detection_timeout),
+    };
+    let first = async {
+        let mut buf = [0u8; 3];
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) if n >= buf.len() => {
+                    return Some(warden_tls::client_hello::looks_like_tls(&buf))
+                }
+                // Fewer bytes than a record header: wait for the rest.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+    };
+    let tls = match wait {
+        None => first.await,
+        Some(t) => tokio::time::timeout(t, first).await.unwrap_or(Some(false)),
+    };
+    match (tls, mode, &inbound.config) {
+        (None, ..) => Peer::Closed,
+        (Some(true), _, Some(config)) => Peer::Tls(config.clone()),
+        (Some(_), PeerMode::Strict, _) => Peer::PlaintextRefused,
+        _ => Peer::Plaintext,
+    }
+}
+
+/// An inbound connection from a mesh peer: terminate its mTLS (the peer's identity goes to the
+/// policies), then serve the decrypted bytes as the destination port's protocol says (a port
+/// whose protocol is not declared: HTTP when ALPN chose HTTP, else TCP).
+async fn serve_mtls(
+    stream: TcpStream,
+    dst: SocketAddr,
+    config: Arc<warden_tls::rustls::ServerConfig>,
+    c: Captured,
+    snapshot: Arc<Snapshot>,
+) {
+    use crate::downstream::tls_accept::{TlsInfo, HANDSHAKE_TIMEOUT};
+    let metrics = &c.worker.shared.metrics;
+    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, peer = %c.peer, "mesh mTLS handshake failed");
+            metrics.tls_handshake_failed(warden_tls::handshake_error::reason(&e));
+            return;
+        }
+        Err(_) => {
+            metrics.tls_handshake_failed("timeout");
+            return;
+        }
+    };
+    metrics.tls_handshakes.inc();
+    let session = tls.get_ref().1;
+    let alpn_http = matches!(session.alpn_protocol(), Some(b"h2") | Some(b"http/1.1"));
+    let info = Arc::new(TlsInfo {
+        sni: session.server_name().map(str::to_owned),
+        peer: session
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(warden_tls::PeerIdentity::from_leaf),
+    });
+    let mut tls = tls;
+    let mut input = bytes::BytesMut::new();
+    let tcp = match plan(&snapshot, c.side, dst) {
+        Plan::Close => return,
+        Plan::Http => None,
+        Plan::Detect(_) if alpn_http => None,
+        Plan::Tcp(route) => Some(route),
+        Plan::Detect(route) => {
+            let timeout = snapshot.sidecar.as_ref().and_then(|s| s.detection_timeout);
+            match sniff_decrypted(&mut tls, &mut input, timeout).await {
+                None => return,
+                Some(true) => None,
+                Some(false) => Some(route),
+            }
+        }
+    };
+    if let Some(route) = tcp {
+        let replayed = warden_http1::replay_io::ReplayIo::new(input.freeze(), tls);
+        return tcp_proxy::proxy_decrypted(
+            replayed,
+            c.peer,
+            &info,
+            route,
+            (dst.port(), dst, Some(dst)),
+            c.side,
+            &c.worker,
+            c.connect_timeout,
+        )
+        .await;
+    }
+    let violation = Arc::new(AtomicBool::new(false));
+    let conn = ConnCtx::new(c.peer, dst, dst.port(), violation.clone())
+        .captured(c.side, dst)
+        .with_tls(info);
+    fast_h1::serve_tls(tls, input, c.serving(conn, violation)).await;
+}
+
+/// Read the first decrypted bytes into `input` until they tell HTTP (`Some(true)`) from
+/// other bytes, within `timeout` (a peer that sends nothing speaks a server-first protocol:
+/// TCP); `None` when the connection ended first.
+async fn sniff_decrypted<S: tokio::io::AsyncRead + Unpin>(
+    tls: &mut S,
+    input: &mut bytes::BytesMut,
+    timeout: Option<Duration>,
+) -> Option<bool> {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        loop {
+            if let Some(verdict) = classify(input) {
+                return Some(verdict);
+            }
+            match tls.read_buf(input).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    match timeout {
+        None => read.await,
+        Some(t) => tokio::time::timeout(t, read).await.unwrap_or(Some(false)),
+    }
 }
 
 fn plan(snapshot: &Snapshot, side: Side, dst: SocketAddr) -> Plan<'_> {

@@ -183,7 +183,25 @@ fn with_hyper(
     Box::pin(serve_with_hyper(stream, input, serving))
 }
 
-async fn serve_with_hyper(stream: TcpStream, input: BytesMut, serving: Serving) {
+/// A TLS connection, served by hyper from its first byte (HTTP/1.1, or HTTP/2 when ALPN
+/// chose it: hyper's auto builder reads the preface), after `input` (decrypted bytes already
+/// read, to tell HTTP from TCP). The fast path's reads and writes are plain-socket syscalls, so
+/// TLS does not take it.
+pub fn serve_tls<S>(
+    stream: S,
+    input: BytesMut,
+    serving: Serving,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    Box::pin(serve_with_hyper(stream, input, serving))
+}
+
+async fn serve_with_hyper<S>(stream: S, input: BytesMut, serving: Serving)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Serving {
         conn,
         worker,

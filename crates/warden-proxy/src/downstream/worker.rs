@@ -276,8 +276,8 @@ async fn accept_loop(
                             drop((guard, permit));
                         });
                     }
-                    ListenerProtocol::Captured => {
-                        let captured = crate::downstream::captured::Captured {
+                    ListenerProtocol::Tls | ListenerProtocol::Captured => {
+                        let handed = crate::downstream::captured::Captured {
                             side: spec.side,
                             peer,
                             worker: worker.clone(),
@@ -289,8 +289,13 @@ async fn accept_loop(
                             connect_timeout,
                         };
                         let guard = ActiveConn::new(worker.shared.clone(), Some(served.tcp.subscribe()));
+                        let tls = spec.protocol == ListenerProtocol::Tls;
                         tokio::spawn(async move {
-                            crate::downstream::captured::serve(stream, captured).await;
+                            if tls {
+                                crate::downstream::tls_accept::serve(stream, port, handed).await;
+                            } else {
+                                crate::downstream::captured::serve(stream, handed).await;
+                            }
                             drop((guard, permit));
                         });
                     }

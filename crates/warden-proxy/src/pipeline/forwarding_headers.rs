@@ -122,6 +122,8 @@ pub struct Forwarding<'a> {
     append_peer: bool,
     /// Whether `x-envoy-external-address` is set: at the edge only (a gateway).
     edge: bool,
+    /// The downstream connection is TLS: `x-forwarded-proto: https`.
+    https: bool,
 }
 
 /// Which forwarding headers the request brought, as [`Forwarding::keeps_line`] saw them.
@@ -147,6 +149,7 @@ impl<'a> Forwarding<'a> {
             request_id: fastrand::u128(..).to_le_bytes(),
             append_peer: true,
             edge: true,
+            https: false,
         }
     }
 
@@ -160,13 +163,30 @@ impl<'a> Forwarding<'a> {
         self
     }
 
+    /// The request came over TLS (`x-forwarded-proto: https`).
+    pub fn over_tls(mut self, tls: bool) -> Self {
+        self.https = tls;
+        self
+    }
+
+    fn proto(&self) -> &'static str {
+        if self.https {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// Add the headers to `headers`.
     pub fn apply(&self, headers: &mut HeaderMap) {
         if self.append_peer {
             self.append_xff(headers);
         }
         if !self.keep_proto || !headers.contains_key(&X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+            headers.insert(
+                X_FORWARDED_PROTO.clone(),
+                HeaderValue::from_static(self.proto()),
+            );
         }
         headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
@@ -251,7 +271,9 @@ impl<'a> Forwarding<'a> {
             out.extend_from_slice(b"\r\n");
         }
         if !(self.keep_proto && seen.proto) {
-            out.extend_from_slice(b"x-forwarded-proto: http\r\n");
+            out.extend_from_slice(b"x-forwarded-proto: ");
+            out.extend_from_slice(self.proto().as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         if !seen.request_id {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];

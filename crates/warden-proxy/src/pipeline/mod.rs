@@ -73,6 +73,8 @@ pub struct RequestAttrs<'a> {
     /// The virtual host (index in the port's route table) routing picked; set by stage 2,
     /// read by the rate limit stages for EnvoyFilter patches that name one.
     pub vhost: u32,
+    /// TLS terminated here: the SNI and the client certificate's identity.
+    pub tls: Option<&'a crate::downstream::tls_accept::TlsInfo>,
 }
 
 impl RequestAttrs<'_> {
@@ -388,7 +390,7 @@ fn record(
 /// Stage 1: what the policy stages see of the request (the trusted client address per the
 /// XFF rules).
 fn request_attrs<'a>(
-    conn: &ConnCtx,
+    conn: &'a ConnCtx,
     shared: &Shared,
     parts: &'a http::request::Parts,
     lines: Option<&'a RequestLines>,
@@ -420,6 +422,7 @@ fn request_attrs<'a>(
         local_addr: conn.local,
         side: conn.side,
         vhost: u32::MAX,
+        tls: conn.tls.as_deref(),
     }
 }
 
@@ -933,7 +936,8 @@ async fn act(
                     client_ip,
                     shared.num_trusted_proxies,
                 )
-                .on_side(conn.side);
+                .on_side(conn.side)
+                .over_tls(conn.tls.is_some());
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
                 let mut request = outgoing(

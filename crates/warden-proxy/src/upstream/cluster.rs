@@ -6,6 +6,7 @@ use crate::upstream::h1_pool::ReuseLimits;
 use crate::upstream::outlier::{Outcome, OutlierDetector, OutlierPolicy};
 use http::uri::Authority;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -70,6 +71,8 @@ pub struct Cluster {
     pub source: Option<std::net::IpAddr>,
     /// `outlierDetection`: endpoints ejected after consecutive errors.
     pub outlier: Option<Box<OutlierDetector>>,
+    /// DestinationRule `tls`: connections to the endpoints are TLS.
+    pub tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -121,9 +124,18 @@ impl Cluster {
             original_dst: false,
             source: None,
             outlier: None,
+            tls: None,
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }
+    }
+
+    pub fn with_tls(
+        mut self,
+        tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>,
+    ) -> Self {
+        self.tls = tls;
+        self
     }
 
     pub fn with_reuse(mut self, reuse: ReuseLimits) -> Self {

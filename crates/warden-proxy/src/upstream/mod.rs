@@ -10,6 +10,7 @@ pub mod mirror;
 pub mod outlier;
 pub mod retry_on;
 pub(crate) mod tcp_proxy;
+pub mod tls_origination;
 
 use crate::control::metrics::Metrics;
 use crate::pipeline::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
@@ -40,6 +41,8 @@ pub struct UpstreamClients {
     sourced: Option<(std::net::IpAddr, H1Pool, Client<HttpConnector, ProxyBody>)>,
     /// Shadow requests' clients (`mirror`).
     pub mirror: mirror::MirrorClients,
+    /// For the TLS clusters' clients, made on first use.
+    pub connect_timeout: Duration,
 }
 
 fn h2_client(
@@ -65,6 +68,7 @@ impl UpstreamClients {
             h1: H1Pool::new(connect_timeout),
             h2: h2_client(connect_timeout, None),
             mirror: mirror::MirrorClients::new(connect_timeout),
+            connect_timeout,
             sourced: source.map(|ip| {
                 (
                     ip,
@@ -317,6 +321,19 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
     }
 }
 
+/// `scheme://endpoint/path`, what hyper's clients connect by.
+fn absolute_uri(
+    scheme: Scheme,
+    endpoint: &http::uri::Authority,
+    path: PathAndQuery,
+) -> Result<Uri, SendError> {
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(scheme);
+    uri.authority = Some(endpoint.clone());
+    uri.path_and_query = Some(path);
+    Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))
+}
+
 /// One try. A body-less HTTP/1.1 request is written straight from a borrowed head, so retries
 /// need no copy, with the forwarding headers written into it; hyper's clients get them in
 /// their copy.
@@ -367,6 +384,22 @@ async fn attempt(
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        if let Some(tls) = &cluster.tls {
+            let mut parts = head.into_owned();
+            parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
+            parts.version = if tls.http2 {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            };
+            return Box::pin(
+                tls.client(clients.connect_timeout)
+                    .request(Request::from_parts(parts, body)),
+            )
+            .await
+            .map(|r| r.map(ProxyBody::Streamed))
+            .map_err(|e| send_error(e.is_connect(), e));
+        }
         match cluster.protocol {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
@@ -394,11 +427,7 @@ async fn attempt(
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
-                let mut uri = http::uri::Parts::default();
-                uri.scheme = Some(Scheme::HTTP);
-                uri.authority = Some(endpoint.clone());
-                uri.path_and_query = Some(path);
-                parts.uri = Uri::from_parts(uri).map_err(|e| SendError::Other(e.to_string()))?;
+                parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
                 parts.version = Version::HTTP_2;
                 Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await

@@ -8,6 +8,7 @@ use crate::control::metrics::Metrics;
 use crate::control::snapshot::{PortRoutes, TcpRoute};
 use crate::control::state::WorkerCtx;
 use crate::downstream::destination::Side;
+use crate::downstream::tls_accept::TlsInfo;
 use crate::pipeline::Filters;
 use crate::upstream::connect::{connect, ConnectError};
 use std::net::SocketAddr;
@@ -39,6 +40,60 @@ pub async fn proxy(inbound: TcpStream, port: u16, worker: &WorkerCtx, connect_ti
         connect_timeout,
     )
     .await;
+}
+
+/// A gateway TLS server's connection on `port`: PASSTHROUGH (`inbound` still holds the
+/// client's ClientHello, forwarded untouched) on the SNI route `route`.
+pub async fn proxy_passthrough(
+    inbound: TcpStream,
+    route: &TcpRoute,
+    port: u16,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) {
+    let snapshot = worker.shared.snapshot.load_full();
+    let Ok(local) = inbound.local_addr() else {
+        return;
+    };
+    let target = Target {
+        port,
+        local,
+        original_dst: None,
+        filters: snapshot.filters_for(Side::Gateway),
+    };
+    serve(inbound, route, target, worker, connect_timeout).await;
+}
+
+/// A connection whose TLS was terminated here (a gateway `protocol: TLS` server, or a
+/// sidecar's mTLS inbound), copied to `route`'s upstream. The policies decide at once: the
+/// handshake was the first bytes.
+#[allow(clippy::too_many_arguments)]
+pub async fn proxy_decrypted<S>(
+    inbound: S,
+    peer: SocketAddr,
+    tls: &TlsInfo,
+    route: &TcpRoute,
+    target_dst: (u16, SocketAddr, Option<SocketAddr>),
+    side: Side,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let snapshot = worker.shared.snapshot.load_full();
+    let (port, local, original_dst) = target_dst;
+    let target = Target {
+        port,
+        local,
+        original_dst,
+        filters: snapshot.filters_for(side),
+    };
+    let shared = &*worker.shared;
+    shared.metrics.tcp_connections.inc();
+    if !decide(peer, &target, Some(tls), &shared.metrics) {
+        return;
+    }
+    relay(inbound, route, &target, worker, connect_timeout).await;
 }
 
 /// A sidecar's TCP connection headed to `dst`, on `route`. Inbound ones go through the
@@ -76,7 +131,7 @@ struct Target<'a> {
 }
 
 async fn serve(
-    mut inbound: TcpStream,
+    inbound: TcpStream,
     route: &TcpRoute,
     target: Target<'_>,
     worker: &WorkerCtx,
@@ -87,6 +142,20 @@ async fn serve(
     if !admitted(&inbound, &target, &shared.metrics).await {
         return;
     }
+    relay(inbound, route, &target, worker, connect_timeout).await;
+}
+
+/// Pick the route's endpoint, connect and copy both ways.
+async fn relay<S>(
+    mut inbound: S,
+    route: &TcpRoute,
+    target: &Target<'_>,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let shared = &*worker.shared;
     let Some(cluster) = route.pick_cluster() else {
         return;
     };
@@ -121,6 +190,20 @@ async fn serve(
         }
     };
     let mut outbound = outbound;
+    if let Some(tls) = &cluster.tls {
+        let mut outbound = match tls.connect(host, outbound).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, upstream = host, port, "upstream TLS handshake failed");
+                shared.metrics.upstream_error("tls");
+                return;
+            }
+        };
+        if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
+            tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
+        }
+        return;
+    }
     if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
         tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
     }
@@ -135,11 +218,8 @@ async fn admitted(inbound: &TcpStream, target: &Target<'_>, metrics: &Metrics) -
     let Ok(peer) = inbound.peer_addr() else {
         return false;
     };
-    if let Some(limiter) = &filters.local_rate_limit {
-        if !limiter.admit_connection(target.port, peer.ip()) {
-            tracing::debug!(%peer, port = target.port, "connection over the local limit; closing");
-            return false;
-        }
+    if !within_limit(peer, target) {
+        return false;
     }
     if let Some(authz) = &filters.authz {
         // Envoy's network RBAC decides on the first byte (ONE_TIME_ON_FIRST_BYTE).
@@ -148,7 +228,29 @@ async fn admitted(inbound: &TcpStream, target: &Target<'_>, metrics: &Metrics) -
             Ok(n) if n > 0 => {}
             _ => return false,
         }
-        return authz.check_tcp(peer.ip(), target.local, metrics);
+        return authz.check_tcp(peer.ip(), target.local, None, metrics);
     }
     true
+}
+
+fn within_limit(peer: SocketAddr, target: &Target<'_>) -> bool {
+    match &target.filters.local_rate_limit {
+        Some(limiter) if !limiter.admit_connection(target.port, peer.ip()) => {
+            tracing::debug!(%peer, port = target.port, "connection over the local limit; closing");
+            false
+        }
+        _ => true,
+    }
+}
+
+/// The local connection limit, then authorization, for a connection from `peer` whose first
+/// bytes were already read (a TLS handshake, whose SNI and client identity `tls` holds).
+fn decide(peer: SocketAddr, target: &Target<'_>, tls: Option<&TlsInfo>, metrics: &Metrics) -> bool {
+    if !within_limit(peer, target) {
+        return false;
+    }
+    match &target.filters.authz {
+        Some(authz) => authz.check_tcp(peer.ip(), target.local, tls, metrics),
+        None => true,
+    }
 }

@@ -23,7 +23,12 @@ use warden_config::hosts::server_host_admits;
 use warden_config::kinds::virtual_service::{HttpFault, HttpRoute, VirtualService};
 use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
 
+mod gateway_tls;
+mod peer_authn;
 mod sidecar;
+mod upstream_tls;
+pub use gateway_tls::{SniRoute, TlsAction, TlsPortRoutes, TlsServer};
+pub use peer_authn::InboundTls;
 pub use sidecar::{Outbound, PortProtocol, SidecarRoutes, SidecarSettings, INBOUND_SOURCE};
 
 /// The proxy's own identity, used by policies with workload selectors, and its role.
@@ -34,8 +39,34 @@ pub struct ProxyIdentity {
     /// A sidecar's pod addresses (which registry endpoints are this pod) and service account.
     pub pod_ips: Vec<std::net::IpAddr>,
     pub service_account: Option<String>,
+    /// Where `credentialName`s are folders (`--credentials-dir`).
+    pub credentials_dir: Option<std::path::PathBuf>,
+    /// This proxy's mesh certificate (ISTIO_MUTUAL, PeerAuthentication): `--mesh-credentials`.
+    pub mesh: Option<MeshCredentials>,
     /// `None`: an ingress gateway serving Gateway ports.
     pub sidecar: Option<SidecarSettings>,
+}
+
+/// A folder with this workload's `tls.crt`, `tls.key` and the mesh CA's `ca.crt`, and the
+/// trust domain peers' SPIFFE identities must be in.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MeshCredentials {
+    pub dir: std::path::PathBuf,
+    pub trust_domain: String,
+}
+
+impl MeshCredentials {
+    /// The trust domain of `dir/tls.crt`'s SPIFFE identity.
+    pub fn trust_domain_of(dir: &std::path::Path) -> anyhow::Result<String> {
+        let path = dir.join("tls.crt");
+        let chain = warden_tls::pem_files::read_chain(&path, std::time::SystemTime::now())?;
+        let principal = chain
+            .first()
+            .and_then(warden_tls::PeerIdentity::from_leaf)
+            .and_then(|id| id.principal)
+            .ok_or_else(|| anyhow::anyhow!("{}: no spiffe:// URI SAN", path.display()))?;
+        Ok(principal.split('/').next().unwrap_or_default().to_owned())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -43,6 +74,9 @@ pub enum ListenerProtocol {
     /// HTTP/1.1 and h2c on the same port.
     Http,
     Tcp,
+    /// HTTPS and TLS servers: the ClientHello's SNI picks a server, which terminates (then
+    /// HTTP or TCP) or passes the bytes through.
+    Tls,
     /// A sidecar's outbound or inbound listener: HTTP or TCP per connection, by where it was
     /// headed.
     Captured,
@@ -84,6 +118,7 @@ impl TcpRoute {
 pub enum PortRoutes {
     Http(RouteTable),
     Tcp(Option<TcpRoute>),
+    Tls(TlsPortRoutes),
 }
 
 #[derive(Debug)]
@@ -98,6 +133,10 @@ pub struct Snapshot {
     pub identity: ProxyIdentity,
     /// A sidecar's outbound and inbound routes (its `listeners` are its two ports).
     pub sidecar: Option<SidecarRoutes>,
+    /// A sidecar's inbound mTLS (PeerAuthentication modes and the mesh server config).
+    pub inbound_tls: Option<InboundTls>,
+    /// The certificate files the running config read, as they were: a change reloads.
+    pub tls_files: warden_tls::file_stamps::FileStamps,
     /// The (no) policies of a sidecar's outbound side: Istio applies them inbound.
     no_filters: Filters,
     /// Whether a route or a policy stage reads request headers other than `Host`; see
@@ -132,6 +171,7 @@ impl Snapshot {
         };
         match routes {
             Some(PortRoutes::Http(t)) => Some(t),
+            Some(PortRoutes::Tls(t)) => Some(&t.http),
             _ => None,
         }
     }
@@ -159,6 +199,7 @@ impl Snapshot {
             errors: Vec::new(),
             warnings: loaded.warnings.clone(),
             clusters: BTreeMap::new(),
+            tls_files: Vec::new(),
         };
         b.warn_unselected(identity);
         let (listeners, sidecar) = match &identity.sidecar {
@@ -171,11 +212,13 @@ impl Snapshot {
                 Some(SidecarRoutes::build(&mut b, identity, settings)),
             ),
         };
+        let inbound_tls = identity.sidecar.as_ref().map(|_| b.inbound_tls());
         let mut ports = Vec::with_capacity(listeners.len());
         for l in &listeners {
             ports.push(match l.protocol {
                 ListenerProtocol::Http => PortRoutes::Http(b.http_routes(l.port)),
                 ListenerProtocol::Tcp => PortRoutes::Tcp(b.tcp_route(l.port)),
+                ListenerProtocol::Tls => PortRoutes::Tls(b.tls_port(l.port)),
                 ListenerProtocol::Captured => PortRoutes::Tcp(None),
             });
         }
@@ -199,6 +242,8 @@ impl Snapshot {
         }
         let clusters = b.clusters;
         let warnings = b.warnings;
+        let tls_files =
+            warden_tls::file_stamps::FileStamps::of(b.tls_files.iter().map(|p| p.as_path()));
         let reads_request_headers = ports
             .iter()
             .chain(sidecar.iter().flat_map(SidecarRoutes::http_tables))
@@ -214,6 +259,8 @@ impl Snapshot {
             warnings,
             identity: identity.clone(),
             sidecar,
+            inbound_tls,
+            tls_files,
             no_filters: Filters::default(),
         })
     }
@@ -228,6 +275,8 @@ struct Builder<'a> {
     errors: Vec<Problem>,
     warnings: Vec<Problem>,
     clusters: BTreeMap<String, Arc<Cluster>>,
+    /// Certificate files read while building (watched for changes).
+    tls_files: Vec<std::path::PathBuf>,
 }
 
 /// For the servers on `port` of the Gateways `vs` binds to that set `tls.httpsRedirect`: which
@@ -440,6 +489,7 @@ impl Builder<'_> {
                 let protocol = match server.port.protocol.to_ascii_uppercase().as_str() {
                     "HTTP" | "HTTP2" | "GRPC" => ListenerProtocol::Http,
                     "TCP" => ListenerProtocol::Tcp,
+                    "HTTPS" | "TLS" => ListenerProtocol::Tls,
                     other => {
                         self.error(
                             gw,
@@ -464,10 +514,10 @@ impl Builder<'_> {
                     continue;
                 }
                 let name = server.port.name.clone().unwrap_or_else(|| {
-                    let p = if protocol == ListenerProtocol::Tcp {
-                        "tcp"
-                    } else {
-                        "http"
+                    let p = match protocol {
+                        ListenerProtocol::Tcp => "tcp",
+                        ListenerProtocol::Tls => "https",
+                        _ => "http",
                     };
                     format!("{p}_{port}")
                 });
@@ -1139,8 +1189,31 @@ impl Builder<'_> {
         } else {
             UpstreamProtocol::Http1
         };
+        let http2 = protocol == UpstreamProtocol::Http2;
+        let meshed = !endpoints.is_empty()
+            && se
+                .spec
+                .endpoints
+                .iter()
+                .filter(|ep| {
+                    subset.is_none_or(|s| s.labels.iter().all(|(k, v)| ep.labels.get(k) == Some(v)))
+                })
+                .all(|ep| {
+                    ep.labels
+                        .get(upstream_tls::TLS_MODE_LABEL)
+                        .map(String::as_str)
+                        == Some("istio")
+                });
+        let tls = match (dr, policy.and_then(|p| p.tls_for_port(svc_port.number))) {
+            (Some(dr), Some(tls)) => self.upstream_tls(dr, tls, host, http2).ok()?,
+            _ if meshed && self.identity.mesh.is_some() && self.identity.sidecar.is_some() => self
+                .upstream_tls(se, &upstream_tls::auto_mtls(), host, http2)
+                .ok()?,
+            _ => None,
+        };
         let mut cluster = Cluster::new(name, endpoints, lb, protocol, max_requests.min(max_conns))
-            .with_reuse(reuse);
+            .with_reuse(reuse)
+            .with_tls(tls);
         cluster.original_dst = resolution == "NONE";
         if let Some(od) = policy.and_then(|p| p.outlier_detection.as_ref()) {
             match crate::upstream::outlier::OutlierPolicy::from_config(od) {

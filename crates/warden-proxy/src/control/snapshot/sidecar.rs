@@ -155,7 +155,7 @@ impl SidecarRoutes {
     pub fn outbound_http_tables(&self) -> impl Iterator<Item = (u16, &RouteTable)> {
         self.outbound_http.iter().filter_map(|(p, r)| match r {
             PortRoutes::Http(t) => Some((*p, t)),
-            PortRoutes::Tcp(_) => None,
+            PortRoutes::Tcp(_) | PortRoutes::Tls(_) => None,
         })
     }
 

@@ -92,19 +92,32 @@ impl AuthzFilter {
             method: req.method.as_str(),
             path: req.path,
             headers: req.headers,
-            sni: None,
+            sni: req.tls.and_then(|t| t.sni.as_deref()),
+            principal: req
+                .tls
+                .and_then(|t| t.peer.as_ref())
+                .and_then(|p| p.principal.as_deref()),
         });
         self.note(decision, metrics)
     }
 
     /// Decide a TCP connection on its first byte; a denied one is closed with nothing written.
-    pub fn check_tcp(&self, peer: IpAddr, local: SocketAddr, metrics: &Metrics) -> bool {
+    pub fn check_tcp(
+        &self,
+        peer: IpAddr,
+        local: SocketAddr,
+        tls: Option<&crate::downstream::tls_accept::TlsInfo>,
+        metrics: &Metrics,
+    ) -> bool {
         let decision = self.authorizer.check_tcp(&TcpAttrs {
             direct_peer: peer,
             client_ip: peer,
             dest_ip: local.ip(),
             dest_port: local.port(),
-            sni: None,
+            sni: tls.and_then(|t| t.sni.as_deref()),
+            principal: tls
+                .and_then(|t| t.peer.as_ref())
+                .and_then(|p| p.principal.as_deref()),
         });
         let n = self.note(decision, metrics);
         if let Some(policy) = &n.denied_by {
