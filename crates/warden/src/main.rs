@@ -34,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start; boxing the large argument structs would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway proxy from Istio Gateway/VirtualService/ServiceEntry (and warden) YAML.
