@@ -139,11 +139,19 @@ async fn request_routing_jason_sees_reviews_v2_everyone_else_v1() {
 }
 
 fn proxy_clusters(proxy: &warden_proxy::RunningProxy) -> String {
+    admin_text(proxy, "/config_dump")
+}
+
+/// An admin endpoint's answer, head and body.
+fn admin_text(proxy: &warden_proxy::RunningProxy, path: &str) -> String {
     let admin = proxy.admin_addr().unwrap();
     let mut s = std::net::TcpStream::connect(admin).unwrap();
     use std::io::{Read, Write};
-    s.write_all(b"GET /config_dump HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -631,7 +639,7 @@ async fn mirroring_copies_every_request_to_v2_with_a_shadow_host() {
     let want = "warden_mirror_requests_total{kind=\"answered\"} 11";
     let mut metrics = String::new();
     for _ in 0..200 {
-        metrics = proxy_clusters_metrics(&proxy);
+        metrics = admin_text(&proxy, "/stats/prometheus");
         if metrics.contains(want) {
             break;
         }
@@ -661,17 +669,6 @@ async fn mirror_percentage_copies_its_share() {
     let copies = seen_v2.lock().unwrap().requests.len();
     // 50% of 400 within 5 standard deviations (±50).
     assert!((150..=250).contains(&copies), "{copies} copies of {n}");
-}
-
-fn proxy_clusters_metrics(proxy: &warden_proxy::RunningProxy) -> String {
-    let admin = proxy.admin_addr().unwrap();
-    let mut s = std::net::TcpStream::connect(admin).unwrap();
-    use std::io::{Read, Write};
-    s.write_all(b"GET /stats/prometheus HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// istio.io reference/config/networking/virtual-service/#CorsPolicy: the ratings example.
