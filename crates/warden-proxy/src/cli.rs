@@ -448,8 +448,10 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .and_then(|l| Snapshot::build(l, &identity, None));
     match built {
         Ok(snapshot) => {
-            print!("{}", check::describe(&snapshot));
-            println!("config OK");
+            // A closed stdout (`warden check | head`) ends the output, not the process.
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "{}config OK\n", check::describe(&snapshot));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
