@@ -451,7 +451,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             // A closed stdout (`warden check | head`) ends the output, not the process.
             use std::io::Write;
             let mut out = std::io::stdout().lock();
-            let _ = write!(out, "{}config OK\n", check::describe(&snapshot));
+            let _ = writeln!(out, "{}config OK", check::describe(&snapshot));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
