@@ -47,25 +47,41 @@ fn every_subcommand_has_help_and_version_works() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("warden "));
 }
 
-/// `warden demo --print-config | head`: a reader that stops early must not make it panic.
-#[test]
-fn print_config_to_a_closed_pipe_does_not_panic() {
+/// Run `warden ARGS`, read `first` bytes of its output, then close the pipe as `head` does;
+/// returns what was read. A reader that stops early must not make it panic.
+fn with_stdout_closed_after(args: &[&str], first: usize) -> Vec<u8> {
     use std::io::Read;
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["demo", "--print-config"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run warden demo --print-config");
-    let mut first = [0u8; 64];
+        .expect("run warden");
+    let mut read = vec![0u8; first];
     let mut stdout = child.stdout.take().unwrap();
-    stdout.read_exact(&mut first).unwrap();
-    // Closed with most of the (large) config unread, as `head` does.
+    stdout.read_exact(&mut read).unwrap();
     drop(stdout);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(out.status.success(), "{:?} {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+    read
+}
+
+/// `warden demo --print-config | head`: closed with most of the (large) config unread.
+#[test]
+fn print_config_to_a_closed_pipe_does_not_panic() {
+    let first = with_stdout_closed_after(&["demo", "--print-config"], 64);
     assert!(String::from_utf8_lossy(&first).contains("apiVersion"));
+}
+
+/// `warden check -c CONFIG | head`: the pipe is closed before anything is read.
+#[test]
+fn check_to_a_closed_pipe_does_not_panic() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/gateway/reverse-proxy.yaml"
+    );
+    with_stdout_closed_after(&["check", "-c", config], 0);
 }
