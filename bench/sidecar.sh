@@ -98,22 +98,21 @@ CLIENT_CPU=(nsenter --net=/run/netns/"$CLI" -- "${PIN_CLIENT[@]}")
 echo
 echo "max closed-loop QPS (wrk), sidecars / direct (seed 003: 88% on Istio 1.3.3, 91% on 1.4.8):"
 rps_once() { "${CLIENT_CPU[@]}" wrk -t1 -c"$CONNS" -d"${SECS}s" "$@" | awk '/Requests\/sec/ {print $2}'; }
-for mode in keepalive; do
-  extra=(); [ $mode = close ] && extra=(-H "Connection: close")
-  d=$(rps_once "${extra[@]}" "$DIRECT"); m=$(rps_once "${extra[@]}" "$MESH")
-  printf '  %-10s direct %9.0f rps   sidecars %9.0f rps (one pair, for scale)\n' "$mode" "$d" "$m"
-  if [ $mode = close ]; then
-    # paired_ratio runs plain wrk; a new connection per request needs the header.
-    ratio=$(for i in $(seq "$PAIRS"); do
-      if ((i % 2)); then a=$(rps_once -H "Connection: close" "$DIRECT"); b=$(rps_once -H "Connection: close" "$MESH")
-      else b=$(rps_once -H "Connection: close" "$MESH"); a=$(rps_once -H "Connection: close" "$DIRECT"); fi
-      python3 -c "print(f'{${b:-0} / max(1.0, ${a:-0}):.3f}')"
-    done | python3 -c "import sys,statistics; r=[float(x) for x in sys.stdin]; print('new connection per request, sidecars / direct\t%.3f\t%s' % (statistics.median(r), ' '.join('%.3f' % x for x in r)))")
-  else
-    ratio=$(paired_ratio "keep-alive, sidecars / direct" "$DIRECT" "$MESH" "$PAIRS" "$SECS")
+# closed_loop MODE — one pair for scale, then the paired ratio (keepalive, or close: a new
+# connection per request through wrk's `Connection: close` header).
+closed_loop() {
+  local mode=$1 label="keep-alive, sidecars / direct"
+  PAIRED_WRK_ARGS=()
+  if [ "$mode" = close ]; then
+    PAIRED_WRK_ARGS=(-H "Connection: close"); label="new connection per request, sidecars / direct"
   fi
-  paired_verdict - <<<"$ratio" | sed 's/^/  /'
-done
+  local d m
+  d=$(rps_once "${PAIRED_WRK_ARGS[@]}" "$DIRECT"); m=$(rps_once "${PAIRED_WRK_ARGS[@]}" "$MESH")
+  printf '  %-10s direct %9.0f rps   sidecars %9.0f rps (one pair, for scale)\n' "$mode" "$d" "$m"
+  paired_ratio "$label" "$DIRECT" "$MESH" "$PAIRS" "$SECS" | paired_verdict - | sed 's/^/  /'
+  PAIRED_WRK_ARGS=()
+}
+closed_loop keepalive
 
 echo
 echo "open loop at $RATE rps for ${OPEN_SECS}s (warden load -c 16, keep-alive; latency from intended send time):"
@@ -156,20 +155,5 @@ PY
 
 echo
 echo "new connection per request (seed 003's vegeta ran with keep-alive off):"
-for mode in close; do
-  extra=(); [ $mode = close ] && extra=(-H "Connection: close")
-  d=$(rps_once "${extra[@]}" "$DIRECT"); m=$(rps_once "${extra[@]}" "$MESH")
-  printf '  %-10s direct %9.0f rps   sidecars %9.0f rps (one pair, for scale)\n' "$mode" "$d" "$m"
-  if [ $mode = close ]; then
-    # paired_ratio runs plain wrk; a new connection per request needs the header.
-    ratio=$(for i in $(seq "$PAIRS"); do
-      if ((i % 2)); then a=$(rps_once -H "Connection: close" "$DIRECT"); b=$(rps_once -H "Connection: close" "$MESH")
-      else b=$(rps_once -H "Connection: close" "$MESH"); a=$(rps_once -H "Connection: close" "$DIRECT"); fi
-      python3 -c "print(f'{${b:-0} / max(1.0, ${a:-0}):.3f}')"
-    done | python3 -c "import sys,statistics; r=[float(x) for x in sys.stdin]; print('new connection per request, sidecars / direct\t%.3f\t%s' % (statistics.median(r), ' '.join('%.3f' % x for x in r)))")
-  else
-    ratio=$(paired_ratio "keep-alive, sidecars / direct" "$DIRECT" "$MESH" "$PAIRS" "$SECS")
-  fi
-  paired_verdict - <<<"$ratio" | sed 's/^/  /'
-done
+closed_loop close
 
