@@ -2,6 +2,8 @@
 //! with a generated config, wait until ready, read its metrics and RSS; killed on drop.
 #![allow(dead_code)]
 
+pub mod pods;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;

@@ -1,0 +1,316 @@
+//! Two "pods" for the sidecar tests: network namespaces joined by a veth, each with an app,
+//! `warden capture` rules and `warden proxy --mode sidecar` as uid 1337, plus an outsider
+//! namespace; HTTP/1.1 on a new connection per request, read to the end. Everything is
+//! removed on drop (the guards), also on failure.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use warden_testkit::netns::{self, NetNs};
+use warden_testkit::TempDir;
+
+use super::WARDEN;
+
+pub const VIP: &str = "10.96.0.10";
+pub const CLIENT_IP: &str = "10.231.1.1";
+pub const SERVER_IP: &str = "10.231.1.2";
+pub const OUTSIDER_IP: &str = "10.231.2.3";
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn(mut c: Command) -> Proc {
+    Proc(
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    )
+}
+
+/// One pod: its namespace, app processes, capture rules and sidecar.
+pub struct Pod {
+    pub ns: NetNs,
+    pub procs: Vec<Proc>,
+}
+
+impl Pod {
+    /// Capture rules, then the sidecar as uid 1337 with `args`, waiting for its admin `/ready`.
+    pub fn start_sidecar(&mut self, config: &std::path::Path, ip: &str, labels: &str, args: &[&str]) {
+        let out = self
+            .ns
+            .exec(WARDEN, &["capture", "--proxy-uid", "1337"])
+            .expect("warden capture");
+        assert!(out.status.success());
+        let mut c = self.ns.command_as(1337, 1337, WARDEN);
+        c.env("RUST_LOG", "warn")
+            .args(["proxy", "--mode", "sidecar", "-c"])
+            .arg(config)
+            .args(["--admin", "127.0.0.1:15000", "--concurrency", "1"])
+            .args(["--pod-ip", ip, "--label", labels, "--no-watch"])
+            .args(args);
+        self.procs.push(spawn(c));
+        let ready = self.ns.run_in(|| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if get("127.0.0.1:15000", "/ready", "127.0.0.1").is_ok_and(|r| r.status == 200) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            false
+        });
+        assert!(
+            ready.unwrap(),
+            "sidecar in {} did not become ready",
+            self.ns.name()
+        );
+    }
+
+    pub fn admin_stats(&self) -> String {
+        self.ns
+            .run_in(|| get("127.0.0.1:15000", "/stats/prometheus", "127.0.0.1"))
+            .unwrap()
+            .expect("stats")
+            .body_text()
+    }
+}
+
+/// Three namespaces: client pod and server pod on one veth, an outsider on another veth to
+/// the server pod. The server pod runs `warden echo` (HTTP 8080, TCP 8078) and a header
+/// reporter on 8081.
+pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    if !netns::on_path("iptables") {
+        eprintln!("skipped: iptables is not installed (apt-get install iptables; test.sh does)");
+        return None;
+    }
+    let client = NetNs::new("cli").unwrap();
+    let server = NetNs::new("srv").unwrap();
+    let outsider = NetNs::new("out").unwrap();
+    netns::veth_pair(
+        &client,
+        &format!("{CLIENT_IP}/24"),
+        &server,
+        &format!("{SERVER_IP}/24"),
+    )
+    .unwrap();
+    netns::veth_pair(
+        &outsider,
+        &format!("{OUTSIDER_IP}/24"),
+        &server,
+        "10.231.2.2/24",
+    )
+    .unwrap();
+    // The VIP is nowhere: a route makes `connect` leave, and capture redirects it first.
+    client
+        .ip(&["route", "add", "default", "via", SERVER_IP])
+        .unwrap();
+    outsider
+        .ip(&["route", "add", "default", "via", "10.231.2.2"])
+        .unwrap();
+    let mut server = Pod {
+        ns: server,
+        procs: Vec::new(),
+    };
+    let mut echo = server.ns.command(WARDEN);
+    echo.args(["echo", "--http", "0.0.0.0:8080", "--tcp", "0.0.0.0:8078"]);
+    server.procs.push(spawn(echo));
+    let headers = server
+        .ns
+        .run_in(|| TcpListener::bind("0.0.0.0:8081").unwrap())
+        .unwrap();
+    std::thread::spawn(move || serve_headers(headers));
+    let up = server.ns.run_in(|| {
+        wait_until(|| TcpStream::connect("127.0.0.1:8080").is_ok())
+            && wait_until(|| TcpStream::connect("127.0.0.1:8078").is_ok())
+    });
+    assert!(up.unwrap(), "echo did not start");
+    let dir = TempDir::new("sidecar").unwrap();
+    Some((
+        Pod {
+            ns: client,
+            procs: Vec::new(),
+        },
+        server,
+        outsider,
+        dir,
+    ))
+}
+
+pub fn wait_until(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// An app that answers each request with its peer address and its `x-forwarded-for`.
+pub fn serve_headers(listener: TcpListener) {
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let peer = stream
+                .peer_addr()
+                .map(|p| p.ip().to_string())
+                .unwrap_or_default();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut xff = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("x-forwarded-for: ") {
+                    xff = v.to_string();
+                }
+            }
+            let body = format!("peer={peer} xff={xff}");
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        });
+    }
+}
+
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub fn get(addr: &str, path: &str, host: &str) -> std::io::Result<Response> {
+    request(addr, "GET", path, host, &[])
+}
+
+/// One HTTP/1.1 request on a new connection (`connection: close`), read to the end.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    host: &str,
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )?;
+    s.write_all(body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no response head: {raw:?}")))?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+    let mut body = raw[end + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    Ok(Response { status, body })
+}
+
+pub fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..eol]).trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&raw[eol + 2..eol + 2 + size]);
+        raw = &raw[eol + 4 + size..];
+    }
+    out
+}
+
+/// An HTTP request from `ns` to `addr` is closed with nothing written (a reset is a close too).
+pub fn assert_closed_unanswered(ns: &NetNs, addr: &str) {
+    let read = ns
+        .run_in(|| {
+            let mut s = TcpStream::connect(addr)?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).map(|_| buf)
+        })
+        .unwrap();
+    match read {
+        Ok(bytes) => assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes)),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+}
+
+/// Run `warden` with `args` (as root, outside the namespaces); panics with its output on failure.
+pub fn warden(args: &[&str]) {
+    let out = Command::new(WARDEN)
+        .args(args)
+        .output()
+        .expect("warden runs");
+    assert!(
+        out.status.success(),
+        "warden {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A workload certificate from the test's mesh CA, readable by the sidecar's uid.
+pub fn mesh_identity(ca: &std::path::Path, out: &std::path::Path, service_account: &str) {
+    let (ca, out) = (ca.to_str().unwrap(), out.to_str().unwrap());
+    warden(&[
+        "ca",
+        "issue",
+        "--dir",
+        ca,
+        "--namespace",
+        "default",
+        "--service-account",
+        service_account,
+        "--out",
+        out,
+        "--ttl",
+        "1h",
+    ]);
+    for f in ["", "tls.crt", "tls.key", "ca.crt"] {
+        std::os::unix::fs::chown(std::path::Path::new(out).join(f), Some(1337), Some(1337))
+            .unwrap();
+    }
+}
+
