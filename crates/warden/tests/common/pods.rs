@@ -45,7 +45,13 @@ pub struct Pod {
 
 impl Pod {
     /// Capture rules, then the sidecar as uid 1337 with `args`, waiting for its admin `/ready`.
-    pub fn start_sidecar(&mut self, config: &std::path::Path, ip: &str, labels: &str, args: &[&str]) {
+    pub fn start_sidecar(
+        &mut self,
+        config: &std::path::Path,
+        ip: &str,
+        labels: &str,
+        args: &[&str],
+    ) {
         let out = self
             .ns
             .exec(WARDEN, &["capture", "--proxy-uid", "1337"])
@@ -313,4 +319,3 @@ pub fn mesh_identity(ca: &std::path::Path, out: &std::path::Path, service_accoun
             .unwrap();
     }
 }
-
