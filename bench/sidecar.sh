@@ -7,7 +7,8 @@
 #   sidecars: client -> service VIP:80 -> client sidecar -> server sidecar -> nginx :8080
 # Reports max closed-loop QPS (wrk -t1 -c$CONNS, keep-alive and a new connection per request,
 # back-to-back pairs), and at a fixed $RATE rps open loop (warden load, latency from the intended
-# send time): added p50/p99, each sidecar's CPU per 1000 rps and RSS. Env: PAIRS (8), SECS (3),
+# send time): added p50/p99, each sidecar's CPU per 1000 rps (also with the client on the
+# sidecars' core) and RSS (and its private part). Env: PAIRS (8), SECS (3),
 # RATE (2000), OPEN_SECS (10), CONNS (64). Root only (namespaces, iptables inside them).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk python3:python3 iptables:iptables
@@ -116,11 +117,13 @@ closed_loop keepalive
 
 echo
 echo "open loop at $RATE rps for ${OPEN_SECS}s (warden load -c 16, keep-alive; latency from intended send time):"
-open_loop() { # NAME URL PIDS...
-  local name=$1 url=$2; shift 2
+# open_loop NAME URL CPU PIDS... — one run of warden load pinned to CPU; prints the summary line,
+# then each PID's CPU per 1000 rps over the run.
+open_loop() {
+  local name=$1 url=$2 cpu=$3; shift 3
   local t0=() pid
   for pid in "$@"; do t0+=("$(cpu_ticks "$pid")"); done
-  in_cli "${PIN_CLIENT[@]}" "$WARDEN" load "$url" -c 16 --qps "$RATE" -t "${OPEN_SECS}s" --quiet \
+  in_cli taskset -c "$cpu" "$WARDEN" load "$url" -c 16 --qps "$RATE" -t "${OPEN_SECS}s" --quiet \
     --json "$WORK/$name.json" >/dev/null 2>&1 || true
   python3 - "$WORK/$name.json" "$name" <<'PY'
 import json, sys
@@ -135,22 +138,41 @@ PY
     i=$((i + 1))
   done
 }
-D=$(open_loop direct "$DIRECT"); M=$(open_loop sidecars "$MESH" "$CLI_SIDECAR" "$SRV_SIDECAR")
-python3 - "$D" "$M" "$CLI_SIDECAR" "$SRV_SIDECAR" "$(rss_kb "$CLI_SIDECAR")" "$(rss_kb "$SRV_SIDECAR")" <<'PY'
+# Latency: the client on its own core (as in the closed-loop runs). CPU is read twice: in that
+# run, and with the client on the sidecars' core. On this VM a wakeup of a task sleeping on the
+# other core costs the waker ~15 us (an IPI through the hypervisor); with the client apart it
+# falls on the client sidecar for every response, as it falls on nginx in the direct run. The
+# one-core figure is each sidecar's own work, wherever the scheduler places its peers.
+C=1; S=0
+[ "$PIN" = 1 ] || { C=0-$(( $(nproc) - 1 )); S=$C; }
+D=$(open_loop direct "$DIRECT" "$C")
+M=$(open_loop sidecars "$MESH" "$C" "$CLI_SIDECAR" "$SRV_SIDECAR")
+O=$(open_loop one-core "$MESH" "$S" "$CLI_SIDECAR" "$SRV_SIDECAR")
+python3 - "$D" "$M" "$O" "$CLI_SIDECAR" "$SRV_SIDECAR" <<'PY'
 import sys
-d = sys.argv[1].split("\t"); m_lines = sys.argv[2].splitlines()
-m = m_lines[0].split("\t")
-cpu = {l.split("\t")[1]: float(l.split("\t")[2]) for l in m_lines[1:]}
-cli, srv, rss_cli, rss_srv = sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+d = sys.argv[1].split("\t")
+def run(text):
+    lines = text.splitlines()
+    return lines[0].split("\t"), {l.split("\t")[1]: float(l.split("\t")[2]) for l in lines[1:]}
+m, cpu_split = run(sys.argv[2])
+o, cpu_one = run(sys.argv[3])
+cli, srv = sys.argv[4], sys.argv[5]
+def mem(pid):
+    f = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status") if ":" in l)
+    kb = lambda k: int(f[k].split()[0])
+    return kb("VmRSS") / 1024, kb("RssAnon") / 1024
 print(f"  direct    {d[1]:>6} rps  p50 {d[2]} ms  p99 {d[3]} ms  codes {d[4]}")
 print(f"  sidecars  {m[1]:>6} rps  p50 {m[2]} ms  p99 {m[3]} ms  codes {m[4]}")
+print(f"  one core  {o[1]:>6} rps  p50 {o[2]} ms  p99 {o[3]} ms  codes {o[4]}  (client on the sidecars' core)")
 add50, add99 = float(m[2]) - float(d[2]), float(m[3]) - float(d[3])
 v = lambda ok: "PASS" if ok else "FAIL"
 print(f"  the pair adds p50 {add50:+.3f} ms, p99 {add99:+.3f} ms  [{v(add99 <= 0.3)} p99 <= +0.3 ms; Envoy +2.65 ms at p90]")
-for name, pid, rss in (("client sidecar", cli, rss_cli), ("server sidecar", srv, rss_srv)):
-    c = cpu.get(pid, 0.0)
-    print(f"  {name}: {c:.4f} vCPU per 1000 rps [{v(c <= 0.03)} <= 0.03; Envoy 0.20, ztunnel 0.06], "
-          f"RSS {rss / 1024:.1f} MiB [{v(rss / 1024 <= 15)} <= 15 MiB; Envoy 60, ztunnel 12]")
+for name, pid in (("client sidecar", cli), ("server sidecar", srv)):
+    c1, c2 = cpu_one.get(pid, 0.0), cpu_split.get(pid, 0.0)
+    rss, anon = mem(pid)
+    print(f"  {name}: {c1:.4f} vCPU per 1000 rps (one core; {c2:.4f} with the client apart) "
+          f"[{v(c1 <= 0.03)} <= 0.03; Envoy 0.20, ztunnel 0.06], "
+          f"RSS {rss:.1f} MiB of which private {anon:.1f} [{v(rss <= 15)} <= 15 MiB; Envoy 60, ztunnel 12]")
 PY
 
 echo

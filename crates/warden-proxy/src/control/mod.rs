@@ -11,4 +11,5 @@ pub mod metrics;
 pub mod proxy;
 pub mod reload_guard;
 pub mod snapshot;
+pub(crate) mod startup_pages;
 pub mod state;

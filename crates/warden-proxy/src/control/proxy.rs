@@ -12,6 +12,7 @@ use crate::control::config_settle;
 use crate::control::config_source;
 use crate::control::metrics::MetricsView;
 use crate::control::snapshot::Snapshot;
+use crate::control::startup_pages;
 use crate::control::state::{
     DownstreamLimits, ListenerControl, ListenerInfo, RunningListener, Shared,
 };
@@ -215,8 +216,14 @@ fn admin_thread(
             }
             std::future::pending::<()>().await;
         };
+        // Once the workers have served their first moments, start-up's code pages go.
+        let settled = async {
+            tokio::time::sleep(STARTUP_SETTLE).await;
+            startup_pages::release_logged("start");
+            std::future::pending::<()>().await;
+        };
         let reloads = async move {
-            tokio::join!(reloads, certs);
+            tokio::join!(reloads, certs, settled);
         };
         let stop = async {
             let _ = stop.await;
@@ -237,6 +244,9 @@ fn admin_thread(
         }
     });
 }
+
+/// How long after start the start-up code pages are released.
+const STARTUP_SETTLE: Duration = Duration::from_secs(1);
 
 /// How often the certificate files of the running config are looked at.
 const CERT_POLL: Duration = Duration::from_secs(1);

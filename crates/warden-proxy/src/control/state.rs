@@ -164,6 +164,8 @@ impl Shared {
         };
         drop(previous);
         let result = snapshot.and_then(|snapshot| self.apply(&mut control, snapshot));
+        // Loading ran code that serving does not: let its pages go again.
+        crate::control::startup_pages::release_logged("reload");
         match result {
             Ok(()) => {
                 self.metrics.config_reloads.inc();
