@@ -52,6 +52,22 @@ fn denied_by(pod: &Pod, policy: &str) -> f64 {
     pod.metric(&format!("warden_authz_denied_total{{policy=\"{policy}\"}}"))
 }
 
+/// `warden check` of `config` as the tcp-echo workload's sidecar: its output.
+fn check_as_tcp_echo(config: &Path) -> String {
+    let out = std::process::Command::new(common::WARDEN)
+        .args(["check", "-c", &arg(config), "--mode", "sidecar"])
+        .args(["--namespace", "foo", "--label", "app=tcp-echo"])
+        .args(["--pod-ip", SERVER_IP])
+        .output()
+        .expect("warden check runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 // ---------------------------------------------------------------------------------------------
 // authz-tcp: istio.io docs/tasks/security/authorization/authz-tcp
 
@@ -319,6 +335,15 @@ fn authz_tcp_task() {
         &tcp_echo_namespace(TCP_ALLOW_METHODS_PORT),
         &[&tcp_echo, &sleep],
     );
+    // `warden check` says so (Istio only logs it at debug level).
+    let said = check_as_tcp_echo(&config);
+    assert!(
+        said.contains(
+            "field spec.rules[0]: uses HTTP-only fields (methods): on TCP connections (inbound \
+             ports 9000, 9001) this ALLOW rule never matches"
+        ),
+        "{said}"
+    );
     assert!(
         !nc(&sleep, service, 9000),
         "ALLOW methods+port: 9000 rejected"
@@ -337,6 +362,15 @@ fn authz_tcp_task() {
         &[&tcp_echo, &sleep],
     );
     let rule = "ns[foo]-policy[tcp-policy]-rule[0]";
+    let said = check_as_tcp_echo(&config);
+    assert!(
+        said.contains("(methods): on TCP connections (inbound ports 9000, 9001) they are ignored"),
+        "{said}"
+    );
+    assert!(
+        said.contains("so this DENY rule matches every connection"),
+        "{said}"
+    );
     assert!(!nc(&sleep, service, 9000), "DENY methods: 9000 rejected");
     assert!(!nc(&sleep, service, 9001), "DENY methods: 9001 rejected");
     assert_eq!(denied_by(&tcp_echo, rule), 2.0);
@@ -347,6 +381,11 @@ fn authz_tcp_task() {
         &config,
         &tcp_echo_namespace(TCP_DENY_METHODS_PORT),
         &[&tcp_echo, &sleep],
+    );
+    let said = check_as_tcp_echo(&config);
+    assert!(
+        said.contains("this DENY rule matches by ports alone"),
+        "{said}"
     );
     assert!(
         !nc(&sleep, service, 9000),
