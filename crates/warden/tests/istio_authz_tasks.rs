@@ -19,7 +19,8 @@ fn arg(p: &Path) -> String {
     p.to_str().expect("utf-8 temp path").to_string()
 }
 
-/// Sidecar flags for a workload of `namespace` with the mesh identity in `id` and extra labels.
+/// Sidecar flags for a workload of `namespace` running as `service_account`, with the mesh
+/// identity in `id`.
 fn workload_args(namespace: &str, service_account: &str, id: &Path) -> Vec<String> {
     [
         "--namespace",

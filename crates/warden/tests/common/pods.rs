@@ -120,7 +120,8 @@ impl Pod {
         );
     }
 
-    /// A counter or gauge without labels from the sidecar's `/stats/prometheus` (0 if absent).
+    /// A series (its name and labels as printed) from the sidecar's `/stats/prometheus`; 0 when
+    /// absent.
     pub fn metric(&self, series: &str) -> f64 {
         self.admin_stats()
             .lines()
