@@ -69,10 +69,9 @@ pub(crate) fn set_kind(
 ) -> Option<SetKind> {
     let dry_run = match doc.metadata.annotations.get(DRY_RUN_ANNOTATION) {
         None => false,
-        Some(v) => match v.to_ascii_lowercase().as_str() {
-            "true" | "1" | "t" => true,
-            "false" | "0" | "f" => false,
-            _ => {
+        Some(v) => match dry_run_value(v) {
+            Some(d) => d,
+            None => {
                 problems.push(
                     format!("metadata.annotations[\"{DRY_RUN_ANNOTATION}\"]"),
                     format!("must be \"true\" or \"false\", got {v:?}"),
@@ -102,6 +101,16 @@ pub(crate) fn set_kind(
         (Action::Allow, true) => Some(SetKind::ShadowAllow),
         // AUDIT never enforces, so dry-run changes nothing.
         (Action::Audit, _) => Some(SetKind::Audit),
+    }
+}
+
+/// The `istio.io/dry-run` annotation's value: `true`, `1`, `t` or `false`, `0`, `f` (any
+/// case); `None` when it is neither.
+pub(crate) fn dry_run_value(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "t" => Some(true),
+        "false" | "0" | "f" => Some(false),
+        _ => None,
     }
 }
 

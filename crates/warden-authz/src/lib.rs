@@ -13,7 +13,11 @@
 //! ```
 //! Semantics follow Istio/Envoy (shared/reference/envoy-istio-semantics.md §3): DENY before
 //! ALLOW, no ALLOW policy means allow, `spec: {}` allows nothing, `rules: [{}]` matches all,
-//! `istio.io/dry-run` policies only produce [`Decision::shadow_denied`]. Rules are named like
+//! `istio.io/dry-run` policies only produce [`Decision::shadow_denied`]. On a TCP connection an
+//! ALLOW rule with an HTTP-only field (hosts, methods, paths, their `not` forms, a
+//! `request.headers` condition) never matches, and a DENY or AUDIT rule matches on its other
+//! fields alone, as Istio builds TCP filter chains; [`tcp_notes`] says so per rule, for
+//! `warden check` and the reload log of a proxy that serves TCP. Rules are named like
 //! Envoy's RBAC policies, `ns[<namespace>]-policy[<name>]-rule[<index>]`, and evaluated in
 //! that name order. CIDR lists are compiled into per-family range indexes, so a check costs the
 //! same with one CIDR or a million.
@@ -27,6 +31,7 @@ mod policy_set;
 mod rule;
 mod scope;
 mod string_match;
+mod tcp_notes;
 
 pub use attrs::{HttpAttrs, TcpAttrs};
 pub use authorizer::{Authorizer, AuthorizerStats};
@@ -34,3 +39,4 @@ pub use cidr_index::{canonical, canonical_net};
 pub use compile::DRY_RUN_ANNOTATION;
 pub use decision::{Decision, DENY_BODY, DENY_CONTENT_TYPE, DENY_STATUS, NONE_POLICY};
 pub use scope::ProxyScope;
+pub use tcp_notes::tcp_notes;

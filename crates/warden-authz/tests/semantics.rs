@@ -632,6 +632,79 @@ fn tcp_drops_http_allow_rules_and_ignores_http_fields_in_deny_rules() {
     assert!(!req().tcp(&a).allow);
 }
 
+/// The notes `warden check` prints for rules with HTTP-only fields on a proxy serving TCP: one
+/// per such rule of the policies in scope, located, saying what the rule does there.
+#[test]
+fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
+    let yaml = [
+        policy(
+            "allow-get",
+            "default",
+            "ALLOW",
+            "  - to: [{operation: {methods: [GET], ports: [\"9000\"]}}]\n  - to: [{operation: {ports: [\"9001\"]}}]",
+        ),
+        policy(
+            "deny-get",
+            "default",
+            "DENY",
+            "  - to: [{operation: {methods: [GET]}}]",
+        ),
+        policy(
+            "deny-get-9000",
+            "default",
+            "DENY",
+            "  - to: [{operation: {notPaths: [/x], ports: [\"9000\"]}}]\n    when: [{key: \"request.headers[x-token]\", notValues: [admin]}, {key: source.ip, values: [10.0.0.0/8]}]",
+        ),
+        // One operation left with no port: every port.
+        policy(
+            "deny-either",
+            "default",
+            "DENY",
+            "  - to: [{operation: {methods: [GET]}}, {operation: {ports: [\"9000\"]}}]",
+        ),
+        policy("elsewhere", "other", "DENY", "  - to: [{operation: {methods: [GET]}}]"),
+    ]
+    .concat();
+    let loaded = warden_config::load_str("tcp.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
+    let notes: Vec<String> = warden_authz::tcp_notes(&loaded.set, &scope(), "TCP connections")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(notes.len(), 4, "{notes:#?}");
+    let has = |i: usize, parts: &[&str]| {
+        for part in parts {
+            assert!(notes[i].contains(part), "{part:?} not in {}", notes[i]);
+        }
+    };
+    has(
+        0,
+        &[
+            "tcp.yaml:",
+            "AuthorizationPolicy/allow-get",
+            "field spec.rules[0]:",
+            "HTTP-only fields (methods)",
+            "this ALLOW rule never matches",
+        ],
+    );
+    has(
+        1,
+        &[
+            "deny-get",
+            "rules[0]",
+            "this DENY rule matches every connection",
+        ],
+    );
+    has(
+        2,
+        &[
+            "deny-get-9000",
+            "(notPaths, request.headers[x-token])",
+            "matches by ports, source.ip alone",
+        ],
+    );
+    has(3, &["deny-either", "matches every connection"]);
+}
+
 #[test]
 fn mapped_and_v6_blocks_in_one_list() {
     let rules =

@@ -7,6 +7,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_testkit::netns::{self, NetNs};
 use warden_testkit::TempDir;
@@ -41,9 +42,19 @@ pub fn spawn(mut c: Command) -> Proc {
 pub struct Pod {
     pub ns: NetNs,
     pub procs: Vec<Proc>,
+    /// The running sidecar's pid (the latest `start_sidecar`), for [`Pod::reload_sidecar`].
+    pub sidecar: Option<u32>,
 }
 
 impl Pod {
+    pub fn new(ns: NetNs) -> Pod {
+        Pod {
+            ns,
+            procs: Vec::new(),
+            sidecar: None,
+        }
+    }
+
     /// Capture rules, then the sidecar as uid 1337 with `args`, waiting for its admin `/ready`.
     pub fn start_sidecar(
         &mut self,
@@ -64,7 +75,10 @@ impl Pod {
             .args(["--admin", "127.0.0.1:15000", "--concurrency", "1"])
             .args(["--pod-ip", ip, "--label", labels, "--no-watch"])
             .args(args);
-        self.procs.push(spawn(c));
+        let sidecar = spawn(c);
+        // nsenter execs the program (no --fork), so its pid is the sidecar's.
+        self.sidecar = Some(sidecar.0.id());
+        self.procs.push(sidecar);
         let ready = self.ns.run_in(|| {
             let deadline = Instant::now() + Duration::from_secs(20);
             while Instant::now() < deadline {
@@ -82,6 +96,45 @@ impl Pod {
         );
     }
 
+    /// SIGHUP the sidecar (it runs with `--no-watch`) and wait until it has swapped in the
+    /// config the file now holds; panics when the reload failed or never came.
+    pub fn reload_sidecar(&self) {
+        let pid = self.sidecar.expect("a sidecar was started") as libc::pid_t;
+        let before = self.metric("warden_config_reloads_total");
+        let errors = self.metric("warden_config_reload_errors_total");
+        // SAFETY: a signal to the child process this pod started and still holds.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGHUP) },
+            0,
+            "SIGHUP the sidecar"
+        );
+        let reloaded = wait_until(|| {
+            self.metric("warden_config_reloads_total") > before
+                || self.metric("warden_config_reload_errors_total") > errors
+        });
+        assert!(
+            reloaded && self.metric("warden_config_reload_errors_total") == errors,
+            "sidecar in {} did not reload: {}",
+            self.ns.name(),
+            self.admin_stats()
+        );
+    }
+
+    /// A series (its name and labels as printed) from the sidecar's `/stats/prometheus`; 0 when
+    /// absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.admin_stats()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
     pub fn admin_stats(&self) -> String {
         self.ns
             .run_in(|| get("127.0.0.1:15000", "/stats/prometheus", "127.0.0.1"))
@@ -95,12 +148,7 @@ impl Pod {
 /// the server pod. The server pod runs `warden echo` (HTTP 8080, TCP 8078) and a header
 /// reporter on 8081.
 pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
-    if let Some(why) = netns::unavailable() {
-        eprintln!("skipped: {why}");
-        return None;
-    }
-    if !netns::on_path("iptables") {
-        eprintln!("skipped: iptables is not installed (apt-get install iptables; test.sh does)");
+    if !pods_can_run() {
         return None;
     }
     let client = NetNs::new("cli").unwrap();
@@ -127,10 +175,7 @@ pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
     outsider
         .ip(&["route", "add", "default", "via", "10.231.2.2"])
         .unwrap();
-    let mut server = Pod {
-        ns: server,
-        procs: Vec::new(),
-    };
+    let mut server = Pod::new(server);
     let mut echo = server.ns.command(WARDEN);
     echo.args(["echo", "--http", "0.0.0.0:8080", "--tcp", "0.0.0.0:8078"]);
     server.procs.push(spawn(echo));
@@ -145,15 +190,74 @@ pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
     });
     assert!(up.unwrap(), "echo did not start");
     let dir = TempDir::new("sidecar").unwrap();
-    Some((
-        Pod {
-            ns: client,
-            procs: Vec::new(),
-        },
-        server,
-        outsider,
-        dir,
-    ))
+    Some((Pod::new(client), server, outsider, dir))
+}
+
+/// Whether pods can be made here (root, namespaces, iptables); says why not when they cannot.
+fn pods_can_run() -> bool {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: {why}");
+        return false;
+    }
+    if !netns::on_path("iptables") {
+        eprintln!("skipped: iptables is not installed (apt-get install iptables; test.sh does)");
+        return false;
+    }
+    true
+}
+
+static NEXT_PORT: AtomicU64 = AtomicU64::new(0);
+
+/// Pods on one switch (a bridge in a namespace of its own), one per address in `ips` (a /24
+/// of one subnet each), with a default route out of their one interface: a service VIP is
+/// nowhere, and capture redirects calls to it before they leave. No apps run yet. `None`
+/// (having said why) where pods cannot be made.
+pub fn bridged_pods(ips: &[&str]) -> Option<(Vec<Pod>, NetNs, TempDir)> {
+    if !pods_can_run() {
+        return None;
+    }
+    let switch = NetNs::new("sw").unwrap();
+    switch
+        .ip(&["link", "add", "br0", "type", "bridge"])
+        .unwrap();
+    switch.ip(&["link", "set", "br0", "up"]).unwrap();
+    let pods = ips
+        .iter()
+        .map(|ip| {
+            let ns = NetNs::new("pod").unwrap();
+            // Interface names are limited to 15 bytes.
+            let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+            let id = std::process::id() % 100_000;
+            let (port, eth) = (format!("bp{id}x{n}"), format!("be{id}x{n}"));
+            netns::run(
+                "ip",
+                &[
+                    "link",
+                    "add",
+                    &port,
+                    "netns",
+                    switch.name(),
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &eth,
+                    "netns",
+                    ns.name(),
+                ],
+            )
+            .unwrap();
+            switch
+                .ip(&["link", "set", &port, "master", "br0", "up"])
+                .unwrap();
+            ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", &eth])
+                .unwrap();
+            ns.ip(&["link", "set", &eth, "up"]).unwrap();
+            ns.ip(&["route", "add", "default", "dev", &eth]).unwrap();
+            Pod::new(ns)
+        })
+        .collect();
+    Some((pods, switch, TempDir::new("pods").unwrap()))
 }
 
 pub fn wait_until(mut f: impl FnMut() -> bool) -> bool {
@@ -224,11 +328,27 @@ pub fn request(
     host: &str,
     body: &[u8],
 ) -> std::io::Result<Response> {
+    request_with(addr, method, path, host, &[], body)
+}
+
+/// [`request`] with more request headers (`name`, `value`).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )?;
     s.write_all(body)?;
@@ -284,6 +404,24 @@ pub fn assert_closed_unanswered(ns: &NetNs, addr: &str) {
     }
 }
 
+/// Send `data` on a new TCP connection to `addr`, half-close, and read all that comes back.
+/// A connection closed unanswered reads as nothing, also when it ends with a reset.
+pub fn tcp_exchange(addr: &str, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    // A peer that already closed fails the write or the shutdown (EPIPE, ECONNRESET,
+    // ENOTCONN); what the read then finds says how the connection ended.
+    let _ = s
+        .write_all(data)
+        .and_then(|()| s.shutdown(std::net::Shutdown::Write));
+    let mut back = Vec::new();
+    match s.read_to_end(&mut back) {
+        Ok(_) => Ok(back),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(back),
+        Err(e) => Err(e),
+    }
+}
+
 /// Run `warden` with `args` (as root, outside the namespaces); panics with its output on failure.
 pub fn warden(args: &[&str]) {
     let out = Command::new(WARDEN)
@@ -299,6 +437,16 @@ pub fn warden(args: &[&str]) {
 
 /// A workload certificate from the test's mesh CA, readable by the sidecar's uid.
 pub fn mesh_identity(ca: &std::path::Path, out: &std::path::Path, service_account: &str) {
+    mesh_identity_in(ca, out, "default", service_account);
+}
+
+/// [`mesh_identity`] of a service account in `namespace`.
+pub fn mesh_identity_in(
+    ca: &std::path::Path,
+    out: &std::path::Path,
+    namespace: &str,
+    service_account: &str,
+) {
     let (ca, out) = (ca.to_str().unwrap(), out.to_str().unwrap());
     warden(&[
         "ca",
@@ -306,7 +454,7 @@ pub fn mesh_identity(ca: &std::path::Path, out: &std::path::Path, service_accoun
         "--dir",
         ca,
         "--namespace",
-        "default",
+        namespace,
         "--service-account",
         service_account,
         "--out",

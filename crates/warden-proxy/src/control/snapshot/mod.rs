@@ -236,6 +236,16 @@ impl Snapshot {
                     Filters::default()
                 }
             };
+        if filters.authz.is_some() {
+            b.warnings
+                .extend(crate::pipeline::filters::authz::tcp_notes(
+                    &loaded.set,
+                    identity,
+                    &listeners,
+                    &ports,
+                    sidecar.as_ref(),
+                ));
+        }
         if !b.errors.is_empty() {
             let warnings = loaded.warnings.iter().chain(&b.warnings).cloned();
             return Err(ConfigErrors::new(b.errors).with_warnings(warnings));
@@ -1363,6 +1373,55 @@ mod tests {
             "{:?}",
             s.warnings
         );
+    }
+
+    /// A gateway with a TCP server says what a `methods` ALLOW rule does to its connections
+    /// (istio.io authz-tcp); with HTTP servers only there is nothing to say.
+    #[test]
+    fn http_only_policy_fields_are_explained_for_tcp_servers_only() {
+        let gateway = |servers: &str, tcp: &str| {
+            format!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\n\
+                 spec:\n  servers:\n{servers}---\n\
+                 apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: echo}}\n\
+                 spec:\n  hosts: [echo.example]\n  resolution: STATIC\n  \
+                 ports: [{{number: 9000, name: tcp, protocol: TCP}}]\n  \
+                 endpoints: [{{address: 127.0.0.1}}]\n---\n\
+                 apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs}}\n\
+                 spec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  \
+                 http: [{{directResponse: {{status: 200}}}}]\n{tcp}---\n\
+                 apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n\
+                 metadata: {{name: get-only}}\nspec:\n  action: ALLOW\n  \
+                 rules: [{{to: [{{operation: {{methods: [GET]}}}}]}}]\n"
+            )
+        };
+        let http = "  - {port: {number: 8080, name: http, protocol: HTTP}, hosts: [\"*\"]}\n";
+        let tcp = "  - {port: {number: 31400, name: tcp, protocol: TCP}, hosts: [\"*\"]}\n";
+        let tcp_route =
+            "  tcp: [{route: [{destination: {host: echo.example, port: {number: 9000}}}]}]\n";
+        let notes = |yaml: String| -> Vec<String> {
+            let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
+            let identity = ProxyIdentity {
+                namespace: "default".into(),
+                ..ProxyIdentity::default()
+            };
+            let s = Snapshot::build(loaded, &identity, None).unwrap();
+            s.warnings
+                .iter()
+                .filter(|w| w.message.contains("HTTP-only"))
+                .map(ToString::to_string)
+                .collect()
+        };
+        let with_tcp = notes(gateway(&format!("{http}{tcp}"), tcp_route));
+        assert_eq!(with_tcp.len(), 1, "{with_tcp:?}");
+        assert!(
+            with_tcp[0].contains(
+                "AuthorizationPolicy/get-only), field spec.rules[0]: uses HTTP-only fields \
+                 (methods): on TCP connections (port 31400) this ALLOW rule never matches"
+            ),
+            "{with_tcp:?}"
+        );
+        assert_eq!(notes(gateway(http, "")), Vec::<String>::new());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! checked after the route match (HTTP) or on a TCP connection's first byte.
 
 use crate::control::metrics::Metrics;
-use crate::control::snapshot::ProxyIdentity;
+use crate::control::snapshot::{
+    ListenerSpec, PortProtocol, PortRoutes, ProxyIdentity, SidecarRoutes,
+};
 use crate::pipeline::local_reply::LocalReply;
 use crate::pipeline::RequestAttrs;
 use http::StatusCode;
@@ -146,6 +148,45 @@ impl AuthzFilter {
             shadow_denied_by: decision.shadow_denied.into_iter().next(),
         }
     }
+}
+
+/// What the policies' rules with HTTP-only fields do on the TCP connections this proxy serves
+/// (a gateway's TCP servers and TLS ports with a TCP or SNI route, a sidecar's inbound ports
+/// declared TCP), one located warning per rule; none when it serves no TCP.
+pub fn tcp_notes(
+    set: &ConfigSet,
+    identity: &ProxyIdentity,
+    listeners: &[ListenerSpec],
+    ports: &[PortRoutes],
+    sidecar: Option<&SidecarRoutes>,
+) -> Vec<Problem> {
+    let mut tcp: Vec<u16> = match sidecar {
+        Some(s) => s
+            .inbound_protocols()
+            .filter(|(_, proto)| *proto == PortProtocol::Tcp)
+            .map(|(port, _)| port)
+            .collect(),
+        None => listeners
+            .iter()
+            .zip(ports)
+            .filter(|(_, routes)| match routes {
+                PortRoutes::Tcp(route) => route.is_some(),
+                PortRoutes::Tls(t) => t.tcp.is_some() || !t.passthrough.is_empty(),
+                PortRoutes::Http(_) => false,
+            })
+            .map(|(l, _)| l.port)
+            .collect(),
+    };
+    if tcp.is_empty() {
+        return Vec::new();
+    }
+    tcp.sort_unstable();
+    tcp.dedup();
+    let list: Vec<String> = tcp.iter().map(u16::to_string).collect();
+    let side = if sidecar.is_some() { "inbound " } else { "" };
+    let plural = if list.len() > 1 { "s" } else { "" };
+    let what = format!("TCP connections ({side}port{plural} {})", list.join(", "));
+    warden_authz::tcp_notes(set, &proxy_scope(set, identity), &what)
 }
 
 /// Envoy's RBAC denial: 403 `RBAC: access denied`, `text/plain` (no response flag).
