@@ -420,8 +420,21 @@ impl Builder<'_> {
             }
             l.join(", ")
         };
+        // A selector that names a workload the config knows (a Pod or WorkloadEntry of that
+        // namespace) is that workload's: a namespace dump holds every pod's policies.
+        let carries = |have: &BTreeMap<String, String>, want: &BTreeMap<String, String>| {
+            want.iter().all(|(k, v)| have.get(k) == Some(v))
+        };
+        let another_workloads = |ns: &str, labels: &BTreeMap<String, String>| {
+            set.pods.iter().any(|p| {
+                p.metadata.namespace_or_default() == ns && carries(&p.metadata.labels, labels)
+            }) || set
+                .workload_entries
+                .iter()
+                .any(|w| w.metadata.namespace_or_default() == ns && carries(&w.spec.labels, labels))
+        };
         let unselected = |ns: &str, labels: &BTreeMap<String, String>, what: &str| {
-            if !ours(ns) {
+            if !ours(ns) || another_workloads(ns, labels) {
                 return None;
             }
             wanted(labels).map(|w| {
@@ -1370,6 +1383,32 @@ mod tests {
                 .iter()
                 .any(|w| w.message.contains("selects [app=istio-ingressgateway]")
                     && w.message.contains("istio=ingressgateway")),
+            "{:?}",
+            s.warnings
+        );
+    }
+
+    /// In a namespace dump every pod's policies are there: one selecting another known pod is
+    /// that pod's, and says nothing.
+    #[test]
+    fn a_policy_for_another_known_pod_is_not_warned_about() {
+        let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n\
+                    metadata: {name: p, namespace: default}\nspec:\n  \
+                    selector: {matchLabels: {app: ratings}}\n  action: DENY\n  \
+                    rules: [{from: [{source: {ipBlocks: [1.2.3.4]}}]}]\n---\n\
+                    apiVersion: v1\nkind: Pod\nmetadata: {name: ratings-1, namespace: default, \
+                    labels: {app: ratings, version: v1}}\nspec: {containers: [{name: r}]}\n\
+                    status: {podIP: 10.0.0.9}\n";
+        let loaded = warden_config::load_str("t.yaml", yaml).unwrap();
+        let identity = ProxyIdentity {
+            namespace: "default".into(),
+            labels: [("app".to_string(), "reviews".to_string())].into(),
+            sidecar: Some(SidecarSettings::default()),
+            ..ProxyIdentity::default()
+        };
+        let s = Snapshot::build(loaded, &identity, None).unwrap();
+        assert!(
+            !s.warnings.iter().any(|w| w.message.contains("selects [")),
             "{:?}",
             s.warnings
         );
