@@ -9,7 +9,7 @@
 # back-to-back pairs), and at a fixed $RATE rps open loop (warden load, latency from the intended
 # send time): added p50/p99, each sidecar's CPU per 1000 rps (also with the client on the
 # sidecars' core) and RSS (and its private part). Env: PAIRS (8), SECS (3),
-# RATE (2000), OPEN_SECS (10), CONNS (64). Root only (namespaces, iptables inside them).
+# RATE (2000), OPEN_PAIRS (5), OPEN_SECS (6), CONNS (64). Root only (namespaces, iptables inside them).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk python3:python3 iptables:iptables
 build_warden
@@ -20,7 +20,8 @@ chmod 755 "$WORK"
 PAIRS=${PAIRS:-8}
 SECS=${SECS:-3}
 RATE=${RATE:-2000}
-OPEN_SECS=${OPEN_SECS:-10}
+OPEN_SECS=${OPEN_SECS:-6}
+OPEN_PAIRS=${OPEN_PAIRS:-5}
 CLI=wdb-cli-$$ SRV=wdb-srv-$$
 CLI_IP=10.232.1.1 SRV_IP=10.232.1.2 VIP=10.96.0.20
 teardown() {
@@ -116,63 +117,93 @@ closed_loop() {
 closed_loop keepalive
 
 echo
-echo "open loop at $RATE rps for ${OPEN_SECS}s (warden load -c 16, keep-alive; latency from intended send time):"
-# open_loop NAME URL CPU PIDS... — one run of warden load pinned to CPU; prints the summary line,
-# then each PID's CPU per 1000 rps over the run.
-open_loop() {
-  local name=$1 url=$2 cpu=$3; shift 3
-  local t0=() pid
-  for pid in "$@"; do t0+=("$(cpu_ticks "$pid")"); done
-  in_cli taskset -c "$cpu" "$WARDEN" load "$url" -c 16 --qps "$RATE" -t "${OPEN_SECS}s" --quiet \
-    --json "$WORK/$name.json" >/dev/null 2>&1 || true
-  python3 - "$WORK/$name.json" "$name" <<'PY'
+echo "open loop at $RATE rps, $OPEN_PAIRS back-to-back pairs of ${OPEN_SECS}s (warden load -c 16, keep-alive; latency from intended send time):"
+# open_run NAME URL CPU — one run of warden load pinned to CPU; prints "NAME QPS P50 P99 CODES".
+open_run() {
+  in_cli taskset -c "$3" "$WARDEN" load "$2" -c 16 --qps "$RATE" -t "${OPEN_SECS}s" --quiet \
+    --json "$WORK/$1.json" >/dev/null 2>&1 || true
+  python3 - "$WORK/$1.json" "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 p = {x["Percentile"]: x["Value"] * 1000 for x in r["DurationHistogram"]["Percentiles"]}
-codes = r["RetCodes"]
+codes = ",".join(f"{k}:{v}" for k, v in sorted(r["RetCodes"].items()))
 print(f"{sys.argv[2]}\t{r['ActualQPS']:.0f}\t{p.get(50, 0):.3f}\t{p.get(99, 0):.3f}\t{codes}")
 PY
-  local i=0
-  for pid in "$@"; do
-    python3 -c "print('cpu\t$pid\t%.4f' % ((($(cpu_ticks "$pid") - ${t0[$i]}) / $(getconf CLK_TCK)) / $OPEN_SECS / ($RATE / 1000.0)))"
-    i=$((i + 1))
-  done
 }
-# Latency: the client on its own core (as in the closed-loop runs). CPU is read twice: in that
-# run, and with the client on the sidecars' core. On this VM a wakeup of a task sleeping on the
-# other core costs the waker ~15 us (an IPI through the hypervisor); with the client apart it
-# falls on the client sidecar for every response, as it falls on nginx in the direct run. The
-# one-core figure is each sidecar's own work, wherever the scheduler places its peers.
+# ticks PID... — the PIDs' CPU ticks so far, space-separated.
+ticks() { local p out=(); for p in "$@"; do out+=("$(cpu_ticks "$p")"); done; echo "${out[*]}"; }
+# Each layout runs direct and through the sidecars back to back, order swapped every pair; a tail
+# percentile moves with whatever else the VM runs, so each pair gives one difference and the
+# median of those is judged. Two layouts: the client on its own core (as in the closed-loop
+# runs), and the client on the core nginx and the sidecars share. On this VM waking a task that
+# sleeps on the other core costs the waker ~15 us of CPU (an IPI through the hypervisor) and the
+# wakee up to milliseconds when its core was idle: with the client apart, those land on the
+# client sidecar for every response (as they land on nginx in the direct run) and in every tail.
+# The one-core layout measures each sidecar's own work and delay, wherever the scheduler puts
+# its peers.
 C=1; S=0
 [ "$PIN" = 1 ] || { C=0-$(( $(nproc) - 1 )); S=$C; }
-D=$(open_loop direct "$DIRECT" "$C")
-M=$(open_loop sidecars "$MESH" "$C" "$CLI_SIDECAR" "$SRV_SIDECAR")
-O=$(open_loop one-core "$MESH" "$S" "$CLI_SIDECAR" "$SRV_SIDECAR")
-python3 - "$D" "$M" "$O" "$CLI_SIDECAR" "$SRV_SIDECAR" <<'PY'
-import sys
-d = sys.argv[1].split("\t")
-def run(text):
-    lines = text.splitlines()
-    return lines[0].split("\t"), {l.split("\t")[1]: float(l.split("\t")[2]) for l in lines[1:]}
-m, cpu_split = run(sys.argv[2])
-o, cpu_one = run(sys.argv[3])
-cli, srv = sys.argv[4], sys.argv[5]
+: >"$WORK/open_runs.tsv"
+declare -A TICKS=([apart-cli]=0 [apart-srv]=0 [one-cli]=0 [one-srv]=0)
+for i in $(seq "$OPEN_PAIRS"); do
+  for layout in apart one; do
+    cpu=$C; [ "$layout" = one ] && cpu=$S
+    order=(direct sidecars); ((i % 2)) || order=(sidecars direct)
+    for name in "${order[@]}"; do
+      if [ "$name" = direct ]; then
+        open_run "$layout-direct" "$DIRECT" "$cpu" >>"$WORK/open_runs.tsv"; continue
+      fi
+      read -r a b <<<"$(ticks "$CLI_SIDECAR" "$SRV_SIDECAR")"
+      open_run "$layout-sidecars" "$MESH" "$cpu" >>"$WORK/open_runs.tsv"
+      read -r a2 b2 <<<"$(ticks "$CLI_SIDECAR" "$SRV_SIDECAR")"
+      TICKS[$layout-cli]=$((TICKS[$layout-cli] + a2 - a)); TICKS[$layout-srv]=$((TICKS[$layout-srv] + b2 - b))
+    done
+  done
+done
+python3 - "$WORK/open_runs.tsv" "$CLI_SIDECAR" "$SRV_SIDECAR" \
+  "${TICKS[apart-cli]} ${TICKS[apart-srv]} ${TICKS[one-cli]} ${TICKS[one-srv]}" \
+  "$(getconf CLK_TCK)" "$OPEN_SECS" "$OPEN_PAIRS" "$RATE" "$ROOT/bench/lib" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[9])
+from paired import interval
+runs = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
+cli, srv = sys.argv[2], sys.argv[3]
+apart_c, apart_s, one_c, one_s = (int(x) for x in sys.argv[4].split())
+hz, secs, pairs, rate = int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8])
+med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
+def judged(xs, goal):
+    lo, hi = interval(xs)
+    v = "PASS" if hi <= goal else "FAIL" if lo > goal else "TIE (within noise)"
+    return statistics.median(xs), lo, hi, v
+for layout, title in (("apart", "client on its own core"), ("one", "client on the sidecars' core")):
+    direct = [r for r in runs if r[0] == f"{layout}-direct"]
+    mesh = [r for r in runs if r[0] == f"{layout}-sidecars"]
+    print(f" {title}:")
+    for name, rs in (("direct", direct), ("sidecars", mesh)):
+        codes = " ".join(sorted({r[4] for r in rs}))
+        print(f"  {name:<9} {med(rs, 1):>6.0f} rps  p50 {med(rs, 2):.3f} ms  p99 {med(rs, 3):.3f} ms"
+              f"  (medians of {len(rs)} runs; p99 from {min(float(r[3]) for r in rs):.3f} to"
+              f" {max(float(r[3]) for r in rs):.3f})  codes {codes}")
+    add50 = [float(m[2]) - float(d[2]) for d, m in zip(direct, mesh)]
+    add99 = [float(m[3]) - float(d[3]) for d, m in zip(direct, mesh)]
+    m50, lo50, hi50, _ = judged(add50, 1e9)
+    m99, lo99, hi99, v99 = judged(add99, 0.3)
+    print(f"  the pair adds p50 {m50:+.3f} ms (90% CI {lo50:+.3f} to {hi50:+.3f}), p99 {m99:+.3f} ms"
+          f" (90% CI {lo99:+.3f} to {hi99:+.3f})  [{v99}, goal p99 <= +0.3 ms; Envoy +2.65 ms at p90]")
+    print(f"    per pair, added p99: {' '.join(f'{x:+.3f}' for x in add99)}")
+per_k = lambda t: (t / hz) / (secs * pairs) / (rate / 1000.0)
 def mem(pid):
     f = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status") if ":" in l)
     kb = lambda k: int(f[k].split()[0])
     return kb("VmRSS") / 1024, kb("RssAnon") / 1024
-print(f"  direct    {d[1]:>6} rps  p50 {d[2]} ms  p99 {d[3]} ms  codes {d[4]}")
-print(f"  sidecars  {m[1]:>6} rps  p50 {m[2]} ms  p99 {m[3]} ms  codes {m[4]}")
-print(f"  one core  {o[1]:>6} rps  p50 {o[2]} ms  p99 {o[3]} ms  codes {o[4]}  (client on the sidecars' core)")
-add50, add99 = float(m[2]) - float(d[2]), float(m[3]) - float(d[3])
 v = lambda ok: "PASS" if ok else "FAIL"
-print(f"  the pair adds p50 {add50:+.3f} ms, p99 {add99:+.3f} ms  [{v(add99 <= 0.3)} p99 <= +0.3 ms; Envoy +2.65 ms at p90]")
-for name, pid in (("client sidecar", cli), ("server sidecar", srv)):
-    c1, c2 = cpu_one.get(pid, 0.0), cpu_split.get(pid, 0.0)
+print(" each sidecar:")
+for name, pid, a_t, o_t in (("client sidecar", cli, apart_c, one_c), ("server sidecar", srv, apart_s, one_s)):
+    c1, c2 = per_k(o_t), per_k(a_t)
     rss, anon = mem(pid)
     print(f"  {name}: {c1:.4f} vCPU per 1000 rps (one core; {c2:.4f} with the client apart) "
           f"[{v(c1 <= 0.03)} <= 0.03; Envoy 0.20, ztunnel 0.06], "
-          f"RSS {rss:.1f} MiB of which private {anon:.1f} [{v(rss <= 15)} <= 15 MiB; Envoy 60, ztunnel 12]")
+          f"RSS {rss:.1f} MiB, {anon:.1f} of it private [{v(rss <= 15)} <= 15 MiB; Envoy 60, ztunnel 12]")
 PY
 
 echo
