@@ -3,7 +3,8 @@
 //! `istioctl --meshConfigFile` reads it).
 //!
 //! MeshConfig fields that say the same as a warden setting are read under their Istio names
-//! (`connectTimeout`, `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`);
+//! (`connectTimeout`, `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`,
+//! `defaultConfig.gatewayTopology`);
 //! the Envoy settings MeshConfig has no field for go in a `warden:` section under Envoy's
 //! names. A field that would change what requests get and that warden does not read is an
 //! error, never ignored; a few that only concern Istio's control plane or telemetry are
@@ -40,6 +41,10 @@ pub struct ProxyConfig {
     /// How long a stopping proxy lets in-flight requests finish (`--drain-timeout`).
     #[serde(default, deserialize_with = "duration")]
     pub termination_drain_duration: Option<Duration>,
+    /// A gateway's `numTrustedProxies` and `forwardClientCertDetails`; its pod's
+    /// `proxy.istio.io/config` annotation wins field by field.
+    #[serde(default)]
+    pub gateway_topology: crate::proxy_config::GatewayTopology,
 }
 
 /// Envoy's downstream settings, under Envoy's names in camelCase.
@@ -204,6 +209,17 @@ mod tests {
         let warned: Vec<_> = warnings.iter().map(|w| w.location.field.as_str()).collect();
         assert_eq!(warned, ["defaultConfig.discoveryAddress", "enableTracing"]);
         assert_eq!(parse("").unwrap().0, MeshConfig::default());
+        let (config, _) = parse(
+            "defaultConfig:\n  gatewayTopology:\n    numTrustedProxies: 2\n    \
+             forwardClientCertDetails: ALWAYS_FORWARD_ONLY\n",
+        )
+        .unwrap();
+        let topology = config.default_config.gateway_topology;
+        assert_eq!(topology.num_trusted_proxies, Some(2));
+        assert_eq!(
+            topology.forward_client_cert_details,
+            Some(crate::proxy_config::ForwardClientCertDetails::AlwaysForwardOnly)
+        );
     }
 
     #[test]
@@ -226,6 +242,24 @@ mod tests {
         assert!(
             text.contains("mesh.yaml:4") && text.contains("field warden.idleTimeOut"),
             "{text}"
+        );
+        let err = parse(
+            "defaultConfig:\n  gatewayTopology:\n    numTrustedProxies: 1\n    \
+             forwardClientCertDetails: SANITISE\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("mesh.yaml:4")
+                && text.contains("field defaultConfig.gatewayTopology.forwardClientCertDetails")
+                && text.contains("SANITISE"),
+            "{text}"
+        );
+        let err = parse("defaultConfig:\n  gatewayTopology:\n    proxyProtocol: {}\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("field defaultConfig.gatewayTopology.proxyProtocol"),
+            "{err}"
         );
         let err = parse("warden:\n  maxConnections: -1\n").unwrap_err();
         assert!(err.to_string().contains("mesh.yaml:2"), "{err}");

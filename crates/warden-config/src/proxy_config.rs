@@ -1,6 +1,7 @@
 //! Istio's per-proxy settings a user already has: the `proxy.istio.io/config` annotation
 //! (a ProxyConfig in YAML or JSON) of the proxy's own pod. For a gateway that is the
-//! `gatewayTopology.numTrustedProxies` Istio's docs set on the ingress gateway.
+//! `gatewayTopology` Istio's docs set on the ingress gateway: `numTrustedProxies` and
+//! `forwardClientCertDetails` (what the gateway does with `x-forwarded-client-cert`).
 
 use crate::document::Doc;
 use crate::error::Problem;
@@ -10,10 +11,79 @@ use std::collections::BTreeMap;
 
 pub const ANNOTATION: &str = "proxy.istio.io/config";
 
+/// Istio's `ForwardClientCertDetails` (MeshConfig ProxyConfig `gatewayTopology`): what a
+/// gateway does with a request's `x-forwarded-client-cert`, as Envoy's HTTP connection manager
+/// `forward_client_cert_details` of the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ForwardClientCertDetails {
+    /// Istio's zero value: the default (SANITIZE_SET at a gateway).
+    Undefined,
+    /// Never send the header on.
+    Sanitize,
+    /// Send a client's header on as it came when the connection is mutual TLS, else remove it.
+    ForwardOnly,
+    /// Mutual TLS: append this hop's element to the client's header; else remove it.
+    AppendForward,
+    /// Mutual TLS: replace the client's header by this hop's element; else remove it.
+    SanitizeSet,
+    /// Send a client's header on as it came, mutual TLS or not.
+    AlwaysForwardOnly,
+}
+
+impl ForwardClientCertDetails {
+    /// Istio's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Undefined => "UNDEFINED",
+            Self::Sanitize => "SANITIZE",
+            Self::ForwardOnly => "FORWARD_ONLY",
+            Self::AppendForward => "APPEND_FORWARD",
+            Self::SanitizeSet => "SANITIZE_SET",
+            Self::AlwaysForwardOnly => "ALWAYS_FORWARD_ONLY",
+        }
+    }
+
+    /// `None` for UNDEFINED: Istio treats it as not set.
+    pub fn defined(self) -> Option<Self> {
+        (self != Self::Undefined).then_some(self)
+    }
+}
+
+/// A proxy's `gatewayTopology`, from its pod's annotation or the mesh config's
+/// `defaultConfig`; `None`: not set there.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTopology {
+    #[serde(default)]
+    pub num_trusted_proxies: Option<u32>,
+    #[serde(default)]
+    pub forward_client_cert_details: Option<ForwardClientCertDetails>,
+}
+
+impl GatewayTopology {
+    /// `self` over `defaults` field by field, as Istio merges a pod's annotation over the mesh
+    /// config's `defaultConfig` (a protobuf merge of the fields set: a zero
+    /// `numTrustedProxies` or UNDEFINED does not override).
+    pub fn over(self, defaults: GatewayTopology) -> GatewayTopology {
+        GatewayTopology {
+            num_trusted_proxies: self
+                .num_trusted_proxies
+                .filter(|n| *n != 0)
+                .or(defaults.num_trusted_proxies),
+            forward_client_cert_details: self
+                .forward_client_cert_details
+                .and_then(ForwardClientCertDetails::defined)
+                .or(defaults.forward_client_cert_details),
+        }
+    }
+}
+
 /// What a proxy takes from its pod's annotation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
     pub num_trusted_proxies: Option<u32>,
+    pub forward_client_cert_details: Option<ForwardClientCertDetails>,
     /// The pod it came from (`namespace/name`), for logs.
     pub source: Option<String>,
 }
@@ -69,8 +139,23 @@ impl ConfigSet {
                     },
                 )?),
             };
+        let forward_client_cert_details = match value
+            .get("gatewayTopology")
+            .and_then(|g| g.get("forwardClientCertDetails"))
+        {
+            None => None,
+            Some(v) => Some(
+                serde_json::from_value::<ForwardClientCertDetails>(v.clone()).map_err(|e| {
+                    problem(format!(
+                        "gatewayTopology.forwardClientCertDetails: {e} (one of SANITIZE, \
+                         FORWARD_ONLY, APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY)"
+                    ))
+                })?,
+            ),
+        };
         Ok(ProxyConfig {
             num_trusted_proxies,
+            forward_client_cert_details,
             source: Some(format!(
                 "{}/{}",
                 pod.metadata.namespace_or_default(),
@@ -127,6 +212,59 @@ metadata:
             .proxy_config("default", &labels(&[("istio", "ingressgateway")]))
             .expect("valid");
         assert_eq!(none.num_trusted_proxies, None);
+    }
+
+    #[test]
+    fn the_annotation_sets_forward_client_cert_details() {
+        let with = PODS.replace(
+            "\"numTrustedProxies\": 2",
+            "\"numTrustedProxies\": 2, \"forwardClientCertDetails\": \"APPEND_FORWARD\"",
+        );
+        let set = crate::load_str("pods.yaml", &with).expect("loads").set;
+        let mine = set
+            .proxy_config("istio-system", &labels(&[("istio", "ingressgateway")]))
+            .expect("valid");
+        assert_eq!(
+            mine.forward_client_cert_details,
+            Some(ForwardClientCertDetails::AppendForward)
+        );
+        let bad = PODS.replace(
+            "\"numTrustedProxies\": 2",
+            "\"forwardClientCertDetails\": \"APPEND\"",
+        );
+        let set = crate::load_str("pods.yaml", &bad).expect("loads").set;
+        let err = set
+            .proxy_config("istio-system", &labels(&[("istio", "ingressgateway")]))
+            .unwrap_err();
+        assert_eq!(err.location.object, "Pod/istio-ingressgateway-abc");
+        assert!(
+            err.message.contains("forwardClientCertDetails") && err.message.contains("APPEND"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn the_annotation_wins_field_by_field_over_the_mesh_default() {
+        let mesh = GatewayTopology {
+            num_trusted_proxies: Some(3),
+            forward_client_cert_details: Some(ForwardClientCertDetails::ForwardOnly),
+        };
+        let pod = GatewayTopology {
+            num_trusted_proxies: Some(1),
+            forward_client_cert_details: None,
+        };
+        let merged = pod.over(mesh);
+        assert_eq!(merged.num_trusted_proxies, Some(1));
+        assert_eq!(
+            merged.forward_client_cert_details,
+            Some(ForwardClientCertDetails::ForwardOnly)
+        );
+        let zero = GatewayTopology {
+            num_trusted_proxies: Some(0),
+            forward_client_cert_details: Some(ForwardClientCertDetails::Undefined),
+        };
+        assert_eq!(zero.over(mesh), mesh);
     }
 
     #[test]
