@@ -2,7 +2,8 @@
 //! problem), rustls server configs for Gateway servers (SIMPLE / MUTUAL, versions, cipher suites,
 //! ALPN), the SNI of a ClientHello read without consuming it (server choice and PASSTHROUGH),
 //! client configs for upstreams (SIMPLE / MUTUAL / ISTIO_MUTUAL), peer identities (subject,
-//! SANs, SPIFFE principal) and the local mesh CA behind `warden ca`.
+//! SANs, SPIFFE principal), the `x-forwarded-client-cert` element of a client certificate
+//! and the local mesh CA behind `warden ca`.
 //!
 //! One crypto provider for all of it, chosen in [`provider`].
 
@@ -18,6 +19,7 @@ pub mod protocol;
 pub mod provider;
 pub mod server;
 pub mod sni;
+pub mod xfcc;
 
 pub use peer_identity::PeerIdentity;
 pub use pem_files::CertError;
