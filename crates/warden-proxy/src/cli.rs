@@ -307,6 +307,10 @@ pub struct CheckArgs {
     /// The proxy's labels, `k=v` (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Istio MeshConfig YAML as `warden proxy --mesh-config` reads it: check it too, and say
+    /// which of its settings (`defaultConfig.gatewayTopology`) the proxy would take.
+    #[arg(long)]
+    pub mesh_config: Option<PathBuf>,
     #[command(flatten)]
     pub role: RoleArgs,
 }
@@ -354,6 +358,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.admin = Some(args.admin);
     opts.listen_host = args.listen_host;
     opts.num_trusted_proxies = args.num_trusted_proxies;
+    opts.gateway_topology = mesh.default_config.gateway_topology;
     opts.namespace = args.namespace;
     opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
@@ -433,6 +438,21 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let mesh_topology = match &args.mesh_config {
+        None => Default::default(),
+        Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
+            Ok((mesh, warnings)) => {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                mesh.default_config.gateway_topology
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
     let source = ConfigSource::Paths(args.config);
     let mesh = args.role.mesh_credentials()?;
     let identity = ProxyIdentity {
@@ -451,7 +471,8 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             // A closed stdout (`warden check | head`) ends the output, not the process.
             use std::io::Write;
             let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}config OK", check::describe(&snapshot));
+            let text = check::describe_with(&snapshot, mesh_topology);
+            let _ = writeln!(out, "{text}config OK");
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {

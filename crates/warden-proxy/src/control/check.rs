@@ -4,9 +4,15 @@ use crate::control::snapshot::{ListenerProtocol, PortRoutes, SidecarRoutes, Snap
 use crate::pipeline::routing::RouteAction;
 use crate::pipeline::routing::RouteTable;
 use std::fmt::Write;
+use warden_config::proxy_config::GatewayTopology;
 
 /// A human-readable summary of a compiled snapshot.
 pub fn describe(s: &Snapshot) -> String {
+    describe_with(s, GatewayTopology::default())
+}
+
+/// [`describe`] with the mesh config's `defaultConfig.gatewayTopology`.
+pub fn describe_with(s: &Snapshot, mesh: GatewayTopology) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "listeners ({}):", s.listeners.len());
     for (l, routes) in s.listeners.iter().zip(&s.ports) {
@@ -68,14 +74,8 @@ pub fn describe(s: &Snapshot) -> String {
             }
         }
     }
-    let id = &s.identity;
-    if let Ok(pc) = s.config.proxy_config(&id.namespace, &id.labels) {
-        if let (Some(n), Some(pod)) = (pc.num_trusted_proxies, pc.source) {
-            let _ = writeln!(
-                out,
-                "trusted proxies: {n} (gatewayTopology of Pod {pod}'s proxy.istio.io/config; --num-trusted-proxies overrides)"
-            );
-        }
+    if let Ok(t) = crate::control::gateway_topology::resolve(s, mesh, None) {
+        out.push_str(&t.describe(s.sidecar.is_some()));
     }
     let _ = writeln!(out, "routes:");
     for (l, routes) in s.listeners.iter().zip(&s.ports) {

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod check;
 mod config_settle;
 pub(crate) mod config_source;
+pub mod gateway_topology;
 pub mod metrics;
 pub mod proxy;
 pub mod reload_guard;

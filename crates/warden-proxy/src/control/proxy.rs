@@ -33,18 +33,27 @@ use warden_config::ConfigErrors;
 /// Entry point of the in-process API.
 pub struct Proxy;
 
-/// `numTrustedProxies` from the proxy's pod's `proxy.istio.io/config`, read once at start as
-/// Istio does (a changed annotation needs a restarted pod there too).
-fn trusted_proxies_of(snapshot: &Snapshot) -> Result<u32, ProxyError> {
-    let id = &snapshot.identity;
-    let pc = snapshot
-        .config
-        .proxy_config(&id.namespace, &id.labels)
-        .map_err(|p| ProxyError::Config(ConfigErrors::new(vec![p])))?;
-    if let (Some(n), Some(pod)) = (pc.num_trusted_proxies, &pc.source) {
-        tracing::info!("numTrustedProxies {n} from the proxy.istio.io/config of Pod {pod}");
+/// The gateway topology (`control::gateway_topology`), logged with where it came from.
+fn topology_of(
+    snapshot: &Snapshot,
+    opts: &ProxyOptions,
+) -> Result<crate::control::gateway_topology::Topology, ProxyError> {
+    let topology = crate::control::gateway_topology::resolve(
+        snapshot,
+        opts.gateway_topology,
+        opts.num_trusted_proxies,
+    )
+    .map_err(|p| ProxyError::Config(ConfigErrors::new(vec![p])))?;
+    if snapshot.sidecar.is_none() {
+        tracing::info!(
+            "numTrustedProxies {} from {}; forwardClientCertDetails {} from {}",
+            topology.num_trusted_proxies,
+            topology.trusted_from,
+            topology.forward_client_cert.name(),
+            topology.xfcc_from
+        );
     }
-    Ok(pc.num_trusted_proxies.unwrap_or(0))
+    Ok(topology)
 }
 
 impl Proxy {
@@ -57,10 +66,7 @@ impl Proxy {
         for w in &snapshot.warnings {
             tracing::warn!("{w}");
         }
-        let num_trusted_proxies = match opts.num_trusted_proxies {
-            Some(n) => n,
-            None => trusted_proxies_of(&snapshot)?,
-        };
+        let topology = topology_of(&snapshot, &opts)?;
         let workers = opts.concurrency.max(1);
         let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();
         let (add_txs, add_rxs): (Vec<_>, Vec<_>) =
@@ -102,7 +108,7 @@ impl Proxy {
         let shared = Arc::new(Shared::new(
             snapshot,
             access_log,
-            num_trusted_proxies,
+            &topology,
             opts.config.clone(),
             opts.allow_empty_config,
             identity,

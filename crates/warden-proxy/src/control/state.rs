@@ -104,6 +104,8 @@ pub struct Shared {
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub num_trusted_proxies: u32,
+    /// A gateway's `forwardClientCertDetails` (`control::gateway_topology`).
+    pub forward_client_cert: warden_config::proxy_config::ForwardClientCertDetails,
     pub source: ConfigSource,
     /// `--allow-empty-config`: skip the reload guard.
     allow_empty_config: bool,
@@ -121,7 +123,7 @@ impl Shared {
     pub(crate) fn new(
         snapshot: Snapshot,
         access_log: Option<AccessLog>,
-        num_trusted_proxies: u32,
+        topology: &crate::control::gateway_topology::Topology,
         source: ConfigSource,
         allow_empty_config: bool,
         identity: ProxyIdentity,
@@ -133,7 +135,8 @@ impl Shared {
             snapshot: ArcSwap::from_pointee(snapshot),
             metrics: Metrics::new(),
             access_log,
-            num_trusted_proxies,
+            num_trusted_proxies: topology.num_trusted_proxies,
+            forward_client_cert: topology.forward_client_cert,
             source,
             allow_empty_config,
             identity,

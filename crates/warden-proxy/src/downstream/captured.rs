@@ -199,13 +199,16 @@ async fn serve_mtls(
     metrics.tls_handshakes.inc();
     let session = tls.get_ref().1;
     let alpn_http = matches!(session.alpn_protocol(), Some(b"h2") | Some(b"http/1.1"));
-    let info = Arc::new(TlsInfo {
-        sni: session.server_name().map(str::to_owned),
-        peer: session
-            .peer_certificates()
-            .and_then(|certs| certs.first())
-            .and_then(warden_tls::PeerIdentity::from_leaf),
-    });
+    // Istio's sidecar inbound: APPEND_FORWARD with Subject, URI and DNS.
+    let by = snapshot
+        .inbound_tls
+        .as_ref()
+        .map_or(&[][..], |t| &t.local_uri_sans[..]);
+    let info = Arc::new(TlsInfo::of(
+        session,
+        by,
+        Some(warden_tls::xfcc::CertDetails::SIDECAR_INBOUND),
+    ));
     let mut tls = tls;
     let mut input = bytes::BytesMut::new();
     let tcp = match plan(&snapshot, c.side, dst) {

@@ -28,6 +28,29 @@ pub struct TlsInfo {
     pub sni: Option<String>,
     /// The client's certificate (MUTUAL / OPTIONAL_MUTUAL, mesh mTLS).
     pub peer: Option<PeerIdentity>,
+    /// This hop's `x-forwarded-client-cert` element for the client's certificate, when the
+    /// listener's mode adds one (APPEND_FORWARD, SANITIZE_SET): built once per connection.
+    pub xfcc: Option<http::HeaderValue>,
+}
+
+impl TlsInfo {
+    /// What a terminated connection carries: `by` this proxy's URI SANs, `details` what its
+    /// XFCC element holds, `None` when its mode adds none.
+    pub fn of(
+        session: &warden_tls::rustls::ServerConnection,
+        by: &[String],
+        details: Option<warden_tls::xfcc::CertDetails>,
+    ) -> TlsInfo {
+        let chain = session.peer_certificates().unwrap_or_default();
+        let xfcc = details
+            .and_then(|d| warden_tls::xfcc::element(by, chain, d))
+            .and_then(|e| http::HeaderValue::try_from(e).ok());
+        TlsInfo {
+            sni: session.server_name().map(str::to_owned),
+            peer: chain.first().and_then(PeerIdentity::from_leaf),
+            xfcc,
+        }
+    }
 }
 
 /// Serve a connection accepted on the Gateway TLS port `port` (configured number).
@@ -51,7 +74,7 @@ pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
         metrics.tls_handshake_failed("no_matching_server");
         return;
     };
-    let (config, http, client_sans) = match &server.action {
+    let (config, http, client_sans, by) = match &server.action {
         TlsAction::Passthrough => {
             let Some(route) = routes.passthrough_route(sni) else {
                 tracing::debug!(?sni, port, "no tls route for this SNI; closing");
@@ -65,8 +88,9 @@ pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
             config,
             http,
             client_sans,
+            local_uri_sans,
             ..
-        } => (config.clone(), *http, client_sans),
+        } => (config.clone(), *http, client_sans, local_uri_sans.clone()),
     };
     let local = stream.local_addr().unwrap_or(a.peer);
     let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
@@ -83,21 +107,22 @@ pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
         }
     };
     metrics.tls_handshakes.inc();
-    let peer_id = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .and_then(PeerIdentity::from_leaf);
-    if !client_sans.is_empty() && !peer_id.as_ref().is_some_and(|p| p.has_san_in(client_sans)) {
+    let details = crate::pipeline::client_cert::adds_element(shared.forward_client_cert)
+        .then_some(warden_tls::xfcc::CertDetails::GATEWAY);
+    let mut info = TlsInfo::of(tls.get_ref().1, &by, details);
+    // The SNI the server was chosen by (rustls reports the same one).
+    info.sni = hello.sni.clone();
+    if !client_sans.is_empty()
+        && !info
+            .peer
+            .as_ref()
+            .is_some_and(|p| p.has_san_in(client_sans))
+    {
         tracing::debug!(peer = %a.peer, "client certificate SAN not in subjectAltNames; closing");
         metrics.tls_handshake_failed("client_san_not_allowed");
         return;
     }
-    let info = Arc::new(TlsInfo {
-        sni: hello.sni.clone(),
-        peer: peer_id,
-    });
+    let info = Arc::new(info);
     if !http {
         let Some(route) = routes.tcp.as_ref() else {
             tracing::debug!(port, "no tcp route; closing");

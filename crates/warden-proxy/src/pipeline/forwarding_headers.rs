@@ -1,20 +1,23 @@
 //! Headers a gateway adds or strips on the way through: hop-by-hop removal, `x-forwarded-for`,
-//! `x-forwarded-proto`, `x-request-id`, `x-envoy-external-address`.
+//! `x-forwarded-proto`, `x-request-id`, `x-envoy-external-address`, and what becomes of a
+//! request's `x-forwarded-client-cert` (Envoy's `forward_client_cert_details`).
 
 use http::header::Entry;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue};
 use std::io::Write;
 use std::net::IpAddr;
+use warden_config::proxy_config::ForwardClientCertDetails;
 
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub static X_ENVOY_EXTERNAL_ADDRESS: HeaderName =
     HeaderName::from_static("x-envoy-external-address");
-/// How many headers the forwarding adds at most (the four above): room a request's map is
+pub static X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+/// How many headers the forwarding adds at most (the five above): room a request's map is
 /// given up front, so that proxying does not regrow it.
-pub const ADDED: usize = 4;
+pub const ADDED: usize = 5;
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -105,7 +108,7 @@ pub fn ip_header_value(ip: IpAddr) -> HeaderValue {
 /// ([`Forwarding::keeps_line`], [`Forwarding::encode`]), so the map is not grown and four
 /// custom names are not hashed per request. Both ways send the same values.
 ///
-/// Small (48 bytes, nothing to drop): it travels inside the request's upstream future, which is
+/// Small (56 bytes, nothing to drop): it travels inside the request's upstream future, which is
 /// moved into a box on every request.
 #[derive(Debug, Clone)]
 pub struct Forwarding<'a> {
@@ -124,6 +127,25 @@ pub struct Forwarding<'a> {
     edge: bool,
     /// The downstream connection is TLS: `x-forwarded-proto: https`.
     https: bool,
+    /// What becomes of the request's `x-forwarded-client-cert`.
+    xfcc: XfccStep,
+    /// This hop's element for [`XfccStep::Set`] / [`XfccStep::Append`], built once per
+    /// connection at its handshake (`warden_tls::xfcc`).
+    xfcc_element: Option<&'a HeaderValue>,
+}
+
+/// What a request's `x-forwarded-client-cert` becomes, decided by
+/// [`Forwarding::client_cert`] as Envoy's `mutateXfccRequestHeader` decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum XfccStep {
+    /// Sent on as the client sent it (or not at all).
+    Keep,
+    /// Never sent on.
+    Remove,
+    /// Replaced by this hop's element.
+    Set,
+    /// This hop's element appended after the client's, `,` between.
+    Append,
 }
 
 /// Which forwarding headers the request brought, as [`Forwarding::keeps_line`] saw them.
@@ -132,6 +154,7 @@ pub struct SeenForwarding {
     xff: bool,
     proto: bool,
     request_id: bool,
+    xfcc: bool,
 }
 
 impl<'a> Forwarding<'a> {
@@ -150,7 +173,38 @@ impl<'a> Forwarding<'a> {
             append_peer: true,
             edge: true,
             https: false,
+            // Envoy's default (`forward_client_cert_details` unset) is SANITIZE.
+            xfcc: XfccStep::Remove,
+            xfcc_element: None,
         }
+    }
+
+    /// What becomes of the request's `x-forwarded-client-cert` under `mode` (Envoy's
+    /// `forward_client_cert_details` of the same name), `mutual` when the client presented a
+    /// certificate on this connection, `element` this hop's (for APPEND_FORWARD and
+    /// SANITIZE_SET). Without a client certificate only ALWAYS_FORWARD_ONLY keeps a client's
+    /// header: anything else would let a client speak for a certificate it does not hold.
+    pub fn client_cert(
+        mut self,
+        mode: ForwardClientCertDetails,
+        mutual: bool,
+        element: Option<&'a HeaderValue>,
+    ) -> Self {
+        use ForwardClientCertDetails as M;
+        self.xfcc = match mode {
+            M::AlwaysForwardOnly => XfccStep::Keep,
+            _ if !mutual => XfccStep::Remove,
+            M::Sanitize | M::Undefined => XfccStep::Remove,
+            M::ForwardOnly => XfccStep::Keep,
+            // The element is built for every certificate that parses (rustls verified it); a
+            // missing one sends nothing of this hop rather than a made-up element.
+            M::AppendForward if element.is_some() => XfccStep::Append,
+            M::AppendForward => XfccStep::Keep,
+            M::SanitizeSet if element.is_some() => XfccStep::Set,
+            M::SanitizeSet => XfccStep::Remove,
+        };
+        self.xfcc_element = element;
+        self
     }
 
     /// The headers as the proxy on `side` of a connection adds them: a gateway adds all of
@@ -188,6 +242,7 @@ impl<'a> Forwarding<'a> {
                 HeaderValue::from_static(self.proto()),
             );
         }
+        self.apply_xfcc(headers);
         headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
             HeaderValue::from_str(request_id_text(self.request_id, &mut buf))
@@ -202,6 +257,42 @@ impl<'a> Forwarding<'a> {
         };
         if let Some(external) = external {
             headers.insert(X_ENVOY_EXTERNAL_ADDRESS.clone(), external);
+        }
+    }
+
+    fn apply_xfcc(&self, headers: &mut HeaderMap) {
+        match (self.xfcc, self.xfcc_element) {
+            (XfccStep::Keep, _) => {}
+            (XfccStep::Set, Some(element)) => {
+                headers.insert(X_FORWARDED_CLIENT_CERT.clone(), element.clone());
+            }
+            (XfccStep::Append, Some(element)) => {
+                let mut joined = Vec::new();
+                for value in headers.get_all(&X_FORWARDED_CLIENT_CERT) {
+                    if !value.is_empty() {
+                        joined.extend_from_slice(value.as_bytes());
+                        joined.push(b',');
+                    }
+                }
+                let value = if joined.is_empty() {
+                    Some(element.clone())
+                } else {
+                    joined.extend_from_slice(element.as_bytes());
+                    HeaderValue::from_bytes(&joined).ok()
+                };
+                match value {
+                    Some(v) => {
+                        headers.insert(X_FORWARDED_CLIENT_CERT.clone(), v);
+                    }
+                    None => {
+                        headers.remove(&X_FORWARDED_CLIENT_CERT);
+                    }
+                }
+            }
+            // A plaintext request that carries none: one lookup, nothing allocated.
+            (XfccStep::Remove | XfccStep::Set | XfccStep::Append, _) => {
+                headers.remove(&X_FORWARDED_CLIENT_CERT);
+            }
         }
     }
 
@@ -243,18 +334,23 @@ impl<'a> Forwarding<'a> {
         } else if name == X_REQUEST_ID.as_str().as_bytes() {
             seen.request_id = true;
             true
+        } else if name == X_FORWARDED_CLIENT_CERT.as_str().as_bytes() {
+            seen.xfcc = true;
+            self.xfcc == XfccStep::Keep
         } else {
             !self.edge || name != X_ENVOY_EXTERNAL_ADDRESS.as_str().as_bytes()
         }
     }
 
     /// Write the header lines [`Self::apply`] would have added or replaced, after the
-    /// request's own lines were written through [`Self::keeps_line`]; `xff` are the values of
-    /// the request's own `x-forwarded-for` lines.
-    pub fn encode<'x>(
+    /// request's own lines were written through [`Self::keeps_line`]; `xff` and `xfcc` are the
+    /// values of the request's own `x-forwarded-for` and `x-forwarded-client-cert` lines
+    /// (read only when they are needed).
+    pub fn encode<'x, 'y>(
         &self,
         out: &mut Vec<u8>,
         xff: impl Iterator<Item = &'x [u8]>,
+        xfcc: impl Iterator<Item = &'y [u8]>,
         seen: &SeenForwarding,
     ) {
         if self.append_peer {
@@ -273,6 +369,19 @@ impl<'a> Forwarding<'a> {
         if !(self.keep_proto && seen.proto) {
             out.extend_from_slice(b"x-forwarded-proto: ");
             out.extend_from_slice(self.proto().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if let (XfccStep::Set | XfccStep::Append, Some(element)) = (self.xfcc, self.xfcc_element) {
+            out.extend_from_slice(b"x-forwarded-client-cert: ");
+            if self.xfcc == XfccStep::Append && seen.xfcc {
+                for value in xfcc {
+                    if !value.is_empty() {
+                        out.extend_from_slice(value);
+                        out.push(b',');
+                    }
+                }
+            }
+            out.extend_from_slice(element.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         if !seen.request_id {
@@ -349,6 +458,61 @@ mod tests {
         assert_eq!(h[&X_FORWARDED_FOR], "1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9");
     }
 
+    const MODES: [ForwardClientCertDetails; 5] = [
+        ForwardClientCertDetails::Sanitize,
+        ForwardClientCertDetails::ForwardOnly,
+        ForwardClientCertDetails::AppendForward,
+        ForwardClientCertDetails::SanitizeSet,
+        ForwardClientCertDetails::AlwaysForwardOnly,
+    ];
+
+    #[test]
+    fn xfcc_per_mode_as_envoy() {
+        use ForwardClientCertDetails as M;
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let peer_value = ip_header_value(peer);
+        let element = HeaderValue::from_static("By=b;Hash=h;URI=u");
+        let xfcc = |mode, mutual, sent: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in sent {
+                h.append(&X_FORWARDED_CLIENT_CERT, HeaderValue::from_static(v));
+            }
+            Forwarding::new(peer, &peer_value, peer, 0)
+                .client_cert(mode, mutual, Some(&element))
+                .apply(&mut h);
+            let values: Vec<String> = h
+                .get_all(&X_FORWARDED_CLIENT_CERT)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect();
+            values
+        };
+        let forged: &[&str] = &["By=x;URI=forged"];
+        // Without a client certificate only ALWAYS_FORWARD_ONLY lets a client's header by.
+        for mode in MODES {
+            let kept = mode == M::AlwaysForwardOnly;
+            assert_eq!(
+                xfcc(mode, false, forged).len(),
+                usize::from(kept),
+                "{mode:?}"
+            );
+        }
+        assert!(xfcc(M::Sanitize, true, forged).is_empty());
+        assert_eq!(xfcc(M::ForwardOnly, true, forged), ["By=x;URI=forged"]);
+        assert_eq!(xfcc(M::SanitizeSet, true, forged), ["By=b;Hash=h;URI=u"]);
+        assert_eq!(xfcc(M::SanitizeSet, true, &[]), ["By=b;Hash=h;URI=u"]);
+        assert_eq!(
+            xfcc(M::AppendForward, true, &["a", "b"]),
+            ["a,b,By=b;Hash=h;URI=u"]
+        );
+        assert_eq!(xfcc(M::AppendForward, true, &[]), ["By=b;Hash=h;URI=u"]);
+        // The default (Envoy's unset: SANITIZE) removes it.
+        let mut h = HeaderMap::new();
+        h.insert(&X_FORWARDED_CLIENT_CERT, HeaderValue::from_static("forged"));
+        Forwarding::new(peer, &peer_value, peer, 0).apply(&mut h);
+        assert!(!h.contains_key(&X_FORWARDED_CLIENT_CERT));
+    }
+
     #[test]
     fn strips_hop_by_hop_and_connection_listed() {
         let mut h = HeaderMap::new();
@@ -415,7 +579,13 @@ mod tests {
             }
         }
         let xff = headers.get_all(&X_FORWARDED_FOR).iter();
-        f.encode(&mut out, xff.map(HeaderValue::as_bytes), &seen);
+        let xfcc = headers.get_all(&X_FORWARDED_CLIENT_CERT).iter();
+        f.encode(
+            &mut out,
+            xff.map(HeaderValue::as_bytes),
+            xfcc.map(HeaderValue::as_bytes),
+            &seen,
+        );
         let text = String::from_utf8(out).unwrap();
         let mut read = HeaderMap::new();
         for line in text.lines() {
@@ -432,7 +602,17 @@ mod tests {
     fn encoding_into_the_head_sends_what_apply_adds() {
         let peer: IpAddr = "10.0.0.9".parse().unwrap();
         let client: IpAddr = "1.2.3.4".parse().unwrap();
-        let requests: [&[(&str, &str)]; 5] = [
+        let requests: [&[(&str, &str)]; 7] = [
+            &[(
+                "x-forwarded-client-cert",
+                "By=forged;URI=spiffe://td/ns/x/sa/admin",
+            )],
+            &[
+                ("x-forwarded-client-cert", "Hash=1"),
+                ("x-other", "1"),
+                ("x-forwarded-client-cert", ""),
+                ("x-forwarded-client-cert", "Hash=2"),
+            ],
             &[("host", "a")],
             &[
                 ("x-forwarded-for", "1.1.1.1"),
@@ -463,6 +643,24 @@ mod tests {
                 let mut applied = headers.clone();
                 f.apply(&mut applied);
                 assert_eq!(encoded(&f, &headers), applied, "{lines:?} hops {hops}");
+            }
+            let peer_value = ip_header_value(peer);
+            let element = HeaderValue::from_static("By=spiffe://td/ns/a/sa/b;Hash=00");
+            for mode in MODES {
+                for mutual in [false, true] {
+                    let f = Forwarding::new(peer, &peer_value, peer, 0).client_cert(
+                        mode,
+                        mutual,
+                        Some(&element),
+                    );
+                    let mut applied = headers.clone();
+                    f.apply(&mut applied);
+                    assert_eq!(
+                        encoded(&f, &headers),
+                        applied,
+                        "{lines:?} {mode:?} {mutual}"
+                    );
+                }
             }
         }
     }

@@ -13,6 +13,7 @@
 //! ConfigSet; an empty slot costs one branch.
 
 pub mod authority;
+pub mod client_cert;
 pub mod cors;
 pub mod filters;
 pub mod forwarding_headers;
@@ -937,7 +938,12 @@ async fn act(
                     shared.num_trusted_proxies,
                 )
                 .on_side(conn.side)
-                .over_tls(conn.tls.is_some());
+                .over_tls(conn.tls.is_some())
+                .client_cert(
+                    client_cert::mode_for(conn.side, shared.forward_client_cert),
+                    conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
+                    conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
+                );
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
                 let mut request = outgoing(

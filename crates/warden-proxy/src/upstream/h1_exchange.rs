@@ -10,7 +10,8 @@
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
 use crate::pipeline::forwarding_headers::{
-    is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_FOR,
+    is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_CLIENT_CERT,
+    X_FORWARDED_FOR,
 };
 use crate::upstream::body::{BoxError, ProxyBody};
 use crate::upstream::h1_pool::{LeanConns, Pooled};
@@ -183,17 +184,26 @@ pub fn encode_request(out: &mut Vec<u8>, request: BodylessRequest<'_>, endpoint:
         }
     }
     if let Some(forwarding) = forwarding {
-        let xff = lines
-            .iter()
-            .flat_map(|l| l.get_all(X_FORWARDED_FOR.as_str().as_bytes()))
-            .chain(
-                parts
-                    .headers
-                    .get_all(&X_FORWARDED_FOR)
-                    .iter()
-                    .map(HeaderValue::as_bytes),
-            );
-        forwarding.encode(out, xff, &seen);
+        // The request's own values of a header, lines kept as read first (lazy: read only
+        // when the encoder needs them).
+        let own = |name: &'static HeaderName| {
+            lines
+                .iter()
+                .flat_map(move |l| l.get_all(name.as_str().as_bytes()))
+                .chain(
+                    parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(HeaderValue::as_bytes),
+                )
+        };
+        forwarding.encode(
+            out,
+            own(&X_FORWARDED_FOR),
+            own(&X_FORWARDED_CLIENT_CERT),
+            &seen,
+        );
     }
     let host_line = lines.is_some_and(|l| l.get(b"host").is_some());
     if !host_line && !parts.headers.contains_key(http::header::HOST) {

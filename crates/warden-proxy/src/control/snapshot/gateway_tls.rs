@@ -24,6 +24,9 @@ pub enum TlsAction {
         mutual: bool,
         /// MUTUAL: a client certificate must carry one of these SANs (empty: any).
         client_sans: Vec<String>,
+        /// The URI SANs of the server's certificate (read when client certificates are asked
+        /// for): `By=` of the XFCC element for a client's certificate.
+        local_uri_sans: Arc<[String]>,
     },
     /// Forward the bytes untouched by the port's SNI routes.
     Passthrough,
@@ -227,6 +230,11 @@ impl Builder<'_> {
                 http: server.port.listener_protocol() == Some(ListenerProtocol::Https),
                 mutual,
                 client_sans: tls.subject_alt_names.clone(),
+                local_uri_sans: if mutual {
+                    warden_tls::xfcc::local_uri_sans(&spec.cert).into()
+                } else {
+                    Arc::from(Vec::new())
+                },
             }),
             Err(errors) => {
                 for SpecError { field, message } in errors {

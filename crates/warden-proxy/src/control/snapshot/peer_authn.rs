@@ -20,6 +20,9 @@ const ROOT_NAMESPACE: &str = "istio-system";
 pub struct InboundTls {
     /// `None` without `--mesh-credentials` (then only plaintext is served).
     pub config: Option<Arc<ServerConfig>>,
+    /// The URI SANs of this workload's mesh certificate: `By=` of the XFCC element its
+    /// inbound side adds.
+    pub local_uri_sans: Arc<[String]>,
     default: PeerMode,
     ports: BTreeMap<u16, PeerMode>,
 }
@@ -85,6 +88,7 @@ impl Builder<'_> {
             }
         }
         let strict = default == PeerMode::Strict || ports.values().any(|m| *m == PeerMode::Strict);
+        let mut local_uri_sans: Arc<[String]> = Arc::from(Vec::new());
         let config = match &identity.mesh {
             None => {
                 if strict {
@@ -115,7 +119,10 @@ impl Builder<'_> {
                         .map(|p| p.to_path_buf()),
                 );
                 match warden_tls::server::server_config(&spec, SystemTime::now()) {
-                    Ok(c) => Some(c),
+                    Ok(c) => {
+                        local_uri_sans = warden_tls::xfcc::local_uri_sans(&spec.cert).into();
+                        Some(c)
+                    }
                     Err(errors) => {
                         for e in errors {
                             self.errors.push(warden_config::Problem {
@@ -136,6 +143,7 @@ impl Builder<'_> {
         };
         InboundTls {
             config,
+            local_uri_sans,
             default,
             ports,
         }
