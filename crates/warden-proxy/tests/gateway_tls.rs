@@ -1,7 +1,9 @@
 //! Gateway HTTPS/TLS with real clients (curl, openssl s_client): SIMPLE and MUTUAL servers on
 //! one port chosen by SNI, ALPN h2, client certificates refused (none, wrong CA), handshake
 //! failures counted by reason, bad certificate files named, PASSTHROUGH to a TLS backend,
-//! upstream MUTUAL TLS to nginx, and certificate rotation under load with no failed request.
+//! upstream MUTUAL TLS to nginx, certificate rotation under load with no failed request, and
+//! `x-forwarded-client-cert` per `gatewayTopology.forwardClientCertDetails` (MUTUAL,
+//! OPTIONAL_MUTUAL and plaintext servers; the annotation over the mesh config).
 
 mod common;
 
@@ -670,5 +672,332 @@ spec:
     assert!(
         ok && out.starts_with("403"),
         "another identity is denied: {out}"
+    );
+}
+
+// x-forwarded-client-cert at the gateway (Envoy's forward_client_cert_details as Istio sets it:
+// gatewayTopology.forwardClientCertDetails, SANITIZE_SET by default, with Subject, Cert, URI
+// and DNS). The expected Hash and Subject come from openssl, not from warden's own code.
+
+const FORGED: &str = "By=spiffe://evil;Hash=00;URI=spiffe://cluster.local/ns/default/sa/admin";
+
+/// `openssl x509` of `cert` with `args`, trimmed.
+async fn x509(cert: &Path, args: &[&str]) -> String {
+    let mut all: Vec<String> = vec!["x509".into(), "-noout".into(), "-in".into()];
+    all.push(cert.display().to_string());
+    all.extend(args.iter().map(|s| s.to_string()));
+    let (ok, out) = run("openssl", all).await;
+    assert!(ok, "{out}");
+    out.trim().to_string()
+}
+
+/// Envoy's `Hash=` and `Subject=` of a certificate file, as OpenSSL computes them.
+async fn hash_and_subject(cert: &Path) -> (String, String) {
+    let fp = x509(cert, &["-fingerprint", "-sha256"]).await;
+    let hash = fp
+        .split_once('=')
+        .map(|(_, v)| v.replace(':', "").to_lowercase())
+        .unwrap();
+    let subject = x509(cert, &["-subject", "-nameopt", "RFC2253"]).await;
+    let subject = subject.strip_prefix("subject=").unwrap().to_string();
+    (hash, subject)
+}
+
+/// The `x-forwarded-client-cert` the echo upstream received, from curl's `-D -` output.
+fn echoed_xfcc(out: &str) -> Option<String> {
+    out.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("x-echo-h-x-forwarded-client-cert")
+            .then(|| value.trim().to_string())
+    })
+}
+
+/// Undo the `%XX` escapes of a `Cert=` value.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A gateway with one HTTPS server for `x.example.com` in `mode` (MUTUAL, OPTIONAL_MUTUAL),
+/// its certificate carrying the ingress gateway's SPIFFE URI (`By=`), routing to an echo
+/// that reflects request headers; `extra` is appended to the config (a Pod, say).
+struct XfccGateway {
+    pki: Pki,
+    _proxy: RunningProxy,
+    addr: std::net::SocketAddr,
+}
+
+const GATEWAY_URI: &str = "spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway";
+
+async fn xfcc_gateway(
+    mode: &str,
+    opts: impl FnOnce(&mut ProxyOptions),
+    extra: &str,
+) -> XfccGateway {
+    let echo = echo_http("echo").await;
+    let pki = Pki::new("xfcc");
+    let (cert, key) = pki.issue(
+        "gw",
+        &Leaf {
+            uris: vec![GATEWAY_URI.into()],
+            ..leaf("x.example.com")
+        },
+    );
+    let yaml = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: istio-system}}
+spec:
+  selector: {{istio: ingressgateway}}
+  servers:
+  - port: {{number: 0, protocol: HTTPS, name: https}}
+    hosts: [x.example.com]
+    tls: {{mode: {mode}, serverCertificate: {cert}, privateKey: {key}, caCertificates: {ca}}}
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: site, namespace: istio-system}}
+spec:
+  hosts: [x.example.com]
+  gateways: [gw]
+  http:
+  - route: [{{destination: {{host: echo.internal}}}}]
+{extra}"#,
+        cert = cert.display(),
+        key = key.display(),
+        ca = pki.ca_path.display(),
+        se = service_entry("echo.internal", &[echo.addr]),
+    );
+    let mut o = ProxyOptions::loopback(inline(&yaml));
+    o.namespace = "istio-system".into();
+    o.labels = [("istio".to_string(), "ingressgateway".to_string())].into();
+    opts(&mut o);
+    let proxy = Proxy::start(o).expect("proxy starts");
+    let addr = addr(&proxy, 0);
+    XfccGateway {
+        pki,
+        _proxy: proxy,
+        addr,
+    }
+}
+
+/// A client certificate with a SPIFFE URI and a DNS SAN.
+fn client_leaf() -> Leaf {
+    Leaf {
+        uris: vec!["spiffe://cluster.local/ns/default/sa/client".into()],
+        dns: vec!["client.example.com".into()],
+        common_name: "client".into(),
+        ..Leaf::default()
+    }
+}
+
+/// curl through the gateway with `args`, printing the response headers: (status line
+/// present, the XFCC the upstream saw).
+async fn xfcc_seen(g: &XfccGateway, args: &[&str]) -> (String, Option<String>) {
+    let mut all = vec!["-D", "-"];
+    all.extend_from_slice(args);
+    let (ok, out) = curl(g.addr, "x.example.com", &g.pki.ca_path, &all).await;
+    assert!(ok, "{out}");
+    let status = out.lines().last().unwrap_or_default().to_string();
+    (status, echoed_xfcc(&out))
+}
+
+#[tokio::test]
+async fn a_mutual_gateway_replaces_a_forged_xfcc_by_the_client_certificates() {
+    let g = xfcc_gateway("MUTUAL", |_| {}, "").await;
+    let (cert, key) = g.pki.issue("client", &client_leaf());
+    let (hash, subject) = hash_and_subject(&cert).await;
+    let pem: String = std::fs::read_to_string(&cert).unwrap();
+    let certs = cert_args(&cert, &key);
+    let forged = format!("x-forwarded-client-cert: {FORGED}");
+    // The lean h1 encoder (GET), h2 downstream, and hyper's client (a request with a body).
+    for how in [
+        &["--http1.1"][..],
+        &["--http2"][..],
+        &["--http1.1", "-d", "body"][..],
+    ] {
+        let mut args = as_strs(&certs);
+        args.extend_from_slice(how);
+        args.extend_from_slice(&["-H", &forged]);
+        let (status, xfcc) = xfcc_seen(&g, &args).await;
+        assert!(status.starts_with("200"), "{how:?}: {status}");
+        let xfcc = xfcc.unwrap_or_else(|| panic!("{how:?}: the upstream got no XFCC"));
+        assert!(
+            !xfcc.contains("evil"),
+            "{how:?}: the forged element is gone: {xfcc}"
+        );
+        let pairs: Vec<&str> = xfcc.split(';').collect();
+        assert_eq!(pairs.len(), 6, "{how:?}: {xfcc}");
+        assert_eq!(pairs[0], format!("By={GATEWAY_URI}"));
+        assert_eq!(pairs[1], format!("Hash={hash}"));
+        let cert_value = pairs[2]
+            .strip_prefix("Cert=\"")
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("{xfcc}"));
+        let strip = |s: &str| s.split_whitespace().collect::<String>();
+        assert_eq!(strip(&percent_decode(cert_value)), strip(&pem));
+        assert_eq!(pairs[3], format!("Subject=\"{subject}\""));
+        assert_eq!(pairs[4], "URI=spiffe://cluster.local/ns/default/sa/client");
+        assert_eq!(pairs[5], "DNS=client.example.com");
+    }
+}
+
+#[tokio::test]
+async fn an_optional_mutual_gateway_sets_xfcc_only_for_a_client_with_a_certificate() {
+    let g = xfcc_gateway("OPTIONAL_MUTUAL", |_| {}, "").await;
+    let (cert, key) = g.pki.issue("client", &client_leaf());
+    let (hash, _) = hash_and_subject(&cert).await;
+    let forged = format!("x-forwarded-client-cert: {FORGED}");
+    let certs = cert_args(&cert, &key);
+    let mut with = as_strs(&certs);
+    with.extend_from_slice(&["-H", &forged]);
+    let (status, xfcc) = xfcc_seen(&g, &with).await;
+    assert!(status.starts_with("200"), "{status}");
+    let xfcc = xfcc.expect("XFCC with a certificate");
+    assert!(
+        xfcc.starts_with(&format!("By={GATEWAY_URI};Hash={hash};Cert=")),
+        "{xfcc}"
+    );
+    for how in [&[][..], &["-d", "body"][..]] {
+        let mut without = vec!["-H", &forged];
+        without.extend_from_slice(how);
+        let (status, xfcc) = xfcc_seen(&g, &without).await;
+        assert!(status.starts_with("200"), "{status}");
+        assert_eq!(
+            xfcc, None,
+            "{how:?}: no certificate, no XFCC (the forged one removed)"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_plaintext_gateway_removes_a_client_sent_xfcc() {
+    let echo = echo_http("echo").await;
+    let proxy = start(&http_config(echo.addr, "", ""));
+    let gw = addr(&proxy, 0);
+    for body in [None, Some("x")] {
+        let mut req = client()
+            .request(
+                if body.is_some() {
+                    reqwest::Method::POST
+                } else {
+                    reqwest::Method::GET
+                },
+                format!("http://{gw}/"),
+            )
+            .header("x-forwarded-client-cert", FORGED);
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(
+            r.headers()
+                .get("x-echo-h-x-forwarded-client-cert")
+                .is_none(),
+            "SANITIZE_SET without a client certificate removes it ({body:?})"
+        );
+        // Only XFCC goes: other client headers still pass.
+        assert!(r.headers().get("x-echo-h-x-request-id").is_some());
+    }
+}
+
+/// The gateway pod's annotation (the ingress gateway's own Pod) for `fccd`.
+fn gateway_pod(fccd: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: istio-ingressgateway-1
+  namespace: istio-system
+  labels: {{istio: ingressgateway}}
+  annotations:
+    proxy.istio.io/config: '{{"gatewayTopology": {{"forwardClientCertDetails": "{fccd}"}}}}'
+"#
+    )
+}
+
+#[tokio::test]
+async fn gateway_topology_modes_from_the_annotation_and_the_mesh_config() {
+    use warden_config::proxy_config::{ForwardClientCertDetails as M, GatewayTopology};
+    let mesh = |mode| {
+        move |o: &mut ProxyOptions| {
+            o.gateway_topology = GatewayTopology {
+                num_trusted_proxies: None,
+                forward_client_cert_details: Some(mode),
+            }
+        }
+    };
+    let forged = format!("x-forwarded-client-cert: {FORGED}");
+    // The mesh config's APPEND_FORWARD: the client's element, then this hop's.
+    let g = xfcc_gateway("MUTUAL", mesh(M::AppendForward), "").await;
+    let (cert, key) = g.pki.issue("client", &client_leaf());
+    let (hash, _) = hash_and_subject(&cert).await;
+    let certs = cert_args(&cert, &key);
+    let mut args = as_strs(&certs);
+    args.extend_from_slice(&["-H", &forged]);
+    for how in [&[][..], &["-d", "body"][..]] {
+        let mut a = args.clone();
+        a.extend_from_slice(how);
+        let xfcc = xfcc_seen(&g, &a).await.1.expect("XFCC");
+        assert!(
+            xfcc.starts_with(&format!("{FORGED},By={GATEWAY_URI};Hash={hash};")),
+            "{how:?}: {xfcc}"
+        );
+    }
+    // The pod's annotation wins over the mesh config: FORWARD_ONLY sends the client's as it is.
+    let g = xfcc_gateway(
+        "MUTUAL",
+        mesh(M::AppendForward),
+        &gateway_pod("FORWARD_ONLY"),
+    )
+    .await;
+    let (cert, key) = g.pki.issue("client", &client_leaf());
+    let certs = cert_args(&cert, &key);
+    let mut args = as_strs(&certs);
+    args.extend_from_slice(&["-H", &forged]);
+    assert_eq!(xfcc_seen(&g, &args).await.1.as_deref(), Some(FORGED));
+    // SANITIZE: never sent on.
+    let g = xfcc_gateway("MUTUAL", |_| {}, &gateway_pod("SANITIZE")).await;
+    let (cert, key) = g.pki.issue("client", &client_leaf());
+    let certs = cert_args(&cert, &key);
+    let mut args = as_strs(&certs);
+    args.extend_from_slice(&["-H", &forged]);
+    assert_eq!(xfcc_seen(&g, &args).await.1, None);
+    // ALWAYS_FORWARD_ONLY keeps a client's header even without a certificate.
+    let g = xfcc_gateway("OPTIONAL_MUTUAL", mesh(M::AlwaysForwardOnly), "").await;
+    assert_eq!(
+        xfcc_seen(&g, &["-H", &forged]).await.1.as_deref(),
+        Some(FORGED)
+    );
+    // An unknown mode in the annotation is an error naming the pod and the field.
+    let echo = echo_http("echo").await;
+    let yaml = format!(
+        "{}{}",
+        http_config(echo.addr, "", ""),
+        gateway_pod("SANITISE")
+    );
+    let mut o = ProxyOptions::loopback(inline(&yaml));
+    o.namespace = "istio-system".into();
+    o.labels = [("istio".to_string(), "ingressgateway".to_string())].into();
+    let err = Proxy::start(o).err().expect("refused").to_string();
+    assert!(
+        err.contains("Pod/istio-ingressgateway-1")
+            && err.contains("forwardClientCertDetails")
+            && err.contains("SANITISE"),
+        "{err}"
     );
 }
