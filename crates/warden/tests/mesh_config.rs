@@ -1,6 +1,7 @@
 //! `warden proxy --mesh-config FILE`: timeouts and connection limits from Istio's MeshConfig
 //! shape take effect, a flag given on the command line wins over the file, and a bad file
-//! stops the start with an error naming file:line and field.
+//! stops the start with an error naming file:line and field; `warden check --mesh-config` says
+//! which `gatewayTopology` the proxy takes and from where.
 
 mod common;
 
@@ -72,6 +73,14 @@ fn a_bad_mesh_config_stops_the_start_naming_file_line_and_field() {
             "warden:\n  maxConnections: many\n",
             &["mesh.yaml:2", "field warden.maxConnections"][..],
         ),
+        (
+            "defaultConfig:\n  gatewayTopology:\n    forwardClientCertDetails: SANITISE\n",
+            &[
+                "mesh.yaml:3",
+                "field defaultConfig.gatewayTopology.forwardClientCertDetails",
+                "SANITISE",
+            ][..],
+        ),
     ] {
         let mesh = dir.write("mesh.yaml", text).unwrap();
         let out = run_proxy_to_exit(&config, &["--mesh-config", mesh.to_str().unwrap()]);
@@ -84,4 +93,79 @@ fn a_bad_mesh_config_stops_the_start_naming_file_line_and_field() {
             );
         }
     }
+}
+
+/// `warden check` with `args`: (success, stdout + stderr).
+fn check(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(common::WARDEN)
+        .args(["check", "-c"])
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("warden check runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn check_says_which_gateway_topology_it_took_and_from_where() {
+    let dir = TempDir::new("mesh-config").unwrap();
+    let (plain, _) = write_config(&dir, "", DIRECT_200);
+    let (ok, text) = check(&plain, &[]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("trusted proxies: 0 (default")
+            && text.contains("x-forwarded-client-cert: SANITIZE_SET (By, Hash, Cert, Subject, URI, DNS of a client certificate) (Istio's gateway default)"),
+        "{text}"
+    );
+    let mesh = dir
+        .write(
+            "mesh.yaml",
+            "defaultConfig:\n  gatewayTopology:\n    numTrustedProxies: 2\n    forwardClientCertDetails: FORWARD_ONLY\n",
+        )
+        .unwrap();
+    let mesh = mesh.to_str().unwrap();
+    let (ok, text) = check(&plain, &["--mesh-config", mesh]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("trusted proxies: 2 (the mesh config's defaultConfig.gatewayTopology")
+            && text.contains("x-forwarded-client-cert: FORWARD_ONLY (the mesh config's defaultConfig.gatewayTopology)"),
+        "{text}"
+    );
+    // The gateway pod's annotation wins over the mesh config, field by field.
+    let pod = "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: gw-1\n  namespace: istio-system\n  labels: {istio: ingressgateway}\n  annotations:\n    proxy.istio.io/config: 'gatewayTopology: {forwardClientCertDetails: APPEND_FORWARD}'\n";
+    let (with_pod, _) = write_config(&dir, pod, DIRECT_200);
+    let args = [
+        "--mesh-config",
+        mesh,
+        "--namespace",
+        "istio-system",
+        "--label",
+        "istio=ingressgateway",
+    ];
+    let (ok, text) = check(&with_pod, &args);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("trusted proxies: 2 (the mesh config's")
+            && text.contains("x-forwarded-client-cert: APPEND_FORWARD (By, Hash, Cert, Subject, URI, DNS of a client certificate) (gatewayTopology of Pod istio-system/gw-1's proxy.istio.io/config)"),
+        "{text}"
+    );
+    // A bad value in the mesh config fails the check, naming file:line and field.
+    let bad = dir
+        .write(
+            "bad-mesh.yaml",
+            "defaultConfig:\n  gatewayTopology:\n    forwardClientCertDetails: 3x\n",
+        )
+        .unwrap();
+    let (ok, text) = check(&plain, &["--mesh-config", bad.to_str().unwrap()]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("bad-mesh.yaml:3")
+            && text.contains("field defaultConfig.gatewayTopology.forwardClientCertDetails"),
+        "{text}"
+    );
 }
