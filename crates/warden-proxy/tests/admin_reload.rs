@@ -304,6 +304,7 @@ fn check_describes_config_and_fails_on_errors() {
         config: vec![bad],
         namespace: "default".into(),
         labels: vec![],
+        mesh_config: None,
         role: Default::default(),
     })
     .unwrap();

@@ -158,7 +158,7 @@ pub fn rfc2253(name: &X509Name<'_>) -> String {
                 // Not a string type: RFC 2253's `#` and the hex of the DER value.
                 Err(_) => {
                     out.push('#');
-                    for b in attr.attr_value().data.as_ref() {
+                    for b in attr.attr_value().data {
                         let _ = write!(out, "{b:02X}");
                     }
                 }
