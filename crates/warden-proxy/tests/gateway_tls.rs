@@ -912,6 +912,18 @@ async fn a_plaintext_gateway_removes_a_client_sent_xfcc() {
         // Only XFCC goes: other client headers still pass.
         assert!(r.headers().get("x-echo-h-x-request-id").is_some());
     }
+    // Routes see the request as Envoy's would, the XFCC already removed: a client's forged
+    // one matches no header condition.
+    let matching = "\n  - name: forged\n    match: [{headers: {x-forwarded-client-cert: {prefix: \"By=\"}}}]\n    directResponse: {status: 418}";
+    let proxy = start(&http_config(echo.addr, matching, ""));
+    let gw = addr(&proxy, 0);
+    let r = client()
+        .get(format!("http://{gw}/"))
+        .header("x-forwarded-client-cert", FORGED)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the forged XFCC must not match a route");
 }
 
 /// The gateway pod's annotation (the ingress gateway's own Pod) for `fccd`.

@@ -26,3 +26,57 @@ pub fn adds_element(mode: ForwardClientCertDetails) -> bool {
         ForwardClientCertDetails::AppendForward | ForwardClientCertDetails::SanitizeSet
     )
 }
+
+/// Whether the request's own `x-forwarded-client-cert` goes under `mode` (`mutual`: the
+/// client presented a certificate): what [`Forwarding::client_cert`] removes or replaces.
+/// Routes and policies that read headers see the request without it, as they would behind
+/// Envoy, which changes the header before routing: a client's forged XFCC never reaches a
+/// header match.
+///
+/// [`Forwarding::client_cert`]: crate::pipeline::forwarding_headers::Forwarding::client_cert
+pub fn drops_clients(mode: ForwardClientCertDetails, mutual: bool) -> bool {
+    use ForwardClientCertDetails as M;
+    match mode {
+        M::AlwaysForwardOnly => false,
+        _ if !mutual => true,
+        M::Sanitize | M::Undefined | M::SanitizeSet => true,
+        M::ForwardOnly | M::AppendForward => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::forwarding_headers::{
+        ip_header_value, Forwarding, X_FORWARDED_CLIENT_CERT,
+    };
+    use http::{HeaderMap, HeaderValue};
+
+    #[test]
+    fn drops_clients_says_what_the_forwarding_does_to_the_clients_header() {
+        use ForwardClientCertDetails as M;
+        let peer = std::net::IpAddr::from([10, 0, 0, 9]);
+        let peer_value = ip_header_value(peer);
+        let element = HeaderValue::from_static("Hash=h");
+        for mode in [
+            M::Undefined,
+            M::Sanitize,
+            M::ForwardOnly,
+            M::AppendForward,
+            M::SanitizeSet,
+            M::AlwaysForwardOnly,
+        ] {
+            for mutual in [false, true] {
+                let mut h = HeaderMap::new();
+                h.insert(&X_FORWARDED_CLIENT_CERT, HeaderValue::from_static("forged"));
+                Forwarding::new(peer, &peer_value, peer, 0)
+                    .client_cert(mode, mutual, Some(&element))
+                    .apply(&mut h);
+                let kept = h
+                    .get(&X_FORWARDED_CLIENT_CERT)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"forged"));
+                assert_eq!(drops_clients(mode, mutual), !kept, "{mode:?} {mutual}");
+            }
+        }
+    }
+}

@@ -755,6 +755,18 @@ fn decide(
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
     }
+    // Stages that read headers see the request's XFCC as Envoy's would (changed before
+    // routing); the rest of the change is made when the request is sent.
+    if snapshot.reads_request_headers()
+        && client_cert::drops_clients(
+            client_cert::mode_for(conn.side, shared.forward_client_cert),
+            conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
+        )
+    {
+        parts
+            .headers
+            .remove(&forwarding_headers::X_FORWARDED_CLIENT_CERT);
+    }
     // One authority for every stage and the upstream (or a 400), see `authority`.
     let rejected = authority::resolve(&mut parts, &mut lines).err();
     let authority = authority_of(&parts, lines.as_ref());
