@@ -4,7 +4,7 @@
 //!
 //! MeshConfig fields that say the same as a warden setting are read under their Istio names
 //! (`connectTimeout`, `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`,
-//! `defaultConfig.gatewayTopology`);
+//! `defaultConfig.gatewayTopology`, the XFCC fields of `defaultConfig.proxyHeaders`);
 //! the Envoy settings MeshConfig has no field for go in a `warden:` section under Envoy's
 //! names. A field that would change what requests get and that warden does not read is an
 //! error, never ignored; a few that only concern Istio's control plane or telemetry are
@@ -45,6 +45,10 @@ pub struct ProxyConfig {
     /// `proxy.istio.io/config` annotation wins field by field.
     #[serde(default)]
     pub gateway_topology: crate::proxy_config::GatewayTopology,
+    /// A sidecar inbound side's `forwardedClientCert` and `setCurrentClientCertDetails`;
+    /// its pod's annotation wins field by field. Other `proxyHeaders` fields are errors.
+    #[serde(default)]
+    pub proxy_headers: crate::proxy_config::ProxyHeaders,
 }
 
 /// Envoy's downstream settings, under Envoy's names in camelCase.
@@ -214,6 +218,29 @@ mod tests {
              forwardClientCertDetails: ALWAYS_FORWARD_ONLY\n",
         )
         .unwrap();
+        let (config2, _) = parse(
+            "defaultConfig:\n  proxyHeaders:\n    forwardedClientCert: SANITIZE_SET\n    \
+             setCurrentClientCertDetails: {cert: true}\n",
+        )
+        .unwrap();
+        let headers = config2.default_config.proxy_headers;
+        assert_eq!(
+            headers.forwarded_client_cert,
+            Some(crate::proxy_config::ForwardClientCertDetails::SanitizeSet)
+        );
+        assert_eq!(
+            headers.set_current_client_cert_details.unwrap().cert,
+            Some(true)
+        );
+        let err =
+            parse("defaultConfig:\n  proxyHeaders:\n    server: {disabled: true}\n").unwrap_err();
+        assert!(
+            err.to_string().contains("mesh.yaml:3")
+                && err
+                    .to_string()
+                    .contains("field defaultConfig.proxyHeaders.server"),
+            "{err}"
+        );
         let topology = config.default_config.gateway_topology;
         assert_eq!(topology.num_trusted_proxies, Some(2));
         assert_eq!(

@@ -79,11 +79,67 @@ impl GatewayTopology {
     }
 }
 
+/// The XFCC part of Istio's ProxyConfig `proxyHeaders`, which a sidecar's inbound side takes
+/// (a gateway takes `gatewayTopology` instead); `None`: not set there.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyHeaders {
+    #[serde(default)]
+    pub forwarded_client_cert: Option<ForwardClientCertDetails>,
+    #[serde(default)]
+    pub set_current_client_cert_details: Option<SetCurrentClientCertDetails>,
+}
+
+/// Which client certificate details the inbound element carries (Istio: Subject, URI and DNS
+/// unless set false; Cert and Chain only when set true).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetCurrentClientCertDetails {
+    #[serde(default)]
+    pub subject: Option<bool>,
+    #[serde(default)]
+    pub cert: Option<bool>,
+    #[serde(default)]
+    pub chain: Option<bool>,
+    #[serde(default)]
+    pub dns: Option<bool>,
+    #[serde(default)]
+    pub uri: Option<bool>,
+}
+
+impl ProxyHeaders {
+    /// `self` over `defaults` field by field (as [`GatewayTopology::over`]).
+    pub fn over(self, defaults: ProxyHeaders) -> ProxyHeaders {
+        let details = match (
+            self.set_current_client_cert_details,
+            defaults.set_current_client_cert_details,
+        ) {
+            (Some(a), Some(b)) => Some(SetCurrentClientCertDetails {
+                subject: a.subject.or(b.subject),
+                cert: a.cert.or(b.cert),
+                chain: a.chain.or(b.chain),
+                dns: a.dns.or(b.dns),
+                uri: a.uri.or(b.uri),
+            }),
+            (a, b) => a.or(b),
+        };
+        ProxyHeaders {
+            forwarded_client_cert: self
+                .forwarded_client_cert
+                .and_then(ForwardClientCertDetails::defined)
+                .or(defaults.forwarded_client_cert),
+            set_current_client_cert_details: details,
+        }
+    }
+}
+
 /// What a proxy takes from its pod's annotation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
     pub num_trusted_proxies: Option<u32>,
     pub forward_client_cert_details: Option<ForwardClientCertDetails>,
+    /// `proxyHeaders.forwardedClientCert` and `setCurrentClientCertDetails`.
+    pub proxy_headers: ProxyHeaders,
     /// The pod it came from (`namespace/name`), for logs.
     pub source: Option<String>,
 }
@@ -153,9 +209,22 @@ impl ConfigSet {
                 })?,
             ),
         };
+        let proxy_headers = match value.get("proxyHeaders") {
+            None => ProxyHeaders::default(),
+            // Only the XFCC fields are read; the other proxyHeaders fields, like the rest of
+            // the annotation, are not (a pod's annotation carries many fields for istiod).
+            Some(v) => serde_json::from_value::<ProxyHeaders>(v.clone()).map_err(|e| {
+                problem(format!(
+                    "proxyHeaders: {e} (forwardedClientCert is one of SANITIZE, FORWARD_ONLY, \
+                     APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY; setCurrentClientCertDetails \
+                     holds booleans subject, cert, chain, dns, uri)"
+                ))
+            })?,
+        };
         Ok(ProxyConfig {
             num_trusted_proxies,
             forward_client_cert_details,
+            proxy_headers,
             source: Some(format!(
                 "{}/{}",
                 pod.metadata.namespace_or_default(),
@@ -265,6 +334,51 @@ metadata:
             forward_client_cert_details: Some(ForwardClientCertDetails::Undefined),
         };
         assert_eq!(zero.over(mesh), mesh);
+    }
+
+    #[test]
+    fn proxy_headers_from_the_annotation_over_the_mesh_default() {
+        let with = PODS.replace(
+            "{ \"numTrustedProxies\": 2 } }",
+            "{ \"numTrustedProxies\": 2 }, \"proxyHeaders\": {\"server\": {\"disabled\": true}, \
+             \"forwardedClientCert\": \"SANITIZE_SET\", \"setCurrentClientCertDetails\": {\"dns\": false}} }",
+        );
+        let set = crate::load_str("pods.yaml", &with).expect("loads").set;
+        let pod = set
+            .proxy_config("istio-system", &labels(&[("istio", "ingressgateway")]))
+            .expect("valid")
+            .proxy_headers;
+        assert_eq!(
+            pod.forwarded_client_cert,
+            Some(ForwardClientCertDetails::SanitizeSet)
+        );
+        let mesh = ProxyHeaders {
+            forwarded_client_cert: Some(ForwardClientCertDetails::ForwardOnly),
+            set_current_client_cert_details: Some(SetCurrentClientCertDetails {
+                cert: Some(true),
+                dns: Some(true),
+                ..Default::default()
+            }),
+        };
+        let merged = pod.over(mesh);
+        assert_eq!(
+            merged.forwarded_client_cert,
+            Some(ForwardClientCertDetails::SanitizeSet)
+        );
+        let details = merged.set_current_client_cert_details.unwrap();
+        assert_eq!(
+            (details.cert, details.dns, details.uri),
+            (Some(true), Some(false), None)
+        );
+        let bad = PODS.replace(
+            "{ \"numTrustedProxies\": 2 } }",
+            "{}, \"proxyHeaders\": {\"setCurrentClientCertDetails\": {\"dns\": \"no\"}} }",
+        );
+        let set = crate::load_str("pods.yaml", &bad).expect("loads").set;
+        let err = set
+            .proxy_config("istio-system", &labels(&[("istio", "ingressgateway")]))
+            .unwrap_err();
+        assert!(err.message.contains("proxyHeaders"), "{}", err.message);
     }
 
     #[test]
