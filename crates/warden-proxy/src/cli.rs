@@ -358,7 +358,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.admin = Some(args.admin);
     opts.listen_host = args.listen_host;
     opts.num_trusted_proxies = args.num_trusted_proxies;
-    opts.gateway_topology = mesh.default_config.gateway_topology;
+    opts.mesh_defaults = mesh.default_config.clone();
     opts.namespace = args.namespace;
     opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
@@ -438,14 +438,14 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let mesh_topology = match &args.mesh_config {
+    let mesh_defaults = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
                 for w in warnings {
                     eprintln!("warning: {w}");
                 }
-                mesh.default_config.gateway_topology
+                mesh.default_config
             }
             Err(errors) => {
                 eprintln!("{errors}");
@@ -471,7 +471,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             // A closed stdout (`warden check | head`) ends the output, not the process.
             use std::io::Write;
             let mut out = std::io::stdout().lock();
-            let text = check::describe_with(&snapshot, mesh_topology);
+            let text = check::describe_with(&snapshot, &mesh_defaults);
             let _ = writeln!(out, "{text}config OK");
             Ok(ExitCode::SUCCESS)
         }

@@ -54,9 +54,10 @@ pub struct ProxyOptions {
     /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
     /// `None`: the proxy's pod's `proxy.istio.io/config` annotation says, else 0.
     pub num_trusted_proxies: Option<u32>,
-    /// The mesh config's `defaultConfig.gatewayTopology`; the pod's annotation wins field by
-    /// field, `num_trusted_proxies` over both (`control::gateway_topology`).
-    pub gateway_topology: warden_config::proxy_config::GatewayTopology,
+    /// The mesh config's `defaultConfig` (its `gatewayTopology` and `proxyHeaders`); the pod's
+    /// annotation wins field by field, `num_trusted_proxies` over both
+    /// (`control::gateway_topology`).
+    pub mesh_defaults: warden_config::mesh_config::ProxyConfig,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -117,7 +118,7 @@ impl ProxyOptions {
                 .map(|n| n.get())
                 .unwrap_or(1),
             num_trusted_proxies: None,
-            gateway_topology: Default::default(),
+            mesh_defaults: Default::default(),
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,

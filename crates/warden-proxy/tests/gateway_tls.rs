@@ -947,7 +947,7 @@ async fn gateway_topology_modes_from_the_annotation_and_the_mesh_config() {
     use warden_config::proxy_config::{ForwardClientCertDetails as M, GatewayTopology};
     let mesh = |mode| {
         move |o: &mut ProxyOptions| {
-            o.gateway_topology = GatewayTopology {
+            o.mesh_defaults.gateway_topology = GatewayTopology {
                 num_trusted_proxies: None,
                 forward_client_cert_details: Some(mode),
             }

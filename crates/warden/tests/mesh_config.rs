@@ -154,6 +154,40 @@ fn check_says_which_gateway_topology_it_took_and_from_where() {
             && text.contains("x-forwarded-client-cert: APPEND_FORWARD (By, Hash, Cert, Subject, URI, DNS of a client certificate) (gatewayTopology of Pod istio-system/gw-1's proxy.istio.io/config)"),
         "{text}"
     );
+    // A sidecar: its inbound side's proxyHeaders, the pod's over the mesh config's.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: api-1\n  namespace: default\n  labels: {app: api}\n  annotations:\n    proxy.istio.io/config: '{proxyHeaders: {forwardedClientCert: SANITIZE_SET, setCurrentClientCertDetails: {dns: false}}}'\nstatus: {podIP: 10.0.0.5}\n";
+    let sidecar = dir.write("sidecar.yaml", pod).unwrap();
+    let headers = dir
+        .write(
+            "headers-mesh.yaml",
+            "defaultConfig:\n  proxyHeaders:\n    forwardedClientCert: FORWARD_ONLY\n",
+        )
+        .unwrap();
+    let headers = headers.to_str().unwrap();
+    let sidecar_args = |label| {
+        [
+            "--mode",
+            "sidecar",
+            "--label",
+            label,
+            "--pod-ip",
+            "10.0.0.5",
+            "--mesh-config",
+            headers,
+        ]
+    };
+    let (ok, text) = check(&sidecar, &sidecar_args("app=api"));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("x-forwarded-client-cert: inbound SANITIZE_SET (By, Hash, Subject, URI of a client certificate) (proxyHeaders of Pod default/api-1's proxy.istio.io/config), outbound SANITIZE"),
+        "{text}"
+    );
+    let (ok, text) = check(&sidecar, &sidecar_args("app=other"));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("x-forwarded-client-cert: inbound FORWARD_ONLY (the mesh config's defaultConfig.proxyHeaders)"),
+        "{text}"
+    );
     // A bad value in the mesh config fails the check, naming file:line and field.
     let bad = dir
         .write(

@@ -3,6 +3,7 @@
 //! - the `x-forwarded-client-cert` the server's sidecar sets (Istio's sidecar inbound:
 //!   APPEND_FORWARD with Subject, URI and DNS; `By=` the server's own SPIFFE identity), while
 //!   the client's sidecar (outbound: SANITIZE) drops whatever the client app sent;
+//! - the server pod's `proxy.istio.io/config` `proxyHeaders` changing that mode and details;
 //! - PeerAuthentication PERMISSIVE (plaintext and mTLS clients both pass), DISABLE (no TLS is
 //!   terminated) and a `portLevelMtls` override of a STRICT workload policy.
 //!
@@ -106,6 +107,11 @@ struct Mesh {
 }
 
 fn mesh(extra: &str) -> Option<Mesh> {
+    mesh_with(extra, "")
+}
+
+/// [`mesh`] with `annotations` (YAML flow mapping entries) on the server's Pod.
+fn mesh_with(extra: &str, annotations: &str) -> Option<Mesh> {
     let (mut client, mut server, outsider, dir) = topology()?;
     let heads = server
         .ns
@@ -118,7 +124,11 @@ fn mesh(extra: &str) -> Option<Mesh> {
     let client_id = dir.path().join("client-id");
     mesh_identity(&ca, &server_id, "api");
     mesh_identity(&ca, &client_id, "client");
-    let config = dir.write("mesh.yaml", &registry(extra)).unwrap();
+    let yaml = registry(extra).replace(
+        "    name: api-1\n",
+        &format!("    name: api-1\n    annotations: {{{annotations}}}\n"),
+    );
+    let config = dir.write("mesh.yaml", &yaml).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();
     server.start_sidecar(
         &config,
@@ -348,4 +358,36 @@ spec:
     let (status, head) = get_with(&m.client.ns, &format!("{VIP}:82"), &[]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(xfcc_of(&head), [expected_element(&m.client_id)], "{head}");
+}
+
+#[test]
+fn the_server_pods_proxy_headers_change_the_inbound_mode_and_details() {
+    // Istio's ProxyConfig proxyHeaders on the server's pod: SANITIZE_SET, the certificate in,
+    // the subject out.
+    let annotation = r#"proxy.istio.io/config: '{"proxyHeaders": {"forwardedClientCert": "SANITIZE_SET", "setCurrentClientCertDetails": {"subject": false, "cert": true}}}'"#;
+    let Some(m) = mesh_with("", annotation) else {
+        return;
+    };
+    let forged_header = format!("x-forwarded-client-cert: {FORGED}");
+    let head = curl_mtls(&m.outsider, &m.client_id, &[&forged_header]).expect("mTLS with curl");
+    let xfcc = xfcc_of(&head);
+    assert_eq!(xfcc.len(), 1, "{head}");
+    let pairs: Vec<&str> = xfcc[0].split(';').collect();
+    let hash = expected_element(&m.client_id)
+        .split(';')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        pairs.len(),
+        4,
+        "the forged element replaced, no Subject: {head}"
+    );
+    assert_eq!(pairs[0], format!("By={SERVER_ID}"));
+    assert_eq!(pairs[1], hash);
+    assert!(
+        pairs[2].starts_with("Cert=\"-----BEGIN%20CERTIFICATE-----%0A"),
+        "{head}"
+    );
+    assert_eq!(pairs[3], format!("URI={CLIENT_ID}"));
 }

@@ -4,15 +4,15 @@ use crate::control::snapshot::{ListenerProtocol, PortRoutes, SidecarRoutes, Snap
 use crate::pipeline::routing::RouteAction;
 use crate::pipeline::routing::RouteTable;
 use std::fmt::Write;
-use warden_config::proxy_config::GatewayTopology;
+use warden_config::mesh_config::ProxyConfig as MeshDefaults;
 
 /// A human-readable summary of a compiled snapshot.
 pub fn describe(s: &Snapshot) -> String {
-    describe_with(s, GatewayTopology::default())
+    describe_with(s, &MeshDefaults::default())
 }
 
-/// [`describe`] with the mesh config's `defaultConfig.gatewayTopology`.
-pub fn describe_with(s: &Snapshot, mesh: GatewayTopology) -> String {
+/// [`describe`] with the mesh config's `defaultConfig` (`gatewayTopology`, `proxyHeaders`).
+pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "listeners ({}):", s.listeners.len());
     for (l, routes) in s.listeners.iter().zip(&s.ports) {

@@ -40,7 +40,7 @@ fn topology_of(
 ) -> Result<crate::control::gateway_topology::Topology, ProxyError> {
     let topology = crate::control::gateway_topology::resolve(
         snapshot,
-        opts.gateway_topology,
+        &opts.mesh_defaults,
         opts.num_trusted_proxies,
     )
     .map_err(|p| ProxyError::Config(ConfigErrors::new(vec![p])))?;
@@ -49,8 +49,14 @@ fn topology_of(
             "numTrustedProxies {} from {}; forwardClientCertDetails {} from {}",
             topology.num_trusted_proxies,
             topology.trusted_from,
-            topology.forward_client_cert.name(),
-            topology.xfcc_from
+            topology.client_cert.gateway.name(),
+            topology.gateway_xfcc_from
+        );
+    } else {
+        tracing::info!(
+            "inbound x-forwarded-client-cert {} from {}",
+            topology.client_cert.inbound.name(),
+            topology.inbound_xfcc_from
         );
     }
     Ok(topology)

@@ -104,8 +104,9 @@ pub struct Shared {
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub num_trusted_proxies: u32,
-    /// A gateway's `forwardClientCertDetails` (`control::gateway_topology`).
-    pub forward_client_cert: warden_config::proxy_config::ForwardClientCertDetails,
+    /// The XFCC modes of the gateway and a sidecar's inbound side
+    /// (`control::gateway_topology`).
+    pub client_cert: crate::pipeline::client_cert::Modes,
     pub source: ConfigSource,
     /// `--allow-empty-config`: skip the reload guard.
     allow_empty_config: bool,
@@ -136,7 +137,7 @@ impl Shared {
             metrics: Metrics::new(),
             access_log,
             num_trusted_proxies: topology.num_trusted_proxies,
-            forward_client_cert: topology.forward_client_cert,
+            client_cert: topology.client_cert,
             source,
             allow_empty_config,
             identity,

@@ -199,16 +199,14 @@ async fn serve_mtls(
     metrics.tls_handshakes.inc();
     let session = tls.get_ref().1;
     let alpn_http = matches!(session.alpn_protocol(), Some(b"h2") | Some(b"http/1.1"));
-    // Istio's sidecar inbound: APPEND_FORWARD with Subject, URI and DNS.
+    // Istio's sidecar inbound: APPEND_FORWARD with Subject, URI and DNS unless its
+    // proxyHeaders say otherwise.
     let by = snapshot
         .inbound_tls
         .as_ref()
         .map_or(&[][..], |t| &t.local_uri_sans[..]);
-    let info = Arc::new(TlsInfo::of(
-        session,
-        by,
-        Some(warden_tls::xfcc::CertDetails::SIDECAR_INBOUND),
-    ));
+    let details = c.worker.shared.client_cert.element_details(Side::Inbound);
+    let info = Arc::new(TlsInfo::of(session, by, details));
     let mut tls = tls;
     let mut input = bytes::BytesMut::new();
     let tcp = match plan(&snapshot, c.side, dst) {

@@ -107,8 +107,7 @@ pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
         }
     };
     metrics.tls_handshakes.inc();
-    let details = crate::pipeline::client_cert::adds_element(shared.forward_client_cert)
-        .then_some(warden_tls::xfcc::CertDetails::GATEWAY);
+    let details = shared.client_cert.element_details(Side::Gateway);
     let mut info = TlsInfo::of(tls.get_ref().1, &by, details);
     // The SNI the server was chosen by (rustls reports the same one).
     info.sni = hello.sni.clone();

@@ -759,7 +759,7 @@ fn decide(
     // routing); the rest of the change is made when the request is sent.
     if snapshot.reads_request_headers()
         && client_cert::drops_clients(
-            client_cert::mode_for(conn.side, shared.forward_client_cert),
+            shared.client_cert.for_side(conn.side),
             conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
         )
     {
@@ -952,7 +952,7 @@ async fn act(
                 .on_side(conn.side)
                 .over_tls(conn.tls.is_some())
                 .client_cert(
-                    client_cert::mode_for(conn.side, shared.forward_client_cert),
+                    shared.client_cert.for_side(conn.side),
                     conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
