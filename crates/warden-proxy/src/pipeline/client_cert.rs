@@ -96,7 +96,9 @@ pub fn adds_element(mode: ForwardClientCertDetails) -> bool {
 }
 
 /// Whether the request's own `x-forwarded-client-cert` goes under `mode` (`mutual`: the
-/// client presented a certificate): what [`Forwarding::client_cert`] removes or replaces.
+/// client presented a certificate): what [`Forwarding::client_cert`] removes or replaces
+/// (it also removes it under APPEND_FORWARD in the rare case of no element, which this
+/// leaves to the upstream side).
 /// Routes and policies that read headers see the request without it, as they would behind
 /// Envoy, which changes the header before routing: a client's forged XFCC never reaches a
 /// header match.

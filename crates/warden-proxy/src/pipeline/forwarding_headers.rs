@@ -196,12 +196,12 @@ impl<'a> Forwarding<'a> {
             _ if !mutual => XfccStep::Remove,
             M::Sanitize | M::Undefined => XfccStep::Remove,
             M::ForwardOnly => XfccStep::Keep,
-            // The element is built for every certificate that parses (rustls verified it); a
-            // missing one sends nothing of this hop rather than a made-up element.
+            // The element is built for every certificate that parses (rustls verified it) and
+            // fits a header value. Without one the client's header goes too: the next hop
+            // takes the last element for the direct peer's, which a client must not write.
             M::AppendForward if element.is_some() => XfccStep::Append,
-            M::AppendForward => XfccStep::Keep,
             M::SanitizeSet if element.is_some() => XfccStep::Set,
-            M::SanitizeSet => XfccStep::Remove,
+            M::AppendForward | M::SanitizeSet => XfccStep::Remove,
         };
         self.xfcc_element = element;
         self
@@ -506,6 +506,15 @@ mod tests {
             ["a,b,By=b;Hash=h;URI=u"]
         );
         assert_eq!(xfcc(M::AppendForward, true, &[]), ["By=b;Hash=h;URI=u"]);
+        // No element (a certificate whose details fit no header value): the client's goes too.
+        for mode in [M::AppendForward, M::SanitizeSet] {
+            let mut h = HeaderMap::new();
+            h.insert(&X_FORWARDED_CLIENT_CERT, HeaderValue::from_static("forged"));
+            Forwarding::new(peer, &peer_value, peer, 0)
+                .client_cert(mode, true, None)
+                .apply(&mut h);
+            assert!(!h.contains_key(&X_FORWARDED_CLIENT_CERT), "{mode:?}");
+        }
         // The default (Envoy's unset: SANITIZE) removes it.
         let mut h = HeaderMap::new();
         h.insert(&X_FORWARDED_CLIENT_CERT, HeaderValue::from_static("forged"));
