@@ -319,4 +319,28 @@ status: {podIP: 10.0.0.9}
     let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
     let text = warden_proxy::control::check::describe(&snap);
     assert!(text.contains("trusted proxies: 1"), "{text}");
+
+    // The mesh config's defaultConfig.gatewayTopology: 2 trusted hops, unless the pod's
+    // annotation says otherwise (it wins, as Istio merges them).
+    let external = |yaml: String, mesh: u32| async move {
+        let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+        opts.labels.insert("istio".into(), "ingressgateway".into());
+        opts.mesh_defaults.gateway_topology.num_trusted_proxies = Some(mesh);
+        let proxy = warden_proxy::Proxy::start(opts).unwrap();
+        let r = client()
+            .get(format!("http://{}/", addr(&proxy, 0)))
+            .header("x-forwarded-for", "198.51.100.1, 203.0.113.7")
+            .send()
+            .await
+            .unwrap();
+        r.headers()["x-echo-h-x-envoy-external-address"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        external(http_config(up.addr, "", ""), 2).await,
+        "198.51.100.1"
+    );
+    assert_eq!(external(yaml.clone(), 2).await, "203.0.113.7");
 }
