@@ -294,6 +294,29 @@ mod tests {
     }
 
     #[test]
+    fn chain_holds_every_certificate_leaf_first() {
+        let leaf = cert(&[(rcgen::DnType::CommonName, "leaf")], &[]);
+        let other = cert(&[(rcgen::DnType::CommonName, "ca")], &[]);
+        let details = CertDetails {
+            chain: true,
+            ..CertDetails::default()
+        };
+        let got = element(&[], &[leaf.clone(), other.clone()], details).unwrap();
+        let chain = got.split(';').nth(1).unwrap();
+        let decoded = chain
+            .strip_prefix("Chain=\"")
+            .and_then(|c| c.strip_suffix('"'))
+            .unwrap()
+            .replace("%0A", "\n")
+            .replace("%20", " ")
+            .replace("%2B", "+")
+            .replace("%2F", "/")
+            .replace("%3D", "=");
+        assert_eq!(decoded, pem(&[leaf, other]));
+        assert_eq!(decoded.matches("BEGIN CERTIFICATE").count(), 2);
+    }
+
+    #[test]
     fn url_encoding_leaves_only_unreserved_characters() {
         assert_eq!(url_encode("a+b/c=\n -_.~"), "a%2Bb%2Fc%3D%0A%20-_.~");
     }
