@@ -5,6 +5,10 @@
 #    resumption), CLIENTS processes in parallel on the client core, ECDSA P-256 and RSA 2048
 #    certificates; with the server's CPU time per handshake (user + system, /proc);
 #  - keep-alive HTTPS requests/s: wrk over TLS (ECDSA certificate).
+# Pinned (PIN=1), the s_time clients fill their core before the server's is full (the per-pair
+# lines say how much of a core each server used), so both servers answer what the clients offer
+# and the handshake rates tie; PIN=0 puts all on both cores, where the server that spends less
+# CPU per handshake leaves more to the clients and completes more: run both.
 # Each comparison is PAIRS back-to-back pairs of short runs (order swapped every pair), the
 # median of per-pair ratios with a bootstrap interval (bench/lib/paired.py). Env: PAIRS (8),
 # SECS (s per run, 3), CLIENTS (4), CONNS (64), PIN (1: servers on CPU 0, clients on CPU 1).
@@ -92,6 +96,10 @@ handshakes() {
   python3 -c "print(f'{$total / $SECS:.1f}\t{($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / max(1, $total):.1f}')"
 }
 
+# busy_share "RATE<TAB>US" — how much of one core the server used: under 100% when pinned means
+# the clients' core ran out first and the rate measures the clients.
+busy_share() { python3 -c "print(f'server {${1%%$'\t'*} * ${1#*$'\t'} / 1e4:.0f}% of a core')"; }
+
 # paired_handshakes NAME NGINX_PORT WARDEN_PORT — paired_ratio's line for handshakes/s (warden /
 # nginx), and the CPU per handshake of each (medians) to $WORK/cpu.WARDEN_PORT.
 paired_handshakes() {
@@ -101,7 +109,7 @@ paired_handshakes() {
     else rw=$(handshakes "$wp" "$WPID"); rn=$(handshakes "$np" "$N_WORKER"); fi
     ratios+=("$(python3 -c "print(f'{${rw%%$'\t'*} / max(1.0, ${rn%%$'\t'*}):.3f}')")")
     cn+=("${rn#*$'\t'}"); cw+=("${rw#*$'\t'}")
-    echo "  $name pair $i: nginx ${rn%%$'\t'*}/s (${rn#*$'\t'} us CPU each), warden ${rw%%$'\t'*}/s (${rw#*$'\t'} us)" >&2
+    echo "  $name pair $i: nginx ${rn%%$'\t'*}/s (${rn#*$'\t'} us CPU each, $(busy_share "$rn")), warden ${rw%%$'\t'*}/s (${rw#*$'\t'} us, $(busy_share "$rw"))" >&2
   done
   python3 - "$name" "${cn[*]}" "${cw[*]}" >"$WORK/cpu.$wp" <<'PY'
 import statistics, sys
