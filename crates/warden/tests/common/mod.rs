@@ -116,17 +116,25 @@ impl Warden {
 
     /// A counter or gauge from `/stats/prometheus` (0 when absent).
     pub fn metric(&self, series: &str) -> f64 {
-        let text = get(self.admin, "/stats/prometheus").unwrap_or_default();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0.0)
+        metric_in(
+            &get(self.admin, "/stats/prometheus").unwrap_or_default(),
+            series,
+        )
     }
+}
+
+/// The value of `series` (its name and labels as printed) in a Prometheus text page; 0 when
+/// absent.
+pub fn metric_in(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }
 
 impl Drop for Warden {

@@ -123,16 +123,7 @@ impl Pod {
     /// A series (its name and labels as printed) from the sidecar's `/stats/prometheus`; 0 when
     /// absent.
     pub fn metric(&self, series: &str) -> f64 {
-        self.admin_stats()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0.0)
+        super::metric_in(&self.admin_stats(), series)
     }
 
     pub fn admin_stats(&self) -> String {
