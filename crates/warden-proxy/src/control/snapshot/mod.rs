@@ -421,17 +421,21 @@ impl Builder<'_> {
             l.join(", ")
         };
         // A selector that names a workload the config knows (a Pod or WorkloadEntry of that
-        // namespace) is that workload's: a namespace dump holds every pod's policies.
+        // namespace, of any namespace for the root namespace's) is that workload's: a namespace
+        // dump holds every pod's policies.
         let carries = |have: &BTreeMap<String, String>, want: &BTreeMap<String, String>| {
             want.iter().all(|(k, v)| have.get(k) == Some(v))
         };
+        let in_scope = |policy_ns: &str, workload_ns: &str| {
+            policy_ns == ROOT_NAMESPACE || policy_ns == workload_ns
+        };
         let another_workloads = |ns: &str, labels: &BTreeMap<String, String>| {
             set.pods.iter().any(|p| {
-                p.metadata.namespace_or_default() == ns && carries(&p.metadata.labels, labels)
-            }) || set
-                .workload_entries
-                .iter()
-                .any(|w| w.metadata.namespace_or_default() == ns && carries(&w.spec.labels, labels))
+                in_scope(ns, p.metadata.namespace_or_default())
+                    && carries(&p.metadata.labels, labels)
+            }) || set.workload_entries.iter().any(|w| {
+                in_scope(ns, w.metadata.namespace_or_default()) && carries(&w.spec.labels, labels)
+            })
         };
         let unselected = |ns: &str, labels: &BTreeMap<String, String>, what: &str| {
             if !ours(ns) || another_workloads(ns, labels) {
@@ -1406,6 +1410,18 @@ mod tests {
             sidecar: Some(SidecarSettings::default()),
             ..ProxyIdentity::default()
         };
+        let s = Snapshot::build(loaded, &identity, None).unwrap();
+        assert!(
+            !s.warnings.iter().any(|w| w.message.contains("selects [")),
+            "{:?}",
+            s.warnings
+        );
+        // The root namespace's policies select workloads of every namespace.
+        let root = yaml.replace(
+            "name: p, namespace: default",
+            "name: p, namespace: istio-system",
+        );
+        let loaded = warden_config::load_str("t.yaml", &root).unwrap();
         let s = Snapshot::build(loaded, &identity, None).unwrap();
         assert!(
             !s.warnings.iter().any(|w| w.message.contains("selects [")),
