@@ -12,7 +12,7 @@ use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
 use crate::ConfigSet;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A successful load: the typed documents and the warnings (unsupported fields) found on the way.
@@ -100,6 +100,9 @@ struct Loader {
     /// Kinds of which a document failed to decode: references to them are not checked, since
     /// the missing document would produce a second, misleading error.
     failed_kinds: BTreeSet<String>,
+    /// Kinds warden does not use, by (kind, apiVersion): the first document's place and how
+    /// many documents were skipped.
+    skipped_kinds: BTreeMap<(String, String), (Problem, usize)>,
 }
 
 impl Loader {
@@ -231,16 +234,11 @@ impl Loader {
                 self.errors
                     .push(problem_at(&loc, &lines, &kind_field, message));
             } else {
-                // Someone else's object in a namespace dump (a Deployment, a ConfigMap...).
-                self.loaded.warnings.push(problem_at(
-                    &loc,
-                    &lines,
-                    &kind_field,
-                    format!(
-                        "kind {} ({}) is not used by warden; skipped",
-                        env.kind, env.api_version
-                    ),
-                ));
+                // Someone else's object in a namespace dump (a Deployment, a ConfigMap...): one
+                // warning per kind, at its first document, however many the dump holds.
+                let key = (env.kind.clone(), env.api_version.clone());
+                let first = problem_at(&loc, &lines, &kind_field, String::new());
+                self.skipped_kinds.entry(key).or_insert((first, 0)).1 += 1;
             }
             return;
         };
@@ -326,6 +324,16 @@ impl Loader {
     }
 
     fn finish(mut self) -> Result<Loaded, ConfigErrors> {
+        for ((kind, api_version), (mut first, count)) in std::mem::take(&mut self.skipped_kinds) {
+            first.message = match count {
+                1 => format!("kind {kind} ({api_version}) is not used by warden; skipped"),
+                n => format!(
+                    "kind {kind} ({api_version}) is not used by warden; skipped ({n} documents, \
+                     this is the first)"
+                ),
+            };
+            self.loaded.warnings.push(first);
+        }
         crate::mesh_registry::complete(&mut self.loaded.set);
         let mut report = Report::new(&self.loaded.set.source_lines);
         validate::validate(&self.loaded.set, &self.failed_kinds, &mut report);

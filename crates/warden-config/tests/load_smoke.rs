@@ -70,3 +70,45 @@ spec:
     assert_eq!(loaded.warnings[0].location.field, "spec.exportTo");
     assert_eq!(loaded.warnings[0].location.line, Some(10));
 }
+
+/// A namespace dump's other kinds are one warning per kind, at its first document, not one per
+/// document.
+#[test]
+fn skipped_kinds_are_one_warning_each() {
+    let dump = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: a}
+spec: {}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c}
+data: {}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: b}
+spec: {}
+"#;
+    let loaded = warden_config::load_str("dump.yaml", dump).unwrap();
+    let skipped: Vec<String> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("not used by warden"))
+        .map(|w| w.to_string())
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(
+        skipped.iter().any(|w| w.contains("document 1 (Deployment/a)")
+            && w.contains("kind Deployment (apps/v1) is not used by warden; skipped (2 documents, this is the first)")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|w| w.contains("document 2 (ConfigMap/c)")
+                && w.ends_with("kind ConfigMap (v1) is not used by warden; skipped")),
+        "{skipped:?}"
+    );
+}
