@@ -9,7 +9,7 @@
 # back-to-back pairs), and at a fixed $RATE rps open loop (warden load, latency from the intended
 # send time): added p50/p99, each sidecar's CPU per 1000 rps (also with the client on the
 # sidecars' core) and RSS (and its private part). Env: PAIRS (8), SECS (3),
-# RATE (2000), OPEN_PAIRS (5), OPEN_SECS (6), CONNS (64). Root only (namespaces, iptables inside them).
+# RATE (2000), OPEN_PAIRS (10), OPEN_SECS (6), CONNS (64). Root only (namespaces, iptables inside them).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk python3:python3 iptables:iptables
 build_warden
@@ -21,7 +21,7 @@ PAIRS=${PAIRS:-8}
 SECS=${SECS:-3}
 RATE=${RATE:-2000}
 OPEN_SECS=${OPEN_SECS:-6}
-OPEN_PAIRS=${OPEN_PAIRS:-5}
+OPEN_PAIRS=${OPEN_PAIRS:-10}
 CLI=wdb-cli-$$ SRV=wdb-srv-$$
 CLI_IP=10.232.1.1 SRV_IP=10.232.1.2 VIP=10.96.0.20
 teardown() {
