@@ -372,6 +372,12 @@ impl ConnCtx {
         self
     }
 
+    /// The client presented a certificate on this connection (MUTUAL, OPTIONAL_MUTUAL with
+    /// one, mesh mTLS): what the XFCC modes that keep a client's header ask.
+    pub fn client_presented_cert(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.peer.is_some())
+    }
+
     /// A sidecar connection: `side`, headed to `dst` (its port is the connection's port).
     pub fn captured(mut self, side: Side, dst: SocketAddr) -> Self {
         self.side = side;

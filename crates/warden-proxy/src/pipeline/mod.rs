@@ -760,7 +760,7 @@ fn decide(
     if snapshot.reads_request_headers()
         && client_cert::drops_clients(
             shared.client_cert.for_side(conn.side),
-            conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
+            conn.client_presented_cert(),
         )
     {
         parts
@@ -953,7 +953,7 @@ async fn act(
                 .over_tls(conn.tls.is_some())
                 .client_cert(
                     shared.client_cert.for_side(conn.side),
-                    conn.tls.as_ref().is_some_and(|t| t.peer.is_some()),
+                    conn.client_presented_cert(),
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
