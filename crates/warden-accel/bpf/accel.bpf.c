@@ -10,6 +10,8 @@
 //                  connect() to a meshed pod of this node to that pod's inbound port, so both
 //                  ends of every leg see mirrored 4-tuples (iptables REDIRECT breaks that)
 //   wd_getsockopt  answers SO_ORIGINAL_DST for connections connect4/6 rewrote
+//   wd_getpeername4/6  an app's getpeername() on such a connection names where it connected
+//                  (as with iptables REDIRECT), not the sidecar's 127.0.0.1:15001
 //   wd_setsockopt  a socket that takes a ULP (kTLS) is excluded from redirection
 //
 // Built with `clang -O2 -g -target bpf` (build.rs); bpf/accel.bpf.o is the checked-in build.
@@ -38,6 +40,10 @@
 const volatile __u32 proxy_uid = 1337;
 const volatile __u32 outbound_port = 15001;
 const volatile __u32 inbound_port = 15006;
+// 0: only sidecar <-> sidecar sockets go into the map, the app's never do. A socket in a
+// sockmap takes tcp_bpf_recvmsg, which returns EAGAIN from a *blocking* recv() woken by a
+// state change with no data (the app's own shutdown(SHUT_WR), the ACK of its FIN).
+const volatile __u32 app_legs = 1;
 
 // A socket's 4-tuple as the socket sees it (s = local). IPv4 is stored v4-mapped so a
 // dual-stack socket and a plain IPv4 one agree. Loopback tuples carry the network
@@ -56,8 +62,11 @@ struct origin {
 	__u32 ip[4]; // v4-mapped for IPv4
 	__u16 port;  // host order
 	__u16 family;
-	__u32 flags;
+	__u32 flags; // ORIGIN_*
 };
+
+// The connect() was a sidecar's, to a meshed pod of this node (else an app's).
+#define ORIGIN_SIDECAR 1
 
 // A meshed pod of this node whose sidecar serves `inbound_port` (filled by user space).
 struct pod {
@@ -78,6 +87,7 @@ enum {
 	C_ORIGINAL_DST,
 	C_ULP_PASSED,
 	C_ULP_SOCKETS,
+	C_PEERNAME,
 	C_COUNT,
 };
 
@@ -299,15 +309,16 @@ int wd_sockops(struct bpf_sock_ops *skops)
 			struct origin copy = *o;
 			bpf_map_update_elem(&wd_orig_pair, &key, &copy, BPF_ANY);
 			bpf_map_delete_elem(&wd_orig_cookie, &cookie);
-			insert = 1;
+			// sidecar -> sidecar, or app -> sidecar
+			insert = (copy.flags & ORIGIN_SIDECAR) || app_legs;
 		} else if (is_ip(key.sip, PASSTHROUGH_SRC)) {
-			insert = 1; // sidecar -> app
+			insert = app_legs; // sidecar -> app
 		}
 	} else {
-		if (key.sport == outbound_port || key.sport == inbound_port)
-			insert = 1; // the sidecar's side of app -> sidecar, sidecar -> sidecar
-		else if (is_ip(key.dip, PASSTHROUGH_SRC))
-			insert = 1; // the app's side of sidecar -> app
+		if (key.sport == inbound_port && !is_ip(key.dip, PASSTHROUGH_SRC))
+			insert = 1; // the accepting sidecar's side of sidecar -> sidecar
+		else if (key.sport == outbound_port || is_ip(key.dip, PASSTHROUGH_SRC))
+			insert = app_legs; // the sidecar's side of app -> sidecar; the app's of sidecar -> app
 	}
 	if (!insert)
 		return 1;
@@ -344,13 +355,15 @@ int wd_sk_msg(struct sk_msg_md *msg)
 	return SK_PASS;
 }
 
-static __always_inline void remember(void *ctx, const __u32 ip[4], __u16 port, __u16 family)
+static __always_inline void remember(void *ctx, const __u32 ip[4], __u16 port, __u16 family,
+				     __u32 flags)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	struct origin o = {};
 	__builtin_memcpy(o.ip, ip, sizeof(o.ip));
 	o.port = port;
 	o.family = family;
+	o.flags = flags;
 	bpf_map_update_elem(&wd_orig_cookie, &cookie, &o, BPF_ANY);
 }
 
@@ -371,7 +384,7 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 		struct pod *pod = bpf_map_lookup_elem(&wd_local_pods, dst);
 		if (!pod || dport == pod->inbound_port)
 			return 0;
-		remember(ctx, dst, dport, family);
+		remember(ctx, dst, dport, family, ORIGIN_SIDECAR);
 		*to_port = pod->inbound_port;
 		*to_loopback = 0;
 		count(C_CAPTURE_INBOUND, 1);
@@ -379,7 +392,7 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 	}
 	if (is_loopback(dst))
 		return 0; // Istio's `-d 127.0.0.1/32 -j RETURN` and `-o lo` rules
-	remember(ctx, dst, dport, family);
+	remember(ctx, dst, dport, family, 0);
 	*to_port = outbound_port;
 	*to_loopback = 1;
 	count(C_CAPTURE_OUTBOUND, 1);
@@ -426,6 +439,44 @@ int wd_connect6(struct bpf_sock_addr *ctx)
 	if (loopback)
 		ctx->user_ip6[3] = bpf_htonl(0x7f000001);
 	ctx->user_port = bpf_htons((__u16)port);
+	return 1;
+}
+
+// The origin of the connection a connected socket of this cgroup made, if connect4/6
+// rewrote it.
+static __always_inline struct origin *origin_of(void *ctx, struct bpf_sock *sk)
+{
+	struct pair key = {};
+	if (!sk || !sock_key(sk, &key, 0, bpf_get_netns_cookie(ctx)))
+		return 0;
+	return bpf_map_lookup_elem(&wd_orig_pair, &key);
+}
+
+SEC("cgroup/getpeername4")
+int wd_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct origin *o = origin_of(ctx, ctx->sk);
+	if (!o)
+		return 1;
+	ctx->user_ip4 = o->ip[3];
+	ctx->user_port = bpf_htons(o->port);
+	count(C_PEERNAME, 1);
+	return 1;
+}
+
+// A dual-stack socket's peer, ::ffff:a.b.c.d (connect6 captures only those).
+SEC("cgroup/getpeername6")
+int wd_getpeername6(struct bpf_sock_addr *ctx)
+{
+	struct origin *o = origin_of(ctx, ctx->sk);
+	if (!o)
+		return 1;
+	ctx->user_ip6[0] = o->ip[0];
+	ctx->user_ip6[1] = o->ip[1];
+	ctx->user_ip6[2] = o->ip[2];
+	ctx->user_ip6[3] = o->ip[3];
+	ctx->user_port = bpf_htons(o->port);
+	count(C_PEERNAME, 1);
 	return 1;
 }
 

@@ -5,7 +5,7 @@
 //! proxy runs unaccelerated.
 
 use crate::counters::Counters;
-use crate::Capture;
+use crate::{Capture, Legs};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +18,7 @@ pub struct AccelRequest {
     /// warden's bpffs (mounted if it is not).
     pub bpffs: PathBuf,
     pub capture: Capture,
+    pub legs: Legs,
     /// The uid whose connect()s are the sidecar's own (not captured).
     pub proxy_uid: u32,
     pub outbound_port: u16,
@@ -130,6 +131,9 @@ pub(crate) mod imp {
         with_cgroup: bool,
     ) -> Result<CgroupTarget, Unavailable> {
         let mut missing = Vec::new();
+        if let Err(e) = req.legs.with(req.capture) {
+            missing.push(e);
+        }
         let caps = probe::effective_capabilities();
         let privileges = probe::missing_privileges(caps, probe::euid());
         let privileged = privileges.is_empty();
@@ -195,6 +199,7 @@ pub(crate) mod imp {
             outbound_port: req.outbound_port,
             inbound_port: req.inbound_port,
             capture: req.capture,
+            legs: req.legs,
         };
         let mut ebpf = loader::load(&req.bpffs, &settings).map_err(one)?;
         // Run as root for sidecars of another uid: let them open the shared maps.
@@ -274,11 +279,12 @@ pub(crate) mod imp {
 
         pub fn describe(&self) -> String {
             format!(
-                "cgroup {} (id {}), capture {}: {}; shared maps in {}",
+                "cgroup {} (id {}), capture {}, legs {}: {}; shared maps in {}",
                 self.target.path.display(),
                 self.target.id,
                 self.req.capture.name(),
-                self.req.capture.legs(),
+                self.req.legs.name(),
+                self.req.legs.with(self.req.capture).unwrap_or_default(),
                 self.req.bpffs.display()
             )
         }
@@ -290,14 +296,15 @@ pub(crate) mod imp {
         pub fn metrics(&self) -> MetricsFn {
             let counters = self.counters.clone();
             let capture = self.req.capture.name();
+            let legs = self.req.legs.name();
             Arc::new(move |out: &mut String| {
                 maps::read_counters(&counters).prometheus(out);
                 out.push_str(
-                    "# HELP warden_accel_attached Whether this sidecar's eBPF programs are loaded (by capture).\n\
+                    "# HELP warden_accel_attached Whether this sidecar's eBPF programs are loaded (by capture and legs).\n\
                      # TYPE warden_accel_attached gauge\n",
                 );
                 out.push_str(&format!(
-                    "warden_accel_attached{{capture=\"{capture}\"}} 1\n"
+                    "warden_accel_attached{{capture=\"{capture}\",legs=\"{legs}\"}} 1\n"
                 ));
             })
         }

@@ -1,6 +1,6 @@
 //! `warden accel enable|disable|status`.
 
-use crate::{AccelRequest, Capture, DEFAULT_BPFFS};
+use crate::{AccelRequest, Capture, Legs, DEFAULT_BPFFS};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +33,10 @@ pub struct EnableArgs {
     /// short-circuited), `iptables` keeps `warden capture`'s rules (only mirrored legs).
     #[arg(long, value_enum, default_value_t = Capture::Iptables)]
     pub capture: Capture,
+    /// Which legs are short-circuited: `all`, or `sidecars` (only sidecar -> sidecar, needs
+    /// `--capture ebpf`; the app's sockets stay plain TCP, safe for blocking readers).
+    #[arg(long, value_enum, default_value_t = Legs::All)]
+    pub legs: Legs,
     /// The sidecar's uid (its own connect()s are not captured).
     #[arg(long, default_value_t = 1337)]
     pub proxy_uid: u32,
@@ -89,6 +93,7 @@ mod imp {
                     cgroup: a.cgroup,
                     bpffs: a.bpffs,
                     capture: a.capture,
+                    legs: a.legs,
                     proxy_uid: a.proxy_uid,
                     outbound_port: a.outbound_port,
                     inbound_port: a.inbound_port,

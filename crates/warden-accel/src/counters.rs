@@ -16,10 +16,11 @@ pub enum Counter {
     OriginalDst,
     UlpPassed,
     UlpSockets,
+    PeerName,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 11] = [
         Counter::Inserted,
         Counter::InsertFailed,
         Counter::Redirected,
@@ -30,6 +31,7 @@ impl Counter {
         Counter::OriginalDst,
         Counter::UlpPassed,
         Counter::UlpSockets,
+        Counter::PeerName,
     ];
 
     pub fn slot(self) -> u32 {
@@ -49,6 +51,7 @@ impl Counter {
             Counter::OriginalDst => "original_dst_answers_total",
             Counter::UlpPassed => "ulp_messages_passed_total",
             Counter::UlpSockets => "ulp_sockets_total",
+            Counter::PeerName => "peer_name_answers_total",
         }
     }
 
@@ -66,6 +69,7 @@ impl Counter {
             Counter::OriginalDst => "SO_ORIGINAL_DST answers given from the capture map",
             Counter::UlpPassed => "Messages of ULP (kTLS) sockets or their peers left to TCP",
             Counter::UlpSockets => "Sockets that set a ULP (kTLS) and were excluded",
+            Counter::PeerName => "getpeername() answers naming a captured connection's destination",
         }
     }
 }

@@ -75,6 +75,47 @@ impl Capture {
     }
 }
 
+/// Which legs of a same-node call sk_msg short-circuits.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Legs {
+    /// app -> sidecar, sidecar -> sidecar and sidecar -> app (Merbridge's and ASM's choice).
+    /// The app's sockets enter the socket map, and the kernel's receive path for such a
+    /// socket (tcp_bpf_recvmsg) returns EAGAIN from a *blocking* recv() that a state change
+    /// wakes without data: the app's own shutdown(SHUT_WR), the ACK of its FIN. Apps on
+    /// non-blocking sockets (Go, Java, Node, nginx, curl, tokio) retry; plain blocking
+    /// readers see an error.
+    #[default]
+    All,
+    /// Only sidecar -> sidecar: the app's sockets never enter the map and keep TCP's own
+    /// receive path, so blocking apps are safe; app <-> sidecar stays on loopback TCP.
+    Sidecars,
+}
+
+impl Legs {
+    pub fn name(self) -> &'static str {
+        match self {
+            Legs::All => "all",
+            Legs::Sidecars => "sidecars",
+        }
+    }
+
+    /// What is short-circuited with `capture`; `Err` when that is nothing at all.
+    pub fn with(self, capture: Capture) -> Result<&'static str, String> {
+        match (self, capture) {
+            (Legs::All, c) => Ok(c.legs()),
+            (Legs::Sidecars, Capture::Ebpf) => Ok(
+                "sidecar->sidecar (meshed pods of this node) is short-circuited; the app's \
+                 sockets stay plain TCP (legs sidecars)",
+            ),
+            (Legs::Sidecars, Capture::Iptables) => Err(
+                "legs `sidecars` with capture `iptables` would short-circuit nothing: REDIRECT \
+                 breaks the sidecar->sidecar 4-tuples; use --capture ebpf, or legs `all`"
+                    .into(),
+            ),
+        }
+    }
+}
+
 /// Whether this build can load BPF programs at all (cargo feature `ebpf`, Linux).
 pub const BUILT_WITH_EBPF: bool = cfg!(warden_ebpf);
 

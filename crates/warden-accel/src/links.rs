@@ -23,6 +23,8 @@ pub mod attach_type {
     pub const INET6_CONNECT: u32 = 11;
     pub const GETSOCKOPT: u32 = 21;
     pub const SETSOCKOPT: u32 = 22;
+    pub const INET4_GETPEERNAME: u32 = 29;
+    pub const INET6_GETPEERNAME: u32 = 30;
 }
 
 /// Every warden program name starts with this (bpf/accel.bpf.c).

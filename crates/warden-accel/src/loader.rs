@@ -10,7 +10,7 @@
 
 use crate::links::{self, attach_type};
 use crate::maps::{Pair, SOCK_PAIRS};
-use crate::Capture;
+use crate::{Capture, Legs};
 use aya::programs::{ProgramError, SkMsg};
 use aya::{Ebpf, EbpfLoader};
 use std::os::fd::{AsFd, OwnedFd};
@@ -26,6 +26,7 @@ pub struct Settings {
     pub outbound_port: u16,
     pub inbound_port: u16,
     pub capture: Capture,
+    pub legs: Legs,
 }
 
 /// The cgroup programs, in the order they are attached: the verdict and the option hooks
@@ -37,6 +38,7 @@ pub fn cgroup_programs(capture: Capture) -> Vec<&'static str> {
     }
     p.push("wd_sockops");
     if capture == Capture::Ebpf {
+        p.extend(["wd_getpeername4", "wd_getpeername6"]);
         p.extend(["wd_connect4", "wd_connect6"]);
     }
     p
@@ -67,11 +69,13 @@ pub fn load(bpffs: &Path, settings: &Settings) -> Result<Ebpf, String> {
     let uid = settings.proxy_uid;
     let outbound = u32::from(settings.outbound_port);
     let inbound = u32::from(settings.inbound_port);
+    let app_legs = u32::from(settings.legs == Legs::All);
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(bpffs)
         .override_global("proxy_uid", &uid, true)
         .override_global("outbound_port", &outbound, true)
         .override_global("inbound_port", &inbound, true)
+        .override_global("app_legs", &app_legs, true)
         .load(OBJECT)
         .map_err(|e| format!("loading the BPF object: {e}"))?;
     for name in ["wd_sk_msg"]
@@ -97,6 +101,14 @@ pub fn load(bpffs: &Path, settings: &Settings) -> Result<Ebpf, String> {
                     program_error(name, e)
                 )
             }
+            // Older kernels (before 5.8) have no getpeername hooks: capture still works,
+            // and apps see the sidecar's 127.0.0.1:15001 as their peer.
+            Err(e) if name.starts_with("wd_getpeername") => {
+                tracing::warn!(
+                    "{}; getpeername() on captured connections names the sidecar",
+                    program_error(name, e)
+                )
+            }
             Err(e) => return Err(program_error(name, e)),
         }
     }
@@ -117,6 +129,8 @@ fn attach_type(name: &str) -> Option<u32> {
         "wd_connect6" => attach_type::INET6_CONNECT,
         "wd_getsockopt" => attach_type::GETSOCKOPT,
         "wd_setsockopt" => attach_type::SETSOCKOPT,
+        "wd_getpeername4" => attach_type::INET4_GETPEERNAME,
+        "wd_getpeername6" => attach_type::INET6_GETPEERNAME,
         _ => return None,
     })
 }
@@ -154,7 +168,7 @@ pub fn attach(
             continue;
         };
         let Ok(fd) = program.fd() else {
-            continue; // connect6 did not load
+            continue; // connect6 or a getpeername hook did not load
         };
         let link = links::attach_cgroup(fd.as_fd(), cgroup.as_fd(), kind)
             .map_err(|e| format!("attaching {name}: {e}"))?;

@@ -27,9 +27,10 @@ pub fn enable(req: &AccelRequest) -> Result<Vec<String>, Unavailable> {
         dir.display()
     )];
     out.push(format!(
-        "capture {}: {}",
+        "capture {}, legs {}: {}",
         req.capture.name(),
-        req.capture.legs()
+        req.legs.name(),
+        req.legs.with(req.capture).unwrap_or_default()
     ));
     if req.capture == Capture::Ebpf && !req.pod_ips.is_empty() {
         let mut pods = maps::pods_map_at(&req.bpffs).map_err(one)?;
@@ -139,6 +140,7 @@ pub fn status(cgroup: Option<&Path>, bpffs_dir: &Path, capture: Capture) -> Stri
         cgroup: cgroup.map(Path::to_path_buf),
         bpffs: bpffs_dir.to_path_buf(),
         capture,
+        legs: crate::Legs::All,
         proxy_uid: 1337,
         outbound_port: 15001,
         inbound_port: 15006,

@@ -109,6 +109,13 @@ pub struct AccelFlags {
     /// `warden capture`'s inbound rules, which can stay installed).
     #[arg(long, value_enum, default_value_t = warden_accel::Capture::Iptables)]
     pub capture: warden_accel::Capture,
+    /// Sidecar with --accel: which legs are short-circuited. `all`: app -> sidecar,
+    /// sidecar -> sidecar and sidecar -> app; a *blocking* recv() in the app can then return
+    /// EAGAIN when its socket changes state (its own shutdown(SHUT_WR)), a kernel behaviour
+    /// of sockets in a sockmap. `sidecars`: only sidecar -> sidecar (needs --capture ebpf);
+    /// the app's sockets stay plain TCP.
+    #[arg(long, value_enum, default_value_t = warden_accel::Legs::All)]
+    pub accel_legs: warden_accel::Legs,
     /// Sidecar with --accel: the pod's cgroup2 directory (default: this process's own; the
     /// cgroup2 root only when named here).
     #[arg(long, requires = "accel")]
@@ -120,8 +127,17 @@ pub struct AccelFlags {
 
 impl AccelFlags {
     /// Load and attach when asked (a sidecar only); `None`, with the reasons logged, when
-    /// acceleration is off.
-    fn start(&self, role: &RoleArgs) -> Option<warden_accel::Accelerator> {
+    /// acceleration is off. Flags that contradict each other are an error.
+    fn start(&self, role: &RoleArgs) -> anyhow::Result<Option<warden_accel::Accelerator>> {
+        if self.accel && role.mode == Mode::Sidecar {
+            if let Err(e) = self.accel_legs.with(self.capture) {
+                anyhow::bail!("--accel-legs: {e}");
+            }
+        }
+        Ok(self.attach(role))
+    }
+
+    fn attach(&self, role: &RoleArgs) -> Option<warden_accel::Accelerator> {
         if !self.accel {
             if self.capture == warden_accel::Capture::Ebpf {
                 tracing::warn!(
@@ -138,6 +154,7 @@ impl AccelFlags {
             cgroup: self.accel_cgroup.clone(),
             bpffs: self.bpffs.clone(),
             capture: self.capture,
+            legs: self.accel_legs,
             // The sidecar's own connect()s are the ones not captured.
             proxy_uid: warden_accel::euid(),
             outbound_port: role.outbound_port,
@@ -365,7 +382,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
     opts.mesh = args.role.mesh_credentials()?;
-    let mut accel = args.accel.start(&args.role);
+    let mut accel = args.accel.start(&args.role)?;
     opts.pod_ips = args.role.pod_ips;
     opts.extra_metrics = accel
         .as_ref()
