@@ -732,8 +732,9 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
 
     let segs = (client.out_segs(), server.out_segs());
     let open = app.cmd(&format!("open a {VIP}:8078"));
-    // The app's connect() was rewritten to the sidecar's outbound listener.
-    assert!(open.ends_with("peer 127.0.0.1:15001"), "{open}");
+    // The app's connect() went to the sidecar's outbound listener (the capture counter
+    // below), yet getpeername() names where the app connected, as under iptables REDIRECT.
+    assert!(open.ends_with(&format!("peer {VIP}:8078")), "{open}");
     app.cmd("stream a 1000000");
     assert_eq!(app.cmd("finish a"), "ok finish a 1000000");
     let sent = (client.out_segs() - segs.0, server.out_segs() - segs.1);
@@ -761,6 +762,7 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
         metric(&stats, "warden_accel_capture_outbound_rewrites_total"),
         1
     );
+    assert_eq!(metric(&stats, "warden_accel_peer_name_answers_total"), 1);
     assert_eq!(
         metric(&stats, "warden_accel_capture_inbound_rewrites_total"),
         1
@@ -783,7 +785,10 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
 
     // IPv4 through a dual-stack (IPv6) socket: connect6 captures it the same way.
     let open = app.cmd(&format!("open v6 [::ffff:{VIP}]:8078"));
-    assert!(open.ends_with("peer [::ffff:127.0.0.1]:15001"), "{open}");
+    assert!(
+        open.ends_with(&format!("peer [::ffff:{VIP}]:8078")),
+        "{open}"
+    );
     app.cmd("stream v6 300000");
     assert_eq!(app.cmd("finish v6"), "ok finish v6 300000");
     let stats = client.stats();
@@ -919,7 +924,7 @@ fn enable_and_disable_around_open_connections() {
     // A new one is captured by connect4 and short-circuited on every leg.
     let segs = client.out_segs() + server.out_segs();
     let open = app.cmd(&format!("open c2 {VIP}:8078"));
-    assert!(open.ends_with("peer 127.0.0.1:15001"), "{open}");
+    assert!(open.ends_with(&format!("peer {VIP}:8078")), "{open}");
     app.cmd("echo c2 1000000");
     let accelerated = client.out_segs() + server.out_segs() - segs;
     eprintln!("TcpOutSegs for opening + 1 MB each way, accelerated: +{accelerated}");
