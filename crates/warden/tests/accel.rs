@@ -656,6 +656,31 @@ fn helper_command(
             );
             settled.map(|got| format!("finish {name} {got}"))
         }
+        // ROUNDS connections, each: send N bytes, shutdown(SHUT_WR), then a *blocking* read
+        // (no timeout) to EOF, as a plain blocking client does; every EAGAIN counted, not retried
+        // past 1,000.
+        ["halfclose", addr, n, rounds] => {
+            let n: usize = n.parse().map_err(|_| "bad count".to_string())?;
+            let rounds: usize = rounds.parse().map_err(|_| "bad rounds".to_string())?;
+            let (mut eagain, mut got) = (0u64, 0usize);
+            for _ in 0..rounds {
+                let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+                s.write_all(&vec![7u8; n]).map_err(|e| e.to_string())?;
+                s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(k) => got += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && eagain < 1000 => {
+                            eagain += 1
+                        }
+                        Err(e) => return Err(format!("read: {e}")),
+                    }
+                }
+            }
+            Ok(format!("halfclose eagain {eagain} bytes {got}"))
+        }
         // HTTP/1.1 GET; the body's length.
         ["get", addr, path] => {
             let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -871,6 +896,55 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
 /// `disable` in the middle of a transfer loses nothing; new connections then use iptables
 /// again. `--capture iptables` short-circuits only the mirrored leg and `status` says so;
 /// `--clean` leaves nothing mounted.
+/// `--accel-legs sidecars`: only sidecar -> sidecar is short-circuited and the apps' sockets
+/// stay plain TCP, so a blocking client that half-closes never gets an early EAGAIN (with
+/// `all`, tcp_bpf_recvmsg returns one when the socket's own state change wakes the read).
+#[test]
+fn legs_sidecars_leave_blocking_apps_on_tcp() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("accel-legs").unwrap();
+    let bpffs = Bpffs::new(&dir);
+    let (mut client, mut server) = topology(&dir);
+    let config = dir.write("mesh.yaml", &registry()).unwrap();
+    // WARDEN_TEST_ACCEL_LEGS=all shows what the test guards against: it fails (about 18
+    // early EAGAINs per 100 rounds on kernel 6.18).
+    let legs = std::env::var("WARDEN_TEST_ACCEL_LEGS").unwrap_or_else(|_| "sidecars".into());
+    let flags = [
+        "--accel",
+        "--capture",
+        "ebpf",
+        "--accel-legs",
+        &legs,
+        "--bpffs",
+        &bpffs.arg(),
+    ];
+    server.start_sidecar(&config, "app=api", Privilege::Capable, &flags);
+    client.start_sidecar(&config, "app=client", Privilege::Capable, &flags);
+    let mut app = App::start(&client);
+    let rounds = 100;
+    assert_eq!(
+        app.cmd(&format!("halfclose {VIP}:8078 65536 {rounds}")),
+        format!("ok halfclose eagain 0 bytes {}", rounds * 65536)
+    );
+    let stats = client.stats();
+    assert!(stats.contains("legs=\"sidecars\""), "{stats}");
+    // Node-wide counters: two sockets per connection (the sidecars' ends of their leg).
+    assert_eq!(
+        metric(&stats, "warden_accel_sockets_inserted_total"),
+        2 * rounds as u64,
+        "{stats}"
+    );
+    assert!(metric(&stats, "warden_accel_messages_redirected_total") >= rounds as u64);
+    assert_eq!(
+        metric(&stats, "warden_accel_redirect_misses_total"),
+        0,
+        "{stats}"
+    );
+}
+
 #[test]
 fn enable_and_disable_around_open_connections() {
     if let Some(why) = unavailable() {
