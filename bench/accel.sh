@@ -157,6 +157,9 @@ h = r["DurationHistogram"]
 p99 = next((p["Value"] for p in h["Percentiles"] if p["Percentile"] == 99), 0)
 bad = sum(v for k, v in r["RetCodes"].items() if k not in ("200", "OK"))
 print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{r['ActualQPS']:.0f}\t{h['Avg'] * 1000:.3f}\t{p99 * 1000:.3f}\t{bad}\t{sys.argv[5]}")
+if bad:
+    # Which answers were not 200 (or which TCP errors), to tell a refused connection from a reset.
+    print(f"#   {sys.argv[2]} {sys.argv[3]} round {sys.argv[4]} codes: {r['RetCodes']}", file=sys.stderr)
 PY
 }
 
