@@ -14,7 +14,8 @@
 #   onsc    --accel-legs sidecars: only sidecar -> sidecar short-circuited, the apps' sockets
 #           stay plain TCP (safe for blocking readers)
 # Sidecars are restarted for every run, so no pooled connection crosses from one mode to the
-# other. Reports per mode the median over rounds of QPS, average and p99 latency, and per round
+# other. Reports per mode the median over rounds of QPS, average and p99 latency, CPU per
+# request (both pods, and the sidecars' part), and per round
 # the on/off and on/nomesh ratios of two runs seconds apart (median, bootstrap 90% interval as
 # bench/lib/paired.py computes it, verdict against the seed's numbers).
 # Env: ROUNDS (3), SECS (30), CONNS (64), CONCURRENCY (1, each sidecar's workers), WARDEN_BIN.
@@ -136,6 +137,19 @@ kill_sidecars() {
 }
 
 RESULTS=$WORK/accel-results
+# cpu_now — CPU seconds so far: both pods' cgroups (cpu.stat, exited processes included) and
+# the two sidecars (utime + stime of every thread, /proc/PID/stat).
+cpu_now() {
+  local pods=0 sc=0 cg pid tick
+  tick=$(getconf CLK_TCK)
+  for cg in "$CG_CLI" "$CG_SRV"; do
+    pods=$((pods + $(awk '$1 == "usage_usec" {print $2}' "$cg/cpu.stat")))
+  done
+  for pid in $(pgrep -u 1337 -f "proxy --mode sidecar -c $WORK/mesh.yaml" || true); do
+    sc=$((sc + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  python3 -c "print($pods / 1e6, $sc / $tick)"
+}
 # run PROTO MODE ROUND — one `warden load` run from the client pod; appends a result row.
 run() {
   local proto=$1 mode=$2 round=$3 host=$VIP http=8080 tcp=8078
@@ -143,20 +157,27 @@ run() {
   local url args=()
   if [ "$proto" = http ]; then url="http://$host:$http/echo?size=1024"
   else url="tcp://$host:$tcp"; args=(--payload-size 1024); fi
+  local cpu0 cpu1
+  cpu0=$(cpu_now)
   in_pod "$CG_CLI" "$CLI" "$WARDEN" load -c "$CONNS" --qps 0 -t "${SECS}s" "${args[@]}" --quiet \
     --json "$WORK/run.json" "$url" >/dev/null 2>&1 || true
+  cpu1=$(cpu_now)
   local misses=-
   if [ "$mode" = on ] || [ "$mode" = onsc ]; then
     misses=$(nsenter --net=/run/netns/"$CLI" -- curl -s http://127.0.0.1:15000/stats/prometheus |
       awk '$1 == "warden_accel_redirect_misses_total" {print $2}')
   fi
-  python3 - "$WORK/run.json" "$proto" "$mode" "$round" "$misses" <<'PY' | tee -a "$RESULTS" >&2
+  python3 - "$WORK/run.json" "$proto" "$mode" "$round" "$misses" "$cpu0" "$cpu1" <<'PY' | tee -a "$RESULTS" >&2
 import json, sys
 r = json.load(open(sys.argv[1]))
 h = r["DurationHistogram"]
 p99 = next((p["Value"] for p in h["Percentiles"] if p["Percentile"] == 99), 0)
 bad = sum(v for k, v in r["RetCodes"].items() if k not in ("200", "OK"))
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{r['ActualQPS']:.0f}\t{h['Avg'] * 1000:.3f}\t{p99 * 1000:.3f}\t{bad}\t{sys.argv[5]}")
+# CPU per request (us): everything in the pods, and the sidecars' part of it.
+(pods0, sc0), (pods1, sc1) = (map(float, a.split()) for a in sys.argv[6:8])
+n = max(1, h["Count"])
+pods, sc = (pods1 - pods0) / n * 1e6, (sc1 - sc0) / n * 1e6
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{r['ActualQPS']:.0f}\t{h['Avg'] * 1000:.3f}\t{p99 * 1000:.3f}\t{bad}\t{sys.argv[5]}\t{pods:.1f}\t{sc:.1f}")
 if bad:
     # Which answers were not 200 (or which TCP errors), to tell a refused connection from a reset.
     print(f"#   {sys.argv[2]} {sys.argv[3]} round {sys.argv[4]} codes: {r['RetCodes']}", file=sys.stderr)
@@ -175,9 +196,9 @@ sidecars on; check accelerated
 sidecars onsc; check "accelerated (legs sidecars)"
 sidecars off; check unaccelerated
 
-echo "# accel.sh $(date -u +%FT%TZ): $(nproc) cores, kernel $(uname -r), background busy $(background_busy)," \
+echo "# accel.sh $(date -u +%FT%TZ): $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), kernel $(uname -r), background busy $(background_busy)," \
   "warden load -c $CONNS --qps 0 -t ${SECS}s, $ROUNDS rounds, sidecars $CONCURRENCY worker each, nothing pinned"
-echo "# columns of the runs (stderr): proto mode round qps avg_ms p99_ms errors redirect_misses"
+echo "# columns of the runs (stderr): proto mode round qps avg_ms p99_ms errors redirect_misses cpu_us_per_req sidecars_cpu_us_per_req"
 MODES=(nomesh off on onsc)
 for round in $(seq "$ROUNDS"); do
   for proto in tcp http; do
@@ -192,11 +213,14 @@ sys.path.insert(0, sys.argv[2])
 from paired import interval
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 by = {}
-for proto, mode, rnd, qps, avg, p99, bad, misses in rows:
-    by.setdefault((proto, mode), {})[rnd] = (float(qps), float(avg), float(p99), int(bad), misses)
+for proto, mode, rnd, qps, avg, p99, bad, misses, cpu, sc in rows:
+    by.setdefault((proto, mode), {})[rnd] = (float(qps), float(avg), float(p99), int(bad), misses,
+                                             float(cpu), float(sc))
 med = lambda xs: statistics.median(xs)
 print()
-print(f"{'':14}{'QPS':>9}{'avg ms':>9}{'p99 ms':>9}   per round QPS")
+# CPU us/req: all of both pods (client, server, sidecars, kernel work charged to them); of which
+# sidecars. On 2 busy cores QPS is about 2 s / CPU per request, so these say where a gap comes from.
+print(f"{'':14}{'QPS':>9}{'avg ms':>9}{'p99 ms':>9}{'CPU us':>8}{'sidecar':>8}   per round QPS")
 for proto in ("tcp", "http"):
     for mode in ("nomesh", "off", "on", "onsc"):
         runs = by[(proto, mode)]
@@ -205,8 +229,9 @@ for proto in ("tcp", "http"):
         extra = f"  errors {errs}" if errs else ""
         if mode in ("on", "onsc"):
             extra += "  redirect misses " + " ".join(r[4] for r in runs.values())
-        print(f"{proto:5}{mode:9}{med(q):9.0f}{med([r[1] for r in runs.values()]):9.3f}"
-              f"{med([r[2] for r in runs.values()]):9.3f}   {' '.join(f'{x:.0f}' for x in q)}{extra}")
+        col = lambda i: med([r[i] for r in runs.values()])
+        print(f"{proto:5}{mode:9}{med(q):9.0f}{col(1):9.3f}{col(2):9.3f}{col(5):8.1f}{col(6):8.1f}"
+              f"   {' '.join(f'{x:.0f}' for x in q)}{extra}")
 
 def paired(name, num, den, col, goal, higher):
     """Per-round ratio of two modes' runs (seconds apart), median and 90% interval."""
