@@ -130,10 +130,12 @@ sidecars() {
     grep -h "acceleration off" "$WORK"/sidecar-*.log >&2; exit 1
   fi
 }
+# sidecar_pids — the running sidecars (uid 1337, this run's config).
+sidecar_pids() { pgrep -u 1337 -f "proxy --mode sidecar -c $WORK/mesh.yaml" || true; }
 kill_sidecars() {
   local pid
-  for pid in $(pgrep -u 1337 -f "proxy --mode sidecar -c $WORK/mesh.yaml" || true); do kill "$pid" 2>/dev/null || true; done
-  for _ in $(seq 100); do pgrep -u 1337 -f "proxy --mode sidecar -c $WORK/mesh.yaml" >/dev/null || return 0; sleep 0.05; done
+  for pid in $(sidecar_pids); do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 100); do [ -n "$(sidecar_pids)" ] || return 0; sleep 0.05; done
 }
 
 RESULTS=$WORK/accel-results
@@ -145,7 +147,7 @@ cpu_now() {
   for cg in "$CG_CLI" "$CG_SRV"; do
     pods=$((pods + $(awk '$1 == "usage_usec" {print $2}' "$cg/cpu.stat")))
   done
-  for pid in $(pgrep -u 1337 -f "proxy --mode sidecar -c $WORK/mesh.yaml" || true); do
+  for pid in $(sidecar_pids); do
     sc=$((sc + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
   done
   python3 -c "print($pods / 1e6, $sc / $tick)"

@@ -22,9 +22,9 @@ if ((${#targets[@]} == 0)); then
 fi
 
 # One build for all targets (debug assertions on: they are invariants worth checking).
-# FUZZ_PROFILE=dev (test.sh's): unoptimized but for the YAML path (fuzz/Cargo.toml), a build of
-# 5 minutes on 2 cores instead of 11, at a tenth to a twentieth of release's executions per
-# second; release (the default) for long runs.
+# FUZZ_PROFILE=dev (test.sh's): unoptimized but for the YAML path and the HTTP/1 parser
+# (fuzz/Cargo.toml), a build of 5 minutes on 2 cores instead of 11, at a tenth to a fortieth of
+# release's executions per second; release (the default) for long runs.
 profile=()
 case ${FUZZ_PROFILE:-release} in
   release) ;;
