@@ -5,13 +5,16 @@
 //   wd_sockops     established sockets of the mesh (captured connections, the sidecar's
 //                  listeners, the 127.0.0.6 passthrough) go into wd_sock_pairs by 4-tuple
 //   wd_sk_msg      every send on such a socket is put straight into the peer's receive queue
-//                  (BPF_F_INGRESS) when the peer is in the map; otherwise it goes through TCP
+//                  (BPF_F_INGRESS) when the peer is in the map; otherwise it goes through TCP,
+//                  and so do the socket's later sends. An app's send skips both sidecars of
+//                  a TCP relay they spliced (wd_splice), once they have delivered all before it
 //   wd_connect4/6  the app's connect() goes to the sidecar's outbound port, and the sidecar's
 //                  connect() to a meshed pod of this node to that pod's inbound port, so both
 //                  ends of every leg see mirrored 4-tuples (iptables REDIRECT breaks that)
 //   wd_getsockopt  answers SO_ORIGINAL_DST for connections connect4/6 rewrote
 //   wd_getpeername4/6  an app's getpeername() on such a connection names where it connected
-//                  (as with iptables REDIRECT), not the sidecar's 127.0.0.1:15001
+//                  (as with iptables REDIRECT), not the sidecar's 127.0.0.1:15001; the
+//                  sidecar's own calls are answered by the kernel
 //   wd_setsockopt  a socket that takes a ULP (kTLS) is excluded from redirection
 //
 // Built with `clang -O2 -g -target bpf` (build.rs); bpf/accel.bpf.o is the checked-in build.
@@ -88,6 +91,9 @@ enum {
 	C_ULP_PASSED,
 	C_ULP_SOCKETS,
 	C_PEERNAME,
+	C_SPLICED,
+	C_SPLICED_BYTES,
+	C_AFTER_MISS,
 	C_COUNT,
 };
 
@@ -130,6 +136,49 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } wd_ulp_tuples SEC(".maps");
+
+// What a socket in the map carries (SK_STORAGE, made when it is inserted).
+struct sk_state {
+	__u64 sent;  // bytes of this socket's sends since it was inserted, by any path
+	__u32 flags; // SK_*
+	__u32 pad;
+	struct pair target; // SK_DIRECT: the other app's socket
+};
+
+// An app's end of app <-> sidecar: its sends may skip a spliced relay.
+#define SK_APP 1
+// A send went through TCP (its peer was not in the map yet): a redirected one would reach
+// the peer's receive queue first, and the kernel reads that queue before TCP's, so every
+// later send goes through TCP too.
+#define SK_MISSED 2
+// This app's sends go to the other app's socket (see struct splice).
+#define SK_DIRECT 4
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sk_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_sk_state SEC(".maps");
+
+// A sidecar relaying a TCP connection byte for byte (user space, warden-accel's splice.rs):
+// what arrives on the key's socket leaves on `out`, and `delivered` bytes have been written
+// on `out` so far. When both sidecars between two apps relay, an app's send goes straight
+// into the other app's socket, provided the far sidecar has delivered every byte that app
+// sent before (its `sent`): nothing is left on the old path that the send could overtake.
+struct splice {
+	struct pair out;
+	__u64 delivered;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pair);
+	__type(value, struct splice);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_splice SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -247,6 +296,16 @@ static __always_inline int msg_keys(struct sk_msg_md *msg, struct pair *self, st
 	return 1;
 }
 
+static __always_inline void mirror(const struct pair *p, struct pair *m)
+{
+	m->netns = p->netns;
+	__builtin_memcpy(m->sip, p->dip, sizeof(m->sip));
+	__builtin_memcpy(m->dip, p->sip, sizeof(m->dip));
+	m->sport = p->dport;
+	m->dport = p->sport;
+	m->pad = 0;
+}
+
 // A bpf_sock's tuple (getsockopt/setsockopt); `swap` builds the peer's.
 static __always_inline int sock_key(struct bpf_sock *sk, struct pair *k, int swap, __u64 netns)
 {
@@ -299,7 +358,7 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	if (!ops_key(skops, &key))
 		return 1;
 
-	int insert = 0;
+	int insert = 0, app = 0;
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB) {
 		// A connect() that connect4/6 rewrote: keep its original destination under the
 		// tuple the accepting sidecar will see mirrored.
@@ -311,17 +370,30 @@ int wd_sockops(struct bpf_sock_ops *skops)
 			bpf_map_delete_elem(&wd_orig_cookie, &cookie);
 			// sidecar -> sidecar, or app -> sidecar
 			insert = (copy.flags & ORIGIN_SIDECAR) || app_legs;
+			app = !(copy.flags & ORIGIN_SIDECAR);
 		} else if (is_ip(key.sip, PASSTHROUGH_SRC)) {
 			insert = app_legs; // sidecar -> app
 		}
 	} else {
 		if (key.sport == inbound_port && !is_ip(key.dip, PASSTHROUGH_SRC))
 			insert = 1; // the accepting sidecar's side of sidecar -> sidecar
-		else if (key.sport == outbound_port || is_ip(key.dip, PASSTHROUGH_SRC))
-			insert = app_legs; // the sidecar's side of app -> sidecar; the app's of sidecar -> app
+		else if (key.sport == outbound_port)
+			insert = app_legs; // the sidecar's side of app -> sidecar
+		else if (is_ip(key.dip, PASSTHROUGH_SRC))
+			insert = app = app_legs; // the app's side of sidecar -> app
 	}
 	if (!insert)
 		return 1;
+	// Before the socket is in the map: its first send must find its state.
+	struct bpf_sock *sk = skops->sk;
+	if (sk) {
+		struct sk_state *st =
+			bpf_sk_storage_get(&wd_sk_state, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (st) {
+			st->sent = 0;
+			st->flags = app ? SK_APP : 0;
+		}
+	}
 	// Sockets that already have a ULP (kTLS) are refused by the kernel (-EINVAL) and
 	// counted as failures; they keep working over TCP.
 	if (bpf_sock_hash_update(skops, &wd_sock_pairs, &key, BPF_NOEXIST) == 0)
@@ -329,6 +401,28 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	else
 		count(C_INSERT_FAILED, 1);
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+	return 1;
+}
+
+// The other app's socket when both sidecars between this app and it splice the connection
+// and the far one has delivered all `before` bytes this app sent until now; then, and from
+// then on while the near sidecar's splice stands, sends go there.
+static __always_inline int spliced(struct sk_state *st, const struct pair *peer, __u64 before)
+{
+	struct splice *near = bpf_map_lookup_elem(&wd_splice, peer);
+	if (!near) {
+		st->flags &= ~SK_DIRECT;
+		return 0;
+	}
+	if (st->flags & SK_DIRECT)
+		return 1;
+	struct pair far_in = {};
+	mirror(&near->out, &far_in);
+	struct splice *far = bpf_map_lookup_elem(&wd_splice, &far_in);
+	if (!far || LD(far->delivered) != before)
+		return 0;
+	mirror(&far->out, &st->target);
+	st->flags |= SK_DIRECT;
 	return 1;
 }
 
@@ -344,12 +438,40 @@ int wd_sk_msg(struct sk_msg_md *msg)
 		count(C_ULP_PASSED, 1);
 		return SK_PASS;
 	}
+	struct sk_state *st = 0;
+	struct bpf_sock *sk = msg->sk;
+	if (sk)
+		st = bpf_sk_storage_get(&wd_sk_state, sk, 0, 0);
+	__u32 size = msg->size;
+	if (st) {
+		if (st->flags & SK_MISSED) {
+			count(C_AFTER_MISS, 1);
+			return SK_PASS;
+		}
+		// Sends of one socket are serialized by its lock: a plain update.
+		__u64 before = st->sent;
+		st->sent = before + size;
+		if ((st->flags & SK_APP) && spliced(st, &peer, before)) {
+			if (bpf_msg_redirect_hash(msg, &wd_sock_pairs, &st->target, BPF_F_INGRESS) ==
+			    SK_PASS) {
+				count(C_SPLICED, 1);
+				count(C_SPLICED_BYTES, size);
+				return SK_PASS;
+			}
+			// The other app's socket closed: nothing of this connection can reach it.
+			st->flags |= SK_MISSED;
+			count(C_REDIRECT_MISSES, 1);
+			return SK_PASS;
+		}
+	}
 	// bpf_msg_redirect_hash says SK_DROP when the peer is not in the map: never return
 	// that, the message then goes through TCP as if nothing was attached.
 	if (bpf_msg_redirect_hash(msg, &wd_sock_pairs, &peer, BPF_F_INGRESS) == SK_PASS) {
 		count(C_REDIRECTED, 1);
-		count(C_REDIRECTED_BYTES, msg->size);
+		count(C_REDIRECTED_BYTES, size);
 	} else {
+		if (st)
+			st->flags |= SK_MISSED;
 		count(C_REDIRECT_MISSES, 1);
 	}
 	return SK_PASS;
@@ -443,9 +565,11 @@ int wd_connect6(struct bpf_sock_addr *ctx)
 }
 
 // The origin of the connection a connected socket of this cgroup made, if connect4/6
-// rewrote it.
+// rewrote it. The sidecar's own calls see the truth: it keys its relays by real tuples.
 static __always_inline struct origin *origin_of(void *ctx, struct bpf_sock *sk)
 {
+	if ((__u32)bpf_get_current_uid_gid() == proxy_uid)
+		return 0;
 	struct pair key = {};
 	if (!sk || !sock_key(sk, &key, 0, bpf_get_netns_cookie(ctx)))
 		return 0;

@@ -76,6 +76,12 @@ impl Accelerator {
     pub fn metrics(&self) -> MetricsFn {
         self.inner.metrics()
     }
+
+    /// For the sidecar's plain TCP relays, when apps' sends can skip them: eBPF capture
+    /// with the app legs in the map (only then does every leg's tuple mirror).
+    pub fn splicer(&self) -> Option<crate::Splicer> {
+        self.inner.splicer()
+    }
 }
 
 #[cfg(not(warden_ebpf))]
@@ -103,6 +109,9 @@ mod imp {
             match *self {}
         }
         pub fn metrics(&self) -> MetricsFn {
+            match *self {}
+        }
+        pub fn splicer(&self) -> Option<crate::Splicer> {
             match *self {}
         }
     }
@@ -223,6 +232,7 @@ pub(crate) mod imp {
         target: CgroupTarget,
         req: AccelRequest,
         counters: Arc<Array<MapData, u64>>,
+        splicer: Option<crate::Splicer>,
         announced: bool,
     }
 
@@ -232,7 +242,16 @@ pub(crate) mod imp {
             let counters = maps::open(&req.bpffs, COUNTERS)
                 .and_then(|m| Array::try_from(m).map_err(|e| e.to_string()))
                 .map_err(|e| Unavailable(vec![format!("reading the counters map: {e}")]))?;
+            let splicer = if req.capture == Capture::Ebpf && req.legs == Legs::All {
+                Some(
+                    crate::Splicer::open(&req.bpffs)
+                        .map_err(|e| Unavailable(vec![format!("opening the splice map: {e}")]))?,
+                )
+            } else {
+                None
+            };
             Ok(Inner {
+                splicer,
                 _links: prepared.attached,
                 _ebpf: prepared.ebpf,
                 target: prepared.target,
@@ -291,6 +310,10 @@ pub(crate) mod imp {
 
         pub fn counters(&self) -> Counters {
             maps::read_counters(&self.counters)
+        }
+
+        pub fn splicer(&self) -> Option<crate::Splicer> {
+            self.splicer.clone()
         }
 
         pub fn metrics(&self) -> MetricsFn {

@@ -17,10 +17,13 @@ pub enum Counter {
     UlpPassed,
     UlpSockets,
     PeerName,
+    Spliced,
+    SplicedBytes,
+    AfterMiss,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 11] = [
+    pub const ALL: [Counter; 14] = [
         Counter::Inserted,
         Counter::InsertFailed,
         Counter::Redirected,
@@ -32,6 +35,9 @@ impl Counter {
         Counter::UlpPassed,
         Counter::UlpSockets,
         Counter::PeerName,
+        Counter::Spliced,
+        Counter::SplicedBytes,
+        Counter::AfterMiss,
     ];
 
     pub fn slot(self) -> u32 {
@@ -52,6 +58,9 @@ impl Counter {
             Counter::UlpPassed => "ulp_messages_passed_total",
             Counter::UlpSockets => "ulp_sockets_total",
             Counter::PeerName => "peer_name_answers_total",
+            Counter::Spliced => "messages_spliced_total",
+            Counter::SplicedBytes => "spliced_bytes_total",
+            Counter::AfterMiss => "messages_after_miss_total",
         }
     }
 
@@ -70,6 +79,13 @@ impl Counter {
             Counter::UlpPassed => "Messages of ULP (kTLS) sockets or their peers left to TCP",
             Counter::UlpSockets => "Sockets that set a ULP (kTLS) and were excluded",
             Counter::PeerName => "getpeername() answers naming a captured connection's destination",
+            Counter::Spliced => {
+                "App messages put straight into the other app's socket, past both sidecars of a spliced TCP relay"
+            }
+            Counter::SplicedBytes => "Bytes of those messages",
+            Counter::AfterMiss => {
+                "Messages sent over TCP because an earlier one of the socket missed (keeps their order)"
+            }
         }
     }
 }

@@ -12,6 +12,7 @@
 //! root by default), `bpffs` (warden's mount and pins), `counters` (the counters map's
 //! slots), `maps` (key/value shapes, pinned maps), `links` (finding and detaching warden's
 //! cgroup links), `loader` (aya: load, attach, pin), `accelerator` (the proxy's handle),
+//! `splice` (a sidecar's plain TCP relays, which apps' sends then skip),
 //! `ops` (enable, disable, status), `cli`. The BPF side is bpf/accel.bpf.c.
 
 // Without eBPF support only the stubs call in; the pure parts stay built and tested.
@@ -23,6 +24,7 @@ pub mod cli;
 mod counters;
 mod maps;
 mod probe;
+mod splice;
 
 // `warden_ebpf`: the `ebpf` feature on a Linux target (set by build.rs).
 #[cfg(warden_ebpf)]
@@ -37,7 +39,9 @@ mod ops;
 pub use accelerator::{AccelRequest, Accelerator, Unavailable};
 pub use cgroup::{cgroup2_root, CgroupTarget};
 pub use counters::{Counter, Counters};
+pub use maps::Pair;
 pub use probe::euid;
+pub use splice::{key_of, Direction, SpliceEntry, Splicer};
 
 /// Who captures the pod's traffic.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]

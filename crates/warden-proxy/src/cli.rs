@@ -387,6 +387,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.extra_metrics = accel
         .as_ref()
         .map(|a| crate::options::ExtraMetrics(a.metrics()));
+    opts.splicer = accel.as_ref().and_then(|a| a.splicer());
     opts.service_account = args.role.service_account;
     opts.credentials_dir = args.role.credentials_dir.clone();
     opts.allow_empty_config = args.allow_empty_config;

@@ -85,6 +85,8 @@ pub struct ProxyOptions {
     pub timeouts: crate::downstream::timeouts::Timeouts,
     /// Scrape-time metrics of another component (`--accel`'s BPF counters).
     pub extra_metrics: Option<ExtraMetrics>,
+    /// `--accel` with eBPF capture: lets same-node apps' sends skip plain TCP relays.
+    pub splicer: Option<warden_accel::Splicer>,
     /// Where Gateway `credentialName`s resolve: one folder per name with `tls.crt`, `tls.key`
     /// and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
     pub credentials_dir: Option<PathBuf>,
@@ -133,6 +135,7 @@ impl ProxyOptions {
             max_connections_per_ip: None,
             timeouts: crate::downstream::timeouts::Timeouts::default(),
             extra_metrics: None,
+            splicer: None,
             credentials_dir: None,
             mesh: None,
         }

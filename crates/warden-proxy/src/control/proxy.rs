@@ -138,6 +138,9 @@ impl Proxy {
         if let Some(extra) = &opts.extra_metrics {
             let _ = shared.metrics.extra.set(extra.clone());
         }
+        if let Some(splicer) = &opts.splicer {
+            let _ = shared.splicer.set(splicer.clone());
+        }
         let (stop_tx, stop_rx) = watch::channel(None);
         let mut running = RunningProxy {
             shared: shared.clone(),

@@ -114,6 +114,8 @@ pub struct Shared {
     pub listeners: Listeners,
     /// Connection maxima and timeouts of the downstream side.
     pub downstream: DownstreamLimits,
+    /// `--accel`'s handle for plain TCP relays that same-node apps may skip (set once at start).
+    pub splicer: std::sync::OnceLock<warden_accel::Splicer>,
     /// Held for a whole reload, so reloads apply one at a time.
     control: Mutex<ListenerControl>,
 }
@@ -143,6 +145,7 @@ impl Shared {
             identity,
             listeners: Listeners(ArcSwap::from_pointee(infos)),
             downstream,
+            splicer: std::sync::OnceLock::new(),
             control: Mutex::new(control),
         }
     }

@@ -10,6 +10,7 @@ pub mod mirror;
 pub mod outlier;
 pub mod retry_on;
 pub(crate) mod tcp_proxy;
+pub(crate) mod tcp_splice;
 pub mod tls_origination;
 
 use crate::control::metrics::Metrics;

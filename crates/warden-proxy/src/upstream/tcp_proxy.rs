@@ -142,7 +142,7 @@ async fn serve(
     if !admitted(&inbound, &target, &shared.metrics).await {
         return;
     }
-    relay(inbound, route, &target, worker, connect_timeout).await;
+    relay_tcp(inbound, route, &target, worker, connect_timeout).await;
 }
 
 /// Pick the route's endpoint, connect and copy both ways.
@@ -155,56 +155,113 @@ async fn relay<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let shared = &*worker.shared;
-    let Some(cluster) = route.pick_cluster() else {
+    let Some((outbound, upstream)) = open_upstream(route, target, worker, connect_timeout).await
+    else {
         return;
     };
-    let picked;
-    let (host, port) = match (cluster.original_dst, target.original_dst) {
-        (true, Some(dst)) => {
-            picked = dst.ip().to_string();
-            (picked.as_str(), dst.port())
-        }
-        (true, None) => return,
-        (false, _) => {
-            let Ok((_, lease)) = cluster.pick(None) else {
-                shared.metrics.upstream_error("no_healthy");
-                return;
-            };
-            let authority = lease.endpoint().authority.clone();
-            drop(lease);
-            picked = authority.host().to_owned();
-            (picked.as_str(), authority.port_u16().unwrap_or(80))
-        }
+    copy_to(&mut inbound, outbound, &upstream, route, worker).await;
+}
+
+/// [`relay`] for a plain TCP downstream: with `--accel`'s splicer and no TLS upstream, the
+/// copy lets same-node apps' sends skip the sidecars (`tcp_splice`).
+async fn relay_tcp(
+    mut inbound: TcpStream,
+    route: &TcpRoute,
+    target: &Target<'_>,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) {
+    let Some((outbound, upstream)) = open_upstream(route, target, worker, connect_timeout).await
+    else {
+        return;
     };
-    let outbound = match connect(host, port, cluster.source, connect_timeout).await {
-        Ok(s) => s,
-        Err(ConnectError::Io(e)) => {
-            tracing::debug!(error = %e, upstream = host, port, "tcp upstream connect failed");
-            shared.metrics.upstream_error("connect");
-            return;
-        }
-        Err(ConnectError::Timeout) => {
-            shared.metrics.upstream_error("timeout");
-            return;
-        }
-    };
-    let mut outbound = outbound;
-    if let Some(tls) = &cluster.tls {
-        let mut outbound = match tls.connect(host, outbound).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, upstream = host, port, "upstream TLS handshake failed");
-                shared.metrics.upstream_error("tls");
-                return;
-            }
-        };
-        if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
+    if let (None, Some(splicer)) = (&upstream.tls, worker.shared.splicer.get()) {
+        if let Err(e) = crate::upstream::tcp_splice::copy(inbound, outbound, splicer).await {
             tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
         }
         return;
     }
-    if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
+    copy_to(&mut inbound, outbound, &upstream, route, worker).await;
+}
+
+/// The connected upstream of a TCP route.
+struct Upstream {
+    host: String,
+    port: u16,
+    tls: Option<std::sync::Arc<crate::upstream::tls_origination::UpstreamTls>>,
+}
+
+async fn open_upstream(
+    route: &TcpRoute,
+    target: &Target<'_>,
+    worker: &WorkerCtx,
+    connect_timeout: Duration,
+) -> Option<(TcpStream, Upstream)> {
+    let shared = &*worker.shared;
+    let cluster = route.pick_cluster()?;
+    let (host, port) = match (cluster.original_dst, target.original_dst) {
+        (true, Some(dst)) => (dst.ip().to_string(), dst.port()),
+        (true, None) => return None,
+        (false, _) => {
+            let Ok((_, lease)) = cluster.pick(None) else {
+                shared.metrics.upstream_error("no_healthy");
+                return None;
+            };
+            let authority = lease.endpoint().authority.clone();
+            drop(lease);
+            (
+                authority.host().to_owned(),
+                authority.port_u16().unwrap_or(80),
+            )
+        }
+    };
+    match connect(&host, port, cluster.source, connect_timeout).await {
+        Ok(s) => Some((
+            s,
+            Upstream {
+                host,
+                port,
+                tls: cluster.tls.clone(),
+            },
+        )),
+        Err(ConnectError::Io(e)) => {
+            tracing::debug!(error = %e, upstream = host, port, "tcp upstream connect failed");
+            shared.metrics.upstream_error("connect");
+            None
+        }
+        Err(ConnectError::Timeout) => {
+            shared.metrics.upstream_error("timeout");
+            None
+        }
+    }
+}
+
+/// Copy both ways, originating TLS first when the cluster says so.
+async fn copy_to<S>(
+    inbound: &mut S,
+    mut outbound: TcpStream,
+    upstream: &Upstream,
+    route: &TcpRoute,
+    worker: &WorkerCtx,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (host, port) = (upstream.host.as_str(), upstream.port);
+    if let Some(tls) = &upstream.tls {
+        let mut outbound = match tls.connect(host, outbound).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, upstream = host, port, "upstream TLS handshake failed");
+                worker.shared.metrics.upstream_error("tls");
+                return;
+            }
+        };
+        if let Err(e) = tokio::io::copy_bidirectional(inbound, &mut outbound).await {
+            tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
+        }
+        return;
+    }
+    if let Err(e) = tokio::io::copy_bidirectional(inbound, &mut outbound).await {
         tracing::debug!(error = %e, route = &*route.name, "tcp proxy connection ended with error");
     }
 }
