@@ -180,6 +180,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } wd_splice SEC(".maps");
 
+// Sockets of the map whose sends (some of them) go through TCP: a miss, a ULP, or the socket
+// could not be inserted. A relay writing on one cannot be the far end of a splice: its
+// bytes would still be in TCP's receive queue when a spliced send reached the app's own.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pair);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_on_tcp SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, C_COUNT);
@@ -350,6 +361,10 @@ int wd_sockops(struct bpf_sock_ops *skops)
 		if (skops->args[1] == BPF_TCP_CLOSE && ops_key(skops, &key)) {
 			bpf_map_delete_elem(&wd_orig_pair, &key);
 			bpf_map_delete_elem(&wd_ulp_tuples, &key);
+			// A relay's socket that closes (also when its sidecar was killed) ends the
+			// splice through it.
+			bpf_map_delete_elem(&wd_splice, &key);
+			bpf_map_delete_elem(&wd_on_tcp, &key);
 		}
 		return 1;
 	}
@@ -396,34 +411,50 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	}
 	// Sockets that already have a ULP (kTLS) are refused by the kernel (-EINVAL) and
 	// counted as failures; they keep working over TCP.
-	if (bpf_sock_hash_update(skops, &wd_sock_pairs, &key, BPF_NOEXIST) == 0)
+	if (bpf_sock_hash_update(skops, &wd_sock_pairs, &key, BPF_NOEXIST) == 0) {
 		count(C_INSERTED, 1);
-	else
+	} else {
+		__u32 one = 1;
+		bpf_map_update_elem(&wd_on_tcp, &key, &one, BPF_ANY);
 		count(C_INSERT_FAILED, 1);
+	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 	return 1;
 }
 
 // The other app's socket when both sidecars between this app and it splice the connection
-// and the far one has delivered all `before` bytes this app sent until now; then, and from
-// then on while the near sidecar's splice stands, sends go there.
+// and the far one has delivered, through sk_msg, all `before` bytes this app sent until now;
+// then, and from then on while both splices stand, sends go there.
 static __always_inline int spliced(struct sk_state *st, const struct pair *peer, __u64 before)
 {
+	struct splice *far = 0;
 	struct splice *near = bpf_map_lookup_elem(&wd_splice, peer);
-	if (!near) {
+	if (near) {
+		struct pair far_in = {};
+		mirror(&near->out, &far_in);
+		far = bpf_map_lookup_elem(&wd_splice, &far_in);
+	}
+	if (!far) {
 		st->flags &= ~SK_DIRECT;
 		return 0;
 	}
 	if (st->flags & SK_DIRECT)
 		return 1;
-	struct pair far_in = {};
-	mirror(&near->out, &far_in);
-	struct splice *far = bpf_map_lookup_elem(&wd_splice, &far_in);
-	if (!far || LD(far->delivered) != before)
+	if (LD(far->delivered) != before || bpf_map_lookup_elem(&wd_on_tcp, &far->out))
 		return 0;
 	mirror(&far->out, &st->target);
 	st->flags |= SK_DIRECT;
 	return 1;
+}
+
+// This socket's sends go through TCP from now on (see SK_MISSED).
+static __always_inline void stay_on_tcp(struct sk_state *st, const struct pair *self)
+{
+	if (!st)
+		return;
+	st->flags |= SK_MISSED;
+	__u32 one = 1;
+	bpf_map_update_elem(&wd_on_tcp, self, &one, BPF_ANY);
 }
 
 SEC("sk_msg")
@@ -432,16 +463,17 @@ int wd_sk_msg(struct sk_msg_md *msg)
 	struct pair self = {}, peer = {};
 	if (!msg_keys(msg, &self, &peer))
 		return SK_PASS;
-	// Only look for ULP marks once a socket has ever taken one.
-	if (counter(C_ULP_SOCKETS) != 0 &&
-	    (bpf_map_lookup_elem(&wd_ulp_tuples, &self) || bpf_map_lookup_elem(&wd_ulp_tuples, &peer))) {
-		count(C_ULP_PASSED, 1);
-		return SK_PASS;
-	}
 	struct sk_state *st = 0;
 	struct bpf_sock *sk = msg->sk;
 	if (sk)
 		st = bpf_sk_storage_get(&wd_sk_state, sk, 0, 0);
+	// Only look for ULP marks once a socket has ever taken one.
+	if (counter(C_ULP_SOCKETS) != 0 &&
+	    (bpf_map_lookup_elem(&wd_ulp_tuples, &self) || bpf_map_lookup_elem(&wd_ulp_tuples, &peer))) {
+		count(C_ULP_PASSED, 1);
+		stay_on_tcp(st, &self);
+		return SK_PASS;
+	}
 	__u32 size = msg->size;
 	if (st) {
 		if (st->flags & SK_MISSED) {
@@ -458,8 +490,8 @@ int wd_sk_msg(struct sk_msg_md *msg)
 				count(C_SPLICED_BYTES, size);
 				return SK_PASS;
 			}
-			// The other app's socket closed: nothing of this connection can reach it.
-			st->flags |= SK_MISSED;
+			// The other app's socket closed: nothing of this connection reaches it now.
+			stay_on_tcp(st, &self);
 			count(C_REDIRECT_MISSES, 1);
 			return SK_PASS;
 		}
@@ -470,8 +502,7 @@ int wd_sk_msg(struct sk_msg_md *msg)
 		count(C_REDIRECTED, 1);
 		count(C_REDIRECTED_BYTES, size);
 	} else {
-		if (st)
-			st->flags |= SK_MISSED;
+		stay_on_tcp(st, &self);
 		count(C_REDIRECT_MISSES, 1);
 	}
 	return SK_PASS;
