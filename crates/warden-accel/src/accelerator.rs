@@ -297,8 +297,14 @@ pub(crate) mod imp {
         }
 
         pub fn describe(&self) -> String {
+            let splice = if self.splicer.is_some() {
+                "; plain TCP relays splice: once both sidecars of a same-node call relay \
+                 bytes untouched, the apps' sends go app to app"
+            } else {
+                ""
+            };
             format!(
-                "cgroup {} (id {}), capture {}, legs {}: {}; shared maps in {}",
+                "cgroup {} (id {}), capture {}, legs {}: {}{splice}; shared maps in {}",
                 self.target.path.display(),
                 self.target.id,
                 self.req.capture.name(),
