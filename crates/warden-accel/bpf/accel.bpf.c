@@ -138,11 +138,21 @@ struct {
 } wd_ulp_tuples SEC(".maps");
 
 // What a socket in the map carries (SK_STORAGE, made when it is inserted).
+// A connection's two initial sequence numbers (+1) as one end sees them. The other end of
+// the same connection sees them swapped; a socket that merely has the mirrored tuple (NAT
+// remapped a port, e.g. conntrack entries iptables REDIRECT left behind) does not.
+struct isn {
+	__u32 snd;
+	__u32 rcv;
+};
+
 struct sk_state {
 	__u64 sent;  // bytes of this socket's sends since it was inserted, by any path
 	__u32 flags; // SK_*
 	__u32 pad;
-	struct pair target; // SK_DIRECT: the other app's socket
+	struct isn isn;        // this socket's connection
+	struct pair target;    // SK_DIRECT: the other app's socket
+	struct isn target_isn; // ... and its connection's, as it sees them
 };
 
 // An app's end of app <-> sidecar: its sends may skip a spliced relay.
@@ -179,6 +189,16 @@ struct {
 	__type(value, struct splice);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } wd_splice SEC(".maps");
+
+// The sequence numbers of the socket the socket map holds under a tuple: a send is only
+// redirected to the socket of its own connection.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pair);
+	__type(value, struct isn);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_isns SEC(".maps");
 
 // Sockets of the map whose sends (some of them) go through TCP: a miss, a ULP, or the socket
 // could not be inserted. A relay writing on one cannot be the far end of a splice: its
@@ -365,6 +385,7 @@ int wd_sockops(struct bpf_sock_ops *skops)
 			// splice through it.
 			bpf_map_delete_elem(&wd_splice, &key);
 			bpf_map_delete_elem(&wd_on_tcp, &key);
+			bpf_map_delete_elem(&wd_isns, &key);
 		}
 		return 1;
 	}
@@ -399,7 +420,9 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	}
 	if (!insert)
 		return 1;
-	// Before the socket is in the map: its first send must find its state.
+	// Before the socket is in the map: its first send must find its state. Nothing was
+	// sent yet, so the next sequence numbers are the initial ones + 1.
+	struct isn isn = {.snd = skops->snd_nxt, .rcv = skops->rcv_nxt};
 	struct bpf_sock *sk = skops->sk;
 	if (sk) {
 		struct sk_state *st =
@@ -407,8 +430,11 @@ int wd_sockops(struct bpf_sock_ops *skops)
 		if (st) {
 			st->sent = 0;
 			st->flags = app ? SK_APP : 0;
+			st->isn = isn;
 		}
 	}
+	if (bpf_map_update_elem(&wd_isns, &key, &isn, BPF_ANY) != 0)
+		return 1; // unverifiable: never redirected to, and its own sends miss
 	// Sockets that already have a ULP (kTLS) are refused by the kernel (-EINVAL) and
 	// counted as failures; they keep working over TCP.
 	if (bpf_sock_hash_update(skops, &wd_sock_pairs, &key, BPF_NOEXIST) == 0) {
@@ -442,9 +468,28 @@ static __always_inline int spliced(struct sk_state *st, const struct pair *peer,
 		return 1;
 	if (LD(far->delivered) != before || bpf_map_lookup_elem(&wd_on_tcp, &far->out))
 		return 0;
+	struct isn *relay = bpf_map_lookup_elem(&wd_isns, &far->out);
+	if (!relay)
+		return 0;
 	mirror(&far->out, &st->target);
+	st->target_isn.snd = relay->rcv;
+	st->target_isn.rcv = relay->snd;
 	st->flags |= SK_DIRECT;
 	return 1;
+}
+
+// Whether the map's socket under `key` is the far end of the connection whose end sees `isn`.
+static __always_inline int same_connection(const struct pair *key, const struct isn *isn)
+{
+	struct isn *theirs = bpf_map_lookup_elem(&wd_isns, key);
+	return theirs && theirs->snd == isn->rcv && theirs->rcv == isn->snd;
+}
+
+// Whether the map's socket under `key` is the one whose connection is `isn` (its own view).
+static __always_inline int is_socket(const struct pair *key, const struct isn *isn)
+{
+	struct isn *seen = bpf_map_lookup_elem(&wd_isns, key);
+	return seen && seen->snd == isn->snd && seen->rcv == isn->rcv;
 }
 
 // This socket's sends go through TCP from now on (see SK_MISSED).
@@ -484,8 +529,9 @@ int wd_sk_msg(struct sk_msg_md *msg)
 		__u64 before = st->sent;
 		st->sent = before + size;
 		if ((st->flags & SK_APP) && spliced(st, &peer, before)) {
-			if (bpf_msg_redirect_hash(msg, &wd_sock_pairs, &st->target, BPF_F_INGRESS) ==
-			    SK_PASS) {
+			if (is_socket(&st->target, &st->target_isn) &&
+			    bpf_msg_redirect_hash(msg, &wd_sock_pairs, &st->target, BPF_F_INGRESS) ==
+				    SK_PASS) {
 				count(C_SPLICED, 1);
 				count(C_SPLICED_BYTES, size);
 				return SK_PASS;
@@ -497,8 +543,10 @@ int wd_sk_msg(struct sk_msg_md *msg)
 		}
 	}
 	// bpf_msg_redirect_hash says SK_DROP when the peer is not in the map: never return
-	// that, the message then goes through TCP as if nothing was attached.
-	if (bpf_msg_redirect_hash(msg, &wd_sock_pairs, &peer, BPF_F_INGRESS) == SK_PASS) {
+	// that, the message then goes through TCP as if nothing was attached. A socket under
+	// the mirrored tuple that is not this connection's other end is a miss too.
+	if (st && same_connection(&peer, &st->isn) &&
+	    bpf_msg_redirect_hash(msg, &wd_sock_pairs, &peer, BPF_F_INGRESS) == SK_PASS) {
 		count(C_REDIRECTED, 1);
 		count(C_REDIRECTED_BYTES, size);
 	} else {
