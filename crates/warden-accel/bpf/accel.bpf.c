@@ -6,8 +6,11 @@
 //                  listeners, the 127.0.0.6 passthrough) go into wd_sock_pairs by 4-tuple
 //   wd_sk_msg      every send on such a socket is put straight into the peer's receive queue
 //                  (BPF_F_INGRESS) when the peer is in the map; otherwise it goes through TCP,
-//                  and so do the socket's later sends. An app's send skips both sidecars of
-//                  a TCP relay they spliced (wd_splice), once they have delivered all before it
+//                  and so do the socket's later sends. Only the socket of the sender's own
+//                  connection is a peer (initial sequence numbers, wd_isns: NAT can remap a
+//                  port, and the mirrored tuple then names another connection's socket). An
+//                  app's send skips both sidecars of a TCP relay they spliced (wd_splice),
+//                  once the far one has delivered every byte sent before it
 //   wd_connect4/6  the app's connect() goes to the sidecar's outbound port, and the sidecar's
 //                  connect() to a meshed pod of this node to that pod's inbound port, so both
 //                  ends of every leg see mirrored 4-tuples (iptables REDIRECT breaks that)
@@ -448,36 +451,6 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-// The other app's socket when both sidecars between this app and it splice the connection
-// and the far one has delivered, through sk_msg, all `before` bytes this app sent until now;
-// then, and from then on while both splices stand, sends go there.
-static __always_inline int spliced(struct sk_state *st, const struct pair *peer, __u64 before)
-{
-	struct splice *far = 0;
-	struct splice *near = bpf_map_lookup_elem(&wd_splice, peer);
-	if (near) {
-		struct pair far_in = {};
-		mirror(&near->out, &far_in);
-		far = bpf_map_lookup_elem(&wd_splice, &far_in);
-	}
-	if (!far) {
-		st->flags &= ~SK_DIRECT;
-		return 0;
-	}
-	if (st->flags & SK_DIRECT)
-		return 1;
-	if (LD(far->delivered) != before || bpf_map_lookup_elem(&wd_on_tcp, &far->out))
-		return 0;
-	struct isn *relay = bpf_map_lookup_elem(&wd_isns, &far->out);
-	if (!relay)
-		return 0;
-	mirror(&far->out, &st->target);
-	st->target_isn.snd = relay->rcv;
-	st->target_isn.rcv = relay->snd;
-	st->flags |= SK_DIRECT;
-	return 1;
-}
-
 // Whether the map's socket under `key` is the far end of the connection whose end sees `isn`.
 static __always_inline int same_connection(const struct pair *key, const struct isn *isn)
 {
@@ -490,6 +463,41 @@ static __always_inline int is_socket(const struct pair *key, const struct isn *i
 {
 	struct isn *seen = bpf_map_lookup_elem(&wd_isns, key);
 	return seen && seen->snd == isn->snd && seen->rcv == isn->rcv;
+}
+
+// The other app's socket when both sidecars between this app and it splice the connection
+// and the far one has delivered, through sk_msg, all `before` bytes this app sent until now;
+// then, and from then on while both splices stand, sends go there.
+static __always_inline int spliced(struct sk_state *st, const struct pair *peer, __u64 before)
+{
+	struct pair far_in = {};
+	struct splice *far = 0;
+	struct splice *near = bpf_map_lookup_elem(&wd_splice, peer);
+	if (near) {
+		mirror(&near->out, &far_in);
+		far = bpf_map_lookup_elem(&wd_splice, &far_in);
+	}
+	if (!far) {
+		st->flags &= ~SK_DIRECT;
+		return 0;
+	}
+	if (st->flags & SK_DIRECT)
+		return 1;
+	// Each hop must be one connection, not just a mirrored tuple (NAT can remap a port):
+	// this app's peer, the near sidecar's upstream and the far sidecar's downstream.
+	struct isn *link = bpf_map_lookup_elem(&wd_isns, &near->out);
+	if (!same_connection(peer, &st->isn) || !link || !same_connection(&far_in, link))
+		return 0;
+	if (LD(far->delivered) != before || bpf_map_lookup_elem(&wd_on_tcp, &far->out))
+		return 0;
+	struct isn *relay = bpf_map_lookup_elem(&wd_isns, &far->out);
+	if (!relay)
+		return 0;
+	mirror(&far->out, &st->target);
+	st->target_isn.snd = relay->rcv;
+	st->target_isn.rcv = relay->snd;
+	st->flags |= SK_DIRECT;
+	return 1;
 }
 
 // This socket's sends go through TCP from now on (see SK_MISSED).
