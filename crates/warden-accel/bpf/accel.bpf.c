@@ -155,7 +155,7 @@ struct sk_state {
 	__u32 pad;
 	struct isn isn;        // this socket's connection
 	struct pair target;    // SK_DIRECT: the other app's socket
-	struct isn target_isn; // ... and its connection's, as it sees them
+	struct isn target_isn; // ... and its connection, as the far sidecar's end sees it
 };
 
 // An app's end of app <-> sidecar: its sends may skip a spliced relay.
@@ -458,13 +458,6 @@ static __always_inline int same_connection(const struct pair *key, const struct 
 	return theirs && theirs->snd == isn->rcv && theirs->rcv == isn->snd;
 }
 
-// Whether the map's socket under `key` is the one whose connection is `isn` (its own view).
-static __always_inline int is_socket(const struct pair *key, const struct isn *isn)
-{
-	struct isn *seen = bpf_map_lookup_elem(&wd_isns, key);
-	return seen && seen->snd == isn->snd && seen->rcv == isn->rcv;
-}
-
 // The other app's socket when both sidecars between this app and it splice the connection
 // and the far one has delivered, through sk_msg, all `before` bytes this app sent until now;
 // then, and from then on while both splices stand, sends go there.
@@ -494,8 +487,7 @@ static __always_inline int spliced(struct sk_state *st, const struct pair *peer,
 	if (!relay)
 		return 0;
 	mirror(&far->out, &st->target);
-	st->target_isn.snd = relay->rcv;
-	st->target_isn.rcv = relay->snd;
+	st->target_isn = *relay;
 	st->flags |= SK_DIRECT;
 	return 1;
 }
@@ -537,7 +529,7 @@ int wd_sk_msg(struct sk_msg_md *msg)
 		__u64 before = st->sent;
 		st->sent = before + size;
 		if ((st->flags & SK_APP) && spliced(st, &peer, before)) {
-			if (is_socket(&st->target, &st->target_isn) &&
+			if (same_connection(&st->target, &st->target_isn) &&
 			    bpf_msg_redirect_hash(msg, &wd_sock_pairs, &st->target, BPF_F_INGRESS) ==
 				    SK_PASS) {
 				count(C_SPLICED, 1);

@@ -450,6 +450,16 @@ impl App {
 // --- the app helper ------------------------------------------------------------------------
 
 /// The byte at `offset` of every stream the app sends (and expects back from the echo).
+/// Both pods of [`topology`] with sidecars accelerated by eBPF capture, every leg (the default).
+fn accelerated_pods(dir: &TempDir, bpffs: &Bpffs) -> (Pod, Pod) {
+    let (mut client, mut server) = topology(dir);
+    let config = dir.write("mesh.yaml", &registry()).unwrap();
+    let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
+    server.start_sidecar(&config, "app=api", Privilege::Capable, &flags);
+    client.start_sidecar(&config, "app=client", Privilege::Capable, &flags);
+    (client, server)
+}
+
 fn pattern(offset: u64) -> u8 {
     (offset % 251) as u8
 }
@@ -765,11 +775,7 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
     let dir = TempDir::new("accel").unwrap();
     // Before the pods: dropped (cleaned) after their processes are gone.
     let bpffs = Bpffs::new(&dir);
-    let (mut client, mut server) = topology(&dir);
-    let config = dir.write("mesh.yaml", &registry()).unwrap();
-    let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
-    server.start_sidecar(&config, "app=api", Privilege::Capable, &flags);
-    client.start_sidecar(&config, "app=client", Privilege::Capable, &flags);
+    let (client, server) = accelerated_pods(&dir, &bpffs);
     for pod in [&client, &server] {
         assert!(
             pod.sidecar_log().contains("eBPF acceleration on: cgroup"),
@@ -984,11 +990,7 @@ fn spliced_relays_keep_every_byte_in_order() {
     }
     let dir = TempDir::new("accel-splice").unwrap();
     let bpffs = Bpffs::new(&dir);
-    let (mut client, mut server) = topology(&dir);
-    let config = dir.write("mesh.yaml", &registry()).unwrap();
-    let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
-    server.start_sidecar(&config, "app=api", Privilege::Capable, &flags);
-    client.start_sidecar(&config, "app=client", Privilege::Capable, &flags);
+    let (client, _server) = accelerated_pods(&dir, &bpffs);
     let mut app = App::start(&client);
     for (k, n, chunk) in [
         (16u64, 1_000_000u64, 1000u64),
