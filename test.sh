@@ -11,6 +11,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+# The eBPF tests plant stale conntrack entries (a remapped source port).
+command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 # The hardening probes run the same requests against a private nginx.
 command -v nginx >/dev/null 2>&1 || missing+=(nginx)
 # `warden lab`'s test renders report.html in headless Chromium (DOM dump + screenshot).

@@ -14,7 +14,9 @@
 //   wd_connect4/6  the app's connect() goes to the sidecar's outbound port, and the sidecar's
 //                  connect() to a meshed pod of this node to that pod's inbound port, so both
 //                  ends of every leg see mirrored 4-tuples (iptables REDIRECT breaks that)
-//   wd_getsockopt  answers SO_ORIGINAL_DST for connections connect4/6 rewrote
+//   wd_getsockopt  answers SO_ORIGINAL_DST for connections connect4/6 rewrote, found by the
+//                  connecting side's initial sequence number, not its port: conntrack can
+//                  remap the port on the way (a stale entry of iptables REDIRECT clashes)
 //   wd_getpeername4/6  an app's getpeername() on such a connection names where it connected
 //                  (as with iptables REDIRECT), not the sidecar's 127.0.0.1:15001; the
 //                  sidecar's own calls are answered by the kernel
@@ -123,6 +125,17 @@ struct {
 	__type(value, struct origin);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } wd_orig_pair SEC(".maps");
+
+// The same origins for the accepting side's SO_ORIGINAL_DST: the connecting socket's tuple
+// with its port zeroed and `pad` holding its initial sequence number + 1 (origin_key). The
+// accepting side sees that number however its conntrack rewrote the port.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pair);
+	__type(value, struct origin);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_orig_isn SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -330,6 +343,13 @@ static __always_inline int msg_keys(struct sk_msg_md *msg, struct pair *self, st
 	return 1;
 }
 
+// `k` (the connecting socket's own tuple) as wd_orig_isn's key.
+static __always_inline void origin_key(struct pair *k, __u32 snd_isn)
+{
+	k->sport = 0;
+	k->pad = snd_isn;
+}
+
 static __always_inline void mirror(const struct pair *p, struct pair *m)
 {
 	m->netns = p->netns;
@@ -383,6 +403,10 @@ int wd_sockops(struct bpf_sock_ops *skops)
 		// gets no stale answer.
 		if (skops->args[1] == BPF_TCP_CLOSE && ops_key(skops, &key)) {
 			bpf_map_delete_elem(&wd_orig_pair, &key);
+			// snd_una and bytes_acked move together: their difference is the ISN + 1.
+			struct pair okey = key;
+			origin_key(&okey, skops->snd_una - (__u32)skops->bytes_acked);
+			bpf_map_delete_elem(&wd_orig_isn, &okey);
 			bpf_map_delete_elem(&wd_ulp_tuples, &key);
 			// A relay's socket that closes (also when its sidecar was killed) ends the
 			// splice through it.
@@ -406,7 +430,13 @@ int wd_sockops(struct bpf_sock_ops *skops)
 		if (o) {
 			struct origin copy = *o;
 			bpf_map_update_elem(&wd_orig_pair, &key, &copy, BPF_ANY);
+			struct pair okey = key;
+			origin_key(&okey, skops->snd_nxt); // nothing sent yet: ISN + 1
+			bpf_map_update_elem(&wd_orig_isn, &okey, &copy, BPF_ANY);
 			bpf_map_delete_elem(&wd_orig_cookie, &cookie);
+			// The close callback forgets both, also for sockets never inserted.
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_STATE_CB_FLAG);
 			// sidecar -> sidecar, or app -> sidecar
 			insert = (copy.flags & ORIGIN_SIDECAR) || app_legs;
 			app = !(copy.flags & ORIGIN_SIDECAR);
@@ -443,6 +473,8 @@ int wd_sockops(struct bpf_sock_ops *skops)
 	if (bpf_sock_hash_update(skops, &wd_sock_pairs, &key, BPF_NOEXIST) == 0) {
 		count(C_INSERTED, 1);
 	} else {
+		// Whatever the map holds under this tuple is not this connection's socket.
+		bpf_map_delete_elem(&wd_isns, &key);
 		__u32 one = 1;
 		bpf_map_update_elem(&wd_on_tcp, &key, &one, BPF_ANY);
 		count(C_INSERT_FAILED, 1);
@@ -701,11 +733,17 @@ int wd_getsockopt(struct bpf_sockopt *ctx)
 	struct bpf_sock *sk = ctx->sk;
 	if (!sk)
 		return 1;
-	// The accepting side asks; the origin is kept under the connecting socket's tuple.
+	// The accepting side asks; the origin is kept under the connecting socket's tuple and
+	// ISN, which is this socket's first received sequence number (rcv_nxt and
+	// bytes_received move together).
 	struct pair key = {};
 	if (!sock_key(sk, &key, 1, bpf_get_netns_cookie(ctx)))
 		return 1;
-	struct origin *o = bpf_map_lookup_elem(&wd_orig_pair, &key);
+	struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+	if (!tp)
+		return 1;
+	origin_key(&key, tp->rcv_nxt - (__u32)tp->bytes_received);
+	struct origin *o = bpf_map_lookup_elem(&wd_orig_isn, &key);
 	if (!o)
 		return 1; // not ours: whatever the kernel (conntrack) answered stands
 

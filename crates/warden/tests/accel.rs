@@ -1013,6 +1013,111 @@ fn spliced_relays_keep_every_byte_in_order() {
     assert!(spliced > 0, "{stats}");
 }
 
+/// Conntrack may remap a connection's source port on the way into the server pod: a stale
+/// entry of the iptables capture (the reply tuple of an earlier, REDIRECTed connection from the
+/// same port) clashes with the new one. The server's sidecar then sees another port than the
+/// client's sidecar connected from, yet SO_ORIGINAL_DST still names where the app was headed
+/// (found by the connection's initial sequence number, not its tuple), and the bytes arrive
+/// exactly; the remapped hop simply stays on TCP.
+#[test]
+fn remapped_source_ports_keep_their_original_destination() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for tool in ["iptables", "conntrack"] {
+        if !netns::on_path(tool) {
+            panic!("{tool} is not installed (apt-get install {tool}; test.sh does)");
+        }
+    }
+    let dir = TempDir::new("accel-remap").unwrap();
+    let bpffs = Bpffs::new(&dir);
+    let (mut client, mut server) = topology(&dir);
+    // iptables capture in the server pod, for callers from other nodes: conntrack's NAT is on.
+    server.capture();
+    // The client sidecar's ports are few and known; each has a stale REDIRECT entry.
+    let (first, last) = (40000u16, 40015u16);
+    let range = format!("net.ipv4.ip_local_port_range={first} {last}");
+    let out = client.ns.exec("sysctl", &["-w", &range]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for port in first..=last {
+        let p = port.to_string();
+        let out = server
+            .ns
+            .exec(
+                "conntrack",
+                &[
+                    "-I",
+                    "-p",
+                    "tcp",
+                    "-s",
+                    CLIENT_IP,
+                    "-d",
+                    SERVER_IP,
+                    "--sport",
+                    &p,
+                    "--dport",
+                    "8078",
+                    "--reply-src",
+                    SERVER_IP,
+                    "--reply-dst",
+                    CLIENT_IP,
+                    "--reply-port-src",
+                    "15006",
+                    "--reply-port-dst",
+                    &p,
+                    "--state",
+                    "TIME_WAIT",
+                    "--timeout",
+                    "120",
+                    "-u",
+                    "SEEN_REPLY,ASSURED",
+                ],
+            )
+            .unwrap();
+        assert!(out.status.success(), "conntrack -I: {out:?}");
+    }
+    let config = dir.write("mesh.yaml", &registry()).unwrap();
+    let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
+    server.start_sidecar(&config, "app=api", Privilege::Capable, &flags);
+    client.start_sidecar(&config, "app=client", Privilege::Capable, &flags);
+    let mut app = App::start(&client);
+    app.cmd(&format!("open r {VIP}:8078"));
+    app.cmd("stream r 300000");
+    assert_eq!(app.cmd("finish r"), "ok finish r 300000");
+    assert_eq!(
+        app.cmd(&format!("get {VIP}:80 /echo?size=100000")),
+        "ok get 200 100000"
+    );
+    // Not vacuous: the server pod saw those connections from other ports.
+    let out = server
+        .ns
+        .exec(
+            "conntrack",
+            &["-L", "-p", "tcp", "--orig-port-dst", "15006"],
+        )
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let remapped = table
+        .lines()
+        .filter(|l| {
+            let ports: Vec<&str> = l
+                .split_whitespace()
+                .filter_map(|w| w.strip_prefix("sport=").or(w.strip_prefix("dport=")))
+                .collect();
+            // orig sport, orig dport, reply sport, reply dport
+            ports.len() == 4 && ports[0] != ports[3]
+        })
+        .count();
+    assert!(remapped >= 2, "no remapped connection in\n{table}");
+    assert_eq!(
+        metric(&server.stats(), "warden_accel_original_dst_answers_total"),
+        4,
+        "{}",
+        server.stats()
+    );
+}
+
 #[test]
 fn enable_and_disable_around_open_connections() {
     if let Some(why) = unavailable() {

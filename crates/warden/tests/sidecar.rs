@@ -128,6 +128,9 @@ fn requests_cross_both_sidecars_with_inbound_policy_tcp_and_uploads() {
         (r.status, r.body_text().as_str()),
         (403, "RBAC: access denied")
     );
+    // Dialed at the inbound listener's own port, it is closed unanswered: serving it would
+    // send it back into the listener, in a loop.
+    assert_closed_unanswered(&outsider, &format!("{SERVER_IP}:15006"));
 
     // TCP through both sidecars, with half-close: all bytes back.
     let sent: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();

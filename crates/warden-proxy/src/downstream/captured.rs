@@ -64,6 +64,13 @@ pub async fn serve(stream: TcpStream, c: Captured) {
         }
     };
     let shared = c.worker.shared.clone();
+    if stream.local_addr().is_ok_and(|local| local == dst) {
+        // Headed for this listener itself (dialed directly, or conntrack lost the redirect):
+        // serving it would send it here again, in a loop (Istio's 15001/15006 blackholes).
+        shared.metrics.upstream_error("blackhole");
+        tracing::debug!(%dst, peer = %c.peer, "connection to the listener itself refused");
+        return;
+    }
     let snapshot = shared.snapshot.load_full();
     if c.side == Side::Inbound {
         if let Some(inbound) = snapshot.inbound_tls.as_ref() {
