@@ -76,12 +76,46 @@ struct origin {
 // The connect() was a sidecar's, to a meshed pod of this node (else an app's).
 #define ORIGIN_SIDECAR 1
 
+// What eBPF capture captures: `warden capture`'s selections (src/scope.rs fills these).
+#define PORTS_MAX 24
+#define CIDRS_MAX 16
+
+struct cidr {
+	__u32 ip[4];   // v4-mapped for IPv4, network order
+	__u32 mask[4]; // network order
+};
+
+// The pod's own calls: everything but the excluded ports and CIDRs, within the included.
+struct out_scope {
+	__u32 n_ports;
+	__u16 ports[PORTS_MAX];
+	__u32 n_excluded;
+	struct cidr excluded[CIDRS_MAX];
+	__u32 included_all;
+	__u32 n_included;
+	struct cidr included[CIDRS_MAX];
+};
+
+// Calls to the pod: its ports that its sidecar's inbound listener serves.
+struct in_scope {
+	__u32 all_ports;
+	__u32 n_ports;
+	__u16 ports[PORTS_MAX];
+	__u32 n_excluded;
+	__u16 excluded[PORTS_MAX];
+};
+
 // A meshed pod of this node whose sidecar serves `inbound_port` (filled by user space).
 struct pod {
 	__u64 cgroup; // the cgroup id that registered it, so disable removes its own
 	__u32 inbound_port;
 	__u32 pad;
+	struct in_scope in;
+	__u32 pad2;
 };
+
+// This cgroup's pod: which of its calls connect4/6 capture (set per load, like proxy_uid).
+const volatile struct out_scope out_scope = {.included_all = 1};
 
 // Counter slots; src/counters.rs names them in the same order.
 enum {
@@ -588,6 +622,48 @@ int wd_sk_msg(struct sk_msg_md *msg)
 	return SK_PASS;
 }
 
+static __always_inline int has_port(const volatile __u16 *ports, __u32 n, __u16 port)
+{
+	for (int i = 0; i < PORTS_MAX; i++) {
+		if (i >= n)
+			break;
+		if (ports[i] == port)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int in_cidrs(const volatile struct cidr *cidrs, __u32 n, const __u32 ip[4])
+{
+	for (int i = 0; i < CIDRS_MAX; i++) {
+		if (i >= n)
+			break;
+		const volatile struct cidr *c = &cidrs[i];
+		if ((ip[0] & c->mask[0]) == c->ip[0] && (ip[1] & c->mask[1]) == c->ip[1] &&
+		    (ip[2] & c->mask[2]) == c->ip[2] && (ip[3] & c->mask[3]) == c->ip[3])
+			return 1;
+	}
+	return 0;
+}
+
+// Whether the pod's call to dst:dport goes to its sidecar (ISTIO_OUTPUT's selections).
+static __always_inline int outbound_captured(const __u32 dst[4], __u16 dport)
+{
+	if (has_port(out_scope.ports, out_scope.n_ports, dport))
+		return 0;
+	if (in_cidrs(out_scope.excluded, out_scope.n_excluded, dst))
+		return 0;
+	return out_scope.included_all || in_cidrs(out_scope.included, out_scope.n_included, dst);
+}
+
+// Whether `pod`'s sidecar serves its port (ISTIO_INBOUND's selections).
+static __always_inline int inbound_captured(const struct pod *pod, __u16 port)
+{
+	if (has_port(pod->in.excluded, pod->in.n_excluded, port))
+		return 0;
+	return pod->in.all_ports || has_port(pod->in.ports, pod->in.n_ports, port);
+}
+
 static __always_inline void remember(void *ctx, const __u32 ip[4], __u16 port, __u16 family,
 				     __u32 flags)
 {
@@ -615,7 +691,7 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 				return 0;
 		}
 		struct pod *pod = bpf_map_lookup_elem(&wd_local_pods, dst);
-		if (!pod || dport == pod->inbound_port)
+		if (!pod || dport == pod->inbound_port || !inbound_captured(pod, dport))
 			return 0;
 		remember(ctx, dst, dport, family, ORIGIN_SIDECAR);
 		*to_port = pod->inbound_port;
@@ -625,6 +701,8 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 	}
 	if (is_loopback(dst))
 		return 0; // Istio's `-d 127.0.0.1/32 -j RETURN` and `-o lo` rules
+	if (!outbound_captured(dst, dport))
+		return 0;
 	remember(ctx, dst, dport, family, 0);
 	*to_port = outbound_port;
 	*to_loopback = 1;

@@ -25,6 +25,8 @@ pub struct AccelRequest {
     pub inbound_port: u16,
     /// The pod's addresses: same-node sidecars connect straight to `inbound_port` there.
     pub pod_ips: Vec<IpAddr>,
+    /// What eBPF capture captures (`warden capture`'s selections).
+    pub scope: crate::Scope,
 }
 
 /// Why acceleration is off: every missing piece, in words.
@@ -209,6 +211,7 @@ pub(crate) mod imp {
             inbound_port: req.inbound_port,
             capture: req.capture,
             legs: req.legs,
+            outbound: req.scope.outbound,
         };
         let mut ebpf = loader::load(&req.bpffs, &settings).map_err(one)?;
         // Run as root for sidecars of another uid: let them open the shared maps.
@@ -276,6 +279,7 @@ pub(crate) mod imp {
                     &self.req.pod_ips,
                     self.target.id,
                     self.req.inbound_port,
+                    &self.req.scope.inbound,
                 )
             });
             match result {

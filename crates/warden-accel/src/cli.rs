@@ -51,6 +51,9 @@ pub struct EnableArgs {
     /// warden's own bpffs, mounted here if it is not.
     #[arg(long, default_value = DEFAULT_BPFFS)]
     pub bpffs: PathBuf,
+    /// With `--capture ebpf`: what is captured, as `warden capture` takes it.
+    #[command(flatten)]
+    pub selection: warden_capture::SelectionArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -89,7 +92,20 @@ mod imp {
     pub fn run(args: AccelArgs) -> anyhow::Result<ExitCode> {
         match args.action {
             Action::Enable(a) => {
+                if a.capture != Capture::Ebpf && !a.selection.is_default() {
+                    anyhow::bail!(
+                        "the capture selections (--exclude-outbound-ports, ...) are for --capture ebpf; with iptables capture give them to `warden capture`"
+                    );
+                }
+                let scope = crate::Scope::from_args(
+                    &a.selection,
+                    a.proxy_uid,
+                    a.outbound_port,
+                    a.inbound_port,
+                )
+                .map_err(|e| anyhow::anyhow!("warden accel enable: {e}"))?;
                 let req = AccelRequest {
+                    scope,
                     cgroup: a.cgroup,
                     bpffs: a.bpffs,
                     capture: a.capture,

@@ -13,7 +13,8 @@
 //! slots), `maps` (key/value shapes, pinned maps), `links` (finding and detaching warden's
 //! cgroup links), `loader` (aya: load, attach, pin), `accelerator` (the proxy's handle),
 //! `splice` (a sidecar's plain TCP relays, which apps' sends then skip),
-//! `ops` (enable, disable, status), `cli`. The BPF side is bpf/accel.bpf.c.
+//! `ops` (enable, disable, status), `scope` (what eBPF capture captures: `warden capture`'s
+//! selections), `cli`. The BPF side is bpf/accel.bpf.c.
 
 // Without eBPF support only the stubs call in; the pure parts stay built and tested.
 #![cfg_attr(not(warden_ebpf), allow(dead_code, unused_imports))]
@@ -24,6 +25,7 @@ pub mod cli;
 mod counters;
 mod maps;
 mod probe;
+mod scope;
 mod splice;
 
 // `warden_ebpf`: the `ebpf` feature on a Linux target (set by build.rs).
@@ -41,6 +43,7 @@ pub use cgroup::{cgroup2_root, CgroupTarget};
 pub use counters::{Counter, Counters};
 pub use maps::Pair;
 pub use probe::euid;
+pub use scope::{InboundScope, OutboundScope, Scope};
 pub use splice::{key_of, Direction, SpliceEntry, Splicer};
 
 /// Who captures the pod's traffic.

@@ -27,6 +27,8 @@ pub struct Settings {
     pub inbound_port: u16,
     pub capture: Capture,
     pub legs: Legs,
+    /// The pod's own calls that eBPF capture takes.
+    pub outbound: crate::OutboundScope,
 }
 
 /// The cgroup programs, in the order they are attached: the verdict and the option hooks
@@ -76,6 +78,7 @@ pub fn load(bpffs: &Path, settings: &Settings) -> Result<Ebpf, String> {
         .override_global("outbound_port", &outbound, true)
         .override_global("inbound_port", &inbound, true)
         .override_global("app_legs", &app_legs, true)
+        .override_global("out_scope", &settings.outbound, true)
         .load(OBJECT)
         .map_err(|e| format!("loading the BPF object: {e}"))?;
     for name in ["wd_sk_msg"]

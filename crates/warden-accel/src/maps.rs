@@ -15,13 +15,16 @@ pub struct Pair {
     pub pad: u32,
 }
 
-/// `struct pod`: a meshed pod of this node whose sidecar serves `inbound_port`.
+/// `struct pod`: a meshed pod of this node whose sidecar serves `inbound_port`, for the
+/// ports `scope` captures.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodEntry {
     pub cgroup: u64,
     pub inbound_port: u32,
     pub pad: u32,
+    pub scope: crate::scope::InboundScope,
+    pub pad2: u32,
 }
 
 /// An address as the programs store it: IPv6, IPv4 v4-mapped, each 32-bit word in network
@@ -63,6 +66,7 @@ mod pinned {
     // SAFETY: plain integers with explicit padding, the same layout as the C structs.
     unsafe impl aya::Pod for Pair {}
     unsafe impl aya::Pod for PodEntry {}
+    unsafe impl aya::Pod for crate::scope::OutboundScope {}
 
     pub fn open(bpffs: &Path, name: &str) -> Result<Map, String> {
         let path = bpffs.join(name);
@@ -103,12 +107,15 @@ mod pinned {
         ips: &[IpAddr],
         cgroup: u64,
         inbound_port: u16,
+        scope: &crate::scope::InboundScope,
     ) -> Result<(), String> {
         for ip in ips {
             let entry = PodEntry {
                 cgroup,
                 inbound_port: inbound_port.into(),
                 pad: 0,
+                scope: *scope,
+                pad2: 0,
             };
             map.insert(ip_key(*ip), entry, 0)
                 .map_err(|e| format!("registering pod {ip}: {e}"))?;
@@ -181,7 +188,7 @@ mod tests {
     fn pair_has_the_c_layout() {
         assert_eq!(std::mem::size_of::<Pair>(), 48);
         assert_eq!(std::mem::offset_of!(Pair, sport), 40);
-        assert_eq!(std::mem::size_of::<PodEntry>(), 16);
+        assert_eq!(std::mem::size_of::<PodEntry>(), 128);
     }
 
     #[test]

@@ -34,7 +34,14 @@ pub fn enable(req: &AccelRequest) -> Result<Vec<String>, Unavailable> {
     ));
     if req.capture == Capture::Ebpf && !req.pod_ips.is_empty() {
         let mut pods = maps::pods_map_at(&req.bpffs).map_err(one)?;
-        maps::register_pods(&mut pods, &req.pod_ips, target.id, req.inbound_port).map_err(one)?;
+        maps::register_pods(
+            &mut pods,
+            &req.pod_ips,
+            target.id,
+            req.inbound_port,
+            &req.scope.inbound,
+        )
+        .map_err(one)?;
         let ips: Vec<String> = req.pod_ips.iter().map(|i| i.to_string()).collect();
         out.push(format!(
             "same-node sidecars reach pod {} on its inbound port {}",
@@ -145,6 +152,7 @@ pub fn status(cgroup: Option<&Path>, bpffs_dir: &Path, capture: Capture) -> Stri
         outbound_port: 15001,
         inbound_port: 15006,
         pod_ips: Vec::new(),
+        scope: crate::Scope::default(),
     };
     let root = cgroup::cgroup2_root();
     match preflight_for(&probe_req, cgroup.is_some()) {

@@ -3,22 +3,11 @@
 use crate::error::CaptureError;
 use crate::options::{CaptureConfig, CidrList, CidrSelection, PortList, PortSelection};
 
-/// Install, in the current network namespace, the nat rules istio-iptables installs for a
-/// sidecar (REDIRECT mode), or remove them with `--clean`.
+/// What is captured, as istio-iptables' `-b -d -x -o -i` (and the pod annotations
+/// `traffic.sidecar.istio.io/*` that set them); eBPF capture (`--capture ebpf`) takes the
+/// same flags.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CaptureArgs {
-    /// uid the proxy runs as: its own traffic is never captured.
-    #[arg(long, default_value_t = 1337)]
-    pub proxy_uid: u32,
-    /// gid the proxy runs as, excluded like the uid [default: --proxy-uid].
-    #[arg(long)]
-    pub proxy_gid: Option<u32>,
-    /// Port of the proxy's outbound listener (the app's outgoing connections land there).
-    #[arg(long, default_value_t = 15001)]
-    pub outbound_port: u16,
-    /// Port of the proxy's inbound listener (connections to the pod land there).
-    #[arg(long, default_value_t = 15006)]
-    pub inbound_port: u16,
+pub struct SelectionArgs {
     /// Inbound ports to capture: '*' for all, a comma list for only those, '' for none.
     #[arg(long, default_value = "*", value_name = "PORTS")]
     pub inbound_ports: PortSelection,
@@ -35,6 +24,67 @@ pub struct CaptureArgs {
     /// Outbound destinations captured: '*' for all, a comma list of CIDRs, '' for none.
     #[arg(long, default_value = "*", value_name = "CIDRS")]
     pub include_outbound_cidrs: CidrSelection,
+}
+
+impl Default for SelectionArgs {
+    /// The flags' defaults.
+    fn default() -> Self {
+        let d = CaptureConfig::default();
+        SelectionArgs {
+            inbound_ports: d.inbound_ports,
+            exclude_inbound_ports: PortList(d.exclude_inbound_ports),
+            exclude_outbound_cidrs: CidrList(d.exclude_outbound_cidrs),
+            exclude_outbound_ports: PortList(d.exclude_outbound_ports),
+            include_outbound_cidrs: d.include_outbound_cidrs,
+        }
+    }
+}
+
+impl SelectionArgs {
+    /// Whether every flag has its default (capture everything outbound, every inbound port
+    /// but Istio's own).
+    pub fn is_default(&self) -> bool {
+        let d = CaptureConfig::default();
+        self.inbound_ports == d.inbound_ports
+            && self.exclude_inbound_ports.0 == d.exclude_inbound_ports
+            && self.exclude_outbound_cidrs.0.is_empty()
+            && self.exclude_outbound_ports.0.is_empty()
+            && self.include_outbound_cidrs == CidrSelection::All
+    }
+
+    /// `base` (the proxy's identity and ports) with these selections, validated.
+    pub fn apply(&self, base: CaptureConfig) -> Result<CaptureConfig, CaptureError> {
+        let cfg = CaptureConfig {
+            inbound_ports: self.inbound_ports.clone(),
+            exclude_inbound_ports: self.exclude_inbound_ports.0.clone(),
+            exclude_outbound_ports: self.exclude_outbound_ports.0.clone(),
+            exclude_outbound_cidrs: self.exclude_outbound_cidrs.0.clone(),
+            include_outbound_cidrs: self.include_outbound_cidrs.clone(),
+            ..base
+        };
+        cfg.validate().map_err(CaptureError::InvalidOptions)?;
+        Ok(cfg)
+    }
+}
+
+/// Install, in the current network namespace, the nat rules istio-iptables installs for a
+/// sidecar (REDIRECT mode), or remove them with `--clean`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CaptureArgs {
+    /// uid the proxy runs as: its own traffic is never captured.
+    #[arg(long, default_value_t = 1337)]
+    pub proxy_uid: u32,
+    /// gid the proxy runs as, excluded like the uid [default: --proxy-uid].
+    #[arg(long)]
+    pub proxy_gid: Option<u32>,
+    /// Port of the proxy's outbound listener (the app's outgoing connections land there).
+    #[arg(long, default_value_t = 15001)]
+    pub outbound_port: u16,
+    /// Port of the proxy's inbound listener (connections to the pod land there).
+    #[arg(long, default_value_t = 15006)]
+    pub inbound_port: u16,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
     /// Also program ip6tables (::6 passthrough source, ::1 loopback).
     #[arg(long)]
     pub ipv6: bool,
@@ -49,20 +99,14 @@ pub struct CaptureArgs {
 impl CaptureArgs {
     /// The options as a validated [`CaptureConfig`].
     pub fn config(&self) -> Result<CaptureConfig, CaptureError> {
-        let cfg = CaptureConfig {
+        self.selection.apply(CaptureConfig {
             proxy_uid: self.proxy_uid,
             proxy_gid: self.proxy_gid.unwrap_or(self.proxy_uid),
             outbound_port: self.outbound_port,
             inbound_port: self.inbound_port,
-            inbound_ports: self.inbound_ports.clone(),
-            exclude_inbound_ports: self.exclude_inbound_ports.0.clone(),
-            exclude_outbound_ports: self.exclude_outbound_ports.0.clone(),
-            exclude_outbound_cidrs: self.exclude_outbound_cidrs.0.clone(),
-            include_outbound_cidrs: self.include_outbound_cidrs.clone(),
             ipv6: self.ipv6,
-        };
-        cfg.validate().map_err(CaptureError::InvalidOptions)?;
-        Ok(cfg)
+            ..CaptureConfig::default()
+        })
     }
 }
 
@@ -86,6 +130,13 @@ mod tests {
     #[test]
     fn no_flags_are_istio_defaults() {
         assert_eq!(parse(&[]).config().unwrap(), CaptureConfig::default());
+        assert!(parse(&[]).selection.is_default());
+        let d = SelectionArgs::default();
+        assert!(d.is_default());
+        assert_eq!(d.inbound_ports, parse(&[]).selection.inbound_ports);
+        assert!(!parse(&["--exclude-outbound-ports", "5432"])
+            .selection
+            .is_default());
     }
 
     #[test]

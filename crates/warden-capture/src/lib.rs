@@ -25,7 +25,7 @@ mod saved;
 mod golden;
 
 pub use apply::{clean, install, plan_removal, read_nat, Applied, Outcome};
-pub use args::CaptureArgs;
+pub use args::{CaptureArgs, SelectionArgs};
 pub use error::CaptureError;
 pub use options::{
     CaptureConfig, CidrList, CidrSelection, PortList, PortSelection, ISTIO_EXCLUDED_INBOUND_PORTS,

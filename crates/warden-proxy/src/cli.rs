@@ -123,6 +123,10 @@ pub struct AccelFlags {
     /// warden's own bpffs, where sidecars of this node share their maps (mounted if needed).
     #[arg(long, default_value = warden_accel::DEFAULT_BPFFS)]
     pub bpffs: PathBuf,
+    /// Sidecar with --capture ebpf: what is captured, as `warden capture` takes it (Istio's
+    /// traffic.sidecar.istio.io/* annotations).
+    #[command(flatten)]
+    pub selection: warden_capture::SelectionArgs,
 }
 
 impl AccelFlags {
@@ -134,10 +138,28 @@ impl AccelFlags {
                 anyhow::bail!("--accel-legs: {e}");
             }
         }
-        Ok(self.attach(role))
+        // Selections that would not apply change what gets captured: refused, not ignored.
+        let ebpf_capture = self.accel && self.capture == warden_accel::Capture::Ebpf;
+        if !ebpf_capture && !self.selection.is_default() {
+            anyhow::bail!(
+                "the capture selections (--exclude-outbound-ports, ...) are for --accel --capture ebpf; with iptables capture give them to `warden capture`"
+            );
+        }
+        let scope = warden_accel::Scope::from_args(
+            &self.selection,
+            warden_accel::euid(),
+            role.outbound_port,
+            role.inbound_port,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(self.attach(role, scope))
     }
 
-    fn attach(&self, role: &RoleArgs) -> Option<warden_accel::Accelerator> {
+    fn attach(
+        &self,
+        role: &RoleArgs,
+        scope: warden_accel::Scope,
+    ) -> Option<warden_accel::Accelerator> {
         if !self.accel {
             if self.capture == warden_accel::Capture::Ebpf {
                 tracing::warn!(
@@ -151,6 +173,7 @@ impl AccelFlags {
             return None;
         }
         let req = warden_accel::AccelRequest {
+            scope,
             cgroup: self.accel_cgroup.clone(),
             bpffs: self.bpffs.clone(),
             capture: self.capture,

@@ -244,7 +244,12 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// GET on the sidecar's admin endpoint; the body.
 fn admin_get(path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect("127.0.0.1:15000")?;
+    http_get("127.0.0.1:15000", path)
+}
+
+/// GET `path` from `addr`; the body.
+fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
@@ -1115,6 +1120,103 @@ fn remapped_source_ports_keep_their_original_destination() {
         4,
         "{}",
         server.stats()
+    );
+}
+
+/// eBPF capture takes `warden capture`'s selections (Istio's traffic.sidecar.istio.io/*
+/// annotations): the client pod's calls to an excluded port, or outside the included CIDRs,
+/// leave it untouched; a call of a same-node sidecar to a port the server pod excludes from
+/// inbound capture reaches the app itself, not the server's sidecar.
+#[test]
+fn capture_selections_are_kept_by_ebpf_capture() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("accel-scope").unwrap();
+    let bpffs = Bpffs::new(&dir);
+    let (mut client, mut server) = topology(&dir);
+    let echo = server.command(
+        WARDEN,
+        &["echo", "--http", "0.0.0.0:9080", "--tcp", "0.0.0.0:9078"],
+    );
+    server.spawn(echo, None);
+    let up = server.ns.run_in(|| {
+        wait_until(Duration::from_secs(10), || {
+            TcpStream::connect("127.0.0.1:9080").is_ok()
+                && TcpStream::connect("127.0.0.1:9078").is_ok()
+        })
+    });
+    assert!(up.unwrap(), "second echo did not start");
+    let config = dir.write("mesh.yaml", &registry()).unwrap();
+    let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
+    let server_flags = [&flags[..], &["--exclude-inbound-ports", "9080"]].concat();
+    server.start_sidecar(&config, "app=api", Privilege::Capable, &server_flags);
+    let included = format!("10.96.0.0/16,{SERVER_IP}/32");
+    let client_flags = [
+        &flags[..],
+        &[
+            "--exclude-outbound-ports",
+            "9078",
+            "--include-outbound-cidrs",
+            &included,
+        ],
+    ]
+    .concat();
+    client.start_sidecar(&config, "app=client", Privilege::Capable, &client_flags);
+    let mut app = App::start(&client);
+    let captured = |pod: &Pod| {
+        let stats = pod.stats();
+        (
+            metric(&stats, "warden_accel_capture_outbound_rewrites_total"),
+            metric(&stats, "warden_accel_capture_inbound_rewrites_total"),
+        )
+    };
+    let exchange = |app: &mut App, name: &str, addr: &str| {
+        app.cmd(&format!("open {name} {addr}"));
+        app.cmd(&format!("stream {name} 100000"));
+        assert_eq!(
+            app.cmd(&format!("finish {name}")),
+            format!("ok finish {name} 100000")
+        );
+    };
+
+    // The VIP and the server pod's address are included: captured, to the server's sidecar.
+    let before = captured(&client);
+    exchange(&mut app, "vip", &format!("{VIP}:8078"));
+    exchange(&mut app, "pod", &format!("{SERVER_IP}:8078"));
+    assert_eq!(captured(&client), (before.0 + 2, before.1 + 2));
+    // An excluded port: straight to the server pod.
+    exchange(&mut app, "excluded", &format!("{SERVER_IP}:9078"));
+    assert_eq!(captured(&client), (before.0 + 2, before.1 + 2));
+
+    // A port the server pod excludes from inbound capture: the client's sidecar takes the
+    // call (port 9080 is not excluded outbound) and connects to the app directly, which then
+    // sees the client pod's address, not the inbound passthrough's 127.0.0.6.
+    assert_eq!(
+        app.cmd(&format!("get {SERVER_IP}:9080 /echo?size=10")),
+        "ok get 200 10"
+    );
+    assert_eq!(captured(&client), (before.0 + 3, before.1 + 2));
+    let counts = server
+        .ns
+        .run_in(|| http_get("127.0.0.1:9080", "/count"))
+        .unwrap()
+        .unwrap();
+    assert!(counts.contains(&format!("\"{CLIENT_IP}\":1")), "{counts}");
+    assert!(!counts.contains("127.0.0.6"), "{counts}");
+
+    // Selections without eBPF capture would be ignored: refused.
+    let out = Command::new(WARDEN)
+        .args(["proxy", "--mode", "sidecar", "-c"])
+        .arg(&config)
+        .args(["--exclude-outbound-ports", "9078"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("are for --accel --capture ebpf"),
+        "{err}"
     );
 }
 
