@@ -380,19 +380,22 @@ fn topology(dir: &TempDir) -> (Pod, Pod) {
         .ns
         .ip(&["route", "add", "default", "via", SERVER_IP])
         .unwrap();
-    let echo = server.command(
-        WARDEN,
-        &["echo", "--http", "0.0.0.0:8080", "--tcp", "0.0.0.0:8078"],
-    );
-    server.spawn(echo, None);
-    let up = server.ns.run_in(|| {
+    start_echo(&mut server, 8080, 8078);
+    (client, server)
+}
+
+/// `warden echo` in `pod` on these ports (HTTP, TCP), waited for.
+fn start_echo(pod: &mut Pod, http: u16, tcp: u16) {
+    let (http, tcp) = (format!("0.0.0.0:{http}"), format!("0.0.0.0:{tcp}"));
+    let echo = pod.command(WARDEN, &["echo", "--http", &http, "--tcp", &tcp]);
+    pod.spawn(echo, None);
+    let local = |a: &str| a.replace("0.0.0.0", "127.0.0.1");
+    let up = pod.ns.run_in(|| {
         wait_until(Duration::from_secs(10), || {
-            TcpStream::connect("127.0.0.1:8080").is_ok()
-                && TcpStream::connect("127.0.0.1:8078").is_ok()
+            TcpStream::connect(local(&http)).is_ok() && TcpStream::connect(local(&tcp)).is_ok()
         })
     });
-    assert!(up.unwrap(), "echo did not start");
-    (client, server)
+    assert!(up.unwrap(), "echo on {http} and {tcp} did not start");
 }
 
 /// The client app: this test binary re-run as `app_helper` in the client pod.
@@ -1136,18 +1139,7 @@ fn capture_selections_are_kept_by_ebpf_capture() {
     let dir = TempDir::new("accel-scope").unwrap();
     let bpffs = Bpffs::new(&dir);
     let (mut client, mut server) = topology(&dir);
-    let echo = server.command(
-        WARDEN,
-        &["echo", "--http", "0.0.0.0:9080", "--tcp", "0.0.0.0:9078"],
-    );
-    server.spawn(echo, None);
-    let up = server.ns.run_in(|| {
-        wait_until(Duration::from_secs(10), || {
-            TcpStream::connect("127.0.0.1:9080").is_ok()
-                && TcpStream::connect("127.0.0.1:9078").is_ok()
-        })
-    });
-    assert!(up.unwrap(), "second echo did not start");
+    start_echo(&mut server, 9080, 9078);
     let config = dir.write("mesh.yaml", &registry()).unwrap();
     let flags = ["--accel", "--capture", "ebpf", "--bpffs", &bpffs.arg()];
     let server_flags = [&flags[..], &["--exclude-inbound-ports", "9080"]].concat();
