@@ -179,6 +179,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } wd_local_pods SEC(".maps");
 
+// What each cgroup's load was given (filled by user space when it attaches): read by
+// `warden accel status` only, declared here so it is created and pinned with the others.
+struct cgroup_cfg {
+	__u32 capture; // 0 iptables, 1 ebpf
+	__u32 legs;    // 0 all, 1 sidecars
+	__u32 proxy_uid;
+	__u16 outbound_port;
+	__u16 inbound_port;
+	struct out_scope out;
+	struct in_scope in;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); // cgroup id
+	__type(value, struct cgroup_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} wd_cgroups SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);

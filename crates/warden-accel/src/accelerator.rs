@@ -221,6 +221,7 @@ pub(crate) mod imp {
         let cg = std::fs::File::open(&target.path)
             .map_err(|e| one(format!("{}: {e}", target.path.display())))?;
         let attached = loader::attach(&mut ebpf, &cg, req.capture).map_err(one)?;
+        maps::record_cgroup(&req.bpffs, target.id, &maps::CgroupEntry::of(req)).map_err(one)?;
         Ok(Prepared {
             ebpf,
             target,
@@ -346,6 +347,7 @@ pub(crate) mod imp {
     impl Drop for Inner {
         fn drop(&mut self) {
             self.withdraw();
+            maps::forget_cgroup(&self.req.bpffs, self.target.id);
         }
     }
 }

@@ -27,6 +27,51 @@ pub struct PodEntry {
     pub pad2: u32,
 }
 
+/// `struct cgroup_cfg`: what one cgroup's load was given, for `status`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupEntry {
+    /// 0 iptables, 1 ebpf.
+    pub capture: u32,
+    /// 0 all, 1 sidecars.
+    pub legs: u32,
+    pub proxy_uid: u32,
+    pub outbound_port: u16,
+    pub inbound_port: u16,
+    pub outbound: crate::scope::OutboundScope,
+    pub inbound: crate::scope::InboundScope,
+}
+
+impl CgroupEntry {
+    pub fn of(req: &crate::AccelRequest) -> CgroupEntry {
+        CgroupEntry {
+            capture: u32::from(req.capture == crate::Capture::Ebpf),
+            legs: u32::from(req.legs == crate::Legs::Sidecars),
+            proxy_uid: req.proxy_uid,
+            outbound_port: req.outbound_port,
+            inbound_port: req.inbound_port,
+            outbound: req.scope.outbound,
+            inbound: req.scope.inbound,
+        }
+    }
+
+    pub fn capture(&self) -> crate::Capture {
+        if self.capture == 1 {
+            crate::Capture::Ebpf
+        } else {
+            crate::Capture::Iptables
+        }
+    }
+
+    pub fn legs(&self) -> crate::Legs {
+        if self.legs == 1 {
+            crate::Legs::Sidecars
+        } else {
+            crate::Legs::All
+        }
+    }
+}
+
 /// An address as the programs store it: IPv6, IPv4 v4-mapped, each 32-bit word in network
 /// byte order (as the kernel's context fields hold them).
 pub fn ip_key(ip: IpAddr) -> [u32; 4] {
@@ -55,6 +100,7 @@ pub fn key_ip(key: [u32; 4]) -> IpAddr {
 pub const SOCK_PAIRS: &str = "wd_sock_pairs";
 pub const LOCAL_PODS: &str = "wd_local_pods";
 pub const COUNTERS: &str = "wd_counters";
+pub const CGROUPS: &str = "wd_cgroups";
 
 #[cfg(warden_ebpf)]
 mod pinned {
@@ -67,6 +113,7 @@ mod pinned {
     unsafe impl aya::Pod for Pair {}
     unsafe impl aya::Pod for PodEntry {}
     unsafe impl aya::Pod for crate::scope::OutboundScope {}
+    unsafe impl aya::Pod for CgroupEntry {}
 
     pub fn open(bpffs: &Path, name: &str) -> Result<Map, String> {
         let path = bpffs.join(name);
@@ -158,6 +205,29 @@ mod pinned {
             .collect()
     }
 
+    fn cgroups_map_at(bpffs: &Path) -> Result<HashMap<MapData, u64, CgroupEntry>, String> {
+        HashMap::try_from(open(bpffs, CGROUPS)?).map_err(|e| e.to_string())
+    }
+
+    /// Note what `cgroup`'s programs were loaded with (replacing a dead load's note).
+    pub fn record_cgroup(bpffs: &Path, cgroup: u64, entry: &CgroupEntry) -> Result<(), String> {
+        cgroups_map_at(bpffs)?
+            .insert(cgroup, *entry, 0)
+            .map_err(|e| format!("noting cgroup {cgroup}'s settings: {e}"))
+    }
+
+    pub fn forget_cgroup(bpffs: &Path, cgroup: u64) {
+        if let Ok(mut m) = cgroups_map_at(bpffs) {
+            let _ = m.remove(&cgroup);
+        }
+    }
+
+    /// What `cgroup`'s programs were loaded with; `None` for a load that did not say (an
+    /// older warden's).
+    pub fn cgroup_at(bpffs: &Path, cgroup: u64) -> Option<CgroupEntry> {
+        cgroups_map_at(bpffs).ok()?.get(&cgroup, 0).ok()
+    }
+
     /// The kernel ids of the maps pinned in `bpffs`: a program using one of them belongs
     /// to this bpffs.
     pub fn map_ids_at(bpffs: &Path) -> Vec<u32> {
@@ -189,6 +259,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Pair>(), 48);
         assert_eq!(std::mem::offset_of!(Pair, sport), 40);
         assert_eq!(std::mem::size_of::<PodEntry>(), 128);
+        assert_eq!(std::mem::size_of::<CgroupEntry>(), 16 + 1088 + 108);
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub fn disable(
             }
         }
         let pinned = loader::unpin(&bpffs::links_dir(bpffs_dir, *id));
+        maps::forget_cgroup(bpffs_dir, *id);
         let pods = maps::pods_map_at(bpffs_dir)
             .map(|mut m| maps::unregister_pods(&mut m, *id))
             .unwrap_or_default();
@@ -202,18 +203,24 @@ pub fn status(cgroup: Option<&Path>, bpffs_dir: &Path, capture: Capture) -> Stri
         } else {
             "held by a running process (e.g. warden proxy --accel)"
         };
-        let mode = if programs.iter().any(|p| p == "wd_connect4") {
-            Capture::Ebpf
-        } else {
-            Capture::Iptables
-        };
         let _ = writeln!(
             out,
             "cgroup {} (id {id}), {how}: {}",
             path.display(),
             programs.join(" ")
         );
-        let _ = writeln!(out, "  capture {}: {}", mode.name(), mode.legs());
+        match maps::cgroup_at(bpffs_dir, id) {
+            Some(cfg) => describe_load(&mut out, &cfg),
+            // Loaded by a warden that did not note its settings: the programs tell the capture.
+            None => {
+                let mode = if programs.iter().any(|p| p == "wd_connect4") {
+                    Capture::Ebpf
+                } else {
+                    Capture::Iptables
+                };
+                let _ = writeln!(out, "  capture {}: {}", mode.name(), mode.legs());
+            }
+        }
     }
     if mounted {
         match maps::pods_at(bpffs_dir) {
@@ -242,4 +249,30 @@ pub fn status(cgroup: Option<&Path>, bpffs_dir: &Path, capture: Capture) -> Stri
         }
     }
     out
+}
+
+/// One cgroup's settings as its load noted them: capture, legs and, for eBPF capture, what
+/// it captures.
+fn describe_load(out: &mut String, cfg: &maps::CgroupEntry) {
+    let (capture, legs) = (cfg.capture(), cfg.legs());
+    let _ = writeln!(
+        out,
+        "  capture {}, legs {}: {}",
+        capture.name(),
+        legs.name(),
+        legs.with(capture).unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "  proxy uid {}, outbound listener {}, inbound listener {}",
+        cfg.proxy_uid, cfg.outbound_port, cfg.inbound_port
+    );
+    if capture == Capture::Ebpf {
+        let _ = writeln!(out, "  captures outbound: {}", cfg.outbound.describe());
+        let _ = writeln!(
+            out,
+            "  same-node sidecars reach its inbound listener for {}",
+            cfg.inbound.describe()
+        );
+    }
 }

@@ -182,6 +182,87 @@ impl OutboundScope {
     }
 }
 
+impl Cidr {
+    /// The network this holds (IPv4 when v4-mapped).
+    pub fn net(&self) -> IpNet {
+        let bits: u32 = self
+            .mask
+            .iter()
+            .map(|w| u32::from_be(*w).count_ones())
+            .sum();
+        match crate::maps::key_ip(self.ip) {
+            std::net::IpAddr::V4(v4) => IpNet::V4(
+                ipnet::Ipv4Net::new(v4, bits.saturating_sub(96) as u8).unwrap_or_default(),
+            ),
+            std::net::IpAddr::V6(v6) => {
+                IpNet::V6(ipnet::Ipv6Net::new(v6, bits as u8).unwrap_or_default())
+            }
+        }
+    }
+}
+
+fn joined<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|i| i.to_string()).collect::<Vec<_>>().join(" ")
+}
+
+impl OutboundScope {
+    /// The pod's calls this captures, in `warden capture`'s words.
+    pub fn describe(&self) -> String {
+        let mut out = if self.included_all == 1 {
+            "every call".to_string()
+        } else if self.n_included == 0 {
+            "no call (--include-outbound-cidrs is empty)".to_string()
+        } else {
+            format!(
+                "calls to {}",
+                joined(
+                    self.included[..self.n_included as usize]
+                        .iter()
+                        .map(Cidr::net)
+                )
+            )
+        };
+        if self.n_ports > 0 {
+            out.push_str(&format!(
+                "; not to ports {}",
+                joined(self.ports[..self.n_ports as usize].iter())
+            ));
+        }
+        if self.n_excluded > 0 {
+            out.push_str(&format!(
+                "; not to {}",
+                joined(
+                    self.excluded[..self.n_excluded as usize]
+                        .iter()
+                        .map(Cidr::net)
+                )
+            ));
+        }
+        out
+    }
+}
+
+impl InboundScope {
+    /// The pod's ports this captures.
+    pub fn describe(&self) -> String {
+        let mut out = if self.all_ports == 1 {
+            "every port".to_string()
+        } else {
+            format!(
+                "ports {}",
+                joined(self.ports[..self.n_ports as usize].iter())
+            )
+        };
+        if self.n_excluded > 0 {
+            out.push_str(&format!(
+                " but {}",
+                joined(self.excluded[..self.n_excluded as usize].iter())
+            ));
+        }
+        out
+    }
+}
+
 /// Both parts, for one pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
@@ -286,6 +367,31 @@ mod tests {
         let none =
             InboundScope::of(&cfg(|c| c.inbound_ports = PortSelection::Only(vec![]))).unwrap();
         assert!(!none.captures(8080));
+    }
+
+    #[test]
+    fn descriptions_name_the_selections() {
+        let s = Scope::of(&cfg(|c| {
+            c.exclude_outbound_ports = vec![5432, 9078];
+            c.exclude_outbound_cidrs = vec!["10.96.0.0/12".parse().unwrap()];
+            c.include_outbound_cidrs = CidrSelection::Only(vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "fd00::/64".parse().unwrap(),
+            ]);
+            c.exclude_inbound_ports = vec![9080];
+        }))
+        .unwrap();
+        assert_eq!(
+            s.outbound.describe(),
+            "calls to 10.0.0.0/8 fd00::/64; not to ports 5432 9078; not to 10.96.0.0/12"
+        );
+        assert!(
+            s.inbound.describe().starts_with("every port but ")
+                && s.inbound.describe().contains(" 9080"),
+            "{}",
+            s.inbound.describe()
+        );
+        assert_eq!(OutboundScope::default().describe(), "every call");
     }
 
     #[test]

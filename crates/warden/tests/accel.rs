@@ -898,7 +898,10 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
         assert!(
             status.contains(&line)
                 && status.contains("held by a running process")
-                && status.contains("capture ebpf: every leg mirrors")
+                && status.contains("capture ebpf, legs all: every leg mirrors")
+                && status
+                    .contains("proxy uid 1337, outbound listener 15001, inbound listener 15006")
+                && status.contains("captures outbound: every call\n")
                 && status.contains(&format!("meshed pod {}", pod.ip)),
             "{status}"
         );
@@ -972,6 +975,13 @@ fn legs_sidecars_leave_blocking_apps_on_tcp() {
     );
     let stats = client.stats();
     assert!(stats.contains("legs=\"sidecars\""), "{stats}");
+    if legs == "sidecars" {
+        let status = pod_status(&client, &bpffs);
+        assert!(
+            status.contains("capture ebpf, legs sidecars: sidecar->sidecar"),
+            "{status}"
+        );
+    }
     // Node-wide counters: two sockets per connection (the sidecars' ends of their leg).
     assert_eq!(
         metric(&stats, "warden_accel_sockets_inserted_total"),
@@ -1198,6 +1208,23 @@ fn capture_selections_are_kept_by_ebpf_capture() {
     assert!(counts.contains(&format!("\"{CLIENT_IP}\":1")), "{counts}");
     assert!(!counts.contains("127.0.0.6"), "{counts}");
 
+    // `status` names each pod's selections.
+    let status = pod_status(&client, &bpffs);
+    assert!(
+        status.contains(&format!(
+            "captures outbound: calls to 10.96.0.0/16 {SERVER_IP}/32; not to ports 9078\n"
+        )),
+        "{status}"
+    );
+    let status = pod_status(&server, &bpffs);
+    let inbound = status
+        .lines()
+        .find(|l| l.contains("same-node sidecars reach its inbound listener for every port but"));
+    assert!(
+        inbound.is_some_and(|l| l.split(' ').any(|w| w == "9080")),
+        "{status}"
+    );
+
     // Selections without eBPF capture would be ignored: refused.
     let out = Command::new(WARDEN)
         .args(["proxy", "--mode", "sidecar", "-c"])
@@ -1302,7 +1329,8 @@ fn enable_and_disable_around_open_connections() {
     for pod in [&client, &server] {
         let status = pod_status(pod, &bpffs);
         assert!(
-            status.contains("capture iptables: only legs whose 4-tuples mirror"),
+            status.contains("capture iptables, legs all: only legs whose 4-tuples mirror")
+                && !status.contains("captures outbound"),
             "{status}"
         );
     }
