@@ -1128,6 +1128,13 @@ fn remapped_source_ports_keep_their_original_destination() {
         })
         .count();
     assert!(remapped >= 2, "no remapped connection in\n{table}");
+    // A remapped connection's tuples do not mirror: each side's first send misses and the
+    // connection stays on TCP; nothing else misses.
+    assert_eq!(
+        metric(&server.stats(), "warden_accel_redirect_misses_total"),
+        2 * remapped as u64,
+        "{table}"
+    );
     assert_eq!(
         metric(&server.stats(), "warden_accel_original_dst_answers_total"),
         4,
