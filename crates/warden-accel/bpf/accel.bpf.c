@@ -52,6 +52,10 @@ const volatile __u32 inbound_port = 15006;
 // sockmap takes tcp_bpf_recvmsg, which returns EAGAIN from a *blocking* recv() woken by a
 // state change with no data (the app's own shutdown(SHUT_WR), the ACK of its FIN).
 const volatile __u32 app_legs = 1;
+// Where an app's captured call is sent (host order): the pod's own IPv4 when the loader
+// knows it, so the app's socket has the pod's address as under iptables REDIRECT (its
+// getsockname() and the sidecar's view of the caller), else 127.0.0.1.
+const volatile __u32 app_dial_ip4 = 0x7f000001;
 
 // A socket's 4-tuple as the socket sees it (s = local). IPv4 is stored v4-mapped so a
 // dual-stack socket and a plain IPv4 one agree. Loopback tuples carry the network
@@ -187,6 +191,7 @@ struct cgroup_cfg {
 	__u32 proxy_uid;
 	__u16 outbound_port;
 	__u16 inbound_port;
+	__u32 app_dial_ip4; // host order
 	struct out_scope out;
 	struct in_scope in;
 };
@@ -697,9 +702,10 @@ static __always_inline void remember(void *ctx, const __u32 ip[4], __u16 port, _
 }
 
 // What connect4 and connect6 share: 1 to rewrite the destination to `*port` (and, for an
-// app, loopback), with the original kept under the socket's cookie.
+// app, `*to_own`: its own sidecar at app_dial_ip4), with the original kept under the
+// socket's cookie.
 static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 dst[4], __u16 dport,
-				   __u16 family, __u32 *to_port, int *to_loopback)
+				   __u16 family, __u32 *to_port, int *to_own)
 {
 	__u32 uid = (__u32)bpf_get_current_uid_gid();
 	if (uid == proxy_uid) {
@@ -715,7 +721,7 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 			return 0;
 		remember(ctx, dst, dport, family, ORIGIN_SIDECAR);
 		*to_port = pod->inbound_port;
-		*to_loopback = 0;
+		*to_own = 0;
 		count(C_CAPTURE_INBOUND, 1);
 		return 1;
 	}
@@ -725,7 +731,7 @@ static __always_inline int capture(void *ctx, struct bpf_sock *sk, const __u32 d
 		return 0;
 	remember(ctx, dst, dport, family, 0);
 	*to_port = outbound_port;
-	*to_loopback = 1;
+	*to_own = 1;
 	count(C_CAPTURE_OUTBOUND, 1);
 	return 1;
 }
@@ -739,11 +745,11 @@ int wd_connect4(struct bpf_sock_addr *ctx)
 	set_v4(dst, ctx->user_ip4);
 	__u16 dport = bpf_ntohs((__u16)ctx->user_port);
 	__u32 port = 0;
-	int loopback = 0;
-	if (!capture(ctx, ctx->sk, dst, dport, AF_INET, &port, &loopback))
+	int own = 0;
+	if (!capture(ctx, ctx->sk, dst, dport, AF_INET, &port, &own))
 		return 1;
-	if (loopback)
-		ctx->user_ip4 = bpf_htonl(0x7f000001);
+	if (own)
+		ctx->user_ip4 = bpf_htonl(app_dial_ip4);
 	ctx->user_port = bpf_htons((__u16)port);
 	return 1;
 }
@@ -764,11 +770,11 @@ int wd_connect6(struct bpf_sock_addr *ctx)
 		return 1;
 	__u16 dport = bpf_ntohs((__u16)ctx->user_port);
 	__u32 port = 0;
-	int loopback = 0;
-	if (!capture(ctx, 0, dst, dport, AF_INET, &port, &loopback))
+	int own = 0;
+	if (!capture(ctx, 0, dst, dport, AF_INET, &port, &own))
 		return 1;
-	if (loopback)
-		ctx->user_ip6[3] = bpf_htonl(0x7f000001);
+	if (own)
+		ctx->user_ip6[3] = bpf_htonl(app_dial_ip4);
 	ctx->user_port = bpf_htons((__u16)port);
 	return 1;
 }

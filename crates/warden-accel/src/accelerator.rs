@@ -29,6 +29,22 @@ pub struct AccelRequest {
     pub scope: crate::Scope,
 }
 
+impl AccelRequest {
+    /// Where eBPF capture sends the app's calls: the pod's first IPv4 address that is an
+    /// address of this network namespace (the sidecar's; never one that would route out of
+    /// the pod), else 127.0.0.1, where the app's sockets then show loopback as their own
+    /// address (`warden accel enable` run outside the pod's namespace).
+    pub fn app_dial(&self) -> std::net::Ipv4Addr {
+        self.pod_ips
+            .iter()
+            .find_map(|ip| match ip {
+                IpAddr::V4(v4) if std::net::UdpSocket::bind((*v4, 0)).is_ok() => Some(*v4),
+                _ => None,
+            })
+            .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+    }
+}
+
 /// Why acceleration is off: every missing piece, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable(pub Vec<String>);
@@ -212,6 +228,7 @@ pub(crate) mod imp {
             capture: req.capture,
             legs: req.legs,
             outbound: req.scope.outbound,
+            app_dial: req.app_dial(),
         };
         let mut ebpf = loader::load(&req.bpffs, &settings).map_err(one)?;
         // Run as root for sidecars of another uid: let them open the shared maps.
@@ -308,8 +325,17 @@ pub(crate) mod imp {
             } else {
                 ""
             };
+            let dial = if self.req.capture == Capture::Ebpf {
+                format!(
+                    "; apps' captured calls go to {}:{}",
+                    self.req.app_dial(),
+                    self.req.outbound_port
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "cgroup {} (id {}), capture {}, legs {}: {}{splice}; shared maps in {}",
+                "cgroup {} (id {}), capture {}, legs {}: {}{splice}{dial}; shared maps in {}",
                 self.target.path.display(),
                 self.target.id,
                 self.req.capture.name(),

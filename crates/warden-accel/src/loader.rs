@@ -29,6 +29,9 @@ pub struct Settings {
     pub legs: Legs,
     /// The pod's own calls that eBPF capture takes.
     pub outbound: crate::OutboundScope,
+    /// Where an app's captured call is sent: the pod's IPv4 (the app's socket then has the
+    /// pod's address, as under REDIRECT), else loopback.
+    pub app_dial: std::net::Ipv4Addr,
 }
 
 /// The cgroup programs, in the order they are attached: the verdict and the option hooks
@@ -72,12 +75,14 @@ pub fn load(bpffs: &Path, settings: &Settings) -> Result<Ebpf, String> {
     let outbound = u32::from(settings.outbound_port);
     let inbound = u32::from(settings.inbound_port);
     let app_legs = u32::from(settings.legs == Legs::All);
+    let app_dial = u32::from(settings.app_dial);
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(bpffs)
         .override_global("proxy_uid", &uid, true)
         .override_global("outbound_port", &outbound, true)
         .override_global("inbound_port", &inbound, true)
         .override_global("app_legs", &app_legs, true)
+        .override_global("app_dial_ip4", &app_dial, true)
         .override_global("out_scope", &settings.outbound, true)
         .load(OBJECT)
         .map_err(|e| format!("loading the BPF object: {e}"))?;

@@ -38,6 +38,8 @@ pub struct CgroupEntry {
     pub proxy_uid: u32,
     pub outbound_port: u16,
     pub inbound_port: u16,
+    /// Where the app's captured calls go (host order).
+    pub app_dial: u32,
     pub outbound: crate::scope::OutboundScope,
     pub inbound: crate::scope::InboundScope,
 }
@@ -50,6 +52,7 @@ impl CgroupEntry {
             proxy_uid: req.proxy_uid,
             outbound_port: req.outbound_port,
             inbound_port: req.inbound_port,
+            app_dial: u32::from(req.app_dial()),
             outbound: req.scope.outbound,
             inbound: req.scope.inbound,
         }
@@ -259,7 +262,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Pair>(), 48);
         assert_eq!(std::mem::offset_of!(Pair, sport), 40);
         assert_eq!(std::mem::size_of::<PodEntry>(), 128);
-        assert_eq!(std::mem::size_of::<CgroupEntry>(), 16 + 1088 + 108);
+        assert_eq!(std::mem::size_of::<CgroupEntry>(), 20 + 1088 + 108);
     }
 
     #[test]

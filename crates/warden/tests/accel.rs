@@ -615,8 +615,13 @@ fn helper_command(
                 .peer_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_default();
+            let local = c
+                .stream
+                .local_addr()
+                .map(|a| a.ip().to_string())
+                .unwrap_or_default();
             conns.insert(name.to_string(), c);
-            Ok(format!("open {name} peer {peer}"))
+            Ok(format!("open {name} local {local} peer {peer}"))
         }
         // Ask for the kTLS ULP (refused where the kernel has no tls module; the programs see
         // the request either way).
@@ -796,8 +801,12 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
     let segs = (client.out_segs(), server.out_segs());
     let open = app.cmd(&format!("open a {VIP}:8078"));
     // The app's connect() went to the sidecar's outbound listener (the capture counter
-    // below), yet getpeername() names where the app connected, as under iptables REDIRECT.
-    assert!(open.ends_with(&format!("peer {VIP}:8078")), "{open}");
+    // below), yet getpeername() names where the app connected and getsockname() the pod's
+    // address, as under iptables REDIRECT.
+    assert!(
+        open.ends_with(&format!("local {CLIENT_IP} peer {VIP}:8078")),
+        "{open}"
+    );
     app.cmd("stream a 1000000");
     assert_eq!(app.cmd("finish a"), "ok finish a 1000000");
     let sent = (client.out_segs() - segs.0, server.out_segs() - segs.1);
@@ -852,7 +861,9 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
     // IPv4 through a dual-stack (IPv6) socket: connect6 captures it the same way.
     let open = app.cmd(&format!("open v6 [::ffff:{VIP}]:8078"));
     assert!(
-        open.ends_with(&format!("peer [::ffff:{VIP}]:8078")),
+        open.ends_with(&format!(
+            "local ::ffff:{CLIENT_IP} peer [::ffff:{VIP}]:8078"
+        )),
         "{open}"
     );
     app.cmd("stream v6 300000");
@@ -902,6 +913,7 @@ fn accelerated_mesh_moves_bytes_exactly_without_tcp_segments() {
                 && status
                     .contains("proxy uid 1337, outbound listener 15001, inbound listener 15006")
                 && status.contains("captures outbound: every call\n")
+                && status.contains(&format!("apps' captured calls go to {}:15001", pod.ip))
                 && status.contains(&format!("meshed pod {}", pod.ip)),
             "{status}"
         );
@@ -1290,6 +1302,11 @@ fn enable_and_disable_around_open_connections() {
             &bpffs.arg(),
         ]);
         assert!(ok && out.contains("enabled on"), "{out}");
+        // Run outside the pod's namespace, where its address is not local: loopback.
+        assert!(
+            capture == "iptables" || out.contains("apps' captured calls go to 127.0.0.1:15001"),
+            "{out}"
+        );
     };
     enable(&client, "ebpf");
     enable(&server, "ebpf");
