@@ -152,6 +152,14 @@ cpu_now() {
   done
   python3 -c "print($pods / 1e6, $sc / $tick)"
 }
+# misses_now — the node-wide redirect-miss counter (since the shared maps were created; a run
+# reports its own delta).
+misses_now() {
+  local n
+  n=$(nsenter --net=/run/netns/"$CLI" -- curl -s http://127.0.0.1:15000/stats/prometheus |
+    awk '$1 == "warden_accel_redirect_misses_total" {print $2}')
+  echo "${n:-0}"
+}
 # run PROTO MODE ROUND — one `warden load` run from the client pod; appends a result row.
 run() {
   local proto=$1 mode=$2 round=$3 host=$VIP http=8080 tcp=8078
@@ -159,16 +167,14 @@ run() {
   local url args=()
   if [ "$proto" = http ]; then url="http://$host:$http/echo?size=1024"
   else url="tcp://$host:$tcp"; args=(--payload-size 1024); fi
-  local cpu0 cpu1
+  local cpu0 cpu1 misses0=0
+  if [ "$mode" = on ] || [ "$mode" = onsc ]; then misses0=$(misses_now); fi
   cpu0=$(cpu_now)
   in_pod "$CG_CLI" "$CLI" "$WARDEN" load -c "$CONNS" --qps 0 -t "${SECS}s" "${args[@]}" --quiet \
     --json "$WORK/run.json" "$url" >/dev/null 2>&1 || true
   cpu1=$(cpu_now)
   local misses=-
-  if [ "$mode" = on ] || [ "$mode" = onsc ]; then
-    misses=$(nsenter --net=/run/netns/"$CLI" -- curl -s http://127.0.0.1:15000/stats/prometheus |
-      awk '$1 == "warden_accel_redirect_misses_total" {print $2}')
-  fi
+  if [ "$mode" = on ] || [ "$mode" = onsc ]; then misses=$(($(misses_now) - misses0)); fi
   python3 - "$WORK/run.json" "$proto" "$mode" "$round" "$misses" "$cpu0" "$cpu1" <<'PY' | tee -a "$RESULTS" >&2
 import json, sys
 r = json.load(open(sys.argv[1]))
