@@ -18,7 +18,7 @@
 //                  connecting side's initial sequence number, not its port: conntrack can
 //                  remap the port on the way (a stale entry of iptables REDIRECT clashes)
 //   wd_getpeername4/6  an app's getpeername() on such a connection names where it connected
-//                  (as with iptables REDIRECT), not the sidecar's 127.0.0.1:15001; the
+//                  (as with iptables REDIRECT), not the sidecar's listener; the
 //                  sidecar's own calls are answered by the kernel
 //   wd_setsockopt  a socket that takes a ULP (kTLS) is excluded from redirection
 //

@@ -110,7 +110,7 @@ pub fn load(bpffs: &Path, settings: &Settings) -> Result<Ebpf, String> {
                 )
             }
             // Older kernels (before 5.8) have no getpeername hooks: capture still works,
-            // and apps see the sidecar's 127.0.0.1:15001 as their peer.
+            // and apps see the sidecar's outbound listener as their peer.
             Err(e) if name.starts_with("wd_getpeername") => {
                 tracing::warn!(
                     "{}; getpeername() on captured connections names the sidecar",
