@@ -200,6 +200,8 @@ pub(crate) mod imp {
         pub ebpf: Ebpf,
         pub target: CgroupTarget,
         pub attached: Vec<Attachment>,
+        /// What was loaded, as `status` reads it back.
+        pub entry: maps::CgroupEntry,
     }
 
     /// Preflight, mount, load, attach.
@@ -230,6 +232,7 @@ pub(crate) mod imp {
             outbound: req.scope.outbound,
             app_dial: req.app_dial(),
         };
+        let entry = maps::CgroupEntry::of(req, settings.app_dial);
         let mut ebpf = loader::load(&req.bpffs, &settings).map_err(one)?;
         // Run as root for sidecars of another uid: let them open the shared maps.
         if probe::euid() == 0 && req.proxy_uid != 0 {
@@ -238,11 +241,12 @@ pub(crate) mod imp {
         let cg = std::fs::File::open(&target.path)
             .map_err(|e| one(format!("{}: {e}", target.path.display())))?;
         let attached = loader::attach(&mut ebpf, &cg, req.capture).map_err(one)?;
-        maps::record_cgroup(&req.bpffs, target.id, &maps::CgroupEntry::of(req)).map_err(one)?;
+        maps::record_cgroup(&req.bpffs, target.id, &entry).map_err(one)?;
         Ok(Prepared {
             ebpf,
             target,
             attached,
+            entry,
         })
     }
 
@@ -252,6 +256,7 @@ pub(crate) mod imp {
         _ebpf: Ebpf,
         target: CgroupTarget,
         req: AccelRequest,
+        entry: maps::CgroupEntry,
         counters: Arc<Array<MapData, u64>>,
         splicer: Option<crate::Splicer>,
         announced: bool,
@@ -276,6 +281,7 @@ pub(crate) mod imp {
                 _links: prepared.attached,
                 _ebpf: prepared.ebpf,
                 target: prepared.target,
+                entry: prepared.entry,
                 req: req.clone(),
                 counters: Arc::new(counters),
                 announced: false,
@@ -326,11 +332,7 @@ pub(crate) mod imp {
                 ""
             };
             let dial = if self.req.capture == Capture::Ebpf {
-                format!(
-                    "; apps' captured calls go to {}:{}",
-                    self.req.app_dial(),
-                    self.req.outbound_port
-                )
+                format!("; {}", self.entry.dial_line())
             } else {
                 String::new()
             };

@@ -45,14 +45,15 @@ pub struct CgroupEntry {
 }
 
 impl CgroupEntry {
-    pub fn of(req: &crate::AccelRequest) -> CgroupEntry {
+    /// `req`'s settings, its apps' calls going to `app_dial`.
+    pub fn of(req: &crate::AccelRequest, app_dial: std::net::Ipv4Addr) -> CgroupEntry {
         CgroupEntry {
             capture: u32::from(req.capture == crate::Capture::Ebpf),
             legs: u32::from(req.legs == crate::Legs::Sidecars),
             proxy_uid: req.proxy_uid,
             outbound_port: req.outbound_port,
             inbound_port: req.inbound_port,
-            app_dial: u32::from(req.app_dial()),
+            app_dial: u32::from(app_dial),
             outbound: req.scope.outbound,
             inbound: req.scope.inbound,
         }
@@ -64,6 +65,15 @@ impl CgroupEntry {
         } else {
             crate::Capture::Iptables
         }
+    }
+
+    /// Where eBPF capture sends the apps' calls, for `enable`, `status` and the proxy's log.
+    pub fn dial_line(&self) -> String {
+        format!(
+            "apps' captured calls go to {}:{}",
+            std::net::Ipv4Addr::from(self.app_dial),
+            self.outbound_port
+        )
     }
 
     pub fn legs(&self) -> crate::Legs {

@@ -33,11 +33,7 @@ pub fn enable(req: &AccelRequest) -> Result<Vec<String>, Unavailable> {
         req.legs.with(req.capture).unwrap_or_default()
     ));
     if req.capture == Capture::Ebpf {
-        out.push(format!(
-            "apps' captured calls go to {}:{}",
-            req.app_dial(),
-            req.outbound_port
-        ));
+        out.push(prepared.entry.dial_line());
     }
     if req.capture == Capture::Ebpf && !req.pod_ips.is_empty() {
         let mut pods = maps::pods_map_at(&req.bpffs).map_err(one)?;
@@ -275,12 +271,7 @@ fn describe_load(out: &mut String, cfg: &maps::CgroupEntry) {
         cfg.proxy_uid, cfg.outbound_port, cfg.inbound_port
     );
     if capture == Capture::Ebpf {
-        let _ = writeln!(
-            out,
-            "  apps' captured calls go to {}:{}",
-            std::net::Ipv4Addr::from(cfg.app_dial),
-            cfg.outbound_port
-        );
+        let _ = writeln!(out, "  {}", cfg.dial_line());
         let _ = writeln!(out, "  captures outbound: {}", cfg.outbound.describe());
         let _ = writeln!(
             out,
