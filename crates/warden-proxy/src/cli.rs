@@ -1,10 +1,10 @@
 //! Command-line arguments of `warden proxy`, `warden check` and `warden ratelimit-config`.
 
-use crate::control::check;
-use crate::control::proxy::Proxy;
-use crate::control::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
-use crate::downstream::timeouts::Timeouts;
-use crate::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+use crate::core::timeouts::Timeouts;
+use crate::runtime::check;
+use crate::runtime::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+use crate::runtime::proxy::Proxy;
+use crate::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -239,14 +239,12 @@ pub struct RoleArgs {
 
 impl RoleArgs {
     /// `--mesh-credentials` with the trust domain read from its certificate's SPIFFE URI.
-    pub fn mesh_credentials(
-        &self,
-    ) -> anyhow::Result<Option<crate::control::snapshot::MeshCredentials>> {
+    pub fn mesh_credentials(&self) -> anyhow::Result<Option<crate::snapshot::MeshCredentials>> {
         let Some(dir) = &self.mesh_credentials else {
             return Ok(None);
         };
-        let trust_domain = crate::control::snapshot::MeshCredentials::trust_domain_of(dir)?;
-        Ok(Some(crate::control::snapshot::MeshCredentials {
+        let trust_domain = crate::snapshot::MeshCredentials::trust_domain_of(dir)?;
+        Ok(Some(crate::snapshot::MeshCredentials {
             dir: dir.clone(),
             trust_domain,
         }))
@@ -409,7 +407,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.pod_ips = args.role.pod_ips;
     opts.extra_metrics = accel
         .as_ref()
-        .map(|a| crate::options::ExtraMetrics(a.metrics()));
+        .map(|a| crate::runtime::options::ExtraMetrics(a.metrics()));
     opts.splicer = accel.as_ref().and_then(|a| a.splicer());
     opts.service_account = args.role.service_account;
     opts.credentials_dir = args.role.credentials_dir.clone();
@@ -427,7 +425,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
         .or(limits.max_connections_per_ip);
     opts.timeouts = timeouts;
     // Before anything opens files: a proxy holds one per connection.
-    match crate::downstream::conn_limits::raise_nofile() {
+    match crate::listeners::conn_limits::raise_nofile() {
         Ok(limit) => tracing::info!(
             soft = limit.soft,
             hard = limit.hard,
@@ -505,7 +503,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
     };
-    let built = crate::control::config_source::load(&source)
+    let built = crate::runtime::config_source::load(&source)
         .and_then(|l| Snapshot::build(l, &identity, None));
     match built {
         Ok(snapshot) => {
@@ -527,8 +525,8 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// an external `warden ratelimit` (or the reference service).
 pub fn run_ratelimit_config(args: RatelimitConfigArgs) -> anyhow::Result<ExitCode> {
     let source = ConfigSource::Paths(args.config);
-    let config = match crate::control::config_source::load(&source) {
-        Ok(loaded) => crate::pipeline::filters::global_rate_limit::rls_config(&loaded.set)
+    let config = match crate::runtime::config_source::load(&source) {
+        Ok(loaded) => crate::filters::global_rate_limit::rls_config(&loaded.set)
             .map_err(warden_config::ConfigErrors::new),
         Err(e) => Err(e),
     };

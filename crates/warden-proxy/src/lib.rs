@@ -1,25 +1,32 @@
 //! Listeners, HTTP/TCP proxying, the request pipeline, upstream pools and the admin endpoint.
 //!
 //! In-process API: [`Proxy::start`] with [`ProxyOptions`] returns a [`RunningProxy`] that owns
-//! its threads. The rooms follow a request: [`downstream`] accepts and frames it, [`pipeline`]
-//! routes it and runs the policy filters, [`upstream`] sends it on, and [`control`] holds the
-//! snapshot, reloads, admin and metrics around them. The request stages are listed in
-//! [`pipeline`].
+//! its threads. The layers follow a request, and each imports only the ones before it
+//! (`tests/layer_order.rs` holds the order):
+//! [`core`] (connection, request attributes, local replies, metrics) → [`upstream`] (clusters,
+//! pools, exchanges, retries, TCP relay) → [`routing`] (route and port tables, matching) →
+//! [`filters`] (the HTTP filter chain and its filters, L4 policies) → [`snapshot`] (the compiled
+//! config) → [`pipeline`] (one request through the chain to its answer) → [`listeners`]
+//! (accept, framing, TLS, sidecar capture) → [`runtime`] (workers, reloads, admin, check).
 
 pub mod cli;
-pub mod control;
-pub mod downstream;
-pub mod error;
-pub mod options;
+pub mod core;
+pub mod filters;
+pub mod listeners;
 pub mod pipeline;
+pub mod routing;
+pub mod runtime;
+pub mod snapshot;
 pub mod upstream;
 
-pub use control::config_source::load as load_config;
-pub use control::metrics::MetricsView;
-pub use control::proxy::{Proxy, RunningProxy};
-pub use control::snapshot::{ListenerProtocol, ProxyIdentity, Snapshot};
-pub use control::state::ListenerInfo;
-pub use downstream::client_addr::trusted_client_addr;
-pub use downstream::timeouts::Timeouts;
-pub use error::ProxyError;
-pub use options::{AccessLogTarget, ConfigSource, ProxyOptions};
+pub use crate::core::client_addr::trusted_client_addr;
+pub use crate::core::error::ProxyError;
+pub use crate::core::identity::ProxyIdentity;
+pub use crate::core::metrics::MetricsView;
+pub use crate::core::timeouts::Timeouts;
+pub use crate::routing::ports::ListenerProtocol;
+pub use crate::runtime::config_source::load as load_config;
+pub use crate::runtime::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+pub use crate::runtime::proxy::{Proxy, RunningProxy};
+pub use crate::runtime::state::ListenerInfo;
+pub use crate::snapshot::Snapshot;

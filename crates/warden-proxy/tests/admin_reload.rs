@@ -289,7 +289,7 @@ async fn access_log_writes_json_lines() {
 fn check_describes_config_and_fails_on_errors() {
     let loaded = warden_config::load_str("gw.yaml", &direct_yaml("x")).unwrap();
     let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
-    let text = warden_proxy::control::check::describe(&snap);
+    let text = warden_proxy::runtime::check::describe(&snap);
     assert!(text.contains("listeners (1):"), "{text}");
     assert!(
         text.contains("default/vs/1 [0 match(es)] direct response 200 (1 bytes)"),

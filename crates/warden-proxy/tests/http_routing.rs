@@ -317,7 +317,7 @@ status: {podIP: 10.0.0.9}
         ..Default::default()
     };
     let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
-    let text = warden_proxy::control::check::describe(&snap);
+    let text = warden_proxy::runtime::check::describe(&snap);
     assert!(text.contains("trusted proxies: 1"), "{text}");
 
     // The mesh config's defaultConfig.gatewayTopology: 2 trusted hops, unless the pod's

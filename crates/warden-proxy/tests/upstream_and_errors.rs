@@ -383,7 +383,7 @@ spec:
 
     let loaded = warden_config::load_str("gw.yaml", &yaml).unwrap();
     let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
-    let text = warden_proxy::control::check::describe(&snap);
+    let text = warden_proxy::runtime::check::describe(&snap);
     assert!(text.contains("max 2 request(s)/connection"), "{text}");
     assert!(text.contains("idle timeout 300ms"), "{text}");
 }
@@ -516,7 +516,7 @@ spec:
     assert_eq!(r.text().await.unwrap(), "no healthy upstream");
     let loaded = warden_config::load_str("gw.yaml", &yaml).unwrap();
     let snap = warden_proxy::Snapshot::build(loaded, &Default::default(), None).unwrap();
-    let text = warden_proxy::control::check::describe(&snap);
+    let text = warden_proxy::runtime::check::describe(&snap);
     assert!(
         text.contains("ORIGINAL_DST (resolution NONE") && text.contains("a gateway has none"),
         "{text}"

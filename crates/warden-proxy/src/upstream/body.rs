@@ -43,6 +43,12 @@ impl std::fmt::Debug for ProxyBody {
     }
 }
 
+impl From<Bytes> for ProxyBody {
+    fn from(bytes: Bytes) -> Self {
+        ProxyBody::full(bytes)
+    }
+}
+
 impl ProxyBody {
     /// A downstream request body, ended with [`StreamIdleTimeout`] once no byte of it has come
     /// for `idle` (no timer for a body that is already complete).

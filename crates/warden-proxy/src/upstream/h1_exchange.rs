@@ -9,7 +9,7 @@
 //! `response_read`), and the body streamed by [`H1Body`], which puts the connection back into
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
-use crate::pipeline::forwarding_headers::{
+use crate::core::forwarding_headers::{
     is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_CLIENT_CERT,
     X_FORWARDED_FOR,
 };

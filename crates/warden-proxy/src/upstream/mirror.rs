@@ -6,11 +6,10 @@
 //! shadow request fails, never completes with a truncated body), so a slow mirror cannot slow
 //! the client down.
 
-use crate::control::state::Shared;
-use crate::pipeline::forwarding_headers;
-use crate::pipeline::routing::{Fault, Mirror};
+use crate::core::forwarding_headers;
+use crate::core::metrics::Metrics;
 use crate::upstream::body::{BoxError, ProxyBody};
-use crate::upstream::cluster::UpstreamProtocol;
+use crate::upstream::cluster::{Cluster, UpstreamProtocol};
 use crate::upstream::Outgoing;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -25,6 +24,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// `mirror` / `mirrors[]`: a copy of a share of the route's requests, fire and forget.
+#[derive(Debug)]
+pub struct Mirror {
+    pub cluster: Arc<Cluster>,
+    /// Percent of requests (0..=100).
+    pub share: f64,
+}
 
 /// How far a mirror's copy of a body may lag behind the request's own.
 const COPY_FRAMES: usize = 32;
@@ -64,12 +71,15 @@ impl MirrorClients {
 /// a tee when it has one.
 pub fn shadow(
     clients: &MirrorClients,
-    shared: &Arc<Shared>,
+    metrics: &Arc<Metrics>,
     mirrors: &[Mirror],
     out: &mut Outgoing<'_>,
     timeout: Option<Duration>,
 ) {
-    let chosen: Vec<&Mirror> = mirrors.iter().filter(|m| Fault::applies(m.share)).collect();
+    let chosen: Vec<&Mirror> = mirrors
+        .iter()
+        .filter(|m| crate::core::share::draws(m.share))
+        .collect();
     if chosen.is_empty() {
         return;
     }
@@ -101,7 +111,7 @@ pub fn shadow(
         };
         let mut parts = crate::upstream::clone_parts(&head);
         let cluster = m.cluster.clone();
-        let shared = shared.clone();
+        let metrics = metrics.clone();
         let client = match cluster.protocol {
             UpstreamProtocol::Http2 => clients.h2.clone(),
             UpstreamProtocol::Http1 => clients.h1.clone(),
@@ -137,7 +147,7 @@ pub fn shadow(
                     }
                 }
             };
-            shared.metrics.mirror(kind);
+            metrics.mirror(kind);
         });
     }
     if !copies.is_empty() {
@@ -145,7 +155,7 @@ pub fn shadow(
         out.body = ProxyBody::Boxed(Box::pin(Tee {
             inner,
             copies,
-            shared: shared.clone(),
+            metrics: metrics.clone(),
         }));
     }
 }
@@ -172,12 +182,12 @@ enum Copy {
 struct Tee {
     inner: ProxyBody,
     copies: Vec<mpsc::Sender<Copy>>,
-    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
 }
 
 impl Tee {
     fn offer(&mut self, frame: &Frame<Bytes>) {
-        let shared = &self.shared;
+        let metrics = &self.metrics;
         self.copies.retain(|tx| {
             let copy = match frame.data_ref() {
                 Some(d) => Frame::data(d.clone()),
@@ -188,7 +198,7 @@ impl Tee {
             };
             let sent = tx.try_send(Copy::Frame(copy)).is_ok();
             if !sent {
-                shared.metrics.mirror("body_dropped");
+                metrics.mirror("body_dropped");
             }
             sent
         });

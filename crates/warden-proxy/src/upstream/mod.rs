@@ -9,18 +9,18 @@ pub mod h1_pool;
 pub mod mirror;
 pub mod outlier;
 pub mod retry_on;
-pub(crate) mod tcp_proxy;
+pub mod tcp_relay;
 pub(crate) mod tcp_splice;
 pub mod tls_origination;
 
-use crate::control::metrics::Metrics;
-use crate::pipeline::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
-use crate::pipeline::local_reply::LocalReply;
-use crate::pipeline::routing::{RetryPolicy, WeightedCluster};
+use crate::core::forwarding_headers::{self, strip_hop_by_hop, Forwarding};
+use crate::core::local_reply::LocalReply;
+use crate::core::metrics::Metrics;
 use crate::upstream::body::ProxyBody;
-use crate::upstream::cluster::{PickError, UpstreamProtocol};
+use crate::upstream::cluster::{Cluster, PickError, UpstreamProtocol};
 use crate::upstream::h1_exchange::BodylessRequest;
 use crate::upstream::h1_pool::{bodyless, H1Pool};
+use crate::upstream::retry_on::RetryPolicy;
 use http::uri::{PathAndQuery, Scheme};
 use http::{request, Request, Response, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -136,7 +136,7 @@ fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFai
 pub fn forward_boxed<'a>(
     clients: &'a UpstreamClients,
     metrics: &'a Metrics,
-    target: &'a WeightedCluster,
+    target: &'a Cluster,
     outgoing: Outgoing<'a>,
     timeout: Option<Duration>,
     retries: &'a RetryPolicy,
@@ -163,7 +163,7 @@ pub struct Outgoing<'a> {
 async fn forward(
     clients: &UpstreamClients,
     metrics: &Metrics,
-    target: &WeightedCluster,
+    target: &Cluster,
     outgoing: Outgoing<'_>,
     timeout: Option<Duration>,
     retries: &RetryPolicy,
@@ -242,13 +242,9 @@ async fn forward(
     }
 }
 
-fn endpoint_index(target: &WeightedCluster, ep: Option<&http::uri::Authority>) -> Option<usize> {
+fn endpoint_index(target: &Cluster, ep: Option<&http::uri::Authority>) -> Option<usize> {
     let ep = ep?;
-    target
-        .cluster
-        .endpoints
-        .iter()
-        .position(|e| &e.authority == ep)
+    target.endpoints.iter().position(|e| &e.authority == ep)
 }
 
 pub(crate) fn clone_parts(parts: &request::Parts) -> request::Parts {
@@ -341,7 +337,7 @@ fn absolute_uri(
 async fn attempt(
     clients: &UpstreamClients,
     metrics: &Metrics,
-    target: &WeightedCluster,
+    target: &Cluster,
     head: Head<'_>,
     body: ProxyBody,
     pick: Pick<'_>,
@@ -351,7 +347,7 @@ async fn attempt(
         exclude,
         original_dst,
     } = pick;
-    let cluster = &target.cluster;
+    let cluster = target;
     let (h1, h2) = clients.for_cluster(cluster);
     let (endpoint, lease, index) = match (cluster.original_dst, original_dst) {
         (true, Some(dst)) => (dst.clone(), None, None),
@@ -470,7 +466,7 @@ async fn attempt(
         Err(SendError::StreamIdle) => {
             // As Envoy: 408 `stream timeout` when nothing was answered yet; the upstream
             // request was aborted without its end.
-            metrics.downstream_timeout(crate::downstream::timeouts::Expired::StreamIdle);
+            metrics.downstream_timeout(crate::core::timeouts::Expired::StreamIdle);
             Err(fail(LocalReply::stream_idle_timeout(), Some(endpoint)))
         }
         Err(SendError::Other(e)) => {

@@ -2,8 +2,9 @@
 //! from a VirtualService's `retries.retryOn` (status codes in the list become
 //! `retriable-status-codes`), and Istio's default when a route says nothing.
 
-use crate::pipeline::local_reply::ResponseFlag;
+use crate::core::local_reply::ResponseFlag;
 use http::Response;
+use std::time::Duration;
 
 /// The conditions, a bit each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +149,16 @@ impl RetryOn {
             _ => false,
         }
     }
+}
+
+/// A route's retries (`retries`): how many, per-try timeout, on which outcomes.
+#[derive(Debug)]
+pub struct RetryPolicy {
+    /// Extra attempts after the first.
+    pub attempts: u32,
+    pub per_try_timeout: Option<Duration>,
+    /// Which outcomes are retried (`retries.retryOn`, else Istio's default).
+    pub on: RetryOn,
 }
 
 #[cfg(test)]

@@ -1,0 +1,20 @@
+//! What every later layer shares about one connection and one request: where it came from
+//! (`destination`, `conn`), who the proxy is (`identity`), what the policy stages see of a
+//! request (`request_attrs`), the headers a proxy adds (`forwarding_headers`, `client_cert`,
+//! `client_addr`), Envoy's local replies and response flags (`local_reply`), timeouts, metrics
+//! and the access log. Imports nothing else of this crate.
+
+pub mod access_log;
+pub mod client_addr;
+pub mod client_cert;
+pub mod conn;
+pub mod destination;
+pub mod error;
+pub mod forwarding_headers;
+pub mod identity;
+pub mod local_reply;
+pub mod metrics;
+pub mod request_attrs;
+pub mod share;
+pub mod timeouts;
+pub mod tls_info;

@@ -1,0 +1,268 @@
+//! The HTTP filters and their chain (`chain`: the trait, the order, EnvoyFilter positions), one
+//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`;
+//! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
+//! limits). `route_sites` names every route the way EnvoyFilter patches do.
+//!
+//! A snapshot compiles one [`Filters`] per side (gateway and sidecar inbound; a sidecar's
+//! outbound side has none, as in Istio).
+
+pub mod authz;
+pub mod chain;
+pub mod cors;
+pub mod fault;
+pub mod global_rate_limit;
+pub mod l4;
+pub mod local_rate_limit;
+pub mod route_sites;
+
+use crate::core::identity::ProxyIdentity;
+use crate::core::metrics::Metrics;
+use crate::core::request_attrs::RequestAttrs;
+use crate::routing::Route;
+use crate::upstream::body::ProxyBody;
+use authz::AuthzFilter;
+use chain::{ChainExtensions, FilterState, Flow, HttpFilter, Stage, VerdictFuture};
+use cors::CorsFilter;
+use fault::FaultFilter;
+use global_rate_limit::GlobalRateLimit;
+use http::Response;
+use local_rate_limit::LocalRateLimitFilter;
+use warden_config::{ConfigSet, Problem};
+
+/// The compiled filters of one side of a snapshot and the order they run in.
+#[derive(Debug, Default)]
+pub struct Filters {
+    pub authz: Option<AuthzFilter>,
+    pub local_rate_limit: Option<LocalRateLimitFilter>,
+    pub global_rate_limit: Option<GlobalRateLimit>,
+    chain: Box<[Stage]>,
+}
+
+/// What a chain's request phases decided, up to the first that did not just continue.
+pub enum ChainFlow {
+    /// Every filter let the request through.
+    Passed,
+    /// The filter at this index answered.
+    Reply(Response<ProxyBody>, usize),
+    /// The filter at this index waits: resume there with [`Filters::on_request_waiting`].
+    Wait(usize),
+}
+
+impl Filters {
+    /// Compile the policy kinds (`authorization_policies`, `rate_limit_policies`,
+    /// `envoy_filters`) that apply to this proxy; `previous` hands over state (limiter buckets)
+    /// across reloads; `extensions` are added to the chain at their positions. All problems of
+    /// all filters are reported together.
+    pub fn build(
+        set: &ConfigSet,
+        identity: &ProxyIdentity,
+        routes: &route_sites::RouteCatalog,
+        previous: Option<&Filters>,
+        extensions: &ChainExtensions,
+    ) -> Result<Filters, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let authz = AuthzFilter::build(set, identity).unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
+        let local_rate_limit = LocalRateLimitFilter::build(
+            set,
+            identity,
+            routes,
+            previous.and_then(|p| p.local_rate_limit.as_ref()),
+        )
+        .unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
+        let global_rate_limit = GlobalRateLimit::build(
+            set,
+            identity,
+            routes,
+            previous.and_then(|p| p.global_rate_limit.as_ref()),
+        )
+        .unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
+        if !problems.is_empty() {
+            // The limiters read the same EnvoyFilters: a bad patch is reported once, at its line.
+            let mut seen = std::collections::HashSet::new();
+            problems.retain(|p| seen.insert(p.to_string()));
+            return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
+        }
+        let mut builtins = Vec::with_capacity(5);
+        if authz.is_some() {
+            builtins.push(Stage::Rbac);
+        }
+        if local_rate_limit.is_some() {
+            builtins.push(Stage::LocalRateLimit);
+        }
+        builtins.push(Stage::Cors);
+        if global_rate_limit.is_some() {
+            builtins.push(Stage::GlobalRateLimit);
+        }
+        builtins.push(Stage::Fault);
+        let (chain, skipped) = chain::order(&builtins, extensions);
+        for s in skipped {
+            tracing::warn!("HTTP filter {s} not added: its position names no filter of the chain");
+        }
+        Ok(Filters {
+            authz,
+            local_rate_limit,
+            global_rate_limit,
+            chain: chain.into(),
+        })
+    }
+
+    /// The filters a sidecar's outbound side runs: CORS and fault of its routes, and the
+    /// added ones.
+    pub fn outbound(extensions: &ChainExtensions) -> Filters {
+        let (chain, _) = chain::order(&[Stage::Cors, Stage::Fault], extensions);
+        Filters {
+            chain: chain.into(),
+            ..Filters::default()
+        }
+    }
+
+    /// Whether a filter may read request headers (see
+    /// [`crate::snapshot::Snapshot::reads_request_headers`]). Authz and the global limit are
+    /// counted as readers whatever their rules say.
+    pub fn reads_request_headers(&self) -> bool {
+        self.chain.iter().any(|s| match s {
+            Stage::Rbac | Stage::GlobalRateLimit => true,
+            Stage::LocalRateLimit => self
+                .local_rate_limit
+                .as_ref()
+                .is_some_and(|l| l.reads_request_headers()),
+            Stage::Cors | Stage::Fault => false,
+            Stage::Added(f) => f.reads_request_headers(),
+        })
+    }
+
+    /// The policy filters configured (for `warden check` and the start-up log).
+    pub fn stage_names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.authz.is_some() {
+            v.push("authz");
+        }
+        if self.local_rate_limit.is_some() {
+            v.push("local_rate_limit");
+        }
+        if self.global_rate_limit.is_some() {
+            v.push("global_rate_limit");
+        }
+        v
+    }
+
+    /// Envoy's names of the chain's filters, in order.
+    pub fn chain_names(&self) -> Vec<&str> {
+        self.chain.iter().map(Stage::name).collect()
+    }
+
+    /// Whether some filter of the chain waits for every request (then no request is answered
+    /// before a future exists).
+    pub fn always_waits(&self) -> bool {
+        self.global_rate_limit.is_some()
+    }
+
+    /// The request phases from the filter at `from` on, until one answers or waits.
+    pub fn on_request(
+        &self,
+        from: usize,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+        metrics: &Metrics,
+    ) -> ChainFlow {
+        for (i, stage) in self.chain.iter().enumerate().skip(from) {
+            match self.stage_request(stage, req, route, state, metrics) {
+                Flow::Continue => {}
+                Flow::Reply(response) => return ChainFlow::Reply(response, i),
+                Flow::Wait => return ChainFlow::Wait(i),
+            }
+        }
+        ChainFlow::Passed
+    }
+
+    fn stage_request(
+        &self,
+        stage: &Stage,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+        metrics: &Metrics,
+    ) -> Flow {
+        match stage {
+            Stage::Rbac => match &self.authz {
+                Some(f) => f.on_request(req, route, state, metrics),
+                None => Flow::Continue,
+            },
+            Stage::LocalRateLimit => match &self.local_rate_limit {
+                Some(f) => f.on_request(req, route, state, metrics),
+                None => Flow::Continue,
+            },
+            Stage::Cors => CorsFilter.on_request(req, route, state, metrics),
+            Stage::GlobalRateLimit => match &self.global_rate_limit {
+                Some(f) => f.on_request(req, route, state, metrics),
+                None => Flow::Continue,
+            },
+            Stage::Fault => FaultFilter.on_request(req, route, state, metrics),
+            Stage::Added(f) => f.on_request(req, route, state, metrics),
+        }
+    }
+
+    /// The waiting request phase of the filter at `at` (it said [`Flow::Wait`]).
+    pub fn on_request_waiting<'a>(
+        &'a self,
+        at: usize,
+        req: &'a RequestAttrs<'a>,
+        route: &'a Route,
+        state: &'a mut FilterState,
+        metrics: &'a Metrics,
+    ) -> VerdictFuture<'a> {
+        match self.chain.get(at) {
+            Some(Stage::GlobalRateLimit) => match &self.global_rate_limit {
+                Some(f) => f.on_request_waiting(req, route, state, metrics),
+                None => Box::pin(std::future::ready(chain::Verdict::Continue)),
+            },
+            Some(Stage::Fault) => FaultFilter.on_request_waiting(req, route, state, metrics),
+            Some(Stage::Added(f)) => f.on_request_waiting(req, route, state, metrics),
+            _ => Box::pin(std::future::ready(chain::Verdict::Continue)),
+        }
+    }
+
+    /// The response phases, in reverse order, of the filters whose request phase ran (the
+    /// first `reached` of the chain).
+    pub fn on_response(
+        &self,
+        reached: usize,
+        route: &Route,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) {
+        for stage in self.chain[..reached.min(self.chain.len())].iter().rev() {
+            match stage {
+                Stage::Cors => CorsFilter.on_response(route, state, response),
+                Stage::Added(f) => f.on_response(route, state, response),
+                Stage::Rbac | Stage::LocalRateLimit | Stage::GlobalRateLimit | Stage::Fault => {}
+            }
+        }
+    }
+
+    /// Register the counters the engines keep themselves, read at scrape time.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        if let Some(local) = &self.local_rate_limit {
+            local_rate_limit::register_metrics(registry, local);
+        }
+    }
+
+    /// How many filters the chain has (the `reached` of a request that passed them all).
+    pub fn len(&self) -> usize {
+        self.chain.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chain.is_empty()
+    }
+}

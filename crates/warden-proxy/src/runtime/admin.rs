@@ -1,0 +1,148 @@
+//! The admin endpoint (Envoy's 15000): `/ready`, `/stats/prometheus`, `/config_dump`,
+//! `/listeners`. Served on its own small thread so it answers even when workers are busy.
+
+use crate::runtime::state::Control;
+use crate::upstream::cluster::{LbPolicy, UpstreamProtocol};
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+#[derive(serde::Serialize)]
+struct ClusterDump<'a> {
+    name: &'a str,
+    endpoints: Vec<String>,
+    lb: LbPolicy,
+    protocol: UpstreamProtocol,
+    max_requests: Option<u32>,
+    max_requests_per_connection: Option<u32>,
+    idle_timeout: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct RouteDump {
+    port: u16,
+    domains: Vec<String>,
+    routes: Vec<String>,
+}
+
+fn config_dump(shared: &Control) -> serde_json::Value {
+    let snap = shared.snapshot.load();
+    let clusters: Vec<ClusterDump<'_>> = snap
+        .clusters
+        .values()
+        .map(|c| ClusterDump {
+            name: &c.name,
+            endpoints: c
+                .endpoints
+                .iter()
+                .map(|e| e.authority.to_string())
+                .collect(),
+            lb: c.lb,
+            protocol: c.protocol,
+            max_requests: (c.max_requests != u32::MAX).then_some(c.max_requests),
+            max_requests_per_connection: c.reuse.max_requests.map(|n| n.get()),
+            idle_timeout: c.reuse.idle_timeout.map(|t| format!("{t:?}")),
+        })
+        .collect();
+    let mut vhosts = Vec::new();
+    for (spec, routes) in snap.listeners.iter().zip(&snap.ports) {
+        if let crate::snapshot::PortRoutes::Http(table) = routes {
+            for vh in &table.vhosts {
+                vhosts.push(RouteDump {
+                    port: spec.port,
+                    domains: vh.domains.clone(),
+                    routes: vh.routes.iter().map(|r| r.name.to_string()).collect(),
+                });
+            }
+        }
+    }
+    serde_json::json!({
+        "identity": &shared.identity,
+        "listeners": &shared.listeners,
+        "virtual_hosts": vhosts,
+        "clusters": clusters,
+        "filters": snap.filters.stage_names(),
+        "config": &snap.config,
+        "warnings": snap.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+    })
+}
+
+fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+    }
+    let json = |v: serde_json::Value| {
+        respond(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec_pretty(&v).unwrap_or_default(),
+        )
+    };
+    match req.uri().path() {
+        "/ready" => respond(StatusCode::OK, "text/plain", "LIVE\n"),
+        "/stats/prometheus" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            shared
+                .metrics
+                .encode_with(|r| shared.snapshot.load().filters.register_metrics(r)),
+        ),
+        "/config_dump" => json(config_dump(shared)),
+        "/listeners" => json(serde_json::to_value(&shared.listeners).unwrap_or_default()),
+        _ => respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "admin: /ready /stats/prometheus /config_dump /listeners\n",
+        ),
+    }
+}
+
+/// Serve until `stop` resolves.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Control>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register admin listener");
+            return;
+        }
+    };
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let resp = handle(&req, &shared);
+                        async move { Ok::<_, Infallible>(resp) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            _ = &mut stop => break,
+        }
+    }
+}

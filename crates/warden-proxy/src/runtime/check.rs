@@ -1,0 +1,258 @@
+//! `warden check`: what a config would run, as text (listeners, routes, upstreams, policies).
+
+use crate::routing::RouteAction;
+use crate::routing::RouteTable;
+use crate::snapshot::{ListenerProtocol, PortRoutes, SidecarRoutes, Snapshot, TcpRoute};
+use std::fmt::Write;
+use warden_config::mesh_config::ProxyConfig as MeshDefaults;
+
+/// A human-readable summary of a compiled snapshot.
+pub fn describe(s: &Snapshot) -> String {
+    describe_with(s, &MeshDefaults::default())
+}
+
+/// [`describe`] with the mesh config's `defaultConfig` (`gatewayTopology`, `proxyHeaders`).
+pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "listeners ({}):", s.listeners.len());
+    for (l, routes) in s.listeners.iter().zip(&s.ports) {
+        match routes {
+            PortRoutes::Http(t) => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} HTTP (h1 + h2c): {} virtual host(s), {} route(s)",
+                    l.name,
+                    l.port,
+                    t.vhosts.len(),
+                    t.route_count()
+                );
+            }
+            PortRoutes::Tcp(_) if l.protocol == ListenerProtocol::Captured => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} {:?}: captured connections, by original destination",
+                    l.name, l.port, l.side
+                );
+            }
+            PortRoutes::Tcp(r) => {
+                let target =
+                    r.as_ref()
+                        .map_or("no tcp route (connections are closed)".to_string(), |r| {
+                            let names: Vec<&str> =
+                                r.clusters.iter().map(|(c, _)| c.name.as_str()).collect();
+                            format!("{} -> {}", r.name, names.join(", "))
+                        });
+                let _ = writeln!(out, "  {} port {} TCP: {}", l.name, l.port, target);
+            }
+            PortRoutes::Tls(t) => {
+                let _ = writeln!(
+                    out,
+                    "  {} port {} TLS (by SNI): {} server(s), {} virtual host(s), {} route(s), \
+                     {} SNI route(s){}",
+                    l.name,
+                    l.port,
+                    t.servers.len(),
+                    t.http.vhosts.len(),
+                    t.http.route_count(),
+                    t.passthrough.len(),
+                    if t.tcp.is_some() { ", a tcp route" } else { "" }
+                );
+                for server in &t.servers {
+                    let what = match &server.action {
+                        crate::snapshot::TlsAction::Passthrough => "PASSTHROUGH",
+                        crate::snapshot::TlsAction::Terminate { mutual, http, .. } => {
+                            match (*mutual, *http) {
+                                (true, true) => "terminate (client certificates), HTTP",
+                                (true, false) => "terminate (client certificates), TCP",
+                                (false, true) => "terminate, HTTP",
+                                (false, false) => "terminate, TCP",
+                            }
+                        }
+                    };
+                    let _ = writeln!(out, "    [{}]: {what}", server.hosts.join(", "));
+                }
+            }
+        }
+    }
+    if let Ok(t) = crate::runtime::gateway_topology::resolve(s, mesh, None) {
+        out.push_str(&t.describe(s.sidecar.is_some()));
+    }
+    let _ = writeln!(out, "routes:");
+    for (l, routes) in s.listeners.iter().zip(&s.ports) {
+        match routes {
+            PortRoutes::Http(t) => describe_table(&mut out, &format!("port {}", l.port), t),
+            PortRoutes::Tls(t) => {
+                describe_table(&mut out, &format!("port {} (TLS)", l.port), &t.http)
+            }
+            PortRoutes::Tcp(_) => {}
+        }
+    }
+    if let Some(sidecar) = &s.sidecar {
+        describe_sidecar(&mut out, sidecar);
+    }
+    let _ = writeln!(out, "upstreams ({}):", s.clusters.len());
+    for c in s.clusters.values() {
+        let eps: Vec<String> = c
+            .endpoints
+            .iter()
+            .map(|e| e.authority.to_string())
+            .collect();
+        let mut limit = if c.max_requests == u32::MAX {
+            String::new()
+        } else {
+            format!(", max {} in flight", c.max_requests)
+        };
+        if let Some(n) = c.reuse.max_requests {
+            let _ = write!(limit, ", max {n} request(s)/connection");
+        }
+        if let Some(t) = c.reuse.idle_timeout {
+            let _ = write!(limit, ", idle timeout {t:?}");
+        }
+        if let Some(o) = &c.outlier {
+            let p = &o.policy;
+            let _ = write!(
+                limit,
+                ", outlier ejection after {} consecutive 5xx / {} gateway errors for {:?} x times, max {}% out",
+                p.consecutive_5xx, p.consecutive_gateway, p.base_ejection, p.max_ejection_percent
+            );
+        }
+        if c.original_dst {
+            // Only a sidecar's captured connections have one.
+            let _ = write!(
+                limit,
+                ", ORIGINAL_DST (resolution NONE: each connection's original destination{})",
+                if s.sidecar.is_some() {
+                    ""
+                } else {
+                    "; a gateway has none, so its requests get 503 UH"
+                }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {} {:?} {:?} {} endpoint(s) [{}]{}",
+            c.name,
+            c.protocol,
+            c.lb,
+            eps.len(),
+            eps.join(", "),
+            limit
+        );
+    }
+    let _ = writeln!(
+        out,
+        "policies: {} AuthorizationPolicy, {} RateLimitPolicy, {} EnvoyFilter; active stages: [{}]",
+        s.config.authorization_policies.len(),
+        s.config.rate_limit_policies.len(),
+        s.config.envoy_filters.len(),
+        s.filters.stage_names().join(", ")
+    );
+    describe_rate_limits(&mut out, s);
+    if !s.warnings.is_empty() {
+        let _ = writeln!(out, "warnings ({}):", s.warnings.len());
+        for w in &s.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
+    out
+}
+
+/// Where the global limiter's RLS is (the address each reference resolves to) and which
+/// routes the EnvoyFilter route patches landed on.
+fn describe_rate_limits(out: &mut String, s: &Snapshot) {
+    let global = s.filters.global_rate_limit.as_ref();
+    if let Some(g) = global {
+        match &g.rls_target {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "rate limit service: {} -> {} ({})",
+                    t.reference, t.address, t.via
+                );
+            }
+            None => {
+                let _ = writeln!(out, "rate limit service: embedded (in process, memory)");
+            }
+        }
+    }
+    let local = s.filters.local_rate_limit.as_ref().map(|l| &l.landings);
+    let landings: Vec<&String> = global
+        .map(|g| &g.landings)
+        .into_iter()
+        .chain(local)
+        .flatten()
+        .collect();
+    if !landings.is_empty() {
+        let _ = writeln!(out, "rate limit route patches ({}):", landings.len());
+        for l in landings {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+}
+
+/// A table's virtual hosts and their routes, under `label` (`port 80`, `outbound port 9080`).
+fn describe_table(out: &mut String, label: &str, t: &RouteTable) {
+    for vh in &t.vhosts {
+        let _ = writeln!(out, "  {label} host {}:", vh.domains.join(", "));
+        for r in &vh.routes {
+            let action = match &r.action {
+                RouteAction::Direct { status, body, .. } => {
+                    format!("direct response {} ({} bytes)", status.as_u16(), body.len())
+                }
+                RouteAction::Redirect(r) => format!("redirect {}", r.status.as_u16()),
+                RouteAction::Forward {
+                    clusters, timeout, ..
+                } => {
+                    let targets: Vec<String> = clusters
+                        .iter()
+                        .map(|c| format!("{} ({}%)", c.cluster.name, c.weight))
+                        .collect();
+                    let t = timeout.map_or(String::new(), |t| format!(", timeout {t:?}"));
+                    format!("-> {}{t}", targets.join(", "))
+                }
+            };
+            let _ = writeln!(
+                out,
+                "    {} [{} match(es)] {}",
+                r.name,
+                r.matches.len(),
+                action
+            );
+        }
+    }
+}
+
+fn tcp_targets(r: &TcpRoute) -> String {
+    let names: Vec<&str> = r.clusters.iter().map(|(c, _)| c.name.as_str()).collect();
+    format!("{} -> {}", r.name, names.join(", "))
+}
+
+/// A sidecar's outbound HTTP ports, TCP destinations, policy and inbound ports.
+fn describe_sidecar(out: &mut String, s: &SidecarRoutes) {
+    let mut ports: Vec<_> = s.outbound_http_tables().collect();
+    ports.sort_by_key(|(p, _)| *p);
+    for (port, table) in ports {
+        describe_table(out, &format!("outbound port {port}"), table);
+    }
+    let mut tcp: Vec<_> = s.outbound_tcp_routes().collect();
+    tcp.sort_by_key(|(dst, _)| *dst);
+    for (dst, route) in tcp {
+        let _ = writeln!(out, "  outbound {dst} TCP: {}", tcp_targets(route));
+    }
+    let _ = writeln!(
+        out,
+        "  outbound unknown destinations: {:?}",
+        s.outbound_mode
+    );
+    let mut inbound: Vec<_> = s.inbound_protocols().collect();
+    inbound.sort();
+    let declared: Vec<String> = inbound
+        .iter()
+        .map(|(p, proto)| format!("{p} {proto:?}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  inbound: to the app on the original port from 127.0.0.6; declared ports [{}], others detected",
+        declared.join(", ")
+    );
+}

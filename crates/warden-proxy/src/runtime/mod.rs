@@ -1,0 +1,13 @@
+//! Around the request path: the state every worker shares and reloads, starting and stopping,
+//! the admin endpoint, config loading and `warden check`.
+
+pub mod admin;
+pub mod check;
+mod config_settle;
+pub(crate) mod config_source;
+pub mod gateway_topology;
+pub mod options;
+pub mod proxy;
+pub mod reload_guard;
+pub(crate) mod startup_pages;
+pub mod state;

@@ -1,0 +1,133 @@
+//! What a caller hands to [`crate::Proxy::start`]: config source, addresses, identity, logging.
+
+pub use crate::core::access_log::AccessLogTarget;
+pub use crate::core::metrics::ExtraMetrics;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the YAML comes from. Paths are re-read on every reload; inline text is fixed.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// Files or directories (`*.yaml`/`*.yml` read in name order).
+    Paths(Vec<PathBuf>),
+    /// Embedded YAML, named for error messages (e.g. `<demo>`).
+    Inline { name: String, text: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    pub config: ConfigSource,
+    /// Host every Gateway listener binds on.
+    pub listen_host: IpAddr,
+    /// Admin endpoint; `None` disables it. Port 0 binds a free port.
+    pub admin: Option<SocketAddr>,
+    /// Worker threads, each with its own single-threaded runtime and SO_REUSEPORT listeners.
+    pub concurrency: usize,
+    /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
+    /// `None`: the proxy's pod's `proxy.istio.io/config` annotation says, else 0.
+    pub num_trusted_proxies: Option<u32>,
+    /// The mesh config's `defaultConfig` (its `gatewayTopology` and `proxyHeaders`); the pod's
+    /// annotation wins field by field, `num_trusted_proxies` over both
+    /// (`control::gateway_topology`).
+    pub mesh_defaults: warden_config::mesh_config::ProxyConfig,
+    /// The proxy's own namespace and labels (workload selectors of later policy kinds).
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub access_log: Option<AccessLogTarget>,
+    /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
+    pub watch_config: bool,
+    /// Let a reload through that comes from an empty file or leaves no listener, or a
+    /// listener without routes (refused by default: `control::reload_guard`).
+    pub allow_empty_config: bool,
+    /// Upstream connect timeout (Istio's default is 10s).
+    pub connect_timeout: Duration,
+    /// A sidecar's pod addresses and service account (`--pod-ip`, `--service-account`).
+    pub pod_ips: Vec<IpAddr>,
+    pub service_account: Option<String>,
+    /// `Some`: run as a sidecar (outbound and inbound listeners) instead of a gateway.
+    pub sidecar: Option<crate::core::identity::SidecarSettings>,
+    /// Downstream connections held at most (all listeners); `None`: half the open-file limit
+    /// less a reserve (each proxied connection also needs an upstream fd).
+    pub max_connections: Option<usize>,
+    /// Downstream connections held at most per listener.
+    pub max_connections_per_listener: Option<usize>,
+    /// Downstream connections one client IP may hold at once.
+    pub max_connections_per_ip: Option<usize>,
+    /// Request-head, idle, max-duration and stream idle timeouts of downstream connections.
+    pub timeouts: crate::core::timeouts::Timeouts,
+    /// Scrape-time metrics of another component (`--accel`'s BPF counters).
+    pub extra_metrics: Option<ExtraMetrics>,
+    /// `--accel` with eBPF capture: lets same-node apps' sends skip plain TCP relays.
+    pub splicer: Option<warden_accel::Splicer>,
+    /// HTTP filters added to every chain (gateway, sidecar inbound and outbound), each at its
+    /// EnvoyFilter-style position (`filters::chain`).
+    pub http_filters: crate::filters::chain::ChainExtensions,
+    /// Where Gateway `credentialName`s resolve: one folder per name with `tls.crt`, `tls.key`
+    /// and `ca.crt` (the keys of Istio's Kubernetes TLS Secrets).
+    pub credentials_dir: Option<PathBuf>,
+    /// This proxy's mesh certificate (`--mesh-credentials`): ISTIO_MUTUAL upstreams and the
+    /// sidecar's mTLS inbound.
+    pub mesh: Option<crate::core::identity::MeshCredentials>,
+}
+
+impl ProxyOptions {
+    /// Who the proxy is, for policy selection and the sidecar's registry lookups.
+    pub fn identity(&self) -> crate::core::identity::ProxyIdentity {
+        crate::core::identity::ProxyIdentity {
+            namespace: self.namespace.clone(),
+            labels: self.labels.clone(),
+            pod_ips: self.pod_ips.clone(),
+            service_account: self.service_account.clone(),
+            credentials_dir: self.credentials_dir.clone(),
+            mesh: self.mesh.clone(),
+            sidecar: self.sidecar.clone(),
+        }
+    }
+
+    /// Defaults as `warden proxy` uses them, except that the admin endpoint and listeners go on
+    /// loopback with free ports only when the config says port 0.
+    pub fn new(config: ConfigSource) -> Self {
+        ProxyOptions {
+            config,
+            listen_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 15000))),
+            concurrency: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            num_trusted_proxies: None,
+            mesh_defaults: Default::default(),
+            namespace: "default".into(),
+            labels: BTreeMap::new(),
+            access_log: None,
+            watch_config: true,
+            allow_empty_config: false,
+            connect_timeout: Duration::from_secs(10),
+            pod_ips: Vec::new(),
+            service_account: None,
+            sidecar: None,
+            max_connections: None,
+            max_connections_per_listener: None,
+            max_connections_per_ip: None,
+            timeouts: crate::core::timeouts::Timeouts::default(),
+            extra_metrics: None,
+            splicer: None,
+            http_filters: Default::default(),
+            credentials_dir: None,
+            mesh: None,
+        }
+    }
+
+    /// Options for tests and embedding: loopback listeners, admin on a free loopback port,
+    /// one worker, no file watching.
+    pub fn loopback(config: ConfigSource) -> Self {
+        ProxyOptions {
+            listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            concurrency: 1,
+            watch_config: false,
+            ..ProxyOptions::new(config)
+        }
+    }
+}
