@@ -123,6 +123,8 @@ impl Handling<'_> {
 }
 
 /// The answer to a handled request, counted and logged.
+// What a request leaves for its metrics and log line, each from a different stage.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     shared: &Shared,
     conn: &ConnCtx,
