@@ -4,7 +4,10 @@
 
 use crate::core::conn::ConnCtx;
 use crate::core::destination::{original_dst, Side};
+use crate::core::tls_info::TlsInfo;
+use crate::listeners::accepted::Accepted;
 use crate::listeners::capture_plan::{plan, Plan};
+use crate::listeners::tls_terminate;
 use crate::listeners::fast_h1;
 use crate::listeners::tcp;
 use crate::pipeline::WorkerCtx;
@@ -19,36 +22,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// What serving a captured connection (or a Gateway TLS port's) needs from its accept loop.
-pub struct Captured {
-    pub side: Side,
-    pub peer: SocketAddr,
-    pub worker: Arc<WorkerCtx>,
-    pub hyper: Arc<auto::Builder<TokioExecutor>>,
-    pub watcher: Watcher,
-    pub stop: watch::Receiver<()>,
-    pub max_head: usize,
-    pub timeouts: crate::core::timeouts::Timeouts,
-    pub connect_timeout: Duration,
-}
-
-impl Captured {
-    /// The HTTP server's view of `conn`.
-    pub(crate) fn serving(self, conn: ConnCtx, violation: Arc<AtomicBool>) -> fast_h1::Serving {
-        fast_h1::Serving {
-            conn: Arc::new(conn),
-            worker: self.worker,
-            hyper: self.hyper,
-            watcher: self.watcher,
-            stop: self.stop,
-            violation,
-            max_head: self.max_head,
-            timeouts: self.timeouts,
-        }
-    }
-}
-
-pub async fn serve(stream: TcpStream, c: Captured) {
+pub async fn serve(stream: TcpStream, c: Accepted) {
     let dst = match original_dst(&stream) {
         Ok(d) => d,
         Err(e) => {
@@ -167,26 +141,13 @@ async fn serve_mtls(
     listener: SocketAddr,
     dst: SocketAddr,
     config: Arc<warden_tls::rustls::ServerConfig>,
-    c: Captured,
+    c: Accepted,
     snapshot: Arc<Snapshot>,
 ) {
-    use crate::core::tls_info::TlsInfo;
-    use crate::listeners::tls_accept::HANDSHAKE_TIMEOUT;
-    let metrics = &c.worker.shared.metrics;
-    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, peer = %c.peer, "mesh mTLS handshake failed");
-            metrics.tls_handshake_failed(warden_tls::handshake_error::reason(&e));
-            return;
-        }
-        Err(_) => {
-            metrics.tls_handshake_failed("timeout");
-            return;
-        }
+    let Some(tls) = tls_terminate::handshake(stream, config, &c.worker.shared.metrics, c.peer).await
+    else {
+        return;
     };
-    metrics.tls_handshakes.inc();
     let session = tls.get_ref().1;
     let alpn_http = matches!(session.alpn_protocol(), Some(b"h2") | Some(b"http/1.1"));
     // Istio's sidecar inbound: APPEND_FORWARD with Subject, URI and DNS unless its

@@ -3,6 +3,7 @@
 //! sidecar's captured connections (`captured`), TCP routes (`tcp`), HTTP/2 abuse limits and
 //! connection limits.
 
+pub(crate) mod accepted;
 pub(crate) mod buffer_pool;
 pub(crate) mod capture_plan;
 pub(crate) mod captured;
@@ -14,4 +15,5 @@ pub(crate) mod h2_goaway_code;
 pub(crate) mod listen;
 pub(crate) mod tcp;
 pub mod tls_accept;
+pub(crate) mod tls_terminate;
 pub(crate) mod worker;

@@ -9,7 +9,8 @@
 use crate::core::conn::ConnCtx;
 use crate::core::destination::Side;
 use crate::core::tls_info::TlsInfo;
-use crate::listeners::captured::Captured;
+use crate::listeners::accepted::Accepted;
+use crate::listeners::tls_terminate::{self, HANDSHAKE_TIMEOUT};
 use crate::listeners::fast_h1;
 use crate::listeners::tcp;
 use crate::snapshot::{PortRoutes, TlsAction};
@@ -17,14 +18,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
-use warden_tls::{client_hello, handshake_error};
-
-/// A ClientHello and the handshake after it must be done within this (Envoy's listener
-/// filter timeout is 15 s; browsers finish in milliseconds).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use warden_tls::client_hello;
 
 /// Serve a connection accepted on the Gateway TLS port `port` (configured number).
-pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
+pub async fn serve(stream: TcpStream, port: u16, a: Accepted) {
     let shared = a.worker.shared.clone();
     let metrics = &shared.metrics;
     let hello = match client_hello::peek(&stream, HANDSHAKE_TIMEOUT).await {
@@ -62,20 +59,9 @@ pub async fn serve(stream: TcpStream, port: u16, a: Captured) {
         } => (config.clone(), *http, client_sans, local_uri_sans.clone()),
     };
     let local = stream.local_addr().unwrap_or(a.peer);
-    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, peer = %a.peer, "TLS handshake failed");
-            metrics.tls_handshake_failed(handshake_error::reason(&e));
-            return;
-        }
-        Err(_) => {
-            metrics.tls_handshake_failed("timeout");
-            return;
-        }
+    let Some(tls) = tls_terminate::handshake(stream, config, metrics, a.peer).await else {
+        return;
     };
-    metrics.tls_handshakes.inc();
     let details = shared.client_cert.element_details(Side::Gateway);
     let mut info = TlsInfo::of(tls.get_ref().1, &by, details);
     // The SNI the server was chosen by (rustls reports the same one).

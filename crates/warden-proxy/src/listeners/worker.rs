@@ -289,7 +289,7 @@ async fn accept_loop(
                         });
                     }
                     ListenerProtocol::Tls | ListenerProtocol::Captured => {
-                        let handed = crate::listeners::captured::Captured {
+                        let handed = crate::listeners::accepted::Accepted {
                             side: spec.side,
                             peer,
                             worker: worker.clone(),
