@@ -80,10 +80,7 @@ impl Drop for Proxy {
 
 /// `warden proxy ARGS &` from the README, started in `ns` from the repository root.
 fn start_proxy(ns: &NetNs, command: &str) -> Proxy {
-    let args: Vec<&str> = command
-        .trim_end_matches('&')
-        .split_whitespace()
-        .collect();
+    let args: Vec<&str> = command.trim_end_matches('&').split_whitespace().collect();
     assert_eq!(args.first(), Some(&"warden"), "{command}");
     let child = ns
         .command(common::WARDEN)
@@ -131,14 +128,23 @@ fn readme_example_gets_403_and_429() {
     }
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
     let steps = console_steps(&readme);
-    let (first, rest) = steps.split_first().expect("a ```console block in README.md");
+    let (first, rest) = steps
+        .split_first()
+        .expect("a ```console block in README.md");
     assert!(
-        first.command.starts_with("warden proxy -c examples/quickstart/gateway.yaml"),
+        first
+            .command
+            .starts_with("warden proxy -c examples/quickstart/gateway.yaml"),
         "the README's example starts the proxy on its example file: {first:?}"
     );
     assert!(
-        rest.iter().flat_map(|s| &s.output).any(|l| l.ends_with(" 403"))
-            && rest.iter().flat_map(|s| &s.output).any(|l| l.ends_with(" 429")),
+        rest.iter()
+            .flat_map(|s| &s.output)
+            .any(|l| l.ends_with(" 403"))
+            && rest
+                .iter()
+                .flat_map(|s| &s.output)
+                .any(|l| l.ends_with(" 429")),
         "the README's example shows a 403 and a 429: {rest:?}"
     );
 
