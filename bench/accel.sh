@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eBPF same-node acceleration bench (issue 27): seed 002's experiment on this machine. A client
+# eBPF same-node acceleration bench: seed 002's experiment on this machine. A client
 # pod and a server pod (network namespaces joined by a veth, each in its own child cgroup2)
 # on one "node"; the server pod runs `warden echo` (HTTP 8080, TCP 8078), both pods have
 # `warden capture` rules and a sidecar (uid 1337, 1 worker). The seed's fortio runs, as
@@ -267,7 +267,7 @@ paired("HTTP avg latency on/off", ("http", "on"), ("http", "off"), 1, 0.84, Fals
 print("legs sidecars (apps' sockets stay plain TCP) / unaccelerated, per round (for scale):")
 paired("TCP QPS onsc/off", ("tcp", "onsc"), ("tcp", "off"), 0, None, True)
 paired("HTTP QPS onsc/off", ("http", "onsc"), ("http", "off"), 0, None, True)
-print("accelerated sidecar pair / no mesh (issue 27: within 10% for TCP):")
+print("accelerated sidecar pair / no mesh (goal: within 10% for TCP):")
 paired("TCP QPS on/nomesh", ("tcp", "on"), ("tcp", "nomesh"), 0, 0.90, True)
 paired("HTTP QPS on/nomesh (for scale)", ("http", "on"), ("http", "nomesh"), 0, None, True)
 paired("TCP QPS off/nomesh (for scale)", ("tcp", "off"), ("tcp", "nomesh"), 0, None, True)

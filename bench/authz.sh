@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AuthorizationPolicy bench (issue 3), seed 001 on loopback in one run: the gateway answers
+# AuthorizationPolicy bench, seed 001 on loopback in one run: the gateway answers
 # directResponse 333 "test" with
 #   (a) no policy, (b) 20k IPs in one rule, (c) 100k IPs in one rule, (d) 20k rules of one IP,
 #   (e) 1M CIDRs (1/4 IPv6, some /24 and /64),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Gateway bench (issue 2): warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
+# Gateway bench: warden (1 worker) vs nginx (1 worker) vs HAProxy (1 thread), as a plain
 # reverse proxy to the same backend and as a direct responder (status 333, body "test", as in
-# shared/seeds/001). One run, loopback only, wrk -t1 -c64, cases interleaved over ROUNDS rounds
+# seed 001 of docs/lab.md). One run, loopback only, wrk -t1 -c64, cases interleaved over ROUNDS
+# rounds
 # (best round shown; SUMMARY=median for the median, see bench/lib/common.sh), then back-to-back
 # pairs (PAIRS) whose medians carry the goal's verdicts. Env: DURATION (s per case and round,
 # default 5), CONNS, ROUNDS (3), PAIRS (16), PIN (1: the proxies on CPU 0, wrk and the backend on

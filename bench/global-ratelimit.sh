@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Global rate limit bench (issue 6), seed 000's `ab -c 1000` on loopback in one run: wrk with
+# Global rate limit bench, seed 000's `ab -c 1000` on loopback in one run: wrk with
 # 1000 connections through a warden gateway (one worker) in front of an nginx backend, with
 #   (a) no limiter
 #   (b) a global RateLimitPolicy on the embedded limiter (no RLS, no Redis)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # User-space instructions per request (valgrind callgrind), warden vs nginx vs HAProxy, on the
-# three paths of issues 2 and 4: plain reverse proxy, direct response 333, and the seed's per-IP
-# limit rejecting with 429. Unlike req/s on this kind of 2-core VM (where even two runs of one
-# binary differ by up to 25%), an instruction count does not move between runs, so it shows
-# whether a change made a path cheaper. It leaves out the kernel, which is about 70% of every
+# paths of bench/gateway.sh and bench/local-ratelimit.sh: plain reverse proxy, direct response
+# 333, and seed 000's per-IP limit rejecting with 429. Unlike req/s on this kind of 2-core VM
+# (where even two runs of one binary differ by up to 25%), an instruction count does not move
+# between runs, so it shows whether a change made a path cheaper. It leaves out the kernel, which is about 70% of every
 # server's CPU time here and the same work for the three (one recvfrom and one send/writev per
 # request and direction), and instructions are not cycles: the req/s goals are still measured by
 # gateway.sh and local-ratelimit.sh.

@@ -3,7 +3,7 @@
 #   1. load generators against the same nginx (`return 200`, 1 worker): warden load, wrk, hey
 #      at equal connections and threads (hey: GOMAXPROCS=threads);
 #   2. backends driven by the same wrk: nginx `return 200` vs `warden echo` (same thread count).
-# Goals (issue 7): warden load >= wrk and >= 2x hey in req/s; warden echo >= nginx in req/s.
+# Goals: warden load >= wrk and >= 2x hey in req/s; warden echo >= nginx in req/s.
 #
 # Env: CONNS (64), THREADS (1), DURATION seconds per run (4), ROUNDS (3), WARDEN_BIN (skip the cargo build
 # and use this binary), PIN (1: backends on CPU 0, load tools on CPU 1; see bench/lib/common.sh).

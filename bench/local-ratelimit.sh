@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local rate limit bench (issue 4), seed 000's attack shape on loopback in one run: one client IP
+# Local rate limit bench, seed 000's attack shape on loopback in one run: one client IP
 # (127.0.0.1) hammering through a proxy whose per-IP limit is 300/min, so almost every request is
 # rejected with 429 before it reaches the backend:
 #   warden RateLimitPolicy (sourceCIDR Distinct, 300/Minute)

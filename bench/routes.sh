@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Routing at scale (issue 23): one Gateway with 1,000 VirtualServices of 10 routes each (prefix
+# Routing at scale: one Gateway with 1,000 VirtualServices of 10 routes each (prefix
 # and regex mixed, one host each) against the same Gateway with a single route. Both answer
 # with a direct response, so the difference is what routing costs. The request goes to the
 # 1,000th VirtualService's host (a hash lookup among 1,000 hosts) and matches its last route

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sidecar bench (issue 22): seed 003's experiment on this machine. An nginx service (1 worker,
+# Sidecar bench: seed 003's experiment on this machine. An nginx service (1 worker,
 # 1 KiB responses) in a "server pod" namespace, the load client in a "client pod" namespace,
 # joined by a veth. Both pods have `warden capture` rules and a `warden proxy --mode sidecar`
 # (1 worker, uid 1337). The same client and nginx are measured two ways in one run:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS bench (issue 26): warden (1 worker) vs nginx (1 worker), same certificates, TLS 1.3,
+# TLS bench: warden (1 worker) vs nginx (1 worker), same certificates, TLS 1.3,
 # both answering 200 "hello" themselves (no upstream). Two measures:
 #  - new handshakes/s: `openssl s_time -new` (a full handshake and one GET per connection, no
 #    resumption), CLIENTS processes in parallel on the client core, ECDSA P-256 and RSA 2048

@@ -40,8 +40,10 @@ pub struct EnableArgs {
     /// The sidecar's uid (its own connect()s are not captured).
     #[arg(long, default_value_t = 1337)]
     pub proxy_uid: u32,
+    /// The sidecar's outbound listener, where `--capture ebpf` sends the pod's calls.
     #[arg(long, default_value_t = 15001)]
     pub outbound_port: u16,
+    /// The sidecar's inbound listener, where same-node sidecars' calls to the pod land.
     #[arg(long, default_value_t = 15006)]
     pub inbound_port: u16,
     /// The pod's address (repeatable); with `--capture ebpf`, same-node sidecars then connect
@@ -64,6 +66,7 @@ pub struct DisableArgs {
     /// Also remove every pinned map and link and unmount warden's bpffs.
     #[arg(long)]
     pub clean: bool,
+    /// warden's own bpffs, where `enable` pinned the links.
     #[arg(long, default_value = DEFAULT_BPFFS)]
     pub bpffs: PathBuf,
 }
@@ -76,6 +79,7 @@ pub struct StatusArgs {
     /// The capture to probe kernel support for.
     #[arg(long, value_enum, default_value_t = Capture::Ebpf)]
     pub capture: Capture,
+    /// warden's own bpffs, where the pinned links and the shared maps are.
     #[arg(long, default_value = DEFAULT_BPFFS)]
     pub bpffs: PathBuf,
 }

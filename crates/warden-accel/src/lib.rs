@@ -1,4 +1,4 @@
-//! Same-node acceleration for the sidecar (issue 27), as Merbridge/ASM do it: socket traffic
+//! Same-node acceleration for the sidecar, as Merbridge/ASM do it: socket traffic
 //! between meshed processes of one node (app -> sidecar -> sidecar -> app) is handed from
 //! socket to socket by eBPF (sockops + sk_msg) instead of crossing TCP/IP, and capture can
 //! be done without iptables (cgroup connect4/6 + getsockopt), which keeps every leg's

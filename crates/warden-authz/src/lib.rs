@@ -11,8 +11,8 @@
 //! // metrics: allowed / denied{policy = d.policy_label()} / shadow_denied{policy} per d.shadow_denied
 //! // TCP, on the first byte: if !authz.check_tcp(&TcpAttrs{..}).allow, close writing nothing.
 //! ```
-//! Semantics follow Istio/Envoy (shared/reference/envoy-istio-semantics.md §3): DENY before
-//! ALLOW, no ALLOW policy means allow, `spec: {}` allows nothing, `rules: [{}]` matches all,
+//! Semantics follow Istio (istio.io's "Authorization Policy" reference) and Envoy's RBAC
+//! filter: DENY before ALLOW, no ALLOW policy means allow, `spec: {}` allows nothing, `rules: [{}]` matches all,
 //! `istio.io/dry-run` policies only produce [`Decision::shadow_denied`]. On a TCP connection an
 //! ALLOW rule with an HTTP-only field (hosts, methods, paths, their `not` forms, a
 //! `request.headers` condition) never matches, and a DENY or AUDIT rule matches on its other

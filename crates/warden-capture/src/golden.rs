@@ -1,5 +1,5 @@
 //! Golden text: the rules for representative options, compared with what istio-iptables
-//! installs (shared/reference/ebpf-acceleration.md §2 and Istio's capture golden files),
+//! installs in REDIRECT mode (istio/istio tools/istio-iptables and its golden files),
 //! grouped by chain as iptables-save prints them.
 
 use crate::options::{CaptureConfig, CidrSelection, PortSelection};

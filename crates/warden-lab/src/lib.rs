@@ -1,5 +1,6 @@
-//! `warden lab`: every experiment of the source articles (shared/seeds) run on this machine with
-//! the article's load shape, side by side with the article's published numbers.
+//! `warden lab`: every experiment of the source articles (docs/lab.md, "What each seed runs")
+//! run on this machine with the article's load shape, side by side with the article's
+//! published numbers.
 //!
 //! - [`model`]: what a lab run measured (results.json), every raw number per round.
 //! - [`stats`]: medians, the bootstrap interval of a ratio's median, noise-floor judgement

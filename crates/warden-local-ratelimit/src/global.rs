@@ -1,5 +1,6 @@
 //! The `spec.global.rules[]` of RateLimitPolicy, validated and compiled (selectors, limits,
-//! shadow mode) for the global limiter (RLS client, issue 6). No engine here.
+//! shadow mode) for the global limiter (warden-proxy's `pipeline/filters/global_rate_limit`).
+//! No engine here.
 
 use crate::group::Scope;
 use crate::problem::DocSite;

@@ -1,4 +1,4 @@
-//! Listeners follow the Gateway ports on reload (issue #2): added ports are bound and serve,
+//! Listeners follow the Gateway ports on reload: added ports are bound and serve,
 //! removed ports refuse connections after draining, unchanged ports keep their connections, a
 //! protocol change switches the port, and a port that cannot be bound fails the whole reload.
 //! Real sockets on 127.0.0.1; ports are fixed free ports because the Gateway config names them.

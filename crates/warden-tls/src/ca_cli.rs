@@ -35,8 +35,10 @@ pub enum CaCommand {
         /// The CA's folder (`warden ca init --dir`).
         #[arg(long)]
         dir: PathBuf,
+        /// The workload's namespace (the `ns/<ns>` of its SPIFFE identity).
         #[arg(long)]
         namespace: String,
+        /// The workload's service account (the `sa/<sa>` of its SPIFFE identity).
         #[arg(long)]
         service_account: String,
         /// Where the credentials go (created).

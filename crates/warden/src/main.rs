@@ -27,7 +27,7 @@ static MALLOC_CONF: &u8 = &b"tcache_nslots_small_min:64,tcache_gc_incr_bytes:167
 #[command(
     name = "warden",
     version,
-    about = "Service-mesh data plane: ingress proxy with native rate limiting and IP authorization"
+    about = "Service-mesh data plane: gateway and sidecar proxy with native rate limiting and IP authorization"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -38,11 +38,11 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway proxy from Istio Gateway/VirtualService/ServiceEntry (and warden) YAML.
+    /// Run a gateway (or, with --mode sidecar, a pod's sidecar) from Istio and warden YAML.
     Proxy(warden_proxy::cli::ProxyArgs),
     /// Validate config files and print what would run; exit 1 on errors.
     Check(warden_proxy::cli::CheckArgs),
-    /// Run the seeds' scenarios end to end on loopback with embedded defaults.
+    /// Run the source articles' scenarios end to end on loopback with an embedded config.
     Demo(demo::DemoArgs),
     /// Envoy RLS v3 rate limit service (drop-in for envoyproxy/ratelimit).
     Ratelimit(warden_ratelimit::cli::RatelimitArgs),

@@ -1,4 +1,4 @@
-//! eBPF same-node acceleration end to end (issue 27), as a user runs it: two "pods" (network
+//! eBPF same-node acceleration end to end, as a user runs it: two "pods" (network
 //! namespaces joined by a veth, each in a child cgroup2 the test creates and removes), each
 //! with an app and `warden proxy --mode sidecar` as uid 1337. Processes are put in their pod's
 //! cgroup first and then enter the namespace with nsenter (`ip netns exec` would move them to

@@ -1,5 +1,5 @@
-//! One module per source article (shared/seeds/): its setup (as bench/*.sh builds it), its
-//! cases and comparisons, and the article's published numbers beside ours.
+//! One module per source article (the seeds of docs/lab.md): its setup (as bench/*.sh builds
+//! it), its cases and comparisons, and the article's published numbers beside ours.
 
 mod allowlist;
 mod pods;

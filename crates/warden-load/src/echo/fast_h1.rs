@@ -1,8 +1,9 @@
-//! The HTTP/1.1 fast path of the echo server (issue #7). hyper's h1 dispatcher was most of the
-//! echo server's user-space CPU: per request it builds a `Request` with a header map, a `Response`
-//! and a body, and moves the bytes through its own buffers. Here body-less requests are parsed
-//! straight from the read buffer and answered into one output buffer: every request of one read
-//! (pipelined ones too) is answered in order with one write.
+//! The HTTP/1.1 fast path of the echo server (bench/load.sh compares it with nginx). hyper's
+//! h1 dispatcher was most of the echo server's user-space CPU: per request it builds a
+//! `Request` with a header map, a `Response` and a body, and moves the bytes through its own
+//! buffers. Here body-less requests are parsed straight from the read buffer and answered into
+//! one output buffer: every request of one read (pipelined ones too) is answered in order with
+//! one write.
 //!
 //! Everything else is handed to hyper ([`HyperEcho`]) together with the bytes already read: h2c
 //! (the connection starts with the HTTP/2 preface), and from the first request on that has a

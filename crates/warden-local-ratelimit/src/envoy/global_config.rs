@@ -1,6 +1,7 @@
 //! `envoy.extensions.filters.http.ratelimit.v3.RateLimit` (the global limiter's filter), parsed
-//! and validated here so the RLS client (issue 6) can build on it; warden-local-ratelimit does
-//! not act on it.
+//! and validated here so the proxy's RLS client (warden-proxy's
+//! `pipeline/filters/global_rate_limit`) can build on it; warden-local-ratelimit does not act
+//! on it.
 
 use super::proto_json::{HeaderValueOption, HttpStatus, ProtoDuration, RuntimeFractionalPercent};
 use serde::Deserialize;

@@ -1,4 +1,5 @@
-//! Scenario: the gateway of shared/seeds/001 (directResponse 333 "test") plus a routed upstream.
+//! Scenario: the gateway of seed 001 (docs/lab.md; directResponse 333 "test") plus a routed
+//! upstream.
 
 use super::traffic::{count, describe, send};
 use super::{Outcome, Stage};

@@ -1,5 +1,5 @@
-//! Scenario: the global limit of shared/seeds/000 (100 requests per minute per client IP on
-//! one path) on the embedded rate limit service: no RLS, no Redis, no Lua.
+//! Scenario: the global limit of seed 000 (docs/lab.md; 100 requests per minute per client IP
+//! on one path) on the embedded rate limit service: no RLS, no Redis, no Lua.
 
 use super::traffic::{count, describe, send};
 use super::{Outcome, Stage};

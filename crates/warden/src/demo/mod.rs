@@ -1,4 +1,5 @@
-//! `warden demo`: the seeds' scenarios end to end on loopback, on embedded defaults.
+//! `warden demo`: the source articles' scenarios (docs/demo.md) end to end on loopback, on
+//! embedded defaults.
 //!
 //! Starts an echo upstream (warden-load) and a gateway (warden-proxy) from an embedded config on
 //! free loopback ports, drives traffic through it with the load generator, and prints what the
