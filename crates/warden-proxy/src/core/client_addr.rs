@@ -1,5 +1,5 @@
-//! The trusted client address, following Envoy's `use_remote_address` / `xff_num_trusted_hops`
-//! table (reference §2.4). Pure so it can be tested against every row of that table.
+//! The trusted client address, following the `use_remote_address` / `xff_num_trusted_hops`
+//! table of Envoy's `x-forwarded-for` docs. Pure, so the tests below hold every row of it.
 
 use std::net::IpAddr;
 

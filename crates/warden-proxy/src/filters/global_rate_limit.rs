@@ -1,4 +1,4 @@
-//! Global rate limit stage (issue 6): descriptors from RateLimitPolicy `spec.global.rules` and
+//! Envoy's `ratelimit` filter: descriptors from RateLimitPolicy `spec.global.rules` and
 //! from the EnvoyFilter `rate_limits` actions, one `ShouldRateLimit` per request to the RLS
 //! (remote over one HTTP/2 channel, or embedded in process), and a cache of its answers.
 //!
