@@ -7,20 +7,15 @@ use crate::core::destination::{original_dst, Side};
 use crate::core::tls_info::TlsInfo;
 use crate::listeners::accepted::Accepted;
 use crate::listeners::capture_plan::{plan, Plan};
-use crate::listeners::tls_terminate;
 use crate::listeners::fast_h1;
 use crate::listeners::tcp;
-use crate::pipeline::WorkerCtx;
+use crate::listeners::tls_terminate;
 use crate::snapshot::Snapshot;
-use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::Watcher;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 pub async fn serve(stream: TcpStream, c: Accepted) {
     let dst = match original_dst(&stream) {
@@ -105,7 +100,7 @@ async fn mutual_tls(
     // PERMISSIVE waits as protocol detection does (a server-first protocol sends nothing);
     // STRICT as long as a handshake may take.
     let wait = match mode {
-        PeerMode::Strict => Some(crate::listeners::tls_accept::HANDSHAKE_TIMEOUT),
+        PeerMode::Strict => Some(crate::listeners::tls_terminate::HANDSHAKE_TIMEOUT),
         _ => snapshot.sidecar.as_ref().and_then(|s| s.detection_timeout),
     };
     let first = async {
@@ -144,7 +139,8 @@ async fn serve_mtls(
     c: Accepted,
     snapshot: Arc<Snapshot>,
 ) {
-    let Some(tls) = tls_terminate::handshake(stream, config, &c.worker.shared.metrics, c.peer).await
+    let Some(tls) =
+        tls_terminate::handshake(stream, config, &c.worker.shared.metrics, c.peer).await
     else {
         return;
     };

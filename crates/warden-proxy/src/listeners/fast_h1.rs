@@ -619,3 +619,63 @@ fn encode_head(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the fast path makes of the bytes read so far: `read`, `hyper`, or the request it
+    /// answers (method, target, whether its lines stay as read, keep-alive, HTTP/1.0, HEAD,
+    /// head length).
+    fn next(input: &[u8]) -> String {
+        match next_head(input) {
+            ControlFlow::Break(Next::Read) => "read".into(),
+            ControlFlow::Break(Next::Hyper) => "hyper".into(),
+            ControlFlow::Break(Next::Close) => "close".into(),
+            ControlFlow::Continue((req, lines, framing, len)) => format!(
+                "{} {} lines={} keep={} h10={} head={} len={len}",
+                req.method(),
+                req.uri(),
+                lines.is_some(),
+                framing.keep_alive,
+                framing.http10,
+                framing.head,
+            ),
+        }
+    }
+
+    #[test]
+    fn request_heads_are_answered_here_or_handed_to_hyper() {
+        #[rustfmt::skip]
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "read"),
+            (b"GET / HTTP/1.1\r\nHost: a", "read"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET / lines=true keep=true h10=false head=false len=27"),
+            (b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n", "HEAD /x lines=true keep=true h10=false head=true len=29"),
+            (b"GET /q?a=1 HTTP/1.0\r\nHost: a\r\n\r\n", "GET /q?a=1 lines=true keep=false h10=true head=false len=32"),
+            (b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", "GET / lines=true keep=true h10=true head=false len=49"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", "GET / lines=true keep=false h10=false head=false len=46"),
+            // `Connection` naming a header: the lines go into a map, which strips them.
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x-drop\r\nx-drop: 1\r\n\r\n", "GET / lines=false keep=true h10=false head=false len=57"),
+            // Bodies, upgrades and h2c are hyper's.
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "hyper"),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", "hyper"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", "hyper"),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "hyper"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(next(input), *want, "{:?}", String::from_utf8_lossy(input));
+        }
+    }
+
+    #[test]
+    fn codes_without_a_reason_are_unknown_as_envoy_writes_them() {
+        assert_eq!(status_phrase(StatusCode::OK), "OK");
+        assert_eq!(
+            status_phrase(StatusCode::TOO_MANY_REQUESTS),
+            "Too Many Requests"
+        );
+        let seed = StatusCode::from_u16(333).expect("333");
+        assert_eq!(status_phrase(seed), "Unknown");
+    }
+}

@@ -10,13 +10,12 @@ use crate::core::conn::ConnCtx;
 use crate::core::destination::Side;
 use crate::core::tls_info::TlsInfo;
 use crate::listeners::accepted::Accepted;
-use crate::listeners::tls_terminate::{self, HANDSHAKE_TIMEOUT};
 use crate::listeners::fast_h1;
 use crate::listeners::tcp;
+use crate::listeners::tls_terminate::{self, HANDSHAKE_TIMEOUT};
 use crate::snapshot::{PortRoutes, TlsAction};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpStream;
 use warden_tls::client_hello;
 

@@ -221,19 +221,10 @@ fn record(
     }
 }
 
-/// Stage 1: what the policy stages see of the request (the trusted client address per the
-/// XFF rules).
-fn request_attrs<'a>(
-    conn: &'a ConnCtx,
-    shared: &Shared,
-    parts: &'a http::request::Parts,
-    lines: Option<&'a RequestLines>,
-    authority: &'a str,
-) -> RequestAttrs<'a> {
-    let headers = &parts.headers;
-    let peer_ip = conn.peer.ip();
-    let client_ip = trusted_client_addr(
-        peer_ip,
+/// The trusted client address, per the XFF rules (Envoy's `xff_num_trusted_hops`).
+fn client_ip(conn: &ConnCtx, shared: &Shared, headers: &HeaderMap) -> IpAddr {
+    trusted_client_addr(
+        conn.peer.ip(),
         || {
             headers
                 .get_all(&X_FORWARDED_FOR)
@@ -242,15 +233,26 @@ fn request_attrs<'a>(
         },
         true,
         shared.num_trusted_proxies,
-    );
+    )
+}
+
+/// What the filters see of the request; `client_ip` is computed once per request
+/// ([`client_ip`]).
+fn request_attrs<'a>(
+    conn: &'a ConnCtx,
+    parts: &'a http::request::Parts,
+    lines: Option<&'a RequestLines>,
+    authority: &'a str,
+    client_ip: IpAddr,
+) -> RequestAttrs<'a> {
     RequestAttrs {
-        peer_ip,
+        peer_ip: conn.peer.ip(),
         client_ip,
         method: &parts.method,
         authority,
         path: parts.uri.path(),
         query: parts.uri.query(),
-        headers,
+        headers: &parts.headers,
         lines,
         port: conn.port,
         local_addr: conn.local,
@@ -378,7 +380,8 @@ fn decide(
     // One authority for every filter and the upstream (or a 400), see `authority`.
     let rejected = authority::resolve(&mut parts, &mut lines).err();
     let authority = authority_of(&parts, lines.as_ref());
-    let mut attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
+    let client_ip = client_ip(conn, shared, &parts.headers);
+    let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
     if shared.access_log.is_some() {
         *log = Some(log_fields(&parts, authority, attrs.client_ip));
     }
@@ -419,7 +422,6 @@ fn decide(
             filters.len()
         }
     };
-    let client_ip = attrs.client_ip;
     Decided::Later(Waiting {
         parts,
         lines,
@@ -477,7 +479,7 @@ async fn act(
         // 3. the rest of the chain, from the filter that waits
         let answered = if resume < filters.len() {
             let authority = authority_of(&parts, lines.as_ref());
-            let mut attrs = request_attrs(conn, shared, &parts, lines.as_ref(), authority);
+            let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
             attrs.vhost = vhost;
             // A waiting filter's own replies carry the local limiter's headers too.
             if let Some(h) = state.local_limit_headers.take() {

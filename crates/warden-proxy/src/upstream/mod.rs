@@ -476,3 +476,22 @@ async fn attempt(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyper_clients_get_absolute_uris_to_the_endpoint() {
+        let ep: http::uri::Authority = "10.0.0.7:8080".parse().expect("authority");
+        let cases = [
+            (Scheme::HTTP, "/a?b=1", "http://10.0.0.7:8080/a?b=1"),
+            (Scheme::HTTPS, "/", "https://10.0.0.7:8080/"),
+            (Scheme::HTTP, "/%20x", "http://10.0.0.7:8080/%20x"),
+        ];
+        for (scheme, path, want) in cases {
+            let uri = absolute_uri(scheme, &ep, PathAndQuery::from_static(path)).ok();
+            assert_eq!(uri.map(|u| u.to_string()).as_deref(), Some(want));
+        }
+    }
+}
