@@ -128,6 +128,8 @@ struct Checked {
     stats: Arc<LimitStats>,
     hits: u64,
     unit: Unit,
+    /// Window length in seconds: `unit × unit_multiplier`.
+    window: u64,
     algorithm: Algorithm,
     /// Moved into the store op when there is one.
     key: String,
@@ -289,7 +291,8 @@ impl RateLimiter {
                 None => u64::from(request.hits_addend.max(1)),
             };
             let algorithm = limit.algorithm.unwrap_or(self.settings.default_algorithm);
-            let key = self.cache_key(domain, descriptor, &limit, unit, now);
+            let window = unit.window(limit.unit_multiplier);
+            let key = self.cache_key(domain, descriptor, &limit, window, now);
             let cached_over = self
                 .local_cache
                 .as_ref()
@@ -302,6 +305,7 @@ impl RateLimiter {
                 stats,
                 hits,
                 unit,
+                window,
                 algorithm,
                 key,
                 cached_over,
@@ -346,7 +350,7 @@ impl RateLimiter {
         let mut results = results.into_iter().zip(&ops);
         let mut grant = lease_size;
         for check in &checks {
-            let div = check.unit.divider();
+            let div = check.window;
             let reset = div - now % div;
             let rpu = check.limit.requests_per_unit;
             let status = &mut statuses[check.index];
@@ -427,7 +431,7 @@ impl RateLimiter {
                 check.stats.total_hits.inc_by(u64::from(grant));
                 check.stats.within_limit.inc_by(u64::from(grant));
             }
-            let shortest = checks.iter().map(|c| c.unit.divider()).min().unwrap_or(1);
+            let shortest = checks.iter().map(|c| c.window).min().unwrap_or(1);
             Quota {
                 requests: grant.saturating_add(1),
                 id: String::new(),
@@ -502,6 +506,7 @@ impl RateLimiter {
                 full_key,
                 requests_per_unit: over.requests_per_unit,
                 unit: Some(unit),
+                unit_multiplier: 1,
                 unlimited: false,
                 name: None,
                 replaces: Vec::new(),
@@ -535,16 +540,17 @@ impl RateLimiter {
         }
     }
 
-    /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`.
+    /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`, the window
+    /// being `unit × unit_multiplier` seconds.
     fn cache_key(
         &self,
         domain: &str,
         descriptor: &RateLimitDescriptor,
         limit: &Limit,
-        unit: Unit,
+        window: u64,
         now: u64,
     ) -> String {
-        let div = unit.divider();
+        let div = window;
         let mut key = String::with_capacity(64);
         key.push_str(&self.settings.cache_key_prefix);
         key.push_str(domain);
@@ -566,7 +572,7 @@ impl RateLimiter {
 
     /// The store op of `check`, taking its key.
     fn counter_op(&self, check: &mut Checked, now: u64) -> CounterOp {
-        let div = check.unit.divider();
+        let div = check.window;
         let jitter = match self.settings.expiration_jitter_max_seconds {
             0 => 0,
             max => fastrand::u64(0..max),

@@ -27,6 +27,8 @@ pub struct Limit {
     pub requests_per_unit: u32,
     /// `None` when unlimited.
     pub unit: Option<Unit>,
+    /// `unit_multiplier` (1 when absent): the window is `unit × unit_multiplier`.
+    pub unit_multiplier: u32,
     pub unlimited: bool,
     pub name: Option<String>,
     pub replaces: Vec<String>,
@@ -190,6 +192,7 @@ fn add_children(
                 full_key: full_key.clone(),
                 requests_per_unit: rl.requests_per_unit,
                 unit: rl.unit,
+                unit_multiplier: rl.unit_multiplier.unwrap_or(1).max(1),
                 unlimited: rl.unlimited,
                 name: rl.name.clone(),
                 replaces: rl.replaces.clone(),

@@ -24,6 +24,8 @@ const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // From the reference's unit-multiplier change (`rate_limit.unit_multiplier`).
+    "unit_multiplier",
     "algorithm",
 ];
 
@@ -262,6 +264,13 @@ fn rate_limit(map: &[(YamlValue, YamlValue)]) -> Result<RateLimitConfig, String>
         }
         Some(other) => return Err(type_error("replaces", other, "[]replaces")),
     }
+    let unit_multiplier = match get(map, "unit_multiplier") {
+        None | Some(YamlValue::Null) => None,
+        Some(_) => match opt_u32(map, "unit_multiplier")? {
+            0 => return Err("invalid unit multiplier of 0".into()),
+            n => Some(n),
+        },
+    };
     let algorithm = match opt_string(map, "algorithm")? {
         None => None,
         Some(text) => Some(Algorithm::parse(&text).ok_or_else(|| {
@@ -271,6 +280,7 @@ fn rate_limit(map: &[(YamlValue, YamlValue)]) -> Result<RateLimitConfig, String>
     Ok(RateLimitConfig {
         unit: if unlimited { None } else { unit },
         requests_per_unit: opt_u32(map, "requests_per_unit")?,
+        unit_multiplier,
         unlimited,
         name,
         replaces,

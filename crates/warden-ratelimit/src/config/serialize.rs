@@ -38,6 +38,9 @@ fn write_descriptor(out: &mut String, d: &DescriptorConfig, depth: usize) {
         if !rl.unlimited {
             let _ = writeln!(out, "{pad}  requests_per_unit: {}", rl.requests_per_unit);
         }
+        if let Some(m) = rl.unit_multiplier {
+            let _ = writeln!(out, "{pad}  unit_multiplier: {m}");
+        }
         if rl.unlimited {
             let _ = writeln!(out, "{pad}  unlimited: true");
         }
