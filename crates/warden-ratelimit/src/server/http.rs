@@ -6,7 +6,7 @@ use crate::json::{parse_request, response_to_json};
 use crate::limiter::RateLimiter;
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use http::{header, Method, Request, Response, StatusCode};
+use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -42,6 +42,20 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Go's `http.Error(w, http.StatusText(code), code)`, which the reference's `/json` handler
+/// answers every failure with: the status text and a newline, as plain text, `nosniff`.
+fn go_http_error(status: StatusCode) -> Reply {
+    let mut r = text(
+        status,
+        format!("{}\n", status.canonical_reason().unwrap_or_default()),
+    );
+    r.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
     );
     r
 }
@@ -128,21 +142,23 @@ fn metrics(ctx: &HttpCtx) -> Reply {
     r
 }
 
-/// `/json`: any method; 200 OK, 429 OVER_LIMIT, 400 bad JSON or service error, 500 UNKNOWN.
+/// `/json`: any method; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN; a body that cannot be read or
+/// parsed and a service error are `400 Bad Request` with Go's plain error body, as the
+/// reference's `NewJsonHandler` writes them (the reason is only logged there, and here).
 async fn handle_json(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
-    let _ = req.method() == Method::POST; // the reference accepts any method
     let body = match Limited::new(req.into_body(), MAX_JSON_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("error reading body: {e}\n"),
-            );
+            tracing::warn!(error = %e, "/json: cannot read the body");
+            return go_http_error(StatusCode::BAD_REQUEST);
         }
     };
     let request = match parse_request(&body) {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => {
+            tracing::warn!(error = %e, "/json: bad request");
+            return go_http_error(StatusCode::BAD_REQUEST);
+        }
     };
     match ctx.limiter.decide(&request).await {
         Ok(response) => {
@@ -153,6 +169,9 @@ async fn handle_json(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
             };
             json(status, response_to_json(&response).to_string())
         }
-        Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => {
+            tracing::warn!(error = %e, "/json: service error");
+            go_http_error(StatusCode::BAD_REQUEST)
+        }
     }
 }
