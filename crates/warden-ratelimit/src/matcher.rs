@@ -38,6 +38,8 @@ pub struct Limit {
     pub value_to_metric: bool,
     pub algorithm: Option<Algorithm>,
     pub metadata: Option<serde_json::Value>,
+    /// warden extension: escalating bans for clients over this limit.
+    pub ban: Option<Arc<crate::config::BanConfig>>,
     pub levels: Vec<Level>,
     pub stats: Arc<LimitStats>,
 }
@@ -202,6 +204,7 @@ fn add_children(
                 value_to_metric: d.value_to_metric,
                 algorithm: rl.algorithm,
                 metadata: d.metadata.clone(),
+                ban: d.ban.clone().map(Arc::new),
                 levels: levels.clone(),
             }));
         }

@@ -209,6 +209,9 @@ descriptors:
             rate_limit: {unit: minute, requests_per_unit: 10}
 ";
 
+/// A config, the request's entries, the stats key they count under.
+type Row<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
 fn limiter(yaml: &str) -> RateLimiter {
     let config = parse_config("config.yaml", yaml).expect("config");
     let mut set = ConfigSet::default();
@@ -302,7 +305,7 @@ async fn share_threshold_yaml() {
 
 #[tokio::test]
 async fn detailed_metric() {
-    let rows: &[(&str, &[(&str, &str)], &str)] = &[
+    let rows: &[Row] = &[
         (
             DETAILED_PARENT_ONLY,
             &[("key-1", "value-1")],
@@ -342,7 +345,7 @@ async fn detailed_metric() {
 
 #[tokio::test]
 async fn wildcard_stats_behavior() {
-    let rows: &[(&str, &[(&str, &str)], &str)] = &[
+    let rows: &[Row] = &[
         (WILD_NO_FLAGS, &[("wild", "foo1")], "test-domain.wild_foo*"),
         (
             WILD_NO_FLAGS,

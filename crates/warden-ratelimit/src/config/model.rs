@@ -23,6 +23,9 @@ pub struct DescriptorConfig {
     pub share_threshold: bool,
     /// Arbitrary map, kept as JSON.
     pub metadata: Option<serde_json::Value>,
+    /// warden extension: escalating bans for clients that go over `rate_limit`
+    /// ([`super::BanConfig`]).
+    pub ban: Option<super::BanConfig>,
     pub descriptors: Vec<DescriptorConfig>,
 }
 

@@ -68,6 +68,20 @@ fn write_descriptor(out: &mut String, d: &DescriptorConfig, depth: usize) {
             let _ = writeln!(out, "{pad}{name}: true");
         }
     }
+    if let Some(ban) = &d.ban {
+        let durations: Vec<String> = ban
+            .durations_ms
+            .iter()
+            .map(|ms| super::format_duration(*ms))
+            .collect();
+        let _ = writeln!(out, "{pad}ban:");
+        let _ = writeln!(out, "{pad}  durations: [{}]", durations.join(", "));
+        let _ = writeln!(
+            out,
+            "{pad}  forget_after: {}",
+            super::format_duration(ban.forget_after_ms)
+        );
+    }
     if let Some(metadata) = &d.metadata {
         // JSON is a subset of YAML's flow style.
         let _ = writeln!(out, "{pad}metadata: {metadata}");

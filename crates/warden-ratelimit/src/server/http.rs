@@ -1,6 +1,7 @@
 //! The HTTP listeners: service (`/json`, `/healthcheck`), debug (`/`, `/rlconfig`, `/metrics`,
 //! `/stats`) and the optional Prometheus one.
 
+use super::bans;
 use super::health::Health;
 use crate::json::{parse_request, response_to_json};
 use crate::limiter::RateLimiter;
@@ -34,9 +35,9 @@ pub(crate) struct HttpCtx {
     pub metrics_path: String,
 }
 
-type Reply = Response<Full<Bytes>>;
+pub(crate) type Reply = Response<Full<Bytes>>;
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -60,7 +61,7 @@ fn go_http_error(status: StatusCode) -> Reply {
     r
 }
 
-fn json(status: StatusCode, body: String) -> Reply {
+pub(crate) fn json(status: StatusCode, body: String) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -121,8 +122,15 @@ async fn route(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
             StatusCode::OK,
             "/rlconfig: print out the currently loaded configuration for debugging\n\
              /metrics: Prometheus metrics\n\
-             /stats: print out stats\n",
+             /stats: print out stats\n\
+             /bans: list bans in force (JSON); DELETE /bans?key=<key> lifts one\n\
+             /bans/authorizationpolicy: the banned remote addresses as an Istio \
+             AuthorizationPolicy DENY (?name=, ?namespace=)\n",
         ),
+        (Listener::Debug, "/bans") => bans::handle(req, ctx).await,
+        (Listener::Debug, "/bans/authorizationpolicy") => {
+            bans::authorization_policy(req, ctx).await
+        }
         (Listener::Debug, "/rlconfig") => {
             let body = ctx.limiter.snapshot().map(|s| s.dump()).unwrap_or_default();
             text(StatusCode::OK, body)

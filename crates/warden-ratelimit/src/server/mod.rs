@@ -1,6 +1,7 @@
 //! The whole service in-process: gRPC (RLS v3 + grpc.health.v1), HTTP (`/json`,
 //! `/healthcheck`), debug (`/rlconfig`, `/metrics`), config reload and health probing.
 
+mod bans;
 mod counted_stream;
 mod grpc;
 mod grpc_conn;
@@ -75,6 +76,11 @@ impl Server {
                 &settings.redis,
                 settings.redis_per_second.as_ref(),
                 settings.grpc_threads,
+                format!(
+                    "{}{}",
+                    settings.limiter.cache_key_prefix,
+                    crate::ban::BAN_KEY_PREFIX
+                ),
             )?)),
         };
         let limiter = Arc::new(RateLimiter::new(
