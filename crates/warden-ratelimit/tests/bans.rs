@@ -498,3 +498,63 @@ fn config_checks() {
         vec!["'d.k': ban (escalating bans; unknown to envoyproxy/ratelimit)"]
     );
 }
+
+/// Redis cluster: the counter and the ban key are on different slots, so the check, the count
+/// and the offence are separate steps; the decisions are the same.
+#[tokio::test]
+async fn bans_on_a_redis_cluster() {
+    let cluster = warden_testkit::RedisCluster::start(3).expect("cluster");
+    let clock = ManualClock::new(T0);
+    let urls = cluster.urls();
+    let mut h = start_with(
+        &[("config.yaml", CONFIG)],
+        None,
+        move |s| {
+            s.backend = warden_ratelimit::Backend::Redis;
+            s.redis.socket_type = "tcp".into();
+            s.redis.url = urls;
+            s.redis.redis_type = warden_ratelimit::store::RedisType::Cluster;
+            s.redis.timeout = Duration::from_secs(2);
+        },
+        Some(Arc::new(clock.clone())),
+    )
+    .await;
+    // Several clients, so their keys land on different nodes.
+    let clients: Vec<String> = (1..=6).map(|i| format!("192.0.2.{i}")).collect();
+    for ip in &clients {
+        for i in 0..LIMIT {
+            let r = h.client.should_rate_limit(login(ip)).await.expect("call");
+            assert_eq!(r.into_inner().overall_code, OK, "{ip} call {i}");
+        }
+        let r = h
+            .client
+            .should_rate_limit(login(ip))
+            .await
+            .expect("call")
+            .into_inner();
+        assert_eq!((r.overall_code, reset_secs(&r)), (OVER, 120), "{ip}");
+    }
+    clock.advance_millis(60_000);
+    let r = h
+        .client
+        .should_rate_limit(login(&clients[0]))
+        .await
+        .expect("call")
+        .into_inner();
+    assert_eq!((r.overall_code, reset_secs(&r)), (OVER, 60), "still banned");
+    // After the ban, the next offence is the second: 5 minutes.
+    clock.advance_millis(61_000);
+    for _ in 0..LIMIT {
+        h.client
+            .should_rate_limit(login(&clients[0]))
+            .await
+            .expect("call");
+    }
+    let r = h
+        .client
+        .should_rate_limit(login(&clients[0]))
+        .await
+        .expect("call")
+        .into_inner();
+    assert_eq!((r.overall_code, reset_secs(&r)), (OVER, 300));
+}
