@@ -39,9 +39,13 @@
 //! * `Distinct` keys live in a bounded [`key_table::KeyTable`] (default 1M keys) with batch
 //!   eviction of idle, then least recently used, keys; evictions are counted.
 //! * On reload, rules whose definition is unchanged keep their bucket state.
+//! * Escalating bans ([`ban_table`]): a bounded per-client table beside the buckets; the
+//!   caller asks it before the buckets and records an offence when a bucket refuses
+//!   (not wired to a config field yet).
 //! * `spec.global` rules and the global `ratelimit` EnvoyFilter patches are parsed and
 //!   validated only: [`global::compile_global_rules`], [`envoy::interpret`].
 
+pub mod ban_table;
 pub mod clock;
 mod compile;
 mod connection;
@@ -58,6 +62,7 @@ pub mod selector;
 pub mod stats;
 pub mod token_bucket;
 
+pub use ban_table::{BanSchedule, BanTable, BanVerdict, LocalBan};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use key_table::{TableStats, DEFAULT_MAX_KEYS};
 pub use limiter::{LimiterOptions, LocalLimiter};

@@ -80,6 +80,17 @@ pub fn run(args: RatelimitArgs) -> anyhow::Result<ExitCode> {
     if args.check {
         let set =
             crate::config::load_config_set(&settings.config_source, settings.merge_domain_config)?;
+        // Files with warden extensions load here but not in envoyproxy/ratelimit.
+        let mut domains: Vec<_> = set.domains.values().collect();
+        domains.sort_by(|a, b| a.domain.cmp(&b.domain));
+        for config in domains {
+            for note in crate::config::warden_extensions(config) {
+                eprintln!(
+                    "note: domain '{}' uses a warden extension: {note}",
+                    config.domain
+                );
+            }
+        }
         let limiter = crate::limiter::RateLimiter::in_memory(set);
         print!(
             "{}",

@@ -13,6 +13,7 @@
 //!   `debug_addr()`, `limiter()`, `shutdown()`.
 //! - [`Settings::from_env`] parses the reference's environment variables (all errors at once).
 
+pub mod ban;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -2,6 +2,7 @@
 //! and in-process callers (the proxy's embedded default): matching, `replaces`, hit counts,
 //! cache keys, store round trip, per-descriptor statuses, overall code and response headers.
 
+use crate::ban::{BanSubject, BAN_KEY_PREFIX};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, ConfigSet, Unit};
 use crate::dynamic_metadata;
@@ -10,7 +11,7 @@ use crate::local_cache::OverLimitCache;
 use crate::matcher::{Limit, Snapshot};
 use crate::stats::{LimitStats, Stats};
 use crate::stats_key;
-use crate::store::{CounterOp, CounterResult, MemoryStore, Store, StoreError};
+use crate::store::{BanOp, BanOutcome, CounterOp, CounterResult, MemoryStore, Store, StoreError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -128,9 +129,13 @@ struct Checked {
     stats: Arc<LimitStats>,
     hits: u64,
     unit: Unit,
+    /// Window length in seconds: `unit × unit_multiplier`.
+    window: u64,
     algorithm: Algorithm,
     /// Moved into the store op when there is one.
     key: String,
+    /// The limit's ban, for this client (moved into the store op).
+    ban: Option<BanOp>,
     /// Answered from the over-limit local cache; no store op.
     cached_over: bool,
 }
@@ -203,6 +208,21 @@ impl RateLimiter {
 
     pub fn settings(&self) -> &LimiterSettings {
         &self.settings
+    }
+
+    /// The limiter's clock, in Unix milliseconds.
+    pub fn now_millis(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    /// Bans in force now (warden extension `ban`), from the store.
+    pub async fn bans(&self) -> Result<Vec<crate::ban::BanRecord>, StoreError> {
+        self.store.list_bans(self.clock.now_millis()).await
+    }
+
+    /// Lifts the ban of `key` (a [`crate::ban::BanRecord::key`]) and forgets its strikes.
+    pub async fn lift_ban(&self, key: &str) -> Result<bool, StoreError> {
+        self.store.lift_ban(key).await
     }
 
     /// `ShouldRateLimit`.
@@ -288,12 +308,23 @@ impl RateLimiter {
                 Some(h) => h.value,
                 None => u64::from(request.hits_addend.max(1)),
             };
-            let algorithm = limit.algorithm.unwrap_or(self.settings.default_algorithm);
-            let key = self.cache_key(domain, descriptor, &limit, unit, now);
-            let cached_over = self
-                .local_cache
+            // A ban counts in the fixed window its script (and the memory store) counts.
+            let algorithm = match limit.ban {
+                Some(_) => Algorithm::FixedWindow,
+                None => limit.algorithm.unwrap_or(self.settings.default_algorithm),
+            };
+            let window = unit.window(limit.unit_multiplier);
+            let key = self.cache_key(domain, descriptor, &limit, window, now);
+            let ban = limit
+                .ban
                 .as_ref()
-                .is_some_and(|c| c.contains(&key, now_millis));
+                .map(|config| self.ban_op(domain, descriptor, &limit, config, &key, now_millis));
+            // A banned client is answered by its ban, not by the over-limit cache.
+            let cached_over = ban.is_none()
+                && self
+                    .local_cache
+                    .as_ref()
+                    .is_some_and(|c| c.contains(&key, now_millis));
             let stats = self.stats_for(domain, descriptor, &limit);
             stats.total_hits.inc_by(hits);
             checks.push(Checked {
@@ -302,8 +333,10 @@ impl RateLimiter {
                 stats,
                 hits,
                 unit,
+                window,
                 algorithm,
                 key,
+                ban,
                 cached_over,
             });
         }
@@ -346,7 +379,7 @@ impl RateLimiter {
         let mut results = results.into_iter().zip(&ops);
         let mut grant = lease_size;
         for check in &checks {
-            let div = check.unit.divider();
+            let div = check.window;
             let reset = div - now % div;
             let rpu = check.limit.requests_per_unit;
             let status = &mut statuses[check.index];
@@ -374,6 +407,20 @@ impl RateLimiter {
                         result.after + (result.prev as f64 * weight).floor() as u64
                     }
                 };
+                match result.ban {
+                    Some(BanOutcome::Refused { remaining_ms, .. }) => {
+                        check.stats.over_limit.inc_by(hits);
+                        check.stats.banned.inc_by(hits);
+                        status.duration_until_reset = Some(seconds_of(remaining_ms));
+                        status.code = Code::OverLimit as i32;
+                        continue;
+                    }
+                    Some(BanOutcome::Started { duration_ms, .. }) => {
+                        check.stats.ban_started.inc();
+                        status.duration_until_reset = Some(seconds_of(duration_ms));
+                    }
+                    None => {}
+                }
                 let reserved = u64::from(lease_size).min(hits);
                 let (after, hits) = (after.saturating_sub(reserved), hits - reserved);
                 let before = after.saturating_sub(hits);
@@ -427,7 +474,7 @@ impl RateLimiter {
                 check.stats.total_hits.inc_by(u64::from(grant));
                 check.stats.within_limit.inc_by(u64::from(grant));
             }
-            let shortest = checks.iter().map(|c| c.unit.divider()).min().unwrap_or(1);
+            let shortest = checks.iter().map(|c| c.window).min().unwrap_or(1);
             Quota {
                 requests: grant.saturating_add(1),
                 id: String::new(),
@@ -468,6 +515,7 @@ impl RateLimiter {
         }
         let plain = |c: &Checked| {
             c.hits == 1
+                && c.ban.is_none()
                 && !c.cached_over
                 && c.algorithm == Algorithm::FixedWindow
                 && !c.limit.shadow_mode
@@ -502,6 +550,7 @@ impl RateLimiter {
                 full_key,
                 requests_per_unit: over.requests_per_unit,
                 unit: Some(unit),
+                unit_multiplier: 1,
                 unlimited: false,
                 name: None,
                 replaces: Vec::new(),
@@ -511,6 +560,7 @@ impl RateLimiter {
                 value_to_metric: false,
                 algorithm: None,
                 metadata: None,
+                ban: None,
                 levels: Vec::new(),
             })));
         }
@@ -535,16 +585,17 @@ impl RateLimiter {
         }
     }
 
-    /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`.
+    /// `CACHE_KEY_PREFIX + domain + "_" + Σ(key + "_" + value + "_") + windowStart`, the window
+    /// being `unit × unit_multiplier` seconds.
     fn cache_key(
         &self,
         domain: &str,
         descriptor: &RateLimitDescriptor,
         limit: &Limit,
-        unit: Unit,
+        window: u64,
         now: u64,
     ) -> String {
-        let div = unit.divider();
+        let div = window;
         let mut key = String::with_capacity(64);
         key.push_str(&self.settings.cache_key_prefix);
         key.push_str(domain);
@@ -564,9 +615,43 @@ impl RateLimiter {
         key
     }
 
+    /// The ban part of a call's op: the client's ban key (the counter key's stem, without its
+    /// window) and who it is (listed with the ban).
+    fn ban_op(
+        &self,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+        limit: &Limit,
+        config: &Arc<crate::config::BanConfig>,
+        counter_key: &str,
+        now_millis: u64,
+    ) -> BanOp {
+        let prefix = &self.settings.cache_key_prefix;
+        let stem = counter_key
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .strip_prefix(prefix.as_str())
+            .unwrap_or(counter_key);
+        let subject = BanSubject {
+            domain: domain.to_owned(),
+            entries: descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.clone(), e.value.clone()))
+                .collect(),
+            rule: limit.full_key.clone(),
+        };
+        BanOp {
+            key: format!("{prefix}{BAN_KEY_PREFIX}{stem}"),
+            config: config.clone(),
+            limit: limit.requests_per_unit,
+            subject_json: subject.to_json(),
+            now_ms: now_millis,
+        }
+    }
+
     /// The store op of `check`, taking its key.
     fn counter_op(&self, check: &mut Checked, now: u64) -> CounterOp {
-        let div = check.unit.divider();
+        let div = check.window;
         let jitter = match self.settings.expiration_jitter_max_seconds {
             0 => 0,
             max => fastrand::u64(0..max),
@@ -590,6 +675,7 @@ impl RateLimiter {
             ttl_secs,
             prev_key,
             per_second: check.unit == Unit::Second,
+            ban: check.ban.take(),
         }
     }
 
@@ -665,6 +751,14 @@ impl RateLimiter {
             header(&names.remaining, status.limit_remaining.to_string()),
             header(&names.reset, reset.to_string()),
         ]
+    }
+}
+
+/// Whole seconds, rounded up: a client told to come back after this is not banned then.
+fn seconds_of(ms: u64) -> PbDuration {
+    PbDuration {
+        seconds: ms.div_ceil(1000) as i64,
+        nanos: 0,
     }
 }
 

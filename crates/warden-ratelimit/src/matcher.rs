@@ -27,6 +27,8 @@ pub struct Limit {
     pub requests_per_unit: u32,
     /// `None` when unlimited.
     pub unit: Option<Unit>,
+    /// `unit_multiplier` (1 when absent): the window is `unit × unit_multiplier`.
+    pub unit_multiplier: u32,
     pub unlimited: bool,
     pub name: Option<String>,
     pub replaces: Vec<String>,
@@ -36,6 +38,8 @@ pub struct Limit {
     pub value_to_metric: bool,
     pub algorithm: Option<Algorithm>,
     pub metadata: Option<serde_json::Value>,
+    /// warden extension: escalating bans for clients over this limit.
+    pub ban: Option<Arc<crate::config::BanConfig>>,
     pub levels: Vec<Level>,
     pub stats: Arc<LimitStats>,
 }
@@ -190,6 +194,7 @@ fn add_children(
                 full_key: full_key.clone(),
                 requests_per_unit: rl.requests_per_unit,
                 unit: rl.unit,
+                unit_multiplier: rl.unit_multiplier.unwrap_or(1).max(1),
                 unlimited: rl.unlimited,
                 name: rl.name.clone(),
                 replaces: rl.replaces.clone(),
@@ -199,6 +204,7 @@ fn add_children(
                 value_to_metric: d.value_to_metric,
                 algorithm: rl.algorithm,
                 metadata: d.metadata.clone(),
+                ban: d.ban.clone().map(Arc::new),
                 levels: levels.clone(),
             }));
         }

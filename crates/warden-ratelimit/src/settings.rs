@@ -4,6 +4,7 @@
 use crate::config::{Algorithm, ConfigSource};
 use crate::lease::LeasePolicy;
 use crate::limiter::{LimiterSettings, ResponseHeaderNames};
+pub use crate::server::GrpcTlsSettings;
 use crate::store::{RedisSettings, RedisTls, RedisType};
 use std::collections::HashMap;
 use std::fmt;
@@ -31,6 +32,10 @@ pub struct Settings {
     /// `GRPC_MAX_CONNECTION_AGE` / `_GRACE`.
     pub grpc_max_connection_age: Duration,
     pub grpc_max_connection_age_grace: Duration,
+    /// `GRPC_UDS`: gRPC on this unix socket instead of `grpc_addr`.
+    pub grpc_uds: Option<PathBuf>,
+    /// `GRPC_SERVER_USE_TLS` and its files.
+    pub grpc_tls: Option<GrpcTlsSettings>,
     /// gRPC serving threads, each with its own runtime and Redis connections (warden:
     /// `GRPC_THREADS`, default one per core).
     pub grpc_threads: usize,
@@ -236,14 +241,36 @@ impl Settings {
         if grpc_threads == 0 {
             env.errors.push("GRPC_THREADS: must be at least 1".into());
         }
-        if env.raw("GRPC_UDS").is_some_and(|v| !v.is_empty()) {
-            env.errors
-                .push("GRPC_UDS: serving gRPC on a unix socket is not supported yet".into());
-        }
-        if env.bool("GRPC_SERVER_USE_TLS", false) {
-            env.errors
-                .push("GRPC_SERVER_USE_TLS: gRPC TLS is not supported by this build".into());
-        }
+        let grpc_uds = env
+            .raw("GRPC_UDS")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let grpc_tls = if env.bool("GRPC_SERVER_USE_TLS", false) {
+            let path = |name: &str| env.raw(name).filter(|p| !p.is_empty()).map(PathBuf::from);
+            let (cert, key) = (path("GRPC_SERVER_TLS_CERT"), path("GRPC_SERVER_TLS_KEY"));
+            let client_ca = path("GRPC_CLIENT_TLS_CACERT");
+            let client_san = env
+                .raw("GRPC_CLIENT_TLS_SAN")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned);
+            match (cert, key) {
+                (Some(cert), Some(key)) => Some(GrpcTlsSettings {
+                    cert,
+                    key,
+                    client_ca,
+                    client_san,
+                }),
+                _ => {
+                    env.errors.push(
+                        "GRPC_SERVER_USE_TLS: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+                            .into(),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let log_level = env.string("LOG_LEVEL", "WARN");
         let log_format = env.string("LOG_FORMAT", "text").to_ascii_lowercase();
         if !matches!(log_format.as_str(), "text" | "json") {
@@ -370,6 +397,8 @@ impl Settings {
                 debug_addr,
                 grpc_max_connection_age,
                 grpc_max_connection_age_grace,
+                grpc_uds,
+                grpc_tls,
                 grpc_threads,
                 log_level,
                 log_format,
@@ -399,6 +428,8 @@ impl Settings {
             debug_addr: any,
             grpc_max_connection_age: Duration::from_secs(24 * 3600),
             grpc_max_connection_age_grace: Duration::from_secs(3600),
+            grpc_uds: None,
+            grpc_tls: None,
             // More than one, so that tests cross threads even on a one-core machine.
             grpc_threads: 2,
             log_level: "WARN".into(),

@@ -29,6 +29,9 @@ pub struct ClientSpec {
     /// Without `subject_alt_names`: accept any SPIFFE identity of this trust domain (a mesh
     /// peer), verified against `ca`, instead of checking the host name.
     pub spiffe_trust_domain: Option<String>,
+    /// The chain is verified but not the name (envoyproxy/ratelimit's
+    /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`); ignored with `subject_alt_names`.
+    pub skip_name_check: bool,
     pub alpn: Vec<Vec<u8>>,
 }
 
@@ -88,6 +91,10 @@ pub fn client_config(
                 inner: webpki,
                 allowed: Allowed::TrustDomain(format!("spiffe://{td}/")),
             }),
+            (None, true) if spec.skip_name_check => Arc::new(SanVerifier {
+                inner: webpki,
+                allowed: Allowed::AnyName,
+            }),
             (None, true) => webpki,
         }
     };
@@ -134,6 +141,8 @@ enum Allowed {
     Sans(Vec<String>),
     /// A URI SAN with this prefix (`spiffe://<td>/`).
     TrustDomain(String),
+    /// Any name (the chain alone decides).
+    AnyName,
 }
 
 impl ServerCertVerifier for SanVerifier {
@@ -190,6 +199,7 @@ impl SanVerifier {
         let ok = PeerIdentity::from_leaf(end_entity).is_some_and(|id| match &self.allowed {
             Allowed::Sans(sans) => id.has_san_in(sans),
             Allowed::TrustDomain(prefix) => id.uri_sans.iter().any(|u| u.starts_with(prefix)),
+            Allowed::AnyName => true,
         });
         if ok {
             Ok(ServerCertVerified::assertion())

@@ -1,6 +1,8 @@
 //! The reference (envoyproxy/ratelimit) config format: model, parser with the reference's
 //! validation messages, serializer, and the runtime-directory loader.
 
+mod ban;
+mod extensions;
 mod loader;
 mod model;
 mod parse;
@@ -8,6 +10,8 @@ mod serialize;
 mod yaml_v2;
 mod yaml_value;
 
+pub use ban::{format_duration, parse_duration, BanConfig};
+pub use extensions::warden_extensions;
 pub use loader::{load_config_set, ConfigSet, ConfigSource};
 pub use model::{Algorithm, DescriptorConfig, RateLimitConfig, RlsConfig, Unit};
 pub use parse::parse_config;

@@ -23,6 +23,9 @@ pub struct DescriptorConfig {
     pub share_threshold: bool,
     /// Arbitrary map, kept as JSON.
     pub metadata: Option<serde_json::Value>,
+    /// warden extension: escalating bans for clients that go over `rate_limit`
+    /// ([`super::BanConfig`]).
+    pub ban: Option<super::BanConfig>,
     pub descriptors: Vec<DescriptorConfig>,
 }
 
@@ -32,6 +35,9 @@ pub struct RateLimitConfig {
     /// `None` only when `unlimited`.
     pub unit: Option<Unit>,
     pub requests_per_unit: u32,
+    /// `unit_multiplier`: the window is `unit × multiplier` (`None` = absent = 1; the parser
+    /// refuses an explicit 0 as the reference's unit-multiplier change does).
+    pub unit_multiplier: Option<u32>,
     pub unlimited: bool,
     pub name: Option<String>,
     pub replaces: Vec<String>,
@@ -77,6 +83,12 @@ impl Unit {
             Unit::Month => 2_592_000,
             Unit::Year => 31_536_000,
         }
+    }
+
+    /// The window of `unit_multiplier` units in seconds (the reference's
+    /// `UnitToDividerWithMultiplier`: 0 is taken as 1 there too, as a safeguard).
+    pub fn window(self, multiplier: u32) -> u64 {
+        self.divider().saturating_mul(u64::from(multiplier.max(1)))
     }
 
     /// Upper-case name, as `/rlconfig` prints it.

@@ -24,7 +24,11 @@ const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // From the reference's unit-multiplier change (`rate_limit.unit_multiplier`).
+    "unit_multiplier",
+    // warden extensions (see `super::extensions`).
     "algorithm",
+    "ban",
 ];
 
 /// Parses and validates one config file. `file_key` is the name used in messages
@@ -82,8 +86,8 @@ fn validate_keys(value: &YamlValue) -> Result<(), String> {
                 if !VALID_KEYS.contains(&key.as_str()) {
                     return Err(format!("config error, unknown key '{key}'"));
                 }
-                // metadata is free-form by design.
-                if key != "metadata" {
+                // metadata is free-form by design; ban has its own keys (checked when parsed).
+                if key != "metadata" && key != "ban" {
                     validate_keys(v)?;
                 }
             }
@@ -224,6 +228,10 @@ fn descriptor(map: &[(YamlValue, YamlValue)]) -> Result<DescriptorConfig, String
         value_to_metric: opt_bool(map, "value_to_metric")?,
         share_threshold: opt_bool(map, "share_threshold")?,
         metadata: metadata(map)?,
+        ban: match get(map, "ban") {
+            None | Some(YamlValue::Null) => None,
+            Some(v) => Some(super::ban::parse_ban(v)?),
+        },
         descriptors: descriptor_list(map)?,
     })
 }
@@ -262,6 +270,13 @@ fn rate_limit(map: &[(YamlValue, YamlValue)]) -> Result<RateLimitConfig, String>
         }
         Some(other) => return Err(type_error("replaces", other, "[]replaces")),
     }
+    let unit_multiplier = match get(map, "unit_multiplier") {
+        None | Some(YamlValue::Null) => None,
+        Some(_) => match opt_u32(map, "unit_multiplier")? {
+            0 => return Err("invalid unit multiplier of 0".into()),
+            n => Some(n),
+        },
+    };
     let algorithm = match opt_string(map, "algorithm")? {
         None => None,
         Some(text) => Some(Algorithm::parse(&text).ok_or_else(|| {
@@ -271,6 +286,7 @@ fn rate_limit(map: &[(YamlValue, YamlValue)]) -> Result<RateLimitConfig, String>
     Ok(RateLimitConfig {
         unit: if unlimited { None } else { unit },
         requests_per_unit: opt_u32(map, "requests_per_unit")?,
+        unit_multiplier,
         unlimited,
         name,
         replaces,
@@ -298,9 +314,28 @@ pub(crate) fn check_descriptors(
                 "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
             ));
         }
+        if d.ban.is_some() {
+            check_ban(d, &new_parent)?;
+        }
         check_descriptors(&format!("{new_parent}."), &d.descriptors)?;
     }
     Ok(())
+}
+
+/// A ban needs a counted limit of its own to go over, and shadow mode never refuses.
+fn check_ban(d: &DescriptorConfig, composite_key: &str) -> Result<(), String> {
+    match &d.rate_limit {
+        None => Err(format!(
+            "ban on '{composite_key}' needs a rate_limit on the same descriptor"
+        )),
+        Some(rl) if rl.unlimited => Err(format!(
+            "ban on '{composite_key}' cannot go with an unlimited rate_limit"
+        )),
+        Some(_) if d.shadow_mode => Err(format!(
+            "ban on '{composite_key}' cannot go with shadow_mode (a shadow limit never refuses)"
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// `key` or `key_value`: the map key of a descriptor at its level.

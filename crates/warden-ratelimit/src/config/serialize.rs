@@ -38,6 +38,9 @@ fn write_descriptor(out: &mut String, d: &DescriptorConfig, depth: usize) {
         if !rl.unlimited {
             let _ = writeln!(out, "{pad}  requests_per_unit: {}", rl.requests_per_unit);
         }
+        if let Some(m) = rl.unit_multiplier {
+            let _ = writeln!(out, "{pad}  unit_multiplier: {m}");
+        }
         if rl.unlimited {
             let _ = writeln!(out, "{pad}  unlimited: true");
         }
@@ -64,6 +67,20 @@ fn write_descriptor(out: &mut String, d: &DescriptorConfig, depth: usize) {
         if flag {
             let _ = writeln!(out, "{pad}{name}: true");
         }
+    }
+    if let Some(ban) = &d.ban {
+        let durations: Vec<String> = ban
+            .durations_ms
+            .iter()
+            .map(|ms| super::format_duration(*ms))
+            .collect();
+        let _ = writeln!(out, "{pad}ban:");
+        let _ = writeln!(out, "{pad}  durations: [{}]", durations.join(", "));
+        let _ = writeln!(
+            out,
+            "{pad}  forget_after: {}",
+            super::format_duration(ban.forget_after_ms)
+        );
     }
     if let Some(metadata) = &d.metadata {
         // JSON is a subset of YAML's flow style.

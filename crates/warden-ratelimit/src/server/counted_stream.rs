@@ -1,4 +1,4 @@
-//! A TCP stream that counts itself among its serving thread's open connections while it lives,
+//! A connection (TCP or unix socket) that counts itself among its serving thread's open connections while it lives,
 //! so new connections go to the least loaded thread.
 
 use std::io;
@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// One count in a thread's open-connection counter, from hand-off until the connection ends.
 #[derive(Debug)]
@@ -27,13 +25,13 @@ impl Drop for OpenSlot {
     }
 }
 
-pub(crate) struct CountedStream {
-    stream: TcpStream,
+pub(crate) struct CountedStream<S> {
+    stream: S,
     _slot: OpenSlot,
 }
 
-impl CountedStream {
-    pub fn new(stream: TcpStream, slot: OpenSlot) -> Self {
+impl<S> CountedStream<S> {
+    pub fn new(stream: S, slot: OpenSlot) -> Self {
         CountedStream {
             stream,
             _slot: slot,
@@ -41,15 +39,7 @@ impl CountedStream {
     }
 }
 
-impl Connected for CountedStream {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl AsyncRead for CountedStream {
+impl<S: AsyncRead + Unpin> AsyncRead for CountedStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -59,7 +49,7 @@ impl AsyncRead for CountedStream {
     }
 }
 
-impl AsyncWrite for CountedStream {
+impl<S: AsyncWrite + Unpin> AsyncWrite for CountedStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

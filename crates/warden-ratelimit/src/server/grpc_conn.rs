@@ -4,7 +4,6 @@
 //! What it did that matters here is kept: HTTP/2 only, no limit on concurrent streams, the
 //! client's `grpc-timeout`, `GRPC_MAX_CONNECTION_AGE`(+`_GRACE`) and graceful shutdown.
 
-use super::counted_stream::CountedStream;
 use super::grpc::RlsService;
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
@@ -85,12 +84,14 @@ fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
 
 /// Serves `stream` until the client closes it, its age runs out, or `shutdown` flips (then
 /// in-flight calls finish first).
-pub(crate) async fn serve(
-    stream: CountedStream,
+pub(crate) async fn serve<S>(
+    stream: S,
     routes: GrpcRoutes,
     limits: ConnLimits,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())

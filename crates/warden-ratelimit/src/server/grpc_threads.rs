@@ -6,16 +6,35 @@
 //! Connections are accepted on the caller's runtime and handed to the thread with the fewest
 //! open connections. RLS clients hold few long-lived connections (Envoy: one per worker), and
 //! SO_REUSEPORT's 4-tuple hash would put 4 connections 3:1 or 4:0 on 2 threads half the time.
+//!
+//! The listener is TCP, or a unix socket (`GRPC_UDS`); with `GRPC_SERVER_USE_TLS` each
+//! connection's handshake runs on its serving thread ([`GrpcTls`]).
 
 use super::counted_stream::{CountedStream, OpenSlot};
 use super::grpc_conn::{self, ConnLimits, GrpcRoutes};
+use super::grpc_tls::GrpcTls;
 use crate::serving_thread;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
+
+/// The gRPC listener: TCP, or a unix socket (`GRPC_UDS`).
+#[derive(Debug)]
+pub(crate) enum GrpcListener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// An accepted connection on its way to a serving thread (std types cross runtimes).
+#[derive(Debug)]
+enum Accepted {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
 
 /// Where the acceptor hands connections to one serving thread, and how many it has open.
 struct ThreadInbox {
@@ -36,7 +55,8 @@ impl GrpcThreads {
     /// first.
     pub fn start(
         count: usize,
-        listener: TcpListener,
+        listener: GrpcListener,
+        tls: Option<Arc<GrpcTls>>,
         routes: GrpcRoutes,
         limits: ConnLimits,
         shutdown: watch::Receiver<bool>,
@@ -52,11 +72,12 @@ impl GrpcThreads {
             let (done_tx, done_rx) = oneshot::channel();
             let routes = routes.clone();
             let shutdown = shutdown.clone();
+            let tls = tls.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("rls-grpc-{index}"))
                 .spawn(move || {
                     serving_thread::mark(index);
-                    runtime.block_on(serve_thread(incoming, routes, limits, shutdown));
+                    runtime.block_on(serve_thread(incoming, tls, routes, limits, shutdown));
                     // The runtime (and with it the tasks driving this thread's Redis
                     // connections) is gone before `join` resolves.
                     drop(runtime);
@@ -83,11 +104,31 @@ impl GrpcThreads {
     }
 }
 
-type Handoff = (std::net::TcpStream, OpenSlot);
+type Handoff = (Accepted, OpenSlot);
+
+/// Serves one connection: its TLS handshake first when configured.
+async fn serve_conn<S>(
+    stream: CountedStream<S>,
+    tls: Option<Arc<GrpcTls>>,
+    routes: GrpcRoutes,
+    limits: ConnLimits,
+    shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match tls {
+        None => grpc_conn::serve(stream, routes, limits, shutdown).await,
+        Some(tls) => match tls.accept(stream).await {
+            Ok(stream) => grpc_conn::serve(stream, routes, limits, shutdown).await,
+            Err(e) => tracing::debug!(error = %e, "gRPC TLS handshake failed"),
+        },
+    }
+}
 
 /// One thread's serving loop: each handed-off connection is a task on this thread's runtime.
 async fn serve_thread(
     mut incoming: mpsc::UnboundedReceiver<Handoff>,
+    tls: Option<Arc<GrpcTls>>,
     routes: GrpcRoutes,
     limits: ConnLimits,
     shutdown: watch::Receiver<bool>,
@@ -97,13 +138,18 @@ async fn serve_thread(
     loop {
         tokio::select! {
             next = incoming.recv() => {
-                let Some((stream, slot)) = next else { break };
-                match tokio::net::TcpStream::from_std(stream) {
-                    Ok(stream) => {
-                        let stream = CountedStream::new(stream, slot);
-                        conns.spawn(grpc_conn::serve(stream, routes.clone(), limits, shutdown.clone()));
-                    }
-                    Err(e) => tracing::debug!(error = %e, "gRPC connection not registered"),
+                let Some((accepted, slot)) = next else { break };
+                let (tls, routes, stop) = (tls.clone(), routes.clone(), shutdown.clone());
+                let registered = match accepted {
+                    Accepted::Tcp(s) => tokio::net::TcpStream::from_std(s).map(|s| {
+                        conns.spawn(serve_conn(CountedStream::new(s, slot), tls, routes, limits, stop));
+                    }),
+                    Accepted::Unix(s) => tokio::net::UnixStream::from_std(s).map(|s| {
+                        conns.spawn(serve_conn(CountedStream::new(s, slot), tls, routes, limits, stop));
+                    }),
+                };
+                if let Err(e) = registered {
+                    tracing::debug!(error = %e, "gRPC connection not registered");
                 }
             }
             // Reaps ended connections.
@@ -117,17 +163,17 @@ async fn serve_thread(
 
 /// Accepts until shutdown and hands each connection to the least loaded thread.
 async fn accept(
-    listener: TcpListener,
+    listener: GrpcListener,
     inboxes: Vec<ThreadInbox>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = accept_one(&listener) => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         let stream = match accepted {
-            Ok((stream, _)) => stream,
+            Ok(stream) => stream,
             Err(e) => {
                 // Per-connection errors (reset before accept, out of descriptors): keep going,
                 // after a pause so a persistent error does not spin.
@@ -136,18 +182,27 @@ async fn accept(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let Some(inbox) = inboxes
             .iter()
             .min_by_key(|l| l.open.load(Ordering::Relaxed))
         else {
             return;
         };
-        match stream.into_std() {
-            Ok(stream) => {
-                let _ = inbox.handoff.send((stream, OpenSlot::take(&inbox.open)));
-            }
-            Err(e) => tracing::debug!(error = %e, "gRPC connection hand-off failed"),
+        let _ = inbox.handoff.send((stream, OpenSlot::take(&inbox.open)));
+    }
+}
+
+/// One accepted connection, as a std stream ready to cross to a serving thread.
+async fn accept_one(listener: &GrpcListener) -> io::Result<Accepted> {
+    match listener {
+        GrpcListener::Tcp(l) => {
+            let (stream, _) = l.accept().await?;
+            let _ = stream.set_nodelay(true);
+            Ok(Accepted::Tcp(stream.into_std()?))
+        }
+        GrpcListener::Unix(l) => {
+            let (stream, _) = l.accept().await?;
+            Ok(Accepted::Unix(stream.into_std()?))
         }
     }
 }
@@ -169,7 +224,7 @@ mod tests {
         let inboxes = vec![inbox0, inbox1];
         let open: Vec<_> = inboxes.iter().map(|l| l.open.clone()).collect();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let acceptor = tokio::spawn(accept(listener, inboxes, stop_rx));
+        let acceptor = tokio::spawn(accept(GrpcListener::Tcp(listener), inboxes, stop_rx));
 
         let mut clients = Vec::new();
         let mut handed = Vec::new();

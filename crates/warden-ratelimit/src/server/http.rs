@@ -1,12 +1,13 @@
 //! The HTTP listeners: service (`/json`, `/healthcheck`), debug (`/`, `/rlconfig`, `/metrics`,
 //! `/stats`) and the optional Prometheus one.
 
+use super::bans;
 use super::health::Health;
 use crate::json::{parse_request, response_to_json};
 use crate::limiter::RateLimiter;
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use http::{header, Method, Request, Response, StatusCode};
+use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -34,9 +35,9 @@ pub(crate) struct HttpCtx {
     pub metrics_path: String,
 }
 
-type Reply = Response<Full<Bytes>>;
+pub(crate) type Reply = Response<Full<Bytes>>;
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -46,7 +47,21 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     r
 }
 
-fn json(status: StatusCode, body: String) -> Reply {
+/// Go's `http.Error(w, http.StatusText(code), code)`, which the reference's `/json` handler
+/// answers every failure with: the status text and a newline, as plain text, `nosniff`.
+fn go_http_error(status: StatusCode) -> Reply {
+    let mut r = text(
+        status,
+        format!("{}\n", status.canonical_reason().unwrap_or_default()),
+    );
+    r.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+pub(crate) fn json(status: StatusCode, body: String) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -107,8 +122,15 @@ async fn route(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
             StatusCode::OK,
             "/rlconfig: print out the currently loaded configuration for debugging\n\
              /metrics: Prometheus metrics\n\
-             /stats: print out stats\n",
+             /stats: print out stats\n\
+             /bans: list bans in force (JSON); DELETE /bans?key=<key> lifts one\n\
+             /bans/authorizationpolicy: the banned remote addresses as an Istio \
+             AuthorizationPolicy DENY (?name=, ?namespace=)\n",
         ),
+        (Listener::Debug, "/bans") => bans::handle(req, ctx).await,
+        (Listener::Debug, "/bans/authorizationpolicy") => {
+            bans::authorization_policy(req, ctx).await
+        }
         (Listener::Debug, "/rlconfig") => {
             let body = ctx.limiter.snapshot().map(|s| s.dump()).unwrap_or_default();
             text(StatusCode::OK, body)
@@ -128,21 +150,23 @@ fn metrics(ctx: &HttpCtx) -> Reply {
     r
 }
 
-/// `/json`: any method; 200 OK, 429 OVER_LIMIT, 400 bad JSON or service error, 500 UNKNOWN.
+/// `/json`: any method; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN; a body that cannot be read or
+/// parsed and a service error are `400 Bad Request` with Go's plain error body, as the
+/// reference's `NewJsonHandler` writes them (the reason is only logged there, and here).
 async fn handle_json(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
-    let _ = req.method() == Method::POST; // the reference accepts any method
     let body = match Limited::new(req.into_body(), MAX_JSON_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("error reading body: {e}\n"),
-            );
+            tracing::warn!(error = %e, "/json: cannot read the body");
+            return go_http_error(StatusCode::BAD_REQUEST);
         }
     };
     let request = match parse_request(&body) {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => {
+            tracing::warn!(error = %e, "/json: bad request");
+            return go_http_error(StatusCode::BAD_REQUEST);
+        }
     };
     match ctx.limiter.decide(&request).await {
         Ok(response) => {
@@ -153,6 +177,9 @@ async fn handle_json(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
             };
             json(status, response_to_json(&response).to_string())
         }
-        Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => {
+            tracing::warn!(error = %e, "/json: service error");
+            go_http_error(StatusCode::BAD_REQUEST)
+        }
     }
 }

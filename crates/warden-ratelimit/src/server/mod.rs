@@ -1,14 +1,17 @@
 //! The whole service in-process: gRPC (RLS v3 + grpc.health.v1), HTTP (`/json`,
 //! `/healthcheck`), debug (`/rlconfig`, `/metrics`), config reload and health probing.
 
+mod bans;
 mod counted_stream;
 mod grpc;
 mod grpc_conn;
 mod grpc_threads;
+mod grpc_tls;
 mod health;
 mod http;
 mod reload;
 
+pub use grpc_tls::GrpcTlsSettings;
 pub use reload::load_into;
 
 use crate::clock::{Clock, SystemClock};
@@ -16,9 +19,11 @@ use crate::limiter::RateLimiter;
 use crate::settings::{Backend, Settings};
 use crate::stats::Stats;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
-use grpc_threads::GrpcThreads;
+use grpc_threads::{GrpcListener, GrpcThreads};
+use grpc_tls::GrpcTls;
 use health::Health;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -33,6 +38,13 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on the unix socket {path} (GRPC_UDS)")]
+    BindUnix {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("gRPC TLS: {0}")]
+    GrpcTls(String),
     #[error("redis settings: {0}")]
     Redis(#[from] StoreError),
     #[error("cannot start the gRPC serving threads: {0}")]
@@ -64,6 +76,11 @@ impl Server {
                 &settings.redis,
                 settings.redis_per_second.as_ref(),
                 settings.grpc_threads,
+                format!(
+                    "{}{}",
+                    settings.limiter.cache_key_prefix,
+                    crate::ban::BAN_KEY_PREFIX
+                ),
             )?)),
         };
         let limiter = Arc::new(RateLimiter::new(
@@ -86,7 +103,16 @@ impl Server {
                 .await
                 .map_err(|source| ServerError::Bind { what, addr, source })
         };
-        let grpc_listener = bind("gRPC", settings.grpc_addr).await?;
+        let grpc_listener = match &settings.grpc_uds {
+            Some(path) => GrpcListener::Unix(bind_unix(path)?),
+            None => GrpcListener::Tcp(bind("gRPC", settings.grpc_addr).await?),
+        };
+        let grpc_tls = match &settings.grpc_tls {
+            Some(t) => Some(Arc::new(
+                GrpcTls::new(t.clone()).map_err(ServerError::GrpcTls)?,
+            )),
+            None => None,
+        };
         let http_listener = bind("HTTP", settings.http_addr).await?;
         let debug_listener = bind("debug", settings.debug_addr).await?;
         let prometheus_listener = match &settings.prometheus {
@@ -94,7 +120,10 @@ impl Server {
             None => None,
         };
         let local = |l: &TcpListener, fallback: SocketAddr| l.local_addr().unwrap_or(fallback);
-        let grpc_addr = local(&grpc_listener, settings.grpc_addr);
+        let grpc_addr = match &grpc_listener {
+            GrpcListener::Tcp(l) => local(l, settings.grpc_addr),
+            GrpcListener::Unix(_) => settings.grpc_addr,
+        };
         let http_addr = local(&http_listener, settings.http_addr);
         let debug_addr = local(&debug_listener, settings.debug_addr);
         let prometheus_addr = prometheus_listener
@@ -144,6 +173,7 @@ impl Server {
         let grpc = GrpcThreads::start(
             settings.grpc_threads,
             grpc_listener,
+            grpc_tls,
             routes,
             limits,
             shutdown_rx.clone(),
@@ -180,6 +210,7 @@ impl Server {
 
         Ok(RunningServer {
             grpc_addr,
+            grpc_uds: settings.grpc_uds.clone(),
             http_addr,
             debug_addr,
             prometheus_addr,
@@ -193,11 +224,28 @@ impl Server {
     }
 }
 
+/// The `GRPC_UDS` listener. A socket file left by an earlier run is replaced (binding over
+/// it would fail); any other file there is an error.
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServerError> {
+    use std::os::unix::fs::FileTypeExt;
+    let error = |source| ServerError::BindUnix {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path).map_err(error)?;
+        }
+    }
+    tokio::net::UnixListener::bind(path).map_err(error)
+}
+
 /// A started service. Dropping it without [`RunningServer::shutdown`] stops it too, without
 /// waiting: the listeners stop accepting and open connections are drained.
 #[derive(Debug)]
 pub struct RunningServer {
     grpc_addr: SocketAddr,
+    grpc_uds: Option<PathBuf>,
     http_addr: SocketAddr,
     debug_addr: SocketAddr,
     prometheus_addr: Option<SocketAddr>,
@@ -213,6 +261,10 @@ impl RunningServer {
     /// Bound gRPC address (RLS v3 and grpc.health.v1).
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
+    }
+    /// The unix socket gRPC is served on (`GRPC_UDS`); `grpc_addr` is not bound then.
+    pub fn grpc_uds(&self) -> Option<&Path> {
+        self.grpc_uds.as_deref()
     }
     /// Bound HTTP address (`/json`, `/healthcheck`).
     pub fn http_addr(&self) -> SocketAddr {
@@ -248,6 +300,9 @@ impl RunningServer {
             let _ = task.await;
         }
         self.grpc.join().await;
+        if let Some(path) = &self.grpc_uds {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Resolves when the process receives SIGTERM or Ctrl-C (for the CLI).

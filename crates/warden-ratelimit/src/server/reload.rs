@@ -12,6 +12,11 @@ use tokio::sync::watch;
 pub fn load_into(limiter: &RateLimiter, source: &ConfigSource, merge: bool) -> Result<(), String> {
     match load_config_set(source, merge) {
         Ok(set) => {
+            for config in set.domains.values() {
+                for note in crate::config::warden_extensions(config) {
+                    tracing::info!(domain = %config.domain, "config uses a warden extension: {note}");
+                }
+            }
             limiter.set_config(set);
             limiter.stats().config_load_success.inc();
             Ok(())

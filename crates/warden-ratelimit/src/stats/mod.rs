@@ -92,6 +92,10 @@ pub struct LimitStats {
     pub within_limit: Counter,
     pub over_limit_with_local_cache: Counter,
     pub shadow_mode: Counter,
+    /// warden extension: calls refused because their client is banned (also in `over_limit`).
+    pub banned: Counter,
+    /// warden extension: bans started (each is one offence, one strike).
+    pub ban_started: Counter,
 }
 
 /// All stats of the service.
@@ -195,6 +199,8 @@ impl Stats {
             within_limit: c("within_limit"),
             over_limit_with_local_cache: c("over_limit_with_local_cache"),
             shadow_mode: c("shadow_mode"),
+            banned: c("banned"),
+            ban_started: c("ban_started"),
         });
         let mut limits = self.limits.write().unwrap_or_else(|e| e.into_inner());
         limits.entry(stats_key.to_owned()).or_insert(stats).clone()

@@ -12,12 +12,15 @@ pub struct Series {
 }
 
 /// The per-limit stats the mapper knows, in the order of its regex mappings.
-const MAPPED_LIMIT_STATS: [&str; 5] = [
+const MAPPED_LIMIT_STATS: [&str; 7] = [
     "near_limit",
     "over_limit",
     "total_hits",
     "within_limit",
     "shadow_mode",
+    // warden's ban stats (docs/ratelimit-bans.md), labelled like the reference's.
+    "banned",
+    "ban_started",
 ];
 
 const PREFIX: &str = "ratelimit.service.rate_limit.";
@@ -142,6 +145,22 @@ mod tests {
 
     fn labels(s: &Series) -> Vec<(&str, &str)> {
         s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    #[test]
+    fn ban_stats_are_labelled_like_the_limit_stats() {
+        let one = limit_series("rl.remote_address_1.2.3.4", "banned");
+        assert_eq!(one.name, "ratelimit_service_rate_limit_banned");
+        let two = limit_series("rl.remote_address.PATH_/login", "ban_started");
+        assert_eq!(two.name, "ratelimit_service_rate_limit_ban_started");
+        assert_eq!(
+            labels(&two),
+            [
+                ("domain", "rl"),
+                ("key1", "remote_address"),
+                ("key2", "PATH_/login")
+            ]
+        );
     }
 
     /// The reference's `TestFlushCounterWithDifferentLabels`: one level has no key2, deeper

@@ -1,6 +1,8 @@
 //! In-process counters: sharded, exact (a mutex per shard), bounded in keys.
 
-use super::{CounterOp, CounterResult};
+use super::memory_bans::MemoryBans;
+use super::{BanOutcome, CounterOp, CounterResult};
+use crate::ban::BanCheck;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
@@ -20,6 +22,7 @@ pub struct MemoryStore {
     shards: Vec<Mutex<HashMap<String, Slot>>>,
     hasher: RandomState,
     cap_per_shard: usize,
+    bans: MemoryBans,
 }
 
 impl MemoryStore {
@@ -29,7 +32,51 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             cap_per_shard: (max_keys / SHARDS).max(1),
+            // One ban state per offending client and rule: far fewer than counters.
+            bans: MemoryBans::new((max_keys / 8).max(1024)),
         }
+    }
+
+    /// The ban states.
+    pub fn bans(&self) -> &MemoryBans {
+        &self.bans
+    }
+
+    /// One op: the ban check first (a banned call is not counted), then the counter, then an
+    /// offence when it went over.
+    fn apply_one(&self, op: &CounterOp, now: u64) -> CounterResult {
+        let Some(ban) = &op.ban else {
+            return self.count(op, now);
+        };
+        let strikes = match self
+            .bans
+            .check(&ban.key, ban.config.forget_after_ms, ban.now_ms)
+        {
+            BanCheck::Banned {
+                remaining_ms,
+                strikes,
+            } => {
+                return CounterResult {
+                    ban: Some(BanOutcome::Refused {
+                        remaining_ms,
+                        strikes,
+                    }),
+                    ..CounterResult::default()
+                }
+            }
+            BanCheck::Open { strikes } => strikes,
+        };
+        let mut result = self.count(op, now);
+        if op.hits > 0 && result.after > u64::from(ban.limit) {
+            result.ban = Some(self.bans.offend(
+                &ban.key,
+                &ban.config,
+                strikes,
+                &ban.subject_json,
+                ban.now_ms,
+            ));
+        }
+        result
     }
 
     fn shard(&self, key: &str) -> &Mutex<HashMap<String, Slot>> {
@@ -45,47 +92,51 @@ impl MemoryStore {
     }
 
     pub fn apply(&self, ops: &[CounterOp], now: u64) -> Vec<CounterResult> {
-        ops.iter()
-            .map(|op| {
-                let after = {
-                    let mut map = self
-                        .shard(&op.key)
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    let expires_millis = now + op.ttl_secs * 1000;
-                    if let Some(slot) = map.get_mut(op.key.as_str()) {
-                        if slot.expires_millis <= now {
-                            slot.count = 0;
+        ops.iter().map(|op| self.apply_one(op, now)).collect()
+    }
+
+    fn count(&self, op: &CounterOp, now: u64) -> CounterResult {
+        let after = {
+            let mut map = self
+                .shard(&op.key)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let expires_millis = now + op.ttl_secs * 1000;
+            if let Some(slot) = map.get_mut(op.key.as_str()) {
+                if slot.expires_millis <= now {
+                    slot.count = 0;
+                }
+                slot.count = slot.count.saturating_add(op.hits);
+                slot.expires_millis = expires_millis;
+                slot.count
+            } else {
+                if map.len() >= self.cap_per_shard {
+                    map.retain(|_, s| s.expires_millis > now);
+                    if map.len() >= self.cap_per_shard {
+                        if let Some(victim) = map.keys().next().cloned() {
+                            map.remove(&victim);
                         }
-                        slot.count = slot.count.saturating_add(op.hits);
-                        slot.expires_millis = expires_millis;
-                        slot.count
-                    } else {
-                        if map.len() >= self.cap_per_shard {
-                            map.retain(|_, s| s.expires_millis > now);
-                            if map.len() >= self.cap_per_shard {
-                                if let Some(victim) = map.keys().next().cloned() {
-                                    map.remove(&victim);
-                                }
-                            }
-                        }
-                        map.insert(
-                            op.key.clone(),
-                            Slot {
-                                count: op.hits,
-                                expires_millis,
-                            },
-                        );
-                        op.hits
                     }
-                };
-                let prev = op.prev_key.as_deref().map_or(0, |k| {
-                    let map = self.shard(k).lock().unwrap_or_else(|e| e.into_inner());
-                    Self::live(map.get(k), now)
-                });
-                CounterResult { after, prev }
-            })
-            .collect()
+                }
+                map.insert(
+                    op.key.clone(),
+                    Slot {
+                        count: op.hits,
+                        expires_millis,
+                    },
+                );
+                op.hits
+            }
+        };
+        let prev = op.prev_key.as_deref().map_or(0, |k| {
+            let map = self.shard(k).lock().unwrap_or_else(|e| e.into_inner());
+            Self::live(map.get(k), now)
+        });
+        CounterResult {
+            after,
+            prev,
+            ban: None,
+        }
     }
 
     pub fn get(&self, ops: &[CounterOp], now: u64) -> Vec<u64> {
@@ -124,6 +175,7 @@ mod tests {
             ttl_secs: 60,
             prev_key: None,
             per_second: false,
+            ban: None,
         }
     }
 

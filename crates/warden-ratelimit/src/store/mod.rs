@@ -2,11 +2,15 @@
 //! cluster), both using the reference's keys and fixed windows.
 
 mod memory;
+mod memory_bans;
 mod redis;
 
 pub use self::memory::MemoryStore;
+pub use self::memory_bans::MemoryBans;
 pub use self::redis::{RedisPool, RedisSettings, RedisStore, RedisTls, RedisType};
 
+use crate::ban::BanRecord;
+use crate::config::BanConfig;
 use std::sync::Arc;
 
 /// One counter update: `INCRBY key hits` + `EXPIRE key ttl`, optionally reading the previous
@@ -19,6 +23,32 @@ pub struct CounterOp {
     pub prev_key: Option<String>,
     /// SECOND-unit keys go to the per-second Redis when one is configured.
     pub per_second: bool,
+    /// The limit has a ban schedule: the ban is checked before counting (a banned call is not
+    /// counted) and an offence starts the next ban, in the same round trip.
+    pub ban: Option<BanOp>,
+}
+
+/// The ban part of a [`CounterOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BanOp {
+    /// The client's ban state key (`<prefix>warden_ban:<domain>_<k>_<v>_...`).
+    pub key: String,
+    pub config: Arc<BanConfig>,
+    /// Over this count (after the call's hits) is an offence.
+    pub limit: u32,
+    /// Who it is for ([`crate::ban::BanSubject`] as JSON), stored with the state for listing.
+    pub subject_json: String,
+    /// The limiter's clock.
+    pub now_ms: u64,
+}
+
+/// What a ban did to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BanOutcome {
+    /// Refused: banned for this much longer (the call was not counted).
+    Refused { remaining_ms: u64, strikes: u32 },
+    /// This call's offence started a ban of this length.
+    Started { duration_ms: u64, strikes: u32 },
 }
 
 /// Counts after an update.
@@ -28,6 +58,8 @@ pub struct CounterResult {
     pub after: u64,
     /// The previous window's count (0 when not requested or absent).
     pub prev: u64,
+    /// The ban's effect, for ops with one.
+    pub ban: Option<BanOutcome>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +100,22 @@ impl Store {
         match self {
             Store::Memory(m) => Ok(m.get(ops, now_millis)),
             Store::Redis(r) => Box::pin(r.get(ops)).await,
+        }
+    }
+
+    /// Bans in force at `now_ms`.
+    pub async fn list_bans(&self, now_ms: u64) -> Result<Vec<BanRecord>, StoreError> {
+        match self {
+            Store::Memory(m) => Ok(m.bans().list(now_ms)),
+            Store::Redis(r) => Box::pin(r.list_bans(now_ms)).await,
+        }
+    }
+
+    /// Lifts the ban of `key` (and forgets its strikes); whether there was one.
+    pub async fn lift_ban(&self, key: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(m) => Ok(m.bans().lift(key)),
+            Store::Redis(r) => Box::pin(r.lift_ban(key)).await,
         }
     }
 

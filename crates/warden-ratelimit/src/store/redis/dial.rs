@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_rustls::TlsConnector;
+use warden_tls::tokio_rustls::TlsConnector;
 
 /// What is known about one connection.
 #[derive(Debug)]

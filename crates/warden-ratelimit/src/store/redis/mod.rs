@@ -6,6 +6,7 @@
 //! warden's dialer; cluster mode uses redis-rs's cluster client and sends each key's commands
 //! to its node concurrently.
 
+mod ban_script;
 mod conn_slot;
 mod dial;
 mod lane;
@@ -15,7 +16,8 @@ mod tls;
 pub use self::settings::{RedisSettings, RedisTls, RedisType};
 
 use self::lane::{Lane, LaneFactory};
-use super::{CounterOp, CounterResult, StoreError};
+use super::{BanOutcome, CounterOp, CounterResult, StoreError};
+use crate::ban::BanRecord;
 use crate::serving_thread;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -112,37 +114,147 @@ impl RedisPool {
             LaneFactory::Single { .. } => self.apply_pipeline(ops).await,
             LaneFactory::Cluster { .. } => {
                 // Keys live on different nodes: one pipeline per key, all in flight at once.
-                let futures = ops
-                    .iter()
-                    .map(|op| self.apply_pipeline(std::slice::from_ref(op)));
+                let futures = ops.iter().map(|op| async move {
+                    match &op.ban {
+                        None => self.apply_pipeline(std::slice::from_ref(op)).await,
+                        Some(_) => Ok(vec![self.apply_banned_in_cluster(op).await?]),
+                    }
+                });
                 let results = futures_util::future::try_join_all(futures).await?;
                 Ok(results.into_iter().flatten().collect())
             }
         }
     }
 
+    /// One pipeline for `ops`: `INCRBY` + `EXPIRE` (+ `GET` of the previous window) per op, or
+    /// the ban script ([`ban_script::CHECK_COUNT_OFFEND`]) for an op with a ban.
     async fn apply_pipeline(&self, ops: &[&CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
         let mut pipe = redis::pipe();
         for op in ops {
+            if let Some(ban) = &op.ban {
+                ban_script::add_check_count_offend(&mut pipe, op, ban);
+                continue;
+            }
             pipe.cmd("INCRBY").arg(&op.key).arg(op.hits);
             pipe.cmd("EXPIRE").arg(&op.key).arg(op.ttl_secs).ignore();
             if let Some(prev) = &op.prev_key {
                 pipe.cmd("GET").arg(prev);
             }
         }
-        let values: Vec<Option<i64>> = self.run(&pipe).await?;
+        let values: Vec<redis::Value> = self.run(&pipe).await?;
         let mut values = values.into_iter();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
-            let after = values.next().flatten().unwrap_or(0).max(0) as u64;
+            if op.ban.is_some() {
+                let (after, ban) = values
+                    .next()
+                    .map_or((0, None), |v| ban_script::parse_check_count_offend(&v));
+                results.push(CounterResult {
+                    after,
+                    prev: 0,
+                    ban,
+                });
+                continue;
+            }
+            let after = values.next().map_or(0, |v| int_of(&v));
             let prev = if op.prev_key.is_some() {
-                values.next().flatten().unwrap_or(0).max(0) as u64
+                values.next().map_or(0, |v| int_of(&v))
             } else {
                 0
             };
-            results.push(CounterResult { after, prev });
+            results.push(CounterResult {
+                after,
+                prev,
+                ban: None,
+            });
         }
         Ok(results)
+    }
+
+    /// Cluster mode: the counter and the ban key are on different slots, so the check (`GET`),
+    /// the count and the offence ([`ban_script::OFFEND`]) are three round trips.
+    async fn apply_banned_in_cluster(&self, op: &CounterOp) -> Result<CounterResult, StoreError> {
+        let Some(ban) = &op.ban else {
+            return Ok(CounterResult::default());
+        };
+        let mut get = redis::pipe();
+        get.cmd("GET").arg(&ban.key);
+        let (stored,): (redis::Value,) = self.run(&get).await?;
+        let state = ban_script::stored_state(&stored);
+        if let crate::ban::BanCheck::Banned {
+            remaining_ms,
+            strikes,
+        } = crate::ban::schedule::check(state, ban.config.forget_after_ms, ban.now_ms)
+        {
+            return Ok(CounterResult {
+                ban: Some(BanOutcome::Refused {
+                    remaining_ms,
+                    strikes,
+                }),
+                ..CounterResult::default()
+            });
+        }
+        let counted = CounterOp {
+            ban: None,
+            ..op.clone()
+        };
+        let mut result = self
+            .apply_pipeline(&[&counted])
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        if op.hits > 0 && result.after > u64::from(ban.limit) {
+            let mut offend = redis::pipe();
+            ban_script::add_offend(&mut offend, ban);
+            let (answer,): (redis::Value,) = self.run(&offend).await?;
+            result.ban = ban_script::parse_offend(&answer);
+        }
+        Ok(result)
+    }
+
+    /// Ban states whose key starts with `pattern`'s prefix (`SCAN`, bounded), in force at
+    /// `now_ms`. Cluster mode scans the node the connection reaches first (a debug listing).
+    async fn list_bans(&self, pattern: &str, now_ms: u64) -> Result<Vec<BanRecord>, StoreError> {
+        const MAX_ROUNDS: usize = 1000;
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        for _ in 0..MAX_ROUNDS {
+            let mut scan = redis::pipe();
+            scan.cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let ((next, keys),): ((u64, Vec<String>),) = self.run(&scan).await?;
+            if !keys.is_empty() {
+                let mut get = redis::pipe();
+                for key in &keys {
+                    get.cmd("GET").arg(key);
+                }
+                let values: Vec<Option<String>> = self.run(&get).await?;
+                for (key, value) in keys.into_iter().zip(values) {
+                    if let Some(record) = value.and_then(|v| BanRecord::parse(key, &v)) {
+                        if record.state.until_ms > now_ms {
+                            out.push(record);
+                        }
+                    }
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn lift_ban(&self, key: &str) -> Result<bool, StoreError> {
+        let mut del = redis::pipe();
+        del.cmd("DEL").arg(key);
+        let (removed,): (i64,) = self.run(&del).await?;
+        Ok(removed > 0)
     }
 
     async fn get(&self, ops: &[&CounterOp]) -> Result<Vec<u64>, StoreError> {
@@ -180,6 +292,32 @@ impl RedisPool {
 pub struct RedisStore {
     main: RedisPool,
     per_second: Option<RedisPool>,
+    /// Where ban keys start (`CACHE_KEY_PREFIX` + `warden_ban:`), for listing them.
+    ban_prefix: String,
+}
+
+/// A counter's value (`INCRBY`, `GET`): 0 when absent or not a number.
+fn int_of(value: &redis::Value) -> u64 {
+    match value {
+        redis::Value::Int(i) => (*i).max(0) as u64,
+        redis::Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .map_or(0, |i| i.max(0) as u64),
+        _ => 0,
+    }
+}
+
+/// `text` as a literal in a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl RedisStore {
@@ -188,8 +326,10 @@ impl RedisStore {
         main: &RedisSettings,
         per_second: Option<&RedisSettings>,
         serving_threads: usize,
+        ban_prefix: String,
     ) -> Result<Self, StoreError> {
         Ok(RedisStore {
+            ban_prefix,
             main: RedisPool::new(main, serving_threads)?,
             per_second: per_second
                 .map(|s| RedisPool::new(s, serving_threads))
@@ -259,5 +399,23 @@ impl RedisStore {
     pub async fn get(&self, ops: &[CounterOp]) -> Result<Vec<u64>, StoreError> {
         self.on_pools(ops, async |pool, ops| pool.get(ops).await)
             .await
+    }
+
+    /// Bans in force on every client (a SECOND-unit limit's bans live on the per-second one).
+    pub async fn list_bans(&self, now_ms: u64) -> Result<Vec<BanRecord>, StoreError> {
+        let pattern = format!("{}*", glob_escape(&self.ban_prefix));
+        let mut out = self.main.list_bans(&pattern, now_ms).await?;
+        if let Some(ps) = &self.per_second {
+            out.extend(ps.list_bans(&pattern, now_ms).await?);
+        }
+        Ok(out)
+    }
+
+    pub async fn lift_ban(&self, key: &str) -> Result<bool, StoreError> {
+        let mut lifted = self.main.lift_ban(key).await?;
+        if let Some(ps) = &self.per_second {
+            lifted |= ps.lift_ban(key).await?;
+        }
+        Ok(lifted)
     }
 }
