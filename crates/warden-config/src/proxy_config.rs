@@ -178,6 +178,7 @@ impl ConfigSet {
         let problem = |message: String| Problem {
             location: self.locate(pod, &format!("metadata.annotations[\"{ANNOTATION}\"]")),
             message,
+            code: None,
         };
         let value: serde_json::Value = serde_saphyr::from_str(text)
             .map_err(|e| problem(format!("{ANNOTATION} is not YAML or JSON: {e}")))?;

@@ -1,0 +1,123 @@
+//! What a field warden's types do not read is: an Istio field warden does not implement (yet),
+//! or a field no one defines — for Istio's kinds a typo that `kubectl apply` would refuse
+//! ("strict decoding error: unknown field"), reported with the closest known name.
+
+use crate::code::Code;
+use crate::field_path::{FieldPath, Segment};
+use crate::kind_schema::{istio_paths, schema_pattern, warden_schema};
+use crate::suggest::closest;
+
+/// How to report one unread field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finding {
+    pub error: bool,
+    pub code: Code,
+    pub message: String,
+}
+
+/// Decide about the unread field at `path` (below the kind's schema root: `http[0].rout` for
+/// `spec.http[0].rout`) of a `kind` document. `changes_behaviour` says whether ignoring a
+/// field there could change what requests get.
+pub(crate) fn classify(kind: &str, path: &FieldPath, changes_behaviour: bool) -> Finding {
+    let not_supported = if changes_behaviour {
+        Finding {
+            error: true,
+            code: Code::FieldNotSupported,
+            message: "not supported by warden yet; it would change what requests get, so it is \
+                      an error rather than ignored"
+                .into(),
+        }
+    } else {
+        Finding {
+            error: false,
+            code: Code::FieldNotSupported,
+            message: "field not supported by warden; ignored".into(),
+        }
+    };
+    let Some(Segment::Key(name)) = path.segments().last() else {
+        return not_supported;
+    };
+    let Some(schema) = warden_schema(kind) else {
+        return not_supported;
+    };
+    let parent = path.parent();
+    let known: Vec<&str> = schema.at(&parent).map(|n| n.fields()).unwrap_or_default();
+    let suggestion = closest(name, known.iter().copied());
+    let istio = istio_paths(kind);
+    if istio.is_empty() {
+        // Not an Istio kind: its schema is not known here beyond what warden reads.
+        return match suggestion {
+            Some(s) => Finding {
+                message: format!("unknown field `{name}`, did you mean `{s}`?"),
+                code: Code::UnknownField,
+                ..not_supported
+            },
+            None => not_supported,
+        };
+    }
+    let pattern = schema_pattern(schema, &parent).map(|p| {
+        if p.is_empty() {
+            name.clone()
+        } else {
+            format!("{p}.{name}")
+        }
+    });
+    if pattern.is_some_and(|p| istio.contains(&p)) {
+        return not_supported;
+    }
+    let message = match suggestion {
+        Some(s) => format!("unknown field `{name}`, did you mean `{s}`?"),
+        None => format!(
+            "unknown field `{name}` (fields here: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ),
+    };
+    Finding {
+        error: true,
+        code: Code::UnknownField,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_get_the_closest_name_and_istio_fields_keep_not_supported() {
+        let cases = [
+            ("VirtualService", "http[0].rout", true, "unknown field `rout`, did you mean `route`?"),
+            ("VirtualService", "http[0].matchs", true, "unknown field `matchs`, did you mean `match`?"),
+            (
+                "VirtualService",
+                "http[0].match[0].uri.prefx",
+                true,
+                "unknown field `prefx`, did you mean `prefix`?",
+            ),
+            (
+                "VirtualService",
+                "http[0].route[0].destnation",
+                true,
+                "unknown field `destnation`, did you mean `destination`?",
+            ),
+            ("VirtualService", "hots", false, "unknown field `hots`, did you mean `hosts`?"),
+            ("ServiceEntry", "locaton", false, "unknown field `locaton`, did you mean `location`?"),
+            ("VirtualService", "http[0].delegate", true, "not supported by warden yet"),
+            ("VirtualService", "exportTo", false, "field not supported by warden; ignored"),
+            ("DestinationRule", "trafficPolicy.tunnel", true, "not supported by warden yet"),
+            ("VirtualService", "http[0].zzz", true, "unknown field `zzz` (fields here: "),
+        ];
+        for (kind, path, behaviour, want) in cases {
+            let f = classify(kind, &FieldPath::parse(path), behaviour);
+            assert!(f.message.starts_with(want), "{kind} {path}: {}", f.message);
+            let unknown = want.starts_with("unknown");
+            assert_eq!(f.error, unknown || behaviour, "{kind} {path}");
+            let code = if unknown { Code::UnknownField } else { Code::FieldNotSupported };
+            assert_eq!(f.code, code, "{kind} {path}");
+        }
+    }
+}
