@@ -70,10 +70,12 @@ impl Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)?;
         match self.code {
-            // Istio's analyzer output puts the code in brackets too: `Error [IST0101] (...)`.
-            Some(code) => write!(f, "{}: [{}] {}", self.location, code.id(), self.message),
-            None => write!(f, "{}: {}", self.location, self.message),
+            // In brackets, as Istio's analyzer output shows it (`Error [IST0101] (...)`); last,
+            // so the line still reads as place then message.
+            Some(code) => write!(f, " [{}]", code.id()),
+            None => Ok(()),
         }
     }
 }

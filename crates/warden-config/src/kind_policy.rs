@@ -119,9 +119,7 @@ pub(crate) fn classify(kind: &str, group: &str) -> KindVerdict {
     // A known kind spelt with other case: Kubernetes would refuse it as an unknown kind.
     if let Some(known) = known_kinds().find(|k| k.eq_ignore_ascii_case(kind)) {
         return KindVerdict::Unknown {
-            why: format!(
-                "unknown kind {kind:?}; kinds are case-sensitive: did you mean {known}?"
-            ),
+            why: format!("unknown kind {kind:?}; kinds are case-sensitive: did you mean {known}?"),
         };
     }
     let same_group: Vec<&str> = known_kinds_in(group).collect();
@@ -286,14 +284,26 @@ mod tests {
 
     #[test]
     fn skip_entries_name_a_kind_or_kind_and_group() {
-        assert!(skip_matches("HTTPRoute", "HTTPRoute", "gateway.networking.k8s.io"));
+        assert!(skip_matches(
+            "HTTPRoute",
+            "HTTPRoute",
+            "gateway.networking.k8s.io"
+        ));
         assert!(skip_matches(
             "Gateway.gateway.networking.k8s.io",
             "Gateway",
             "gateway.networking.k8s.io"
         ));
-        assert!(!skip_matches("Gateway.gateway.networking.k8s.io", "Gateway", "networking.istio.io"));
-        assert!(!skip_matches("HTTPRoute", "GRPCRoute", "gateway.networking.k8s.io"));
+        assert!(!skip_matches(
+            "Gateway.gateway.networking.k8s.io",
+            "Gateway",
+            "networking.istio.io"
+        ));
+        assert!(!skip_matches(
+            "HTTPRoute",
+            "GRPCRoute",
+            "gateway.networking.k8s.io"
+        ));
         for ok in [
             "RequestAuthentication",
             "WasmPlugin",
@@ -305,9 +315,15 @@ mod tests {
             assert_eq!(check_skip_kind(ok), Ok(()), "{ok}");
         }
         let err = check_skip_kind("RequestAuthentcation").unwrap_err();
-        assert!(err.ends_with("did you mean RequestAuthentication?"), "{err}");
+        assert!(
+            err.ends_with("did you mean RequestAuthentication?"),
+            "{err}"
+        );
         let err = check_skip_kind("requestauthentication").unwrap_err();
-        assert!(err.ends_with("did you mean RequestAuthentication?"), "{err}");
+        assert!(
+            err.ends_with("did you mean RequestAuthentication?"),
+            "{err}"
+        );
         assert!(check_skip_kind("VirtualService").is_err());
     }
 }

@@ -137,8 +137,14 @@ mod tests {
     fn patterns_follow_the_schema() {
         let vs = warden_schema("VirtualService").expect("schema");
         let cases = [
-            ("http[0].route[1].destination", Some("http[].route[].destination")),
-            ("http[0].match[1].headers.x-user", Some("http[].match[].headers{}")),
+            (
+                "http[0].route[1].destination",
+                Some("http[].route[].destination"),
+            ),
+            (
+                "http[0].match[1].headers.x-user",
+                Some("http[].match[].headers{}"),
+            ),
             ("hosts", Some("hosts")),
             ("http[0].nope", None),
         ];

@@ -7,9 +7,9 @@
 use crate::code::Code;
 use crate::document::{Doc, Metadata};
 use crate::error::{ConfigErrors, Location, Problem};
+use crate::field_path::FieldPath;
 use crate::kind_policy::{classify as classify_kind, skip_matches, KindVerdict, READ_KINDS};
 use crate::unknown_field;
-use crate::field_path::FieldPath;
 use crate::validate::{self, Report};
 use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
 use crate::ConfigSet;
@@ -76,7 +76,11 @@ pub fn load_str(name: &str, text: &str) -> Result<Loaded, ConfigErrors> {
 }
 
 /// [`load_str`] with the operator's [`LoadOptions`].
-pub fn load_str_with(name: &str, text: &str, options: &LoadOptions) -> Result<Loaded, ConfigErrors> {
+pub fn load_str_with(
+    name: &str,
+    text: &str,
+    options: &LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
     let mut loader = Loader::new(options);
     loader.add_text(Path::new(name), text);
     loader.finish()

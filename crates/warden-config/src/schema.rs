@@ -335,7 +335,10 @@ struct OneEntry<'a> {
 impl<'de> de::MapAccess<'de> for OneEntry<'_> {
     type Error = Stop;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Stop> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Stop> {
         match self.key.take() {
             Some(k) => seed.deserialize(k.into_deserializer()).map(Some),
             None => Ok(None),
@@ -388,7 +391,10 @@ mod tests {
         assert_eq!(at("items[3]"), Some(vec!["host", "port"]));
         assert_eq!(at("match"), Some(vec!["host", "port"]));
         assert_eq!(at("byName.anything"), Some(vec!["host", "port"]));
-        assert_eq!(schema.at(&crate::FieldPath::parse("labels.app")), Some(&Schema::Scalar));
+        assert_eq!(
+            schema.at(&crate::FieldPath::parse("labels.app")),
+            Some(&Schema::Scalar)
+        );
         assert_eq!(at("items[0].nope"), None);
         assert!(schema.paths().contains(&"items[].port".to_owned()));
         assert!(schema.paths().contains(&"byName{}.host".to_owned()));

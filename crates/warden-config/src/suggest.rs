@@ -3,7 +3,10 @@
 
 /// The candidate closest to `word`, if it is within a typo's distance: one edit for names of up
 /// to 4 letters, two up to 8, three beyond. Ties go to the first candidate.
-pub(crate) fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = match word.chars().count() {
         0..=4 => 1,
         5..=8 => 2,
@@ -13,7 +16,12 @@ pub(crate) fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a s
     candidates
         .into_iter()
         .filter(|c| *c != word)
-        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_ascii_lowercase()), c))
+        .map(|c| {
+            (
+                strsim::damerau_levenshtein(&lower, &c.to_ascii_lowercase()),
+                c,
+            )
+        })
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
@@ -26,8 +34,20 @@ mod tests {
     #[test]
     fn suggests_the_nearest_name_within_a_typos_distance() {
         let http_route = [
-            "name", "match", "route", "redirect", "directResponse", "delegate", "rewrite",
-            "timeout", "retries", "fault", "mirror", "mirrors", "corsPolicy", "headers",
+            "name",
+            "match",
+            "route",
+            "redirect",
+            "directResponse",
+            "delegate",
+            "rewrite",
+            "timeout",
+            "retries",
+            "fault",
+            "mirror",
+            "mirrors",
+            "corsPolicy",
+            "headers",
         ];
         let cases = [
             ("rout", &http_route[..], Some("route")),
@@ -35,10 +55,22 @@ mod tests {
             ("mirors", &http_route[..], Some("mirrors")),
             ("retires", &http_route[..], Some("retries")),
             ("timout", &http_route[..], Some("timeout")),
-            ("destnation", &["destination", "weight", "headers"][..], Some("destination")),
-            ("hots", &["hosts", "gateways", "http", "tcp", "tls", "exportTo"][..], Some("hosts")),
+            (
+                "destnation",
+                &["destination", "weight", "headers"][..],
+                Some("destination"),
+            ),
+            (
+                "hots",
+                &["hosts", "gateways", "http", "tcp", "tls", "exportTo"][..],
+                Some("hosts"),
+            ),
             ("prefx", &["exact", "prefix", "regex"][..], Some("prefix")),
-            ("locaton", &["hosts", "addresses", "ports", "location", "resolution"][..], Some("location")),
+            (
+                "locaton",
+                &["hosts", "addresses", "ports", "location", "resolution"][..],
+                Some("location"),
+            ),
             ("Route", &http_route[..], Some("route")),
             ("xyz", &http_route[..], None),
             ("sourceLabels", &http_route[..], None),

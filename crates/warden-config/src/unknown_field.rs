@@ -90,8 +90,18 @@ mod tests {
     #[test]
     fn typos_get_the_closest_name_and_istio_fields_keep_not_supported() {
         let cases = [
-            ("VirtualService", "http[0].rout", true, "unknown field `rout`, did you mean `route`?"),
-            ("VirtualService", "http[0].matchs", true, "unknown field `matchs`, did you mean `match`?"),
+            (
+                "VirtualService",
+                "http[0].rout",
+                true,
+                "unknown field `rout`, did you mean `route`?",
+            ),
+            (
+                "VirtualService",
+                "http[0].matchs",
+                true,
+                "unknown field `matchs`, did you mean `match`?",
+            ),
             (
                 "VirtualService",
                 "http[0].match[0].uri.prefx",
@@ -104,19 +114,53 @@ mod tests {
                 true,
                 "unknown field `destnation`, did you mean `destination`?",
             ),
-            ("VirtualService", "hots", false, "unknown field `hots`, did you mean `hosts`?"),
-            ("ServiceEntry", "locaton", false, "unknown field `locaton`, did you mean `location`?"),
-            ("VirtualService", "http[0].delegate", true, "not supported by warden yet"),
-            ("VirtualService", "exportTo", false, "field not supported by warden; ignored"),
-            ("DestinationRule", "trafficPolicy.tunnel", true, "not supported by warden yet"),
-            ("VirtualService", "http[0].zzz", true, "unknown field `zzz` (fields here: "),
+            (
+                "VirtualService",
+                "hots",
+                false,
+                "unknown field `hots`, did you mean `hosts`?",
+            ),
+            (
+                "ServiceEntry",
+                "locaton",
+                false,
+                "unknown field `locaton`, did you mean `location`?",
+            ),
+            (
+                "VirtualService",
+                "http[0].delegate",
+                true,
+                "not supported by warden yet",
+            ),
+            (
+                "VirtualService",
+                "exportTo",
+                false,
+                "field not supported by warden; ignored",
+            ),
+            (
+                "DestinationRule",
+                "trafficPolicy.tunnel",
+                true,
+                "not supported by warden yet",
+            ),
+            (
+                "VirtualService",
+                "http[0].zzz",
+                true,
+                "unknown field `zzz` (fields here: ",
+            ),
         ];
         for (kind, path, behaviour, want) in cases {
             let f = classify(kind, &FieldPath::parse(path), behaviour);
             assert!(f.message.starts_with(want), "{kind} {path}: {}", f.message);
             let unknown = want.starts_with("unknown");
             assert_eq!(f.error, unknown || behaviour, "{kind} {path}");
-            let code = if unknown { Code::UnknownField } else { Code::FieldNotSupported };
+            let code = if unknown {
+                Code::UnknownField
+            } else {
+                Code::FieldNotSupported
+            };
             assert_eq!(f.code, code, "{kind} {path}");
         }
     }

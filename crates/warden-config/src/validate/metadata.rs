@@ -27,10 +27,7 @@ pub(super) fn check(set: &ConfigSet, report: &mut Report) {
     check_docs(&set.envoy_filters, report);
 }
 
-fn check_docs<'a, T: 'a>(
-    docs: impl IntoIterator<Item = &'a Doc<T>>,
-    report: &mut Report,
-) {
+fn check_docs<'a, T: 'a>(docs: impl IntoIterator<Item = &'a Doc<T>>, report: &mut Report) {
     for doc in docs {
         let name = &doc.metadata.name;
         if name.is_empty() {

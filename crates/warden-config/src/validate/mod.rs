@@ -13,8 +13,8 @@ mod metadata;
 mod service_entry;
 mod virtual_service;
 
-use crate::document::Doc;
 use crate::dangling::{DanglingReason, DanglingRef};
+use crate::document::Doc;
 use crate::error::{Code, Location, Problem};
 use crate::field_path::FieldPath;
 use crate::yaml_source::SourceLines;
@@ -85,9 +85,13 @@ impl<'a> Report<'a> {
         at: &FieldPath,
         host: &str,
         reason: DanglingReason,
+        hint: Option<String>,
     ) {
         let dangling = DanglingRef::new(doc, destination, host, reason);
-        let (code, message) = dangling.finding();
+        let (code, mut message) = dangling.finding();
+        if let Some(hint) = hint {
+            message = format!("{message} ({hint})");
+        }
         self.warn_coded(doc, at, code, message);
         self.dangling.push(dangling);
     }

@@ -711,19 +711,34 @@ fn check_destination(
     let ns = doc.metadata.namespace_or_default();
     let service = refs.set.service_in(&dest.host, ns);
     if service.is_none() && refs.check_service_entries {
-        report.dangling(doc, at, &at.key("host"), &dest.host, DanglingReason::Host);
+        report.dangling(
+            doc,
+            at,
+            &at.key("host"),
+            &dest.host,
+            DanglingReason::Host,
+            None,
+        );
         return;
     }
     if let Some(subset) = &dest.subset {
         let full = crate::mesh_registry::expand_host(&dest.host, ns);
         let rule = refs.set.destination_rule_for_host(&full);
         if !rule.is_some_and(|dr| dr.spec.subset(subset).is_some()) {
+            let hint = rule.map(|dr| {
+                let known: Vec<&str> = dr.spec.subsets.iter().map(|s| s.name.as_str()).collect();
+                match known.is_empty() {
+                    true => format!("{} has no subsets", dr.id()),
+                    false => format!("{} has subsets: {}", dr.id(), known.join(", ")),
+                }
+            });
             report.dangling(
                 doc,
                 at,
                 &at.key("subset"),
                 &dest.host,
                 DanglingReason::Subset(subset.clone()),
+                hint,
             );
             return;
         }
@@ -737,6 +752,7 @@ fn check_destination(
             &at.key("port").key("number"),
             &dest.host,
             DanglingReason::Port(p.number),
+            Some(format!("{} has ports: {}", se.id(), ports_text(&numbers))),
         ),
         // A sidecar routes to the port the request came to; a gateway needs it spelled out.
         None if numbers.len() > 1 && has_gateway(doc) => report.dangling(
@@ -745,9 +761,18 @@ fn check_destination(
             &at.key("port"),
             &dest.host,
             DanglingReason::PortRequired(numbers),
+            None,
         ),
         _ => {}
     }
+}
+
+fn ports_text(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A PASSTHROUGH route: every match names the SNI hosts it takes (Istio requires them).
