@@ -357,7 +357,7 @@ impl Loader {
                         spec,
                     }),
                     Err(problem) => {
-                        self.errors.push(problem);
+                        self.errors.extend(problem);
                         self.failed_kinds.insert(env.kind);
                     }
                 }
@@ -577,8 +577,9 @@ fn error_path(base: &FieldPath, path: &serde_path_to_error::Path, message: &str)
     full
 }
 
-/// Deserialize a spec, recording a warning per ignored (unsupported) field and an error with the
-/// field path on a type mismatch or a missing required field.
+/// Deserialize a spec, recording a warning or an error per field it does not read
+/// ([`unknown_field`]) and an error with the field path on a type mismatch or a missing
+/// required field. `Err(None)`: the errors are recorded already (a misspelt field).
 fn decode<T: DeserializeOwned>(
     spec: serde_json::Value,
     base: &FieldPath,
@@ -586,7 +587,7 @@ fn decode<T: DeserializeOwned>(
     lines: &LineIndex,
     warnings: &mut Vec<Problem>,
     errors: &mut Vec<Problem>,
-) -> Result<T, Problem> {
+) -> Result<T, Option<Problem>> {
     let spec = if spec.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -598,6 +599,9 @@ fn decode<T: DeserializeOwned>(
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(spec, &mut record))
     };
     let kind = loc.object.split('/').next().unwrap_or("");
+    // Names the typos stood for: a "missing field" error for one of them is the typo's.
+    let mut meant: Vec<String> = Vec::new();
+    let mut typo = false;
     for relative in ignored {
         let path = base.join(&relative);
         let finding = unknown_field::classify(kind, &relative, changes_behaviour(kind, &path));
@@ -605,15 +609,32 @@ fn decode<T: DeserializeOwned>(
             code: Some(finding.code),
             ..problem_at(loc, lines, &path, finding.message)
         };
+        if finding.code == Code::UnknownField && finding.error {
+            typo = true;
+            meant.extend(finding.suggestion);
+        }
         if finding.error {
             errors.push(problem);
         } else {
             warnings.push(problem);
         }
     }
-    result.map_err(|e| {
+    let value = result.map_err(|e| {
         let message = e.inner().to_string();
+        let consequence = message
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+            .is_some_and(|f| meant.iter().any(|m| m == f));
+        if consequence {
+            return None;
+        }
         let path = error_path(base, e.path(), &message);
-        problem_at(loc, lines, &path, message)
-    })
+        Some(problem_at(loc, lines, &path, message))
+    })?;
+    // A misspelt field: the document is not what its author meant, so checking it further
+    // would report consequences of the typo (`rout:` -> "a route needs `route`").
+    match typo {
+        true => Err(None),
+        false => Ok(value),
+    }
 }

@@ -13,6 +13,8 @@ pub(crate) struct Finding {
     pub error: bool,
     pub code: Code,
     pub message: String,
+    /// The known name a typo stands for.
+    pub suggestion: Option<String>,
 }
 
 /// Decide about the unread field at `path` (below the kind's schema root: `http[0].rout` for
@@ -26,12 +28,14 @@ pub(crate) fn classify(kind: &str, path: &FieldPath, changes_behaviour: bool) ->
             message: "not supported by warden yet; it would change what requests get, so it is \
                       an error rather than ignored"
                 .into(),
+            suggestion: None,
         }
     } else {
         Finding {
             error: false,
             code: Code::FieldNotSupported,
             message: "field not supported by warden; ignored".into(),
+            suggestion: None,
         }
     };
     let Some(Segment::Key(name)) = path.segments().last() else {
@@ -50,6 +54,7 @@ pub(crate) fn classify(kind: &str, path: &FieldPath, changes_behaviour: bool) ->
             Some(s) => Finding {
                 message: format!("unknown field `{name}`, did you mean `{s}`?"),
                 code: Code::UnknownField,
+                suggestion: Some(s.to_owned()),
                 ..not_supported
             },
             None => not_supported,
@@ -80,6 +85,7 @@ pub(crate) fn classify(kind: &str, path: &FieldPath, changes_behaviour: bool) ->
         error: true,
         code: Code::UnknownField,
         message,
+        suggestion: suggestion.map(str::to_owned),
     }
 }
 

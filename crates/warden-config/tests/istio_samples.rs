@@ -57,7 +57,10 @@ fn bookinfo_gateway_alone_loads_with_istios_warning_and_a_dangling_route() {
     let field = "spec.http[0].route[0].destination";
     assert_eq!(set.dangling_destination(vs, field), Some(d));
     assert_eq!(set.dangling_of(vs).count(), 1);
-    assert_eq!(set.dangling_destination(vs, "spec.http[1].route[0].destination"), None);
+    assert_eq!(
+        set.dangling_destination(vs, "spec.http[1].route[0].destination"),
+        None
+    );
 }
 
 #[test]
@@ -72,7 +75,12 @@ fn bookinfo_with_its_cluster_loads_without_reference_warnings() {
     assert!(loaded.set.dangling.is_empty(), "{:#?}", loaded.set.dangling);
     // Deployments and ServiceAccounts cannot change what a request gets: one warning per kind.
     let codes: Vec<_> = loaded.warnings.iter().map(|w| w.code).collect();
-    assert_eq!(codes, [Some(Code::KindIgnored), Some(Code::KindIgnored)], "{:#?}", loaded.warnings);
+    assert_eq!(
+        codes,
+        [Some(Code::KindIgnored), Some(Code::KindIgnored)],
+        "{:#?}",
+        loaded.warnings
+    );
     assert_eq!(loaded.set.services.len(), 4);
     assert_eq!(loaded.set.virtual_services.len(), 5);
 }
@@ -85,7 +93,12 @@ fn the_route_rules_alone_warn_for_every_host_and_subset_they_name() {
         fixture("samples-bookinfo-destination-rule-all.yaml"),
     ];
     let loaded = load_paths(&paths).unwrap_or_else(|e| panic!("{e}"));
-    let hosts: Vec<&str> = loaded.set.dangling.iter().map(|d| d.host.as_str()).collect();
+    let hosts: Vec<&str> = loaded
+        .set
+        .dangling
+        .iter()
+        .map(|d| d.host.as_str())
+        .collect();
     assert_eq!(hosts, ["productpage", "reviews", "ratings", "details"]);
     assert!(loaded
         .set
@@ -134,7 +147,11 @@ fn the_rate_limit_task_reapplies_virtual_service_bookinfo_and_the_later_file_win
         .collect();
     assert_eq!(vs.len(), 1);
     assert_eq!(vs[0].file, second);
-    assert_eq!(vs[0].spec.http.len(), 2, "the task's version has the `api` route");
+    assert_eq!(
+        vs[0].spec.http.len(),
+        2,
+        "the task's version has the `api` route"
+    );
     let replaced: Vec<&Problem> = loaded
         .warnings
         .iter()
@@ -185,7 +202,10 @@ fn gateway_api_samples_are_refused_with_a_message_that_says_what_to_use() {
 
     // Skipped on request: loaded, with one warning per kind at every load.
     let options = LoadOptions {
-        skip_kinds: vec!["Gateway.gateway.networking.k8s.io".into(), "HTTPRoute".into()],
+        skip_kinds: vec![
+            "Gateway.gateway.networking.k8s.io".into(),
+            "HTTPRoute".into(),
+        ],
     };
     for _ in 0..2 {
         let loaded = load_paths_with(std::slice::from_ref(&path), &options)
@@ -230,7 +250,7 @@ fn telemetry_is_refused_only_for_fields_that_change_requests() {
     let options = LoadOptions {
         skip_kinds: vec!["Telemetry".into()],
     };
-    let loaded = load_paths_with(std::slice::from_ref(&tracing), &options)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let loaded =
+        load_paths_with(std::slice::from_ref(&tracing), &options).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.warnings[0].code, Some(Code::KindSkipped));
 }
