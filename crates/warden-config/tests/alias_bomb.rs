@@ -37,7 +37,11 @@ fn alias_bombs_of_1_kb_and_1_mb_are_refused_with_little_memory() {
     let small = bomb(16, 16);
     let large = bomb(12, 1024 * 1024 - 1024);
     assert!((900..=1100).contains(&small.len()), "{}", small.len());
-    assert!((1_000_000..=1_100_000).contains(&large.len()), "{}", large.len());
+    assert!(
+        (1_000_000..=1_100_000).contains(&large.len()),
+        "{}",
+        large.len()
+    );
     for (name, text) in [("small.yaml", small), ("large.yaml", large)] {
         let path: PathBuf = dir.join(name);
         std::fs::write(&path, &text).unwrap();
@@ -52,11 +56,18 @@ fn alias_bombs_of_1_kb_and_1_mb_are_refused_with_little_memory() {
         assert_eq!(e.location.file, path);
         assert!(e.location.line.is_some(), "{err}");
         assert!(
-            e.message.starts_with("invalid YAML: YAML aliases here would expand this"),
+            e.message
+                .starts_with("invalid YAML: YAML aliases here would expand this"),
             "{err}"
         );
-        eprintln!("{name}: refused at line {:?}; peak RSS growth {growth_kib} KiB", e.location.line);
-        assert!(growth_kib < 32 * 1024, "{name}: peak RSS grew by {growth_kib} KiB");
+        eprintln!(
+            "{name}: refused at line {:?}; peak RSS growth {growth_kib} KiB",
+            e.location.line
+        );
+        assert!(
+            growth_kib < 32 * 1024,
+            "{name}: peak RSS grew by {growth_kib} KiB"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
