@@ -357,7 +357,7 @@ impl Loader {
                         spec,
                     }),
                     Err(problem) => {
-                        self.errors.extend(problem);
+                        self.errors.extend(problem.map(|p| *p));
                         self.failed_kinds.insert(env.kind);
                     }
                 }
@@ -587,7 +587,7 @@ fn decode<T: DeserializeOwned>(
     lines: &LineIndex,
     warnings: &mut Vec<Problem>,
     errors: &mut Vec<Problem>,
-) -> Result<T, Option<Problem>> {
+) -> Result<T, Option<Box<Problem>>> {
     let spec = if spec.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -629,7 +629,7 @@ fn decode<T: DeserializeOwned>(
             return None;
         }
         let path = error_path(base, e.path(), &message);
-        Some(problem_at(loc, lines, &path, message))
+        Some(Box::new(problem_at(loc, lines, &path, message)))
     })?;
     // A misspelt field: the document is not what its author meant, so checking it further
     // would report consequences of the typo (`rout:` -> "a route needs `route`").
