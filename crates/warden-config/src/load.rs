@@ -216,21 +216,6 @@ impl Loader {
                 ignored.push(FieldPath::keys(&[key]));
             }
         }
-        for path in ignored {
-            // Kubernetes bookkeeping (status, metadata.uid...) carries no config; stay quiet.
-            let top = match path.segments().first() {
-                Some(crate::field_path::Segment::Key(k)) => k.as_str(),
-                _ => "",
-            };
-            if top != "status" && top != "metadata" {
-                self.loaded.warnings.push(problem_at(
-                    &loc,
-                    &lines,
-                    &path,
-                    "field not supported by warden; ignored".into(),
-                ));
-            }
-        }
         let kind_field = FieldPath::keys(&["kind"]);
         let mut kind_field_for_refusal: Option<FieldPath> = None;
         let (doc_group, doc_version) = match env.api_version.split_once('/') {
@@ -326,6 +311,21 @@ impl Loader {
             ));
             self.failed_kinds.insert(env.kind);
             return;
+        }
+        // The envelope's unread fields, now that the kind is one warden reads.
+        let istio = !crate::kind_schema::istio_paths(&env.kind).is_empty();
+        for path in ignored {
+            let Some(finding) = unknown_field::classify_envelope(istio, &path) else {
+                continue;
+            };
+            let problem = Problem {
+                code: Some(finding.code),
+                ..problem_at(&loc, &lines, &path, finding.message)
+            };
+            match finding.error {
+                true => self.errors.push(problem),
+                false => self.loaded.warnings.push(problem),
+            }
         }
         let whole = WHOLE_OBJECT_KINDS.contains(&env.kind.as_str());
         let (data, base) = if whole {

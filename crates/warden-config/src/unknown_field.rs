@@ -89,9 +89,113 @@ pub(crate) fn classify(kind: &str, path: &FieldPath, changes_behaviour: bool) ->
     }
 }
 
+/// Kubernetes' ObjectMeta fields: set by the API server or by tools, never config.
+const OBJECT_META: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// The top-level fields of a Kubernetes object.
+const ENVELOPE: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
+
+/// Decide about an unread field of a document's envelope (`metadata.namespce`, `sepc`), for a
+/// kind warden reads; `istio` says whether it is one of Istio's kinds. `None`: nothing to say
+/// (a `status`, the API server's metadata).
+pub(crate) fn classify_envelope(istio: bool, path: &FieldPath) -> Option<Finding> {
+    let keys: Vec<&str> = path
+        .segments()
+        .iter()
+        .filter_map(|s| match s {
+            Segment::Key(k) => Some(k.as_str()),
+            Segment::Index(_) => None,
+        })
+        .collect();
+    let typo = |name: &str, known: &[&str]| {
+        let suggestion = closest(name, known.iter().copied());
+        let message = match suggestion {
+            Some(s) => format!("unknown field `{name}`, did you mean `{s}`?"),
+            None => format!("unknown field `{name}` (fields here: {})", known.join(", ")),
+        };
+        Finding {
+            error: true,
+            code: Code::UnknownField,
+            message,
+            suggestion: suggestion.map(str::to_owned),
+        }
+    };
+    match keys.as_slice() {
+        ["status", ..] => None,
+        // A misspelt `namespace` would move the object to `default` unnoticed.
+        ["metadata", field, ..] if OBJECT_META.contains(field) => None,
+        ["metadata", field, ..] => Some(typo(field, OBJECT_META)),
+        [field, ..] if istio => Some(typo(field, ENVELOPE)),
+        _ => Some(Finding {
+            error: false,
+            code: Code::FieldNotSupported,
+            message: "field not supported by warden; ignored".into(),
+            suggestion: None,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn envelope_typos_are_errors_and_bookkeeping_is_quiet() {
+        let cases = [
+            (true, "status.conditions", None),
+            (true, "metadata.uid", None),
+            (true, "metadata.managedFields[0].manager", None),
+            (
+                true,
+                "metadata.namespce",
+                Some("unknown field `namespce`, did you mean `namespace`?"),
+            ),
+            (
+                false,
+                "metadata.lables",
+                Some("unknown field `lables`, did you mean `labels`?"),
+            ),
+            (
+                true,
+                "sepc",
+                Some("unknown field `sepc`, did you mean `spec`?"),
+            ),
+            (
+                true,
+                "data",
+                Some("unknown field `data` (fields here: apiVersion, kind,"),
+            ),
+            (
+                false,
+                "data",
+                Some("field not supported by warden; ignored"),
+            ),
+        ];
+        for (istio, path, want) in cases {
+            let got = classify_envelope(istio, &FieldPath::parse(path)).map(|f| f.message);
+            match (got.as_deref(), want) {
+                (None, None) => {}
+                (Some(g), Some(w)) if g.starts_with(w) => {}
+                (g, w) => panic!("{path}: {g:?}, want {w:?}"),
+            }
+        }
+    }
 
     #[test]
     fn typos_get_the_closest_name_and_istio_fields_keep_not_supported() {
