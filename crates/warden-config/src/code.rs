@@ -36,6 +36,9 @@ pub enum Code {
     DanglingSymlink,
     /// YAML whose aliases would expand far beyond the size of its file.
     YamlExpansionLimit,
+    /// An EnvoyFilter patch that matches nothing on this proxy: Istio ignores it (not applied).
+    /// Found by the proxy, which knows its routes; the code is here so all codes are in one list.
+    EnvoyFilterPatchUnmatched,
 }
 
 impl Code {
@@ -54,6 +57,7 @@ impl Code {
         Code::FieldNotSupported,
         Code::DanglingSymlink,
         Code::YamlExpansionLimit,
+        Code::EnvoyFilterPatchUnmatched,
     ];
 
     /// `IST0101`, `WDN0001`...
@@ -72,6 +76,7 @@ impl Code {
             Code::FieldNotSupported => "WDN0008",
             Code::DanglingSymlink => "WDN0009",
             Code::YamlExpansionLimit => "WDN0010",
+            Code::EnvoyFilterPatchUnmatched => "WDN0011",
         }
     }
 
@@ -93,6 +98,7 @@ impl Code {
             Code::FieldNotSupported => "FieldNotSupported",
             Code::DanglingSymlink => "DanglingSymlink",
             Code::YamlExpansionLimit => "YamlExpansionLimit",
+            Code::EnvoyFilterPatchUnmatched => "EnvoyFilterPatchUnmatched",
         }
     }
 

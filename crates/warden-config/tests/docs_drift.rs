@@ -106,3 +106,23 @@ fn parents_of_schema_paths() {
         "http[].match[].headers"
     );
 }
+
+#[test]
+fn the_documented_codes_are_the_loaders() {
+    let doc = doc();
+    let rows: BTreeSet<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let id = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let name = cells.get(2)?;
+            let code = id.starts_with("IST") || id.starts_with("WDN");
+            code.then(|| (id.to_owned(), (*name).to_owned()))
+        })
+        .collect();
+    let want: BTreeSet<(String, String)> = warden_config::Code::ALL
+        .iter()
+        .map(|c| (c.id().to_owned(), c.name().to_owned()))
+        .collect();
+    assert_eq!(rows, want);
+}
