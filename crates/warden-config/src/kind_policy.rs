@@ -59,7 +59,16 @@ const REFUSED_KINDS: &[(&str, &str, &str)] = &[
 ];
 
 /// `Telemetry` fields that change what upstreams get; `metrics` and `accessLogging` do not.
-pub(crate) const TELEMETRY_BEHAVIOUR_FIELDS: &[&str] = &["tracing"];
+const TELEMETRY_BEHAVIOUR_FIELDS: &[&str] = &["tracing"];
+
+/// The first field of a `Telemetry` spec that changes what upstreams get: a Telemetry without
+/// one cannot change a request's outcome, and is passed by like someone else's object.
+pub(crate) fn telemetry_behaviour_field(spec: &serde_json::Value) -> Option<&'static str> {
+    TELEMETRY_BEHAVIOUR_FIELDS
+        .iter()
+        .copied()
+        .find(|f| spec.get(*f).is_some())
+}
 
 /// Istio kinds that cannot change a request's outcome: passed by like someone else's object.
 const ISTIO_IGNORED_KINDS: &[(&str, &str)] = &[
@@ -279,6 +288,24 @@ mod tests {
         for (kind, group, want) in cases {
             let got = verdict(kind, group);
             assert!(got.starts_with(want), "{kind} ({group}): {got}");
+        }
+    }
+
+    #[test]
+    fn telemetry_is_refused_for_tracing_only() {
+        let cases = [
+            (
+                serde_json::json!({"tracing": [{"randomSamplingPercentage": 0}]}),
+                Some("tracing"),
+            ),
+            (
+                serde_json::json!({"accessLogging": [{}], "metrics": [{}]}),
+                None,
+            ),
+            (serde_json::json!(null), None),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(telemetry_behaviour_field(&spec), want, "{spec}");
         }
     }
 

@@ -8,7 +8,9 @@ use crate::code::Code;
 use crate::document::{Doc, Metadata};
 use crate::error::{ConfigErrors, Location, Problem};
 use crate::field_path::FieldPath;
-use crate::kind_policy::{classify as classify_kind, skip_matches, KindVerdict, READ_KINDS};
+use crate::kind_policy::{
+    classify as classify_kind, skip_matches, telemetry_behaviour_field, KindVerdict, READ_KINDS,
+};
 use crate::unknown_field;
 use crate::validate::{self, Report};
 use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
@@ -133,7 +135,7 @@ impl Loader {
                         self.add_path(&f, false);
                     }
                 }
-                Err(e) => self.file_error(path, None, format!("cannot read directory: {}", e)),
+                Err(e) => self.file_error(path, None, format!("cannot read directory: {e}")),
             }
             return;
         }
@@ -147,7 +149,7 @@ impl Loader {
                         .unwrap_or_default();
                     format!("cannot read file: symbolic link to {target:?}, which does not exist")
                 } else {
-                    format!("cannot read file: {}", e)
+                    format!("cannot read file: {e}")
                 };
                 self.file_error(path, None, message)
             }
@@ -217,7 +219,6 @@ impl Loader {
             }
         }
         let kind_field = FieldPath::keys(&["kind"]);
-        let mut kind_field_for_refusal: Option<FieldPath> = None;
         let (doc_group, doc_version) = match env.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             // Core Kubernetes kinds: `apiVersion: v1`.
@@ -229,18 +230,12 @@ impl Loader {
             return;
         }
         let mut verdict = classify_kind(&env.kind, doc_group);
-        // Telemetry changes what requests get only through some of its fields.
+        // Where a refusal points: the kind, or the field that makes the document one.
+        let mut refused_at = kind_field.clone();
         if env.kind == "Telemetry" && matches!(verdict, KindVerdict::Refused { .. }) {
-            let fields: Vec<&str> = crate::kind_policy::TELEMETRY_BEHAVIOUR_FIELDS
-                .iter()
-                .copied()
-                .filter(|f| env.spec.get(*f).is_some())
-                .collect();
-            match fields.first() {
+            match telemetry_behaviour_field(&env.spec) {
                 None => verdict = KindVerdict::Ignored,
-                Some(f) => {
-                    kind_field_for_refusal = Some(FieldPath::keys(&["spec", f]));
-                }
+                Some(f) => refused_at = FieldPath::keys(&["spec", f]),
             }
         }
         match verdict {
@@ -259,7 +254,7 @@ impl Loader {
                     .skip_kinds
                     .iter()
                     .any(|e| skip_matches(e, &env.kind, doc_group));
-                let at = kind_field_for_refusal.take().unwrap_or(kind_field);
+                let at = refused_at;
                 if skip {
                     let key = (env.kind.clone(), env.api_version.clone());
                     let first = problem_at(&loc, &lines, &at, why);

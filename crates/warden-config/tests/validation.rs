@@ -956,6 +956,20 @@ fn a_kind_that_failed_to_decode_does_not_cause_dangling_reference_errors() {
     assert_eq!(err.errors.len(), 1, "{err}");
     assert_eq!(err.errors[0].location.field, "spec.ports[0].number");
     assert_eq!(err.errors[0].location.object, "ServiceEntry/backend");
+    assert!(err.warnings.is_empty(), "{err}");
+
+    // The same for a DestinationRule and the subsets it would define.
+    let yaml = format!(
+        "{}---\n{}",
+        with_base(&vs(
+            "  http:\n  - route: [{destination: {host: backend.local, subset: v1}}]\n"
+        )),
+        dr("  host: backend.local\n  subsets: [{name: v1, labels: {version: v1}}]\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: many}}}\n")
+    );
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(err.errors[0].location.object, "DestinationRule/dr");
+    assert!(err.warnings.is_empty(), "{err}");
 }
 
 #[test]

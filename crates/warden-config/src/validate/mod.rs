@@ -118,6 +118,7 @@ pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report:
         set,
         check_gateways: !failed_kinds.contains("Gateway"),
         check_service_entries: !failed_kinds.contains("ServiceEntry"),
+        check_destination_rules: !failed_kinds.contains("DestinationRule"),
     };
     for doc in &set.virtual_services {
         virtual_service::check(doc, &refs, report);
@@ -172,6 +173,7 @@ pub(crate) struct References<'a> {
     pub set: &'a ConfigSet,
     pub check_gateways: bool,
     pub check_service_entries: bool,
+    pub check_destination_rules: bool,
 }
 
 fn spec() -> FieldPath {

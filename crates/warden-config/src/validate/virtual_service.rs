@@ -724,7 +724,8 @@ fn check_destination(
     if let Some(subset) = &dest.subset {
         let full = crate::mesh_registry::expand_host(&dest.host, ns);
         let rule = refs.set.destination_rule_for_host(&full);
-        if rule.is_none_or(|dr| dr.spec.subset(subset).is_none()) {
+        let missing = rule.is_none_or(|dr| dr.spec.subset(subset).is_none());
+        if missing && refs.check_destination_rules {
             let hint = rule.map(|dr| {
                 let known: Vec<&str> = dr.spec.subsets.iter().map(|s| s.name.as_str()).collect();
                 match known.is_empty() {
