@@ -254,3 +254,48 @@ fn telemetry_is_refused_only_for_fields_that_change_requests() {
         load_paths_with(std::slice::from_ref(&tracing), &options).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.warnings[0].code, Some(Code::KindSkipped));
 }
+
+#[test]
+fn a_namespace_with_one_dangling_virtual_service_loads_everything_else() {
+    let dir = std::env::temp_dir().join(format!("warden-samples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A route added to a namespace whose service is not deployed (yet).
+    let extra = dir.join("zz-ratings-canary.yaml");
+    std::fs::write(
+        &extra,
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: canary}\n\
+         spec:\n  hosts: [ratings]\n  http:\n  - route:\n    - destination: {host: ratings-canary}\n",
+    )
+    .unwrap();
+    let paths = [
+        fixture("samples-bookinfo-platform.yaml"),
+        fixture("samples-bookinfo-gateway.yaml"),
+        fixture("samples-bookinfo-destination-rule-all.yaml"),
+        fixture("samples-bookinfo-virtual-service-all-v1.yaml"),
+        extra.clone(),
+    ];
+    let loaded = load_paths(&paths).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let set = &loaded.set;
+    assert_eq!(set.virtual_services.len(), 6);
+    let dangling: Vec<(&str, &str, &str)> = set
+        .dangling
+        .iter()
+        .map(|d| (d.name.as_str(), d.field.as_str(), d.host.as_str()))
+        .collect();
+    assert_eq!(
+        dangling,
+        [(
+            "canary",
+            "spec.http[0].route[0].destination",
+            "ratings-canary"
+        )]
+    );
+    for vs in set
+        .virtual_services
+        .iter()
+        .filter(|v| v.metadata.name != "canary")
+    {
+        assert_eq!(set.dangling_of(vs).count(), 0, "{}", vs.id());
+    }
+}
