@@ -1,5 +1,6 @@
 //! Config errors and warnings: every one names the file, the document and the field path.
 
+pub use crate::code::Code;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -41,11 +42,41 @@ impl fmt::Display for Location {
 pub struct Problem {
     pub location: Location,
     pub message: String,
+    /// What kind of finding this is, for tools (`warden check --strict`, the snapshot builder):
+    /// Istio's analyzer code where Istio has one (`IST0101`), else warden's (`WDN…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<Code>,
+}
+
+impl Problem {
+    /// A problem without a code.
+    pub fn new(location: Location, message: impl Into<String>) -> Self {
+        Self {
+            location,
+            message: message.into(),
+            code: None,
+        }
+    }
+
+    /// A problem carrying an analyzer code.
+    pub fn coded(code: Code, location: Location, message: impl Into<String>) -> Self {
+        Self {
+            location,
+            message: message.into(),
+            code: Some(code),
+        }
+    }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.location, self.message)
+        write!(f, "{}: {}", self.location, self.message)?;
+        match self.code {
+            // In brackets, as Istio's analyzer output shows it (`Error [IST0101] (...)`); last,
+            // so the line still reads as place then message.
+            Some(code) => write!(f, " [{}]", code.id()),
+            None => Ok(()),
+        }
     }
 }
 

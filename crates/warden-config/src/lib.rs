@@ -1,32 +1,46 @@
 //! YAML documents (Istio kinds and warden kinds) turned into a validated, typed model.
 //!
 //! Stages: `yaml_source` parses multi-document YAML and records the line of every node; `load`
-//! reads files and directories, decodes each kind's serde shape (`kinds/`) and turns unknown
-//! fields into warnings, never silent drops; `validate` checks values and cross-document
-//! references. Every problem names file, line, document (kind/name) and field path, and all of
-//! them are reported at once. `hosts`, `gateway_ref` and `lookup` hold the matching rules the
+//! reads files and directories, decides about each kind (`kind_policy`), replaces documents
+//! re-applied by a later file (`dedupe`), decodes each kind's serde shape (`kinds/`) and
+//! reports every field it does not read (`unknown_field`: a typo, or an Istio field warden
+//! lacks), never a silent drop; `validate` checks values and cross-document references (Istio's
+//! way: a reference nothing defines is a coded warning, `dangling`). Every problem names file,
+//! line, document (kind/name) and field path, and all of them are reported at once. `hosts`, `gateway_ref` and `lookup` hold the matching rules the
 //! proxy shares with validation. The reference for users is docs/config.md.
 
+pub mod code;
+pub mod dangling;
+mod dedupe;
 pub mod document;
 pub mod duration;
 pub mod error;
 pub mod field_path;
 pub mod gateway_ref;
 pub mod hosts;
+mod kind_policy;
+pub mod kind_schema;
 pub mod kinds;
 pub mod load;
 mod lookup;
 pub mod mesh_config;
 pub mod mesh_registry;
 pub mod proxy_config;
+pub mod schema;
+mod suggest;
+mod unknown_field;
 mod validate;
+pub mod yaml_expansion;
 pub mod yaml_source;
 
+pub use code::Code;
+pub use dangling::{DanglingReason, DanglingRef, DestinationSlot, RouteSection};
 pub use document::{Doc, Metadata};
 pub use duration::parse_duration;
 pub use error::{ConfigErrors, Location, Problem};
 pub use field_path::FieldPath;
 pub use gateway_ref::{gateway_matches, GatewayRef};
+pub use kind_policy::check_skip_kind;
 pub use kinds::authorization_policy::AuthorizationPolicy;
 pub use kinds::destination_rule::{DestinationRule, LbPolicy};
 pub use kinds::envoy_filter::EnvoyFilter;
@@ -36,7 +50,9 @@ pub use kinds::service_entry::{Resolution, ServiceEntry};
 pub use kinds::virtual_service::{
     anchored_regex, effective_weights, StringMatchKind, VirtualService,
 };
-pub use load::{config_files, load_paths, load_str, Loaded};
+pub use load::{
+    config_files, load_paths, load_paths_with, load_str, load_str_with, LoadOptions, Loaded,
+};
 
 /// Everything one load produced, in file/document order.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -56,6 +72,10 @@ pub struct ConfigSet {
     pub endpoint_slices: Vec<Doc<kinds::kubernetes::EndpointSlice>>,
     pub endpoints: Vec<Doc<kinds::kubernetes::Endpoints>>,
     pub pods: Vec<Doc<kinds::kubernetes::Pod>>,
+    /// Route destinations that nothing in the load defines (each also a coded warning): the
+    /// proxy answers 503 for them, as Envoy does for a route whose cluster does not exist.
+    /// See [`ConfigSet::dangling_destination`].
+    pub dangling: Vec<DanglingRef>,
     /// Where each document's fields are, so later stages can report lines too
     /// ([`ConfigSet::locate`]).
     #[serde(skip)]

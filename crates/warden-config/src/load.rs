@@ -4,9 +4,14 @@
 //! metadata) -> typed spec per kind (unknown fields become warnings) -> cross-document validation
 //! (`validate`). Every problem of every stage is collected; the load fails if any is an error.
 
+use crate::code::Code;
 use crate::document::{Doc, Metadata};
 use crate::error::{ConfigErrors, Location, Problem};
 use crate::field_path::FieldPath;
+use crate::kind_policy::{
+    classify as classify_kind, skip_matches, telemetry_behaviour_field, KindVerdict, READ_KINDS,
+};
+use crate::unknown_field;
 use crate::validate::{self, Report};
 use crate::yaml_source::{parse_documents, LineIndex, SourceDoc};
 use crate::ConfigSet;
@@ -20,6 +25,16 @@ use std::path::{Path, PathBuf};
 pub struct Loaded {
     pub set: ConfigSet,
     pub warnings: Vec<Problem>,
+}
+
+/// Choices of the operator about a load.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Kinds warden refuses (they change what requests get: `RequestAuthentication`,
+    /// `WasmPlugin`, Gateway API kinds...) that the operator accepts to skip: each is then a
+    /// warning at every load instead of an error. `Kind` or `Kind.group`
+    /// (`Gateway.gateway.networking.k8s.io`); see [`crate::check_skip_kind`].
+    pub skip_kinds: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -39,45 +54,18 @@ struct Envelope {
     rest: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The kinds warden reads, their API groups and the versions accepted for them.
-const KINDS: &[(&str, &str, &[&str])] = &[
-    ("Gateway", "networking.istio.io", ISTIO_NET_VERSIONS),
-    ("VirtualService", "networking.istio.io", ISTIO_NET_VERSIONS),
-    ("ServiceEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
-    ("DestinationRule", "networking.istio.io", ISTIO_NET_VERSIONS),
-    ("EnvoyFilter", "networking.istio.io", &["v1alpha3"]),
-    (
-        "AuthorizationPolicy",
-        "security.istio.io",
-        &["v1beta1", "v1"],
-    ),
-    (
-        "PeerAuthentication",
-        "security.istio.io",
-        &["v1beta1", "v1"],
-    ),
-    ("Sidecar", "networking.istio.io", ISTIO_NET_VERSIONS),
-    ("WorkloadEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
-    // The warden group's versions are owned by the RateLimitPolicy kind; any is accepted here.
-    ("RateLimitPolicy", "warden.dev", &[]),
-    // Kubernetes objects read as the mesh's service registry.
-    ("Service", "", &["v1"]),
-    ("Endpoints", "", &["v1"]),
-    ("Pod", "", &["v1"]),
-    ("EndpointSlice", "discovery.k8s.io", &["v1"]),
-];
-
 /// Kinds whose data is the whole object (`spec`, `status` or top-level fields), not `spec`.
 const WHOLE_OBJECT_KINDS: &[&str] = &["Service", "Endpoints", "Pod", "EndpointSlice"];
 
-/// Groups whose kinds warden owns: an unknown kind there is a typo, not someone else's object.
-const OWN_GROUPS: &[&str] = &["warden.dev"];
-const ISTIO_NET_VERSIONS: &[&str] = &["v1alpha3", "v1beta1", "v1"];
-
-/// Load every path (files, or directories whose `*.yaml`/`*.yml` files are read in name order;
-/// dotfiles and subdirectories are skipped).
+/// Load every path (files, or directories whose `*.yaml`/`*.yml` files are read in name order,
+/// symbolic links followed; dotfiles and subdirectories are skipped).
 pub fn load_paths(paths: &[PathBuf]) -> Result<Loaded, ConfigErrors> {
-    let mut loader = Loader::default();
+    load_paths_with(paths, &LoadOptions::default())
+}
+
+/// [`load_paths`] with the operator's [`LoadOptions`].
+pub fn load_paths_with(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, ConfigErrors> {
+    let mut loader = Loader::new(options);
     for path in paths {
         loader.add_path(path, true);
     }
@@ -86,13 +74,23 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Loaded, ConfigErrors> {
 
 /// Load YAML text as if read from `name` (used for embedded configs and tests).
 pub fn load_str(name: &str, text: &str) -> Result<Loaded, ConfigErrors> {
-    let mut loader = Loader::default();
+    load_str_with(name, text, &LoadOptions::default())
+}
+
+/// [`load_str`] with the operator's [`LoadOptions`].
+pub fn load_str_with(
+    name: &str,
+    text: &str,
+    options: &LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
+    let mut loader = Loader::new(options);
     loader.add_text(Path::new(name), text);
     loader.finish()
 }
 
 #[derive(Default)]
 struct Loader {
+    options: LoadOptions,
     loaded: Loaded,
     errors: Vec<Problem>,
     /// Files in load order, so problems are reported in the order the user gave the files.
@@ -103,42 +101,65 @@ struct Loader {
     /// Kinds warden does not use, by (kind, apiVersion): the first document's place and how
     /// many documents were skipped.
     skipped_kinds: BTreeMap<(String, String), (Problem, usize)>,
+    /// Refused kinds the skip list let through, by (kind, apiVersion), as `skipped_kinds`.
+    skipped_by_option: BTreeMap<(String, String), (Problem, usize)>,
 }
 
 impl Loader {
+    fn new(options: &LoadOptions) -> Self {
+        Self {
+            options: options.clone(),
+            ..Self::default()
+        }
+    }
+
     fn add_path(&mut self, path: &Path, explicit: bool) {
         if path.is_dir() {
             if !explicit {
                 return; // only the directories the user named are read, not nested ones
             }
-            let entries = match std::fs::read_dir(path) {
-                Ok(e) => e,
-                Err(e) => {
-                    return self.file_error(path, None, format!("cannot read directory: {e}"));
+            match list_dir(path) {
+                Ok(listing) => {
+                    for link in listing.dangling {
+                        let target = std::fs::read_link(&link)
+                            .map(|t| t.display().to_string())
+                            .unwrap_or_default();
+                        self.files.push(link.clone());
+                        self.loaded.warnings.push(Problem::coded(
+                            Code::DanglingSymlink,
+                            Location::file(&link, None),
+                            format!("symbolic link to {target:?}, which does not exist; skipped"),
+                        ));
+                    }
+                    for f in listing.files {
+                        self.add_path(&f, false);
+                    }
                 }
-            };
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| is_config_file(p) && p.is_file())
-                .collect();
-            files.sort();
-            for f in files {
-                self.add_path(&f, false);
+                Err(e) => self.file_error(path, None, format!("cannot read directory: {e}")),
             }
             return;
         }
         match std::fs::read_to_string(path) {
             Ok(text) => self.add_text(path, &text),
-            Err(e) => self.file_error(path, None, format!("cannot read file: {e}")),
+            Err(e) => {
+                let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink());
+                let message = if link && !path.exists() {
+                    let target = std::fs::read_link(path)
+                        .map(|t| t.display().to_string())
+                        .unwrap_or_default();
+                    format!("cannot read file: symbolic link to {target:?}, which does not exist")
+                } else {
+                    format!("cannot read file: {e}")
+                };
+                self.file_error(path, None, message)
+            }
         }
     }
 
     fn file_error(&mut self, path: &Path, line: Option<usize>, message: String) {
         self.files.push(path.to_path_buf());
-        self.errors.push(Problem {
-            location: Location::file(path, line),
-            message,
-        });
+        self.errors
+            .push(Problem::new(Location::file(path, line), message));
     }
 
     fn add_text(&mut self, file: &Path, text: &str) {
@@ -165,11 +186,10 @@ impl Loader {
             ..Location::default()
         };
         if !value.is_object() {
-            self.errors.push(Problem {
-                location: loc,
-                message: "a document must be a mapping with apiVersion, kind, metadata and spec"
-                    .into(),
-            });
+            self.errors.push(Problem::new(
+                loc,
+                "a document must be a mapping with apiVersion, kind, metadata and spec",
+            ));
             return;
         }
         // Kept for the error path: references to this kind are then not checked.
@@ -198,48 +218,71 @@ impl Loader {
                 ignored.push(FieldPath::keys(&[key]));
             }
         }
-        for path in ignored {
-            // Kubernetes bookkeeping (status, metadata.uid...) carries no config; stay quiet.
-            let top = match path.segments().first() {
-                Some(crate::field_path::Segment::Key(k)) => k.as_str(),
-                _ => "",
-            };
-            if top != "status" && top != "metadata" {
-                self.loaded.warnings.push(problem_at(
-                    &loc,
-                    &lines,
-                    &path,
-                    "field not supported by warden; ignored".into(),
-                ));
-            }
-        }
         let kind_field = FieldPath::keys(&["kind"]);
         let (doc_group, doc_version) = match env.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             // Core Kubernetes kinds: `apiVersion: v1`.
             None => ("", env.api_version.as_str()),
         };
-        let Some((_, group, versions)) = KINDS.iter().find(|(k, _, _)| *k == env.kind) else {
-            if env.kind.is_empty() || OWN_GROUPS.contains(&doc_group) {
-                let message = if env.kind.is_empty() {
-                    "missing kind".to_owned()
+        if env.kind.is_empty() {
+            self.errors
+                .push(problem_at(&loc, &lines, &kind_field, "missing kind".into()));
+            return;
+        }
+        let mut verdict = classify_kind(&env.kind, doc_group);
+        // Where a refusal points: the kind, or the field that makes the document one.
+        let mut refused_at = kind_field.clone();
+        if env.kind == "Telemetry" && matches!(verdict, KindVerdict::Refused { .. }) {
+            match telemetry_behaviour_field(&env.spec) {
+                None => verdict = KindVerdict::Ignored,
+                Some(f) => refused_at = FieldPath::keys(&["spec", f]),
+            }
+        }
+        match verdict {
+            KindVerdict::Read => {}
+            KindVerdict::Unknown { why } => {
+                let problem = problem_at(&loc, &lines, &kind_field, why);
+                self.errors.push(Problem {
+                    code: Some(Code::UnknownKind),
+                    ..problem
+                });
+                return;
+            }
+            KindVerdict::Refused { why } => {
+                let skip = self
+                    .options
+                    .skip_kinds
+                    .iter()
+                    .any(|e| skip_matches(e, &env.kind, doc_group));
+                let at = refused_at;
+                if skip {
+                    let key = (env.kind.clone(), env.api_version.clone());
+                    let first = problem_at(&loc, &lines, &at, why);
+                    self.skipped_by_option.entry(key).or_insert((first, 0)).1 += 1;
                 } else {
-                    let names: Vec<&str> = KINDS.iter().map(|(k, _, _)| *k).collect();
-                    format!(
-                        "unknown kind {:?} (supported: {})",
-                        env.kind,
-                        names.join(", ")
-                    )
-                };
-                self.errors
-                    .push(problem_at(&loc, &lines, &kind_field, message));
-            } else {
+                    let message = format!(
+                        "kind {} ({}) is not supported: {why}. To load the rest without it, \
+                         skip it explicitly (--skip-kind {})",
+                        env.kind, env.api_version, env.kind
+                    );
+                    let problem = problem_at(&loc, &lines, &at, message);
+                    self.errors.push(Problem {
+                        code: Some(Code::KindNotSupported),
+                        ..problem
+                    });
+                }
+                return;
+            }
+            KindVerdict::Ignored => {
                 // Someone else's object in a namespace dump (a Deployment, a ConfigMap...): one
                 // warning per kind, at its first document, however many the dump holds.
                 let key = (env.kind.clone(), env.api_version.clone());
                 let first = problem_at(&loc, &lines, &kind_field, String::new());
                 self.skipped_kinds.entry(key).or_insert((first, 0)).1 += 1;
+                return;
             }
+        }
+        let Some((_, group, versions)) = READ_KINDS.iter().find(|(k, _, _)| *k == env.kind) else {
             return;
         };
         if doc_group != *group || !(versions.is_empty() || versions.contains(&doc_version)) {
@@ -263,6 +306,21 @@ impl Loader {
             ));
             self.failed_kinds.insert(env.kind);
             return;
+        }
+        // The envelope's unread fields, now that the kind is one warden reads.
+        let istio = !crate::kind_schema::istio_paths(&env.kind).is_empty();
+        for path in ignored {
+            let Some(finding) = unknown_field::classify_envelope(istio, &path) else {
+                continue;
+            };
+            let problem = Problem {
+                code: Some(finding.code),
+                ..problem_at(&loc, &lines, &path, finding.message)
+            };
+            match finding.error {
+                true => self.errors.push(problem),
+                false => self.loaded.warnings.push(problem),
+            }
         }
         let whole = WHOLE_OBJECT_KINDS.contains(&env.kind.as_str());
         let (data, base) = if whole {
@@ -294,7 +352,7 @@ impl Loader {
                         spec,
                     }),
                     Err(problem) => {
-                        self.errors.push(problem);
+                        self.errors.extend(problem.map(|p| *p));
                         self.failed_kinds.insert(env.kind);
                     }
                 }
@@ -332,14 +390,32 @@ impl Loader {
                      this is the first)"
                 ),
             };
+            first.code = Some(Code::KindIgnored);
             self.loaded.warnings.push(first);
         }
+        for ((kind, api_version), (mut first, count)) in std::mem::take(&mut self.skipped_by_option)
+        {
+            first.message = format!(
+                "kind {kind} ({api_version}) skipped as --skip-kind asks ({count} document{}, \
+                 this is the first); requests do not get what it would do: {}",
+                if count == 1 { "" } else { "s" },
+                first.message
+            );
+            first.code = Some(Code::KindSkipped);
+            self.loaded.warnings.push(first);
+        }
+        crate::dedupe::replace_reapplied(
+            &mut self.loaded.set,
+            &mut self.errors,
+            &mut self.loaded.warnings,
+        );
         crate::mesh_registry::complete(&mut self.loaded.set);
         let mut report = Report::new(&self.loaded.set.source_lines);
         validate::validate(&self.loaded.set, &self.failed_kinds, &mut report);
-        let (errors, warnings) = report.into_parts();
+        let (errors, warnings, dangling) = report.into_parts();
         self.errors.extend(errors);
         self.loaded.warnings.extend(warnings);
+        self.loaded.set.dangling = dangling;
         let files = self.files;
         let order = |p: &Problem| {
             let file = files
@@ -420,17 +496,45 @@ pub fn config_files(paths: &[PathBuf]) -> Vec<PathBuf> {
             files.push(path.clone());
             continue;
         }
-        let Ok(entries) = std::fs::read_dir(path) else {
-            continue;
-        };
-        let mut found: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_config_file(p) && p.is_file())
-            .collect();
-        found.sort();
-        files.extend(found);
+        if let Ok(listing) = list_dir(path) {
+            files.extend(listing.files);
+        }
     }
     files
+}
+
+/// What a config directory holds for the loader.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Listing {
+    /// Config files (symbolic links to files included), in name order.
+    files: Vec<PathBuf>,
+    /// Config-file names that are symbolic links to nothing.
+    dangling: Vec<PathBuf>,
+}
+
+/// The config files directly in `dir`. Links are followed, so a ConfigMap volume (per-key links
+/// `name.yaml -> ..data/name.yaml`, `..data -> ..2026_12_07_…`) yields each key once: the
+/// hidden `..` entries are not config files.
+fn list_dir(dir: &Path) -> std::io::Result<Listing> {
+    let mut listing = Listing::default();
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        if !is_config_file(&path) {
+            continue;
+        }
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => listing.files.push(path),
+            Ok(_) => {} // a directory named like a file
+            Err(_) if entry.file_type().is_ok_and(|t| t.is_symlink()) => {
+                listing.dangling.push(path)
+            }
+            Err(_) => {}
+        }
+    }
+    listing.files.sort();
+    listing.dangling.sort();
+    Ok(listing)
 }
 
 /// `*.yaml` / `*.yml`, not a dotfile (editors' swap files, `..data` of ConfigMap mounts).
@@ -447,14 +551,14 @@ fn is_config_file(p: &Path) -> bool {
 }
 
 fn problem_at(loc: &Location, lines: &LineIndex, path: &FieldPath, message: String) -> Problem {
-    Problem {
-        location: Location {
+    Problem::new(
+        Location {
             line: lines.line_of(path).or(loc.line),
             field: path.to_string(),
             ..loc.clone()
         },
         message,
-    }
+    )
 }
 
 /// The path of a serde error below `base`; "missing field `x`" names `x` itself.
@@ -468,8 +572,9 @@ fn error_path(base: &FieldPath, path: &serde_path_to_error::Path, message: &str)
     full
 }
 
-/// Deserialize a spec, recording a warning per ignored (unsupported) field and an error with the
-/// field path on a type mismatch or a missing required field.
+/// Deserialize a spec, recording a warning or an error per field it does not read
+/// ([`unknown_field`]) and an error with the field path on a type mismatch or a missing
+/// required field. `Err(None)`: the errors are recorded already (a misspelt field).
 fn decode<T: DeserializeOwned>(
     spec: serde_json::Value,
     base: &FieldPath,
@@ -477,7 +582,7 @@ fn decode<T: DeserializeOwned>(
     lines: &LineIndex,
     warnings: &mut Vec<Problem>,
     errors: &mut Vec<Problem>,
-) -> Result<T, Problem> {
+) -> Result<T, Option<Box<Problem>>> {
     let spec = if spec.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -489,29 +594,42 @@ fn decode<T: DeserializeOwned>(
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(spec, &mut record))
     };
     let kind = loc.object.split('/').next().unwrap_or("");
-    for path in ignored {
-        let path = base.join(&path);
-        if changes_behaviour(kind, &path) {
-            errors.push(problem_at(
-                loc,
-                lines,
-                &path,
-                "not supported by warden yet; it would change what requests get, so it is \
-                 an error rather than ignored"
-                    .into(),
-            ));
+    // Names the typos stood for: a "missing field" error for one of them is the typo's.
+    let mut meant: Vec<String> = Vec::new();
+    let mut typo = false;
+    for relative in ignored {
+        let path = base.join(&relative);
+        let finding = unknown_field::classify(kind, &relative, changes_behaviour(kind, &path));
+        let problem = Problem {
+            code: Some(finding.code),
+            ..problem_at(loc, lines, &path, finding.message)
+        };
+        if finding.code == Code::UnknownField && finding.error {
+            typo = true;
+            meant.extend(finding.suggestion);
+        }
+        if finding.error {
+            errors.push(problem);
         } else {
-            warnings.push(problem_at(
-                loc,
-                lines,
-                &path,
-                "field not supported by warden; ignored".into(),
-            ));
+            warnings.push(problem);
         }
     }
-    result.map_err(|e| {
+    let value = result.map_err(|e| {
         let message = e.inner().to_string();
+        let consequence = message
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+            .is_some_and(|f| meant.iter().any(|m| m == f));
+        if consequence {
+            return None;
+        }
         let path = error_path(base, e.path(), &message);
-        problem_at(loc, lines, &path, message)
-    })
+        Some(Box::new(problem_at(loc, lines, &path, message)))
+    })?;
+    // A misspelt field: the document is not what its author meant, so checking it further
+    // would report consequences of the typo (`rout:` -> "a route needs `route`").
+    match typo {
+        true => Err(None),
+        false => Ok(value),
+    }
 }

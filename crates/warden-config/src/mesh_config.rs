@@ -106,6 +106,7 @@ pub fn load_mesh_config(path: &Path) -> Result<(MeshConfig, Vec<Problem>), Confi
         ConfigErrors::new(vec![Problem {
             location: Location::file(path, None),
             message: format!("cannot read mesh config: {e}"),
+            code: None,
         }])
     })?;
     parse_mesh_config(path, &text)
@@ -120,6 +121,7 @@ pub fn parse_mesh_config(
         ConfigErrors::new(vec![Problem {
             location: Location::file(path, line),
             message,
+            code: None,
         }])
     };
     let docs = yaml_source::parse_documents(text)
@@ -147,6 +149,7 @@ pub fn parse_mesh_config(
             field: field.to_string(),
         },
         message,
+        code: None,
     };
     let mut ignored = Vec::new();
     let decoded: Result<MeshConfig, _> = {

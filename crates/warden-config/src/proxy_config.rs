@@ -163,6 +163,8 @@ impl ConfigSet {
     /// The `proxy.istio.io/config` of the first pod (in load order) of `namespace` carrying
     /// all of `labels` that has one. A value that does not parse, or a `numTrustedProxies`
     /// that is not a count, is an error naming the pod.
+    // `Problem` is this crate's error everywhere; boxing it here alone would only change callers.
+    #[allow(clippy::result_large_err)]
     pub fn proxy_config(
         &self,
         namespace: &str,
@@ -178,6 +180,7 @@ impl ConfigSet {
         let problem = |message: String| Problem {
             location: self.locate(pod, &format!("metadata.annotations[\"{ANNOTATION}\"]")),
             message,
+            code: None,
         };
         let value: serde_json::Value = serde_saphyr::from_str(text)
             .map_err(|e| problem(format!("{ANNOTATION} is not YAML or JSON: {e}")))?;

@@ -110,8 +110,13 @@ pub struct YamlError {
     pub message: String,
 }
 
-/// Parse every document of `text` (empty and null documents are skipped).
+/// Parse every document of `text` (empty and null documents are skipped). Text whose aliases
+/// would expand far beyond its size is refused first ([`crate::yaml_expansion`]).
 pub fn parse_documents(text: &str) -> Result<Vec<SourceDoc>, YamlError> {
+    crate::yaml_expansion::check(text).map_err(|r| YamlError {
+        line: Some(r.line),
+        message: r.message,
+    })?;
     let options = serde_saphyr::options! { budget: None, with_snippet: false };
     let nodes: Vec<Spanned<Node>> = serde_saphyr::from_multiple_with_options(text, options)
         .map_err(|e| YamlError {

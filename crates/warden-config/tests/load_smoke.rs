@@ -108,7 +108,7 @@ spec: {}
         skipped
             .iter()
             .any(|w| w.contains("document 2 (ConfigMap/c)")
-                && w.ends_with("kind ConfigMap (v1) is not used by warden; skipped")),
+                && w.ends_with("kind ConfigMap (v1) is not used by warden; skipped [WDN0003]")),
         "{skipped:?}"
     );
 }

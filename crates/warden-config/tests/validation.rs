@@ -191,18 +191,18 @@ fn cases() -> Vec<Case> {
         case(
             "unknown gateway",
             with_base(&vs(ROUTE_OK).replace("istio-system/gw", "istio-system/nope")),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.gateways[0]",
-            "no Gateway istio-system/nope (defined: istio-system/gw)",
+            "Referenced gateway not found: \"istio-system/nope\" (istio-system/nope; defined: istio-system/gw)",
         ),
         case(
             "short gateway name resolves in the VirtualService's namespace",
             with_base(&vs(ROUTE_OK).replace("istio-system/gw", "gw")),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.gateways[0]",
-            "no Gateway default/gw",
+            "Referenced gateway not found: \"gw\" (default/gw;",
         ),
         case(
             "two string match conditions",
@@ -363,20 +363,20 @@ fn cases() -> Vec<Case> {
         case(
             "destination without service entry",
             with_base(&http("  - route: [{destination: {host: nowhere.local}}]\n")),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.host",
-            "no ServiceEntry or Kubernetes Service defines host \"nowhere.local\"",
+            "Referenced host not found: \"nowhere.local\"",
         ),
         case(
             "destination port not in service entry",
             with_base(&http(
                 "  - route: [{destination: {host: backend.local, port: {number: 9}}}]\n",
             )),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.port.number",
-            "ServiceEntry/backend has no port 9 (ports: 8081)",
+            "Referenced host:port not found: \"backend.local:9\"",
         ),
         case(
             "destination port needed with several ports",
@@ -387,20 +387,20 @@ fn cases() -> Vec<Case> {
                 ),
                 http("  - route: [{destination: {host: multi.local}}]\n")
             )),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.port",
-            "has several ports (1, 2); set port.number",
+            "This VirtualService routes to a service \"multi.local\" that exposes multiple ports [1 2]. Specifying a port in the destination is required to disambiguate.",
         ),
         case(
             "subset",
             with_base(&http(
                 "  - route: [{destination: {host: backend.local, subset: v1}}]\n",
             )),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.subset",
-            "no DestinationRule for host \"backend.local\" defines subsets",
+            "Referenced host+subset in destinationrule not found: \"backend.local+v1\"",
         ),
         case(
             "redirect with port and derivePort",
@@ -457,10 +457,10 @@ fn cases() -> Vec<Case> {
             with_base(&http(
                 "  - route: [{destination: {host: backend.local}}]\n    mirror: {host: backend.local, subset: v2}\n",
             )),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].mirror.subset",
-            "no DestinationRule for host \"backend.local\" defines subsets",
+            "Referenced host+subset in destinationrule not found: \"backend.local+v2\"",
         ),
         case(
             "cors origin with two conditions",
@@ -499,10 +499,10 @@ fn cases() -> Vec<Case> {
                 http("  - route: [{destination: {host: backend.local, subset: v3}}]\n"),
                 dr("  host: backend.local\n  subsets: [{name: v1, labels: {version: v1}}]\n")
             )),
-            Error,
+            Warning,
             "VirtualService/vs",
             "spec.http[0].route[0].destination.subset",
-            "DestinationRule/dr has no subset \"v3\" (subsets: v1)",
+            "Referenced host+subset in destinationrule not found: \"backend.local+v3\" (DestinationRule/dr has subsets: v1)",
         ),
         case(
             "missing destination host",
@@ -697,7 +697,7 @@ fn cases() -> Vec<Case> {
             Error,
             "VirtualService/vs",
             "metadata.name",
-            "duplicate VirtualService default/vs: already defined in t.yaml document 3",
+            "duplicate VirtualService default/vs: already defined at t.yaml:20 (document 3) in the same file",
         ),
         case(
             "unknown api version",
@@ -729,12 +729,22 @@ fn cases() -> Vec<Case> {
         case(
             "unsupported match condition",
             with_base(&http(
+                "  - match: [{statPrefix: x}]\n    route: [{destination: {host: backend.local}}]\n",
+            )),
+            Error,
+            "VirtualService/vs",
+            "spec.http[0].match[0].statPrefix",
+            "not supported by warden yet",
+        ),
+        case(
+            "a field no one defines is an error with the closest name",
+            with_base(&http(
                 "  - match: [{sourceIp: 1.2.3.4}]\n    route: [{destination: {host: backend.local}}]\n",
             )),
             Error,
             "VirtualService/vs",
             "spec.http[0].match[0].sourceIp",
-            "not supported by warden yet",
+            "unknown field `sourceIp` (fields here: authority, gateways,",
         ),
         case(
             "unsupported informational field",
@@ -745,12 +755,20 @@ fn cases() -> Vec<Case> {
             "field not supported by warden; ignored",
         ),
         case(
-            "unsupported top-level field",
-            with_base(&format!("{}extra: 1\n", vs(ROUTE_OK))),
-            Warning,
+            "unknown top-level field (the API server refuses it)",
+            with_base(&format!("{}sepc: 1\n", vs(ROUTE_OK))),
+            Error,
             "VirtualService/vs",
-            "extra",
-            "field not supported by warden; ignored",
+            "sepc",
+            "unknown field `sepc`, did you mean `spec`?",
+        ),
+        case(
+            "misspelt metadata field (the object would move to `default`)",
+            with_base(&vs(ROUTE_OK).replace("{name: vs}", "{name: vs, namespce: web}")),
+            Error,
+            "VirtualService/vs",
+            "metadata.namespce",
+            "unknown field `namespce`, did you mean `namespace`?",
         ),
         case(
             "host not served by gateway",
@@ -764,7 +782,7 @@ fn cases() -> Vec<Case> {
             Warning,
             "VirtualService/vs",
             "spec.hosts",
-            "no host is served by Gateway istio-system/gw2 (server hosts: a.com, a.com)",
+            "one or more host [b.com] defined in VirtualService default/vs not found in Gateway istio-system/gw2. (server hosts: a.com, a.com; not bound to it)",
         ),
         case(
             "match port no server listens on",
@@ -893,7 +911,7 @@ fn all_errors_of_a_load_are_reported_at_once() {
     let yaml = with_base(&format!(
         "{}---\n{}---\n{}",
         vs(
-            "  http:\n  - directResponse: {status: 99}\n  - route: [{destination: {host: nowhere}}]\n"
+            "  http:\n  - directResponse: {status: 99}\n  - route: [{destination: {host: nowhere}}]\n  - route: [{destination: {host: backend.local, port: {number: 0}}}]\n"
         ),
         se("  hosts: [x.local]\n  ports: [{number: 80}]\n  resolution: DNSX\n"),
         dr("  host: backend.local\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n"),
@@ -908,13 +926,21 @@ fn all_errors_of_a_load_are_reported_at_once() {
         fields,
         [
             "spec.http[0].directResponse.status",
-            "spec.http[1].route[0].destination.host",
+            "spec.http[2].route[0].destination.port.number",
             "spec.resolution",
             "spec.trafficPolicy.loadBalancer.simple",
         ],
         "{err}"
     );
     assert!(err.to_string().starts_with("4 config error(s):"), "{err}");
+    // The dangling host is a warning next to them, as Istio's analyzer reports it.
+    assert!(
+        err.warnings.iter().any(
+            |w| w.location.field == "spec.http[1].route[0].destination.host"
+                && w.message == "Referenced host not found: \"nowhere\""
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -930,6 +956,20 @@ fn a_kind_that_failed_to_decode_does_not_cause_dangling_reference_errors() {
     assert_eq!(err.errors.len(), 1, "{err}");
     assert_eq!(err.errors[0].location.field, "spec.ports[0].number");
     assert_eq!(err.errors[0].location.object, "ServiceEntry/backend");
+    assert!(err.warnings.is_empty(), "{err}");
+
+    // The same for a DestinationRule and the subsets it would define.
+    let yaml = format!(
+        "{}---\n{}",
+        with_base(&vs(
+            "  http:\n  - route: [{destination: {host: backend.local, subset: v1}}]\n"
+        )),
+        dr("  host: backend.local\n  subsets: [{name: v1, labels: {version: v1}}]\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: many}}}\n")
+    );
+    let err = load_str("t.yaml", &yaml).unwrap_err();
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(err.errors[0].location.object, "DestinationRule/dr");
+    assert!(err.warnings.is_empty(), "{err}");
 }
 
 #[test]

@@ -153,9 +153,6 @@ pub struct ClientTls {
     pub sni: Option<String>,
     #[serde(default)]
     pub insecure_skip_verify: Option<bool>,
-    /// caCrl and anything newer: rejected by name (each changes which upstreams are trusted).
-    #[serde(flatten)]
-    pub other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -101,10 +101,6 @@ pub struct ServerTls {
     pub max_protocol_version: Option<String>,
     #[serde(default)]
     pub cipher_suites: Vec<String>,
-    /// Anything else a TLS block holds (caCrl, verifyCertificateSpki...): kept to be rejected
-    /// by name, since each would change which clients get in.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// How a TLS server treats the connection, from `tls.mode`.

@@ -205,13 +205,6 @@ fn check_client_tls(
     at: &crate::FieldPath,
     report: &mut Report,
 ) {
-    for key in tls.other.keys() {
-        report.error(
-            doc,
-            &at.key(key.clone()),
-            "not supported by warden (it would change which upstreams are trusted)",
-        );
-    }
     let mode = tls
         .mode
         .as_deref()

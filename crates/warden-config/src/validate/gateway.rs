@@ -108,8 +108,7 @@ fn check_tls(
                 || tls.private_key.is_some()
                 || tls.ca_certificates.is_some()
                 || tls.credential_name.is_some()
-                || !tls.cipher_suites.is_empty()
-                || !tls.other.is_empty();
+                || !tls.cipher_suites.is_empty();
             if set {
                 report.error(
                     doc,
@@ -136,13 +135,6 @@ fn check_tls(
         );
         return;
     };
-    for key in tls.other.keys() {
-        report.error(
-            doc,
-            &tls_at.key(key.clone()),
-            "not supported by warden (it would change which clients are let in)",
-        );
-    }
     if tls.https_redirect {
         report.error(
             doc,

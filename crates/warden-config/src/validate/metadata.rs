@@ -1,41 +1,33 @@
-//! Envelope checks for every kind: names present and unique per kind and namespace.
+//! Envelope checks for every kind: names present and well-formed. (Documents with the same
+//! kind/namespace/name were resolved before, by `dedupe`.)
 
 use super::Report;
 use crate::document::Doc;
 use crate::field_path::FieldPath;
 use crate::ConfigSet;
-use std::collections::HashMap;
-use std::path::PathBuf;
-
-type Seen = HashMap<(String, String, String), (PathBuf, usize)>;
 
 pub(super) fn check(set: &ConfigSet, report: &mut Report) {
-    let mut seen = Seen::new();
-    check_docs(&set.gateways, &mut seen, report);
-    check_docs(&set.virtual_services, &mut seen, report);
+    check_docs(&set.gateways, report);
+    check_docs(&set.virtual_services, report);
     let entries = set
         .service_entries
         .iter()
         .filter(|d| d.kind == "ServiceEntry");
-    check_docs(entries, &mut seen, report);
-    check_docs(&set.sidecars, &mut seen, report);
-    check_docs(&set.workload_entries, &mut seen, report);
-    check_docs(&set.services, &mut seen, report);
-    check_docs(&set.endpoint_slices, &mut seen, report);
-    check_docs(&set.endpoints, &mut seen, report);
-    check_docs(&set.pods, &mut seen, report);
-    check_docs(&set.destination_rules, &mut seen, report);
-    check_docs(&set.authorization_policies, &mut seen, report);
-    check_docs(&set.peer_authentications, &mut seen, report);
-    check_docs(&set.rate_limit_policies, &mut seen, report);
-    check_docs(&set.envoy_filters, &mut seen, report);
+    check_docs(entries, report);
+    check_docs(&set.sidecars, report);
+    check_docs(&set.workload_entries, report);
+    check_docs(&set.services, report);
+    check_docs(&set.endpoint_slices, report);
+    check_docs(&set.endpoints, report);
+    check_docs(&set.pods, report);
+    check_docs(&set.destination_rules, report);
+    check_docs(&set.authorization_policies, report);
+    check_docs(&set.peer_authentications, report);
+    check_docs(&set.rate_limit_policies, report);
+    check_docs(&set.envoy_filters, report);
 }
 
-fn check_docs<'a, T: 'a>(
-    docs: impl IntoIterator<Item = &'a Doc<T>>,
-    seen: &mut Seen,
-    report: &mut Report,
-) {
+fn check_docs<'a, T: 'a>(docs: impl IntoIterator<Item = &'a Doc<T>>, report: &mut Report) {
     for doc in docs {
         let name = &doc.metadata.name;
         if name.is_empty() {
@@ -53,27 +45,6 @@ fn check_docs<'a, T: 'a>(
             if let Some(why) = bad_name(ns) {
                 report.error(doc, &FieldPath::keys(&["metadata", "namespace"]), why);
             }
-        }
-        let key = (
-            doc.kind.clone(),
-            doc.metadata.namespace_or_default().to_owned(),
-            name.clone(),
-        );
-        if let Some((file, index)) = seen.get(&key) {
-            report.error(
-                doc,
-                &FieldPath::keys(&["metadata", "name"]),
-                format!(
-                    "duplicate {} {}/{}: already defined in {} document {}",
-                    key.0,
-                    key.1,
-                    key.2,
-                    file.display(),
-                    index
-                ),
-            );
-        } else {
-            seen.insert(key, (doc.file.clone(), doc.index));
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Semantic validation after decoding: values, and references between documents.
 //!
-//! The contract towards the proxy: when a load returns `Ok`, every reference resolves and every
-//! value it reads is valid, so routes compile without re-validating. One module per kind;
+//! The contract towards the proxy: when a load returns `Ok`, every value it reads is valid, so
+//! routes compile without re-validating. References are Istio's way: one that nothing defines
+//! is a coded warning (`IST0101`...), not an error, and a route destination that dangles is
+//! listed in [`crate::ConfigSet::dangling`] for the proxy to answer 503 for. One module per kind;
 //! AuthorizationPolicy, RateLimitPolicy and EnvoyFilter are checked by the crates that compile
 //! them (only their metadata is checked here).
 
@@ -11,8 +13,9 @@ mod metadata;
 mod service_entry;
 mod virtual_service;
 
+use crate::dangling::{DanglingReason, DanglingRef};
 use crate::document::Doc;
-use crate::error::{Location, Problem};
+use crate::error::{Code, Location, Problem};
 use crate::field_path::FieldPath;
 use crate::yaml_source::SourceLines;
 use crate::ConfigSet;
@@ -23,6 +26,7 @@ pub(crate) struct Report<'a> {
     lines: &'a SourceLines,
     errors: Vec<Problem>,
     warnings: Vec<Problem>,
+    dangling: Vec<DanglingRef>,
 }
 
 impl<'a> Report<'a> {
@@ -31,11 +35,12 @@ impl<'a> Report<'a> {
             lines,
             errors: Vec::new(),
             warnings: Vec::new(),
+            dangling: Vec::new(),
         }
     }
 
-    pub(crate) fn into_parts(self) -> (Vec<Problem>, Vec<Problem>) {
-        (self.errors, self.warnings)
+    pub(crate) fn into_parts(self) -> (Vec<Problem>, Vec<Problem>, Vec<DanglingRef>) {
+        (self.errors, self.warnings, self.dangling)
     }
 
     fn locate<T>(&self, doc: &Doc<T>, path: &FieldPath) -> Location {
@@ -51,18 +56,44 @@ impl<'a> Report<'a> {
 
     pub(crate) fn error<T>(&mut self, doc: &Doc<T>, path: &FieldPath, message: impl Into<String>) {
         let location = self.locate(doc, path);
-        self.errors.push(Problem {
-            location,
-            message: message.into(),
-        });
+        self.errors.push(Problem::new(location, message));
     }
 
     pub(crate) fn warn<T>(&mut self, doc: &Doc<T>, path: &FieldPath, message: impl Into<String>) {
         let location = self.locate(doc, path);
-        self.warnings.push(Problem {
-            location,
-            message: message.into(),
-        });
+        self.warnings.push(Problem::new(location, message));
+    }
+
+    /// A warning with an analyzer code (Istio's where it has one).
+    pub(crate) fn warn_coded<T>(
+        &mut self,
+        doc: &Doc<T>,
+        path: &FieldPath,
+        code: Code,
+        message: impl Into<String>,
+    ) {
+        let location = self.locate(doc, path);
+        self.warnings.push(Problem::coded(code, location, message));
+    }
+
+    /// A destination nothing defines: a coded warning, and the route noted for the proxy.
+    /// `destination` is the destination's path, `at` the field the warning points at.
+    pub(crate) fn dangling(
+        &mut self,
+        doc: &Doc<crate::VirtualService>,
+        destination: &FieldPath,
+        at: &FieldPath,
+        host: &str,
+        reason: DanglingReason,
+        hint: Option<String>,
+    ) {
+        let dangling = DanglingRef::new(doc, destination, host, reason);
+        let (code, mut message) = dangling.finding();
+        if let Some(hint) = hint {
+            message = format!("{message} ({hint})");
+        }
+        self.warn_coded(doc, at, code, message);
+        self.dangling.push(dangling);
     }
 }
 
@@ -87,6 +118,7 @@ pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report:
         set,
         check_gateways: !failed_kinds.contains("Gateway"),
         check_service_entries: !failed_kinds.contains("ServiceEntry"),
+        check_destination_rules: !failed_kinds.contains("DestinationRule"),
     };
     for doc in &set.virtual_services {
         virtual_service::check(doc, &refs, report);
@@ -141,6 +173,7 @@ pub(crate) struct References<'a> {
     pub set: &'a ConfigSet,
     pub check_gateways: bool,
     pub check_service_entries: bool,
+    pub check_destination_rules: bool,
 }
 
 fn spec() -> FieldPath {

@@ -2,6 +2,8 @@
 
 use super::{check_duration, check_header_name, check_positive_duration, spec, References, Report};
 use crate::anchored_regex;
+use crate::code::Code;
+use crate::dangling::DanglingReason;
 use crate::document::Doc;
 use crate::field_path::FieldPath;
 use crate::gateway_ref::{gateway_matches, GatewayRef};
@@ -133,6 +135,7 @@ fn check_gateway_refs<'a>(
                     .filter(|g| gateway_matches(ns, reference, g))
                     .collect();
                 if matches.is_empty() && refs.check_gateways {
+                    // Istio binds nothing to a missing Gateway and `istioctl analyze` warns.
                     let known: Vec<String> = refs
                         .set
                         .gateways
@@ -141,11 +144,12 @@ fn check_gateway_refs<'a>(
                             format!("{}/{}", g.metadata.namespace_or_default(), g.metadata.name)
                         })
                         .collect();
-                    report.error(
+                    report.warn_coded(
                         doc,
                         &at,
+                        Code::ReferencedResourceNotFound,
                         format!(
-                            "no Gateway {named} (defined: {})",
+                            "Referenced gateway not found: {reference:?} ({named}; defined: {})",
                             if known.is_empty() {
                                 "none".to_owned()
                             } else {
@@ -181,11 +185,15 @@ fn check_host_binding(doc: &VsDoc, gateways: &[&Doc<Gateway>], report: &mut Repo
                 .iter()
                 .flat_map(|s| s.hosts.iter().map(String::as_str))
                 .collect();
-            report.warn(
+            report.warn_coded(
                 doc,
                 &spec().key("hosts"),
+                Code::VirtualServiceHostNotFoundInGateway,
                 format!(
-                    "no host is served by Gateway {gw_ns}/{} (server hosts: {}); not bound to it",
+                    "one or more host [{}] defined in VirtualService {ns}/{} not found in \
+                     Gateway {gw_ns}/{}. (server hosts: {}; not bound to it)",
+                    doc.spec.hosts.join(" "),
+                    doc.metadata.name,
                     g.metadata.name,
                     server_hosts.join(", ")
                 ),
@@ -694,79 +702,78 @@ fn check_destination(
         report.error(doc, &at.key("host"), "host is required");
         return;
     }
-    if let Some(subset) = &dest.subset {
-        let ns = doc.metadata.namespace_or_default();
-        let full = crate::mesh_registry::expand_host(&dest.host, ns);
-        match refs.set.destination_rule_for_host(&full) {
-            Some(dr) if dr.spec.subset(subset).is_some() => {}
-            Some(dr) => {
-                let known: Vec<&str> = dr.spec.subsets.iter().map(|s| s.name.as_str()).collect();
-                report.error(
-                    doc,
-                    &at.key("subset"),
-                    format!(
-                        "{} has no subset {subset:?} (subsets: {})",
-                        dr.id(),
-                        if known.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                );
-            }
-            None => report.error(
-                doc,
-                &at.key("subset"),
-                format!("subset {subset:?}: no DestinationRule for host {full:?} defines subsets"),
-            ),
-        }
-    }
     if dest.port.as_ref().is_some_and(|p| p.number == 0) {
         report.error(doc, &at.key("port").key("number"), "port must be 1..=65535");
         return;
     }
-    if !refs.check_service_entries {
-        return;
-    }
-    let Some(se) = refs
-        .set
-        .service_in(&dest.host, doc.metadata.namespace_or_default())
-    else {
-        report.error(
+    // What follows are references: Istio accepts a route whose host, subset or port nothing
+    // defines (the route gets 503) and `istioctl analyze` warns, so warden does the same.
+    let ns = doc.metadata.namespace_or_default();
+    let service = refs.set.service_in(&dest.host, ns);
+    if service.is_none() && refs.check_service_entries {
+        report.dangling(
             doc,
+            at,
             &at.key("host"),
-            format!(
-                "no ServiceEntry or Kubernetes Service defines host {:?}",
-                dest.host
-            ),
+            &dest.host,
+            DanglingReason::Host,
+            None,
         );
         return;
-    };
-    let numbers: Vec<String> = se.spec.ports.iter().map(|p| p.number.to_string()).collect();
+    }
+    if let Some(subset) = &dest.subset {
+        let full = crate::mesh_registry::expand_host(&dest.host, ns);
+        let rule = refs.set.destination_rule_for_host(&full);
+        let missing = rule.is_none_or(|dr| dr.spec.subset(subset).is_none());
+        if missing && refs.check_destination_rules {
+            let hint = rule.map(|dr| {
+                let known: Vec<&str> = dr.spec.subsets.iter().map(|s| s.name.as_str()).collect();
+                match known.is_empty() {
+                    true => format!("{} has no subsets", dr.id()),
+                    false => format!("{} has subsets: {}", dr.id(), known.join(", ")),
+                }
+            });
+            report.dangling(
+                doc,
+                at,
+                &at.key("subset"),
+                &dest.host,
+                DanglingReason::Subset(subset.clone()),
+                hint,
+            );
+            return;
+        }
+    }
+    let Some(se) = service else { return };
+    let numbers: Vec<u16> = se.spec.ports.iter().map(|p| p.number).collect();
     match &dest.port {
-        Some(p) if se.spec.port(Some(p.number)).is_none() => report.error(
+        Some(p) if se.spec.port(Some(p.number)).is_none() => report.dangling(
             doc,
+            at,
             &at.key("port").key("number"),
-            format!(
-                "{} has no port {} (ports: {})",
-                se.id(),
-                p.number,
-                numbers.join(", ")
-            ),
+            &dest.host,
+            DanglingReason::Port(p.number),
+            Some(format!("{} has ports: {}", se.id(), ports_text(&numbers))),
         ),
         // A sidecar routes to the port the request came to; a gateway needs it spelled out.
-        None if se.spec.ports.len() > 1 && has_gateway(doc) => report.error(
+        None if numbers.len() > 1 && has_gateway(doc) => report.dangling(
             doc,
+            at,
             &at.key("port"),
-            format!(
-                "{} has several ports ({}); set port.number",
-                se.id(),
-                numbers.join(", ")
-            ),
+            &dest.host,
+            DanglingReason::PortRequired(numbers),
+            None,
         ),
         _ => {}
     }
+}
+
+fn ports_text(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A PASSTHROUGH route: every match names the SNI hosts it takes (Istio requires them).
