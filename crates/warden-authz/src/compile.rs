@@ -55,6 +55,7 @@ impl<'a> Problems<'a> {
 
     fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.list.push(Problem {
+            code: None,
             location: (self.locate)(self.doc, &field.into()),
             message: message.into(),
         });

@@ -58,6 +58,7 @@ pub fn tcp_notes(set: &ConfigSet, scope: &ProxyScope, tcp: &str) -> Vec<Problem>
                 )
             };
             notes.push(Problem {
+                code: None,
                 location: set.locate(doc, &format!("spec.rules[{i}]")),
                 message,
             });

@@ -330,6 +330,7 @@ impl<'p> Compiler<'p> {
     ) {
         let c = &p.config;
         let problem = |field: String, message: String| Problem {
+            code: None,
             location: Location {
                 field: format!("{}{field}", p.origin.config_field),
                 ..p.origin.document.clone()
@@ -338,6 +339,8 @@ impl<'p> Compiler<'p> {
         };
         let base = "";
         let start = self.problems.len();
+        // A located problem is large; this runs once per filter at compile time.
+        #[allow(clippy::result_large_err)]
         let fraction = |f: &Option<RuntimeFractionalPercent>,
                         name: &str|
          -> Result<Fraction, Problem> {

@@ -27,6 +27,7 @@ impl DocSite {
 
     pub(crate) fn problem(&self, field: impl Into<String>, message: impl Into<String>) -> Problem {
         Problem {
+            code: None,
             location: Location {
                 field: field.into(),
                 ..self.location.clone()

@@ -1,4 +1,6 @@
 //! Errors of starting, reloading and stopping a proxy.
+//! The OS error is each variant's `source`, not part of its message: `warden` prints the chain
+//! (`{err:#}`), which would repeat it.
 
 use warden_config::ConfigErrors;
 
@@ -6,18 +8,18 @@ use warden_config::ConfigErrors;
 pub enum ProxyError {
     #[error(transparent)]
     Config(#[from] ConfigErrors),
-    #[error("cannot bind {what} on {addr}: {source}")]
+    #[error("cannot bind {what} on {addr}")]
     Bind {
         what: String,
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot open access log {path}: {source}")]
+    #[error("cannot open access log {path}")]
     AccessLog {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot start {what}: {source}")]
+    #[error("cannot start {what}")]
     Thread {
         what: &'static str,
         source: std::io::Error,

@@ -90,6 +90,7 @@ pub struct GlobalRateLimit {
 
 fn problem_at(origin_doc: &warden_config::Location, field: String, message: String) -> Problem {
     Problem {
+        code: None,
         location: warden_config::Location {
             field,
             ..origin_doc.clone()
@@ -243,6 +244,7 @@ impl GlobalRateLimit {
             // The seed's Lua is only meaningful with descriptors that read its header.
             for (loc, msg) in &lua.unsupported {
                 problems.push(Problem {
+                    code: None,
                     location: loc.clone(),
                     message: msg.clone(),
                 });

@@ -319,6 +319,7 @@ impl RouteCatalog {
             Ok(None) => None,
             Err(message) => {
                 problems.push(Problem {
+                    code: None,
                     location: warden_config::Location {
                         field: format!("{}.match.routeConfiguration", origin.field),
                         ..origin.document.clone()

@@ -25,6 +25,8 @@ pub struct Topology {
 /// Resolve the settings of the proxy `snapshot` describes; `mesh` is the mesh config's
 /// `defaultConfig`, `flag` `--num-trusted-proxies`. An annotation that does not parse is an
 /// error naming the pod.
+// A located problem is large, and this runs once at start.
+#[allow(clippy::result_large_err)]
 pub fn resolve(
     snapshot: &Snapshot,
     mesh: &MeshDefaults,

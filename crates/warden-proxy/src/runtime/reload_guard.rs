@@ -45,6 +45,7 @@ pub fn check_source(source: &ConfigSource) -> Result<(), Refused> {
         .into_iter()
         .filter(|f| is_blank(f))
         .map(|f| Problem {
+            code: None,
             location: Location::file(&f, None),
             message: format!(
                 "config file is empty; reload refused, running config kept {OVERRIDE}"
@@ -92,6 +93,7 @@ fn refused(reason: Refusal, message: String) -> Refused {
     Refused {
         reason,
         errors: ConfigErrors::new(vec![Problem {
+            code: None,
             location: Location::default(),
             message,
         }]),

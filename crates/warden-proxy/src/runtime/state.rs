@@ -194,6 +194,7 @@ impl Control {
             match crate::listeners::listen::bind_listener(addr, spec, workers) {
                 Ok(bound) => added.push(bound),
                 Err(e) => bind_errors.push(Problem {
+                    code: None,
                     location: port_location(&snapshot.config, spec.port),
                     message: format!("cannot bind listener {} on {addr}: {e}", spec.name),
                 }),

@@ -307,6 +307,7 @@ fn admitted_hosts<'s>(set: &'s ConfigSet, vs: &'s Doc<VirtualService>, port: u16
 impl Builder<'_> {
     fn error<T>(&mut self, doc: &Doc<T>, field: String, message: impl Into<String>) {
         self.errors.push(Problem {
+            code: None,
             location: self.set.locate(doc, &field),
             message: message.into(),
         });
@@ -314,6 +315,7 @@ impl Builder<'_> {
 
     fn warn<T>(&mut self, doc: &Doc<T>, field: String, message: impl Into<String>) {
         self.warnings.push(Problem {
+            code: None,
             location: self.set.locate(doc, &field),
             message: message.into(),
         });
@@ -940,8 +942,12 @@ impl Builder<'_> {
         let port = dest.port.as_ref().map(|p| p.number);
         let set = self.set;
         let ns = vs.metadata.namespace_or_default();
+        // A destination nothing defines (host, subset, port) loaded with Istio's analyzer
+        // warning (IST0101/IST0112); as in Envoy, only its route fails: 503, no upstream.
+        if set.dangling_destination(vs, &field).is_some() {
+            return Some(self.empty_cluster(host, port.unwrap_or(80)));
+        }
         let Some(se) = set.service_in(host, ns) else {
-            // Istio sends traffic for unknown hosts nowhere: 503 "no healthy upstream".
             self.warn(
                 vs,
                 field.clone(),

@@ -126,6 +126,7 @@ impl Builder<'_> {
                     Err(errors) => {
                         for e in errors {
                             self.errors.push(warden_config::Problem {
+                                code: None,
                                 location: warden_config::Location {
                                     file: mesh.dir.clone(),
                                     line: None,

@@ -38,6 +38,7 @@ impl PolicyRules {
             for (i, rule) in global.rules.iter().enumerate() {
                 if u32::try_from(rule.limit.requests).is_err() {
                     problems.push(Problem {
+                        code: None,
                         location: set
                             .locate(doc, &format!("spec.global.rules[{i}].limit.requests")),
                         message: format!(
