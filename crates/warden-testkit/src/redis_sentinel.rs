@@ -3,7 +3,6 @@
 //! The sentinels are tuned to fail over within a few seconds (down after 300 ms).
 
 use crate::{RedisServer, RedisServerError, TempDir};
-use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -79,8 +78,7 @@ fn wait_until(
 }
 
 fn free_port() -> Result<u16, RedisSentinelError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(setup)?;
-    Ok(listener.local_addr().map_err(setup)?.port())
+    crate::free_port().map_err(setup)
 }
 
 impl RedisSentinel {

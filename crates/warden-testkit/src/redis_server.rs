@@ -145,12 +145,7 @@ impl Drop for RedisServer {
 }
 
 fn free_port() -> Result<u16, RedisServerError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(RedisServerError::Port)?;
-    let port = listener
-        .local_addr()
-        .map_err(RedisServerError::Port)?
-        .port();
-    Ok(port)
+    crate::free_port().map_err(RedisServerError::Port)
 }
 
 /// A free port below 55535 whose cluster-bus port (port + 10000) is free as well.
