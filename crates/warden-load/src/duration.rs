@@ -89,9 +89,11 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 /// The nanoseconds of `0.<fraction>` of a unit of `scale` nanoseconds (digits past a
 /// nanosecond's precision are dropped).
 fn fraction_nanos(fraction: &str, scale: u128) -> u128 {
+    // 20 digits are finer than a nanosecond of an hour (3.6e12 ns), and keep `value * scale`
+    // below u128::MAX.
     let mut value = 0u128;
     let mut denominator = 1u128;
-    for digit in fraction.bytes().take(30) {
+    for digit in fraction.bytes().take(20) {
         value = value * 10 + u128::from(digit - b'0');
         denominator *= 10;
     }
@@ -161,5 +163,7 @@ mod tests {
         // A long fraction is cut at a nanosecond's precision.
         let long = format!("1.{}s", "9".repeat(400));
         assert_eq!(parse_duration(&long), Ok(Duration::new(1, 999_999_999)));
+        let long = format!("1.{}h", "9".repeat(400));
+        assert_eq!(parse_duration(&long), Ok(Duration::new(7199, 999_999_999)));
     }
 }

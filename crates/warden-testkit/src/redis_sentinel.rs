@@ -77,10 +77,6 @@ fn wait_until(
     }
 }
 
-fn free_port() -> Result<u16, RedisSentinelError> {
-    crate::free_port().map_err(setup)
-}
-
 impl RedisSentinel {
     /// Starts a master, `replicas` replicas (at least one) and `sentinels` sentinels (quorum:
     /// a majority of them), and waits until the replicas are in sync and every sentinel knows
@@ -214,7 +210,7 @@ fn spawn_sentinel(
     // A port can be taken between choosing and binding it: a few tries.
     let mut last = None;
     for attempt in 0..3 {
-        let port = free_port()?;
+        let port = crate::free_port().map_err(setup)?;
         let work = dir.path().join(format!("s{index}-{attempt}"));
         std::fs::create_dir_all(&work).map_err(setup)?;
         let conf = format!(

@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use warden_testkit::{netns, spawn_listening, KillOnDrop, NetNs, RedisServer, RunAs, TempDir};
+use warden_testkit::{
+    netns, spawn_listening, wait_until, KillOnDrop, NetNs, RedisServer, RunAs, TempDir,
+};
 
 const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
 
@@ -140,14 +142,10 @@ fn curl_body(ns: &NetNs, url: &str) -> String {
 }
 
 fn wait_for(ns: &NetNs, url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if curl_code(ns, url) == 200 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{url} did not answer 200 in time");
+    assert!(
+        wait_until(Duration::from_secs(20), || curl_code(ns, url) == 200),
+        "{url} did not answer 200 in time"
+    );
 }
 
 /// A namespace, or the reason the test is skipped.
