@@ -1,6 +1,7 @@
 //! The processes a lab run starts: servers killed on drop (also when Ctrl-C stops the run),
-//! CPU pinning as the benches pin (servers on CPU 0, the client and backends on CPU 1), free
-//! ports, readiness probes, and the list of commands run (results.json's `commands`).
+//! CPU pinning as the benches pin (servers on CPU 0, the client and backends on CPU 1),
+//! readiness probes, and the list of commands run (results.json's `commands`). Free ports come
+//! from `warden_sandbox::free_port`.
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use warden_testkit::{
     netns, spawn_listening, wait_until, KillOnDrop, NetNs, RedisServer, RunAs, TempDir,
 };
