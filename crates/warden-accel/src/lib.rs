@@ -18,20 +18,30 @@
 
 // Without eBPF support only the stubs call in; the pure parts stay built and tested.
 #![cfg_attr(not(warden_ebpf), allow(dead_code, unused_imports))]
+// Unsafe code is allowed only in the modules that call the kernel where neither aya nor std
+// has a safe wrapper: statfs/mount/umount2 (`bpffs`), BPF_LINK_* syscalls (`links`), the
+// plain-old-data map values aya reads and writes (`maps`), geteuid (`probe`), and the
+// map updates and SO_NETNS_COOKIE reads of relay sockets (`splice`).
+#![deny(unsafe_code)]
 
 mod accelerator;
 mod cgroup;
 pub mod cli;
 mod counters;
+#[allow(unsafe_code)]
 mod maps;
+#[allow(unsafe_code)]
 mod probe;
 mod scope;
+#[allow(unsafe_code)]
 mod splice;
 
 // `warden_ebpf`: the `ebpf` feature on a Linux target (set by build.rs).
 #[cfg(warden_ebpf)]
+#[allow(unsafe_code)]
 mod bpffs;
 #[cfg(warden_ebpf)]
+#[allow(unsafe_code)]
 mod links;
 #[cfg(warden_ebpf)]
 mod loader;

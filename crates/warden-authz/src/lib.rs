@@ -22,6 +22,8 @@
 //! that name order. CIDR lists are compiled into per-family range indexes, so a check costs the
 //! same with one CIDR or a million.
 
+#![forbid(unsafe_code)]
+
 mod attrs;
 mod authorizer;
 mod cidr_index;

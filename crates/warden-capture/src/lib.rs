@@ -11,6 +11,9 @@
 //! `saved` (reading iptables-save), `plan` (the changes), `render` (text for iptables-restore,
 //! dry runs and reports), `runner` (where tools run), `apply` (reading and applying).
 
+// One libc call without a safe wrapper: geteuid in `effective_uid`, allowed there alone.
+#![deny(unsafe_code)]
+
 mod apply;
 mod args;
 mod error;
@@ -139,6 +142,7 @@ pub fn require_root(euid: u32) -> Result<(), CaptureError> {
     }
 }
 
+#[allow(unsafe_code)]
 fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }

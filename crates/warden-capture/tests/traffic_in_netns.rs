@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::Stdio;
 use warden_capture::{install, CaptureConfig, InNetns, Outcome};
-use warden_testkit::netns::{veth_pair, NetNs};
+use warden_testkit::netns::veth_pair;
+use warden_testkit::{NetNs, RunAs};
 
 const POD_IP: &str = "10.233.0.1";
 const PEER_IP: &str = "10.233.0.2";
@@ -70,7 +71,9 @@ fn addr(ip: &str, port: u16) -> SocketAddr {
 
 /// `bash` in the pod as the proxy's uid, connecting to `ip:port` and printing what it reads.
 fn connect_as_proxy(pod: &NetNs, ip: &str, port: u16) -> std::process::Child {
-    pod.command_as(PROXY_UID, PROXY_UID, "bash")
+    // bash on PATH is never staged (every user can reach it), so the guard may go at once.
+    let bash = RunAs::new(PROXY_UID, PROXY_UID, "bash").expect("bash for the proxy uid");
+    pod.command_as(&bash)
         .arg("-c")
         // `exec` twice: no forked child outlives a kill holding the output pipes.
         .arg(format!("exec 3<>/dev/tcp/{ip}/{port} && exec cat <&3"))

@@ -7,6 +7,8 @@
 //! and hands the connection to hyper mid-stream ([`replay_io`]) for anything else. The proxy's
 //! upstream side reads body-less exchanges' responses with [`response_read`].
 
+#![forbid(unsafe_code)]
+
 mod chunked_lines;
 mod connection_tokens;
 pub mod http_date;

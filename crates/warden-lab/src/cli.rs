@@ -29,6 +29,7 @@ fn now() -> String {
 
 /// The ab-shaped seed opens 1000 connections at once: raise the open-file limit to the hard
 /// limit (the servers and the load generator inherit it).
+#[allow(unsafe_code)]
 fn raise_nofile() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,

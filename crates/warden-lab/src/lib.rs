@@ -9,6 +9,10 @@
 //! - `seeds`: one module per article (setups as bench/*.sh make them).
 //! - `report`: the self-contained report.html (inline CSS and SVG charts).
 
+// libc calls without safe wrappers (getrlimit/setrlimit in cli.rs, sysconf and geteuid in
+// machine.rs), allowed on those functions alone.
+#![deny(unsafe_code)]
+
 pub mod cli;
 pub mod model;
 pub mod stats;

@@ -63,6 +63,7 @@ pub fn background_busy() -> f64 {
 
 /// User + system CPU seconds `pid` has used so far (fields 14 and 15 of /proc/PID/stat, read
 /// after the command name, which may hold spaces).
+#[allow(unsafe_code)]
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -82,6 +83,7 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+#[allow(unsafe_code)]
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

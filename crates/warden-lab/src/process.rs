@@ -1,6 +1,7 @@
 //! The processes a lab run starts: servers killed on drop (also when Ctrl-C stops the run),
-//! CPU pinning as the benches pin (servers on CPU 0, the client and backends on CPU 1), free
-//! ports, readiness probes, and the list of commands run (results.json's `commands`).
+//! CPU pinning as the benches pin (servers on CPU 0, the client and backends on CPU 1),
+//! readiness probes, and the list of commands run (results.json's `commands`). Free ports come
+//! from `warden_sandbox::free_port`.
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ pub enum Core {
 /// Shared state of one lab run.
 pub struct Lab {
     pub warden: PathBuf,
-    pub work: warden_testkit::TempDir,
+    pub work: warden_sandbox::TempDir,
     pub pinned: bool,
     pub quick: bool,
     pub stop: Arc<AtomicBool>,
@@ -49,10 +50,10 @@ pub fn command_line(cmd: &Command) -> String {
 impl Lab {
     pub fn new(warden: PathBuf, quick: bool, stop: Arc<AtomicBool>) -> anyhow::Result<Lab> {
         let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2
-            && warden_testkit::netns::on_path("taskset");
+            && warden_sandbox::netns::on_path("taskset");
         Ok(Lab {
             warden,
-            work: warden_testkit::TempDir::new("lab").context("creating the lab's work dir")?,
+            work: warden_sandbox::TempDir::new("lab").context("creating the lab's work dir")?,
             pinned,
             quick,
             stop,
@@ -202,12 +203,6 @@ impl Lab {
     }
 }
 
-/// A free TCP port on 127.0.0.1 right now.
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
 /// A server the lab started; killed (and reaped) on drop.
 pub struct Server {
     pub name: String,
@@ -222,6 +217,22 @@ impl Server {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+
+    /// Wait (up to 10 s) until the server accepts connections on 127.0.0.1:`port`; Err with
+    /// its log tail when it does not.
+    pub fn wait_listening(&self, port: u16) -> anyhow::Result<()> {
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        anyhow::bail!(
+            "{} did not listen on {port}:\n{}",
+            self.name,
+            self.log_tail()
+        )
     }
 
     /// Err with the log tail when the process has already exited.

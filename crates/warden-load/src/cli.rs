@@ -1,5 +1,6 @@
 //! Command-line arguments of `warden load` and `warden echo`.
 
+use crate::duration::parse_duration;
 use crate::echo::{EchoConfig, EchoServer, COUNT_PATH};
 use crate::load::{self, LoadConfig};
 use anyhow::Context;
@@ -10,10 +11,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    warden_config::parse_duration(text)
-}
 
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {

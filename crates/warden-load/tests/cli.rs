@@ -60,11 +60,8 @@ fn json_result_is_written_in_fortio_shape() {
 
 #[test]
 fn every_request_failing_exits_non_zero() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Free a moment ago: nothing listens there.
+    let port = warden_testkit::free_port().unwrap();
     let target = format!("http://127.0.0.1:{port}/");
     let code = load(&[&target, "-n", "3", "-c", "1", "--threads", "1"]);
     assert_eq!(format!("{code:?}"), format!("{:?}", ExitCode::FAILURE));

@@ -45,6 +45,8 @@
 //! * `spec.global` rules and the global `ratelimit` EnvoyFilter patches are parsed and
 //!   validated only: [`global::compile_global_rules`], [`envoy::interpret`].
 
+#![forbid(unsafe_code)]
+
 pub mod ban_table;
 pub mod clock;
 mod compile;

@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
+use warden_testkit::free_port;
 
 /// istio/istio samples/bookinfo/networking/destination-rule-all.yaml, the reviews rule.
 const DESTINATION_RULE: &str = r#"
@@ -749,16 +750,6 @@ async fn cors_preflight_is_answered_at_the_proxy() {
     assert!(!r.headers().contains_key("access-control-allow-origin"));
 }
 
-/// A port free on loopback now, for samples whose YAML names its port in two places (a
-/// Gateway server and a `match.port`), which port 0 cannot stand for.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// istio/istio samples/helloworld/helloworld-gateway.yaml (port 80 -> a free port).
 const HELLOWORLD_GATEWAY: &str = r#"
 apiVersion: networking.istio.io/v1
@@ -801,7 +792,7 @@ async fn helloworld_gateway_balances_v1_and_v2() {
     // Each pod has its own IP and listens on the sample's port 5000: two loopback addresses.
     let _v1 = echo_http_on("helloworld-v1", "127.77.0.1:5000".parse().unwrap()).await;
     let _v2 = echo_http_on("helloworld-v2", "127.77.0.2:5000".parse().unwrap()).await;
-    let port = free_port();
+    let port = free_port().expect("a free port");
     // samples/helloworld/helloworld.yaml's Service as written, and its two Deployments' pods.
     let service = r#"
 apiVersion: v1
@@ -1039,14 +1030,14 @@ status: {{podIP: "{}"}}
         one.ip(),
         two.ip()
     );
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let all_v1 = TCP_ECHO_ALL_V1.replace("31400", &port.to_string());
     let proxy = start(&format!("{all_v1}---{service}"));
     let seen = tcp_echo_versions(port, 20).await;
     assert_eq!(seen.get("one"), Some(&20), "{seen:?}");
     drop(proxy);
 
-    let port = free_port();
+    let port = free_port().expect("a free port");
     // The Gateway and DestinationRule of tcp-echo-all-v1.yaml, then the 80/20 VirtualService.
     let gw_dr = TCP_ECHO_ALL_V1
         .split("---\napiVersion: networking.istio.io/v1\nkind: VirtualService")
@@ -1176,7 +1167,7 @@ spec:
 /// ingress gateway pod's labels (both `istio` and `app`, as Istio's charts set them).
 async fn httpbin_ingress(extra: &str) -> (warden_proxy::RunningProxy, u16, Echo) {
     let httpbin = echo_http("httpbin").await;
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let gw = HTTPBIN_INGRESS.replace("number: 80\n", &format!("number: {port}\n"));
     let yaml = format!("{gw}---{}---{extra}", httpbin_service(httpbin.addr));
     let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));

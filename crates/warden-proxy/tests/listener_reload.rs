@@ -15,13 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warden_proxy::{ConfigSource, ListenerProtocol, Proxy, ProxyOptions, RunningProxy};
-use warden_testkit::TempDir;
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use warden_testkit::{free_port, TempDir};
 
 /// HTTP listeners on `ports`; each port answers `p<port>` on `/` (port 0: `other`), and
 /// `/slow/...` goes to `upstream` on every port.
@@ -121,7 +115,10 @@ async fn added_ports_serve_and_unchanged_port_keeps_its_connections() {
     let up = echo_http("up").await;
     let dir = TempDir::new("add").unwrap();
     let file = dir.path().join("gw.yaml");
-    let (a, b) = (free_port(), free_port());
+    let (a, b) = (
+        free_port().expect("a free port"),
+        free_port().expect("a free port"),
+    );
     let proxy = start_from(&file, &http_ports(&[a], up.addr));
     let a_addr = addr(&proxy, a);
     assert_eq!(a_addr.port(), a);
@@ -183,7 +180,10 @@ async fn removed_port_refuses_while_other_port_serves_without_failures() {
     let up = echo_http("up").await;
     let dir = TempDir::new("remove").unwrap();
     let file = dir.path().join("gw.yaml");
-    let (a, b) = (free_port(), free_port());
+    let (a, b) = (
+        free_port().expect("a free port"),
+        free_port().expect("a free port"),
+    );
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let a_url = format!("http://{}/", addr(&proxy, a));
     let b_addr = addr(&proxy, b);
@@ -273,13 +273,17 @@ async fn reload_adding_a_taken_port_keeps_config_and_listeners() {
     let up = echo_http("up").await;
     let dir = TempDir::new("taken").unwrap();
     let file = dir.path().join("gw.yaml");
-    let (a, b, taken) = (free_port(), free_port(), free_port());
+    let (a, b, taken) = (
+        free_port().expect("a free port"),
+        free_port().expect("a free port"),
+        free_port().expect("a free port"),
+    );
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let before = proxy.listeners();
     let holder = std::net::TcpListener::bind(("127.0.0.1", taken)).unwrap();
 
     // Removes b, adds a free port and the taken one: nothing of it may happen.
-    let c = free_port();
+    let c = free_port().expect("a free port");
     let err = reload_with(&proxy, &file, &http_ports(&[a, c, taken], up.addr))
         .await
         .unwrap_err();
@@ -326,7 +330,10 @@ async fn protocol_change_switches_the_port() {
     let tcp_up = echo_tcp().await;
     let dir = TempDir::new("proto").unwrap();
     let file = dir.path().join("gw.yaml");
-    let (a, b) = (free_port(), free_port());
+    let (a, b) = (
+        free_port().expect("a free port"),
+        free_port().expect("a free port"),
+    );
     let proxy = start_from(&file, &http_ports(&[a, b], up.addr));
     let b_addr = addr(&proxy, b);
     let mut before = h1_conn(b_addr).await;

@@ -2,7 +2,7 @@
 //! port with a temp config (the caller's `http {}` servers), killed on drop.
 
 use crate::TempDir;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,9 +39,7 @@ impl Nginx {
         servers: &str,
         worker_connections: usize,
     ) -> Result<Self, NginxError> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
+        let port = crate::free_port()?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let dir = TempDir::new("nginx")?;
         let d = dir.path().display();

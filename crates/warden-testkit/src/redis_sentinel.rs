@@ -3,7 +3,6 @@
 //! The sentinels are tuned to fail over within a few seconds (down after 300 ms).
 
 use crate::{RedisServer, RedisServerError, TempDir};
-use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -76,11 +75,6 @@ fn wait_until(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn free_port() -> Result<u16, RedisSentinelError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(setup)?;
-    Ok(listener.local_addr().map_err(setup)?.port())
 }
 
 impl RedisSentinel {
@@ -216,7 +210,7 @@ fn spawn_sentinel(
     // A port can be taken between choosing and binding it: a few tries.
     let mut last = None;
     for attempt in 0..3 {
-        let port = free_port()?;
+        let port = crate::free_port().map_err(setup)?;
         let work = dir.path().join(format!("s{index}-{attempt}"));
         std::fs::create_dir_all(&work).map_err(setup)?;
         let conf = format!(

@@ -39,7 +39,7 @@ impl RedisServer {
         let port = if cluster {
             free_port_with_bus()?
         } else {
-            free_port()?
+            crate::free_port().map_err(RedisServerError::Port)?
         };
         let mut server = RedisServer {
             port,
@@ -144,24 +144,15 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> Result<u16, RedisServerError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(RedisServerError::Port)?;
-    let port = listener
-        .local_addr()
-        .map_err(RedisServerError::Port)?
-        .port();
-    Ok(port)
-}
-
 /// A free port below 55535 whose cluster-bus port (port + 10000) is free as well.
 fn free_port_with_bus() -> Result<u16, RedisServerError> {
     for _ in 0..100 {
-        let port = free_port()?;
+        let port = crate::free_port().map_err(RedisServerError::Port)?;
         if port < 55_535 && TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10_000)).is_ok() {
             return Ok(port);
         }
     }
-    free_port()
+    crate::free_port().map_err(RedisServerError::Port)
 }
 
 /// Inline-protocol PING; true when the server answers `+PONG`.

@@ -7,6 +7,8 @@
 //!
 //! One crypto provider for all of it, chosen in [`provider`].
 
+#![forbid(unsafe_code)]
+
 pub mod ca_cli;
 pub mod client;
 pub mod client_hello;

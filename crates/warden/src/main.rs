@@ -1,6 +1,10 @@
 //! The `warden` binary: CLI parsing and wiring only. Every subcommand's logic lives in a library
 //! crate so it can be tested without spawning processes.
 
+// The one exception, allowed where it is: jemalloc reads its options from an exported symbol
+// (`MALLOC_CONF`), which the compiler cannot check.
+#![deny(unsafe_code)]
+
 mod demo;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +24,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// took jemalloc's slow path, ~750 user instructions per proxied request (4%). 64 slots per
 /// size and a GC step every 16 MB allocated keep them in the thread's cache.
 #[used]
+#[allow(unsafe_code)]
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: &u8 = &b"tcache_nslots_small_min:64,tcache_gc_incr_bytes:16777216\0"[0];
 

@@ -13,12 +13,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-use warden_testkit::netns::{self, Cgroup, NetNs};
-use warden_testkit::TempDir;
+use warden_testkit::{
+    netns, spawn_listening, wait_until, Cgroup, KillOnDrop, NetNs, RunAs, TempDir,
+};
 
 const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
 const VIP: &str = "10.96.0.10";
@@ -70,16 +71,6 @@ items:
     )
 }
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// How a sidecar is started.
 #[derive(Clone, Copy, PartialEq)]
 enum Privilege {
@@ -93,16 +84,18 @@ enum Privilege {
 
 /// One pod: namespace, cgroup, its processes (dropped first) and sidecar log.
 struct Pod {
-    procs: Vec<Proc>,
+    procs: Vec<KillOnDrop>,
     ns: NetNs,
     cg: Cgroup,
     ip: &'static str,
     log: PathBuf,
+    /// `warden` as uid 1337 can execute it (the checkout may sit in a 0700 directory).
+    proxy: RunAs,
 }
 
 impl Pod {
-    fn new(prefix: &str, ip: &'static str, dir: &Path) -> Pod {
-        let ns = NetNs::new(prefix).unwrap();
+    /// The pod around `ns` (named `prefix`): a cgroup of its own, its sidecar's log in `dir`.
+    fn new(ns: NetNs, prefix: &str, ip: &'static str, dir: &Path) -> Pod {
         let cg = Cgroup::new(prefix).unwrap();
         Pod {
             procs: Vec::new(),
@@ -110,6 +103,7 @@ impl Pod {
             cg,
             ip,
             log: dir.join(format!("sidecar-{prefix}.log")),
+            proxy: RunAs::new(1337, 1337, WARDEN).expect("warden executable by uid 1337"),
         }
     }
 
@@ -125,7 +119,7 @@ impl Pod {
         if let Some(path) = stderr {
             c.stderr(std::fs::File::create(path).unwrap());
         }
-        self.procs.push(Proc(c.spawn().expect("spawn")));
+        self.procs.push(KillOnDrop(c.spawn().expect("spawn")));
     }
 
     /// The sidecar, with `extra` flags, waiting for its admin `/ready`.
@@ -150,19 +144,7 @@ impl Pod {
         .map(|s| s.to_string())
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let setpriv = [
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-            "--inh-caps",
-            CAPS,
-            "--ambient-caps",
-            CAPS,
-            "--",
-            WARDEN,
-        ];
+        let setpriv = self.proxy.setpriv_args(Some(CAPS));
         let mut c = match privilege {
             Privilege::Capable => {
                 let mut inner = self.ns.command("setpriv");
@@ -170,7 +152,7 @@ impl Pod {
                 self.cg.wrap(&mut inner)
             }
             Privilege::Plain => {
-                let mut inner = self.ns.command_as(1337, 1337, WARDEN);
+                let mut inner = self.ns.command_as(&self.proxy);
                 inner.args(&args);
                 self.cg.wrap(&mut inner)
             }
@@ -229,17 +211,6 @@ impl Pod {
             .expect("warden capture");
         assert!(out.status.success());
     }
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// GET on the sidecar's admin endpoint; the body.
@@ -366,41 +337,26 @@ fn unavailable() -> Option<String> {
 /// Client and server pods on one veth, the server's app (`warden echo`, HTTP 8080 and TCP
 /// 8078) started.
 fn topology(dir: &TempDir) -> (Pod, Pod) {
-    let client = Pod::new("acli", CLIENT_IP, dir.path());
-    let mut server = Pod::new("asrv", SERVER_IP, dir.path());
-    netns::veth_pair(
-        &client.ns,
-        &format!("{CLIENT_IP}/24"),
-        &server.ns,
-        &format!("{SERVER_IP}/24"),
-    )
-    .unwrap();
-    // The VIP is nowhere: a route lets connect() leave, capture takes it first.
-    client
-        .ns
-        .ip(&["route", "add", "default", "via", SERVER_IP])
-        .unwrap();
+    // The VIP is nowhere: the client's default route lets connect() leave, capture takes it
+    // first.
+    let (client, server) = netns::pod_pair("acli", CLIENT_IP, "asrv", SERVER_IP).unwrap();
+    let client = Pod::new(client, "acli", CLIENT_IP, dir.path());
+    let mut server = Pod::new(server, "asrv", SERVER_IP, dir.path());
     start_echo(&mut server, 8080, 8078);
     (client, server)
 }
 
 /// `warden echo` in `pod` on these ports (HTTP, TCP), waited for.
 fn start_echo(pod: &mut Pod, http: u16, tcp: u16) {
-    let (http, tcp) = (format!("0.0.0.0:{http}"), format!("0.0.0.0:{tcp}"));
-    let echo = pod.command(WARDEN, &["echo", "--http", &http, "--tcp", &tcp]);
-    pod.spawn(echo, None);
-    let local = |a: &str| a.replace("0.0.0.0", "127.0.0.1");
-    let up = pod.ns.run_in(|| {
-        wait_until(Duration::from_secs(10), || {
-            TcpStream::connect(local(&http)).is_ok() && TcpStream::connect(local(&tcp)).is_ok()
-        })
-    });
-    assert!(up.unwrap(), "echo on {http} and {tcp} did not start");
+    let (h, t) = (format!("0.0.0.0:{http}"), format!("0.0.0.0:{tcp}"));
+    let echo = pod.command(WARDEN, &["echo", "--http", &h, "--tcp", &t]);
+    let echo = spawn_listening(&pod.ns, echo, &[http, tcp]);
+    pod.procs.push(echo);
 }
 
 /// The client app: this test binary re-run as `app_helper` in the client pod.
 struct App {
-    _proc: Proc,
+    _proc: KillOnDrop,
     stdin: ChildStdin,
     replies: mpsc::Receiver<String>,
 }
@@ -436,7 +392,7 @@ impl App {
             }
         });
         App {
-            _proc: Proc(child),
+            _proc: KillOnDrop(child),
             stdin,
             replies,
         }

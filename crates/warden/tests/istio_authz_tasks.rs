@@ -877,9 +877,7 @@ fn authz_http_task() {
         (&mut reviews, "reviews", REVIEWS_IP),
         (&mut ratings, "ratings", RATINGS_IP),
     ] {
-        let mut echo = pod.ns.command(common::WARDEN);
-        echo.args(["echo", "--http", "0.0.0.0:9080"]);
-        pod.procs.push(spawn(echo));
+        pod.start_echo(9080, None);
         let id = dir.path().join(format!("{app}-id"));
         let sa = format!("bookinfo-{app}");
         mesh_identity_in(&ca, &id, "default", &sa);
@@ -890,10 +888,6 @@ fn authz_http_task() {
             &format!("app={app}"),
             &workload_args("default", &sa, &id),
         );
-        let up = pod
-            .ns
-            .run_in(|| wait_until(|| std::net::TcpStream::connect("127.0.0.1:9080").is_ok()));
-        assert!(up.unwrap(), "{app} did not start");
     }
     // The ingress gateway's hop to productpage: a meshed caller with the gateway's identity
     // (the browser's request reaches productpage from it).

@@ -8,10 +8,11 @@
 //! made); everything in it is removed after, also on failure (the guards' drop).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use warden_testkit::netns::{self, NetNs};
-use warden_testkit::{RedisServer, TempDir};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use warden_testkit::{
+    netns, spawn_listening, wait_until, KillOnDrop, NetNs, RedisServer, RunAs, TempDir,
+};
 
 const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
 
@@ -109,16 +110,6 @@ fn sample_env(redis: &str, root: &Path) -> Vec<(String, String)> {
     env
 }
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `curl -s URL -o /dev/null -w "%{http_code}"`, as the docs verify, from inside `ns`.
 fn curl_code(ns: &NetNs, url: &str) -> u16 {
     let out = ns
@@ -151,27 +142,28 @@ fn curl_body(ns: &NetNs, url: &str) -> String {
 }
 
 fn wait_for(ns: &NetNs, url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if curl_code(ns, url) == 200 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{url} did not answer 200 in time");
+    assert!(
+        wait_until(Duration::from_secs(20), || curl_code(ns, url) == 200),
+        "{url} did not answer 200 in time"
+    );
 }
 
 /// A namespace, or the reason the test is skipped.
 fn namespace(prefix: &str) -> Option<NetNs> {
+    namespaces_can_run().then(|| NetNs::new(prefix).expect("netns"))
+}
+
+/// Whether namespaces can be made and curl runs in them; says why not when they cannot.
+fn namespaces_can_run() -> bool {
     if let Some(why) = netns::unavailable() {
         eprintln!("skipped: {why}");
-        return None;
+        return false;
     }
     if !netns::on_path("curl") {
         eprintln!("skipped: curl is not installed (apt-get install curl; test.sh does)");
-        return None;
+        return false;
     }
-    Some(NetNs::new(prefix).expect("netns"))
+    true
 }
 
 /// The docs' limits are per minute (the RLS's windows start on the minute): a test that counts
@@ -194,8 +186,8 @@ struct Cluster {
     ns: NetNs,
     dir: TempDir,
     _redis: RedisServer,
-    ratelimit: Option<Proc>,
-    _echo: Proc,
+    ratelimit: Option<KillOnDrop>,
+    _echo: KillOnDrop,
 }
 
 impl Cluster {
@@ -222,12 +214,12 @@ impl Cluster {
             .env("LOG_LEVEL", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        let ratelimit = Proc(rl.spawn().expect("warden ratelimit"));
+        let ratelimit = KillOnDrop(rl.spawn().expect("warden ratelimit"));
         let mut echo = ns.command(WARDEN);
         echo.args(["echo", "--http", "127.0.0.1:9080"])
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        let echo = Proc(echo.spawn().expect("warden echo"));
+        let echo = KillOnDrop(echo.spawn().expect("warden echo"));
         wait_for(&ns, "http://127.0.0.1:18080/healthcheck");
         wait_for(&ns, "http://127.0.0.1:9080/");
         away_from_minute_edge();
@@ -242,7 +234,7 @@ impl Cluster {
 
     /// `config` written to its own directory, and `warden proxy` on it as the ingress gateway
     /// (`istio: ingressgateway`), its log in `proxy.log`.
-    fn gateway(&self, name: &str, config: &str) -> (Proc, PathBuf, PathBuf) {
+    fn gateway(&self, name: &str, config: &str) -> (KillOnDrop, PathBuf, PathBuf) {
         let dir = self.dir.path().join(name);
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::write(dir.join("config.yaml"), config).expect("write config");
@@ -261,14 +253,14 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
-        let proc = Proc(c.spawn().expect("warden proxy"));
+        let proc = KillOnDrop(c.spawn().expect("warden proxy"));
         wait_for(&self.ns, "http://127.0.0.1:15000/ready");
         (proc, dir, log)
     }
 
     /// [`Self::gateway`] on the fixtures `files` applied, plus [`registry`]; `warden check` of
     /// the same config must pass, its output is returned with the proxy and its log.
-    fn checked_gateway(&self, name: &str, files: &[&str]) -> (Proc, String, PathBuf) {
+    fn checked_gateway(&self, name: &str, files: &[&str]) -> (KillOnDrop, String, PathBuf) {
         let (proxy, dir, log) = self.gateway(name, &(applied(files) + &registry()));
         let (ok, out, err) = check(&dir);
         assert!(ok, "{err}");
@@ -459,28 +451,21 @@ const CLIENT_IP: &str = "10.232.1.1";
 
 /// The productpage pod (its sidecar with `config`, an app on `ports`) and a client outside the
 /// mesh on a veth; the client's requests to the pod IP are captured into the sidecar's inbound.
-fn pod(config: &str, ports: &[u16]) -> Option<(NetNs, NetNs, Vec<Proc>, TempDir)> {
+#[allow(clippy::type_complexity)]
+fn pod(config: &str, ports: &[u16]) -> Option<(NetNs, NetNs, (Vec<KillOnDrop>, RunAs), TempDir)> {
     if !netns::on_path("iptables") {
         eprintln!("skipped: iptables is not installed (apt-get install iptables; test.sh does)");
         return None;
     }
-    let client = namespace("rlcl")?;
-    let pod = NetNs::new("rlpod").expect("netns");
-    netns::veth_pair(
-        &client,
-        &format!("{CLIENT_IP}/24"),
-        &pod,
-        &format!("{POD_IP}/24"),
-    )
-    .expect("veth");
+    if !namespaces_can_run() {
+        return None;
+    }
+    let (client, pod) = netns::pod_pair("rlcl", CLIENT_IP, "rlpod", POD_IP).expect("pods");
     let mut procs = Vec::new();
     for port in ports {
         let mut echo = pod.command(WARDEN);
-        echo.args(["echo", "--http", &format!("0.0.0.0:{port}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        procs.push(Proc(echo.spawn().expect("warden echo")));
-        wait_for(&pod, &format!("http://127.0.0.1:{port}/"));
+        echo.args(["echo", "--http", &format!("0.0.0.0:{port}")]);
+        procs.push(spawn_listening(&pod, echo, &[*port]));
     }
     let dir = TempDir::new("istio-ratelimit-pod").expect("tempdir");
     let path = dir.write("pod.yaml", config).expect("write");
@@ -492,7 +477,10 @@ fn pod(config: &str, ports: &[u16]) -> Option<(NetNs, NetNs, Vec<Proc>, TempDir)
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut sidecar = pod.command_as(1337, 1337, WARDEN);
+    // Kept with the processes: a staged binary (when the checkout is out of uid 1337's reach)
+    // goes when the test ends.
+    let proxy = RunAs::new(1337, 1337, WARDEN).expect("warden executable by uid 1337");
+    let mut sidecar = pod.command_as(&proxy);
     sidecar
         .env("RUST_LOG", "warn")
         .args(["proxy", "--mode", "sidecar", "-c"])
@@ -507,9 +495,9 @@ fn pod(config: &str, ports: &[u16]) -> Option<(NetNs, NetNs, Vec<Proc>, TempDir)
         .args(["--pod-ip", POD_IP, "--label", "app=productpage"])
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    procs.push(Proc(sidecar.spawn().expect("sidecar")));
+    procs.push(KillOnDrop(sidecar.spawn().expect("sidecar")));
     wait_for(&pod, "http://127.0.0.1:15000/ready");
-    Some((client, pod, procs, dir))
+    Some((client, pod, (procs, proxy), dir))
 }
 
 /// The productpage service as the registry has it: its pod IP on `ports`.

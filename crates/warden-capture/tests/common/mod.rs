@@ -6,10 +6,9 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
-use warden_testkit::netns::NetNs;
+use warden_testkit::NetNs;
 
 pub const WAIT: Duration = Duration::from_secs(5);
 
@@ -21,19 +20,8 @@ pub fn skip() -> Option<String> {
 /// Run `f` on a thread that has entered `ns`'s network namespace: sockets it creates live
 /// there (and stay there when handed back). Only that thread moves; the test process does not.
 pub fn in_netns<T: Send>(ns: &NetNs, f: impl FnOnce() -> T + Send) -> T {
-    let path = ns.path();
-    std::thread::scope(|scope| {
-        scope
-            .spawn(move || {
-                let file = std::fs::File::open(&path).expect("open the namespace");
-                // SAFETY: a valid namespace fd; CLONE_NEWNET only changes the calling thread.
-                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(rc, 0, "setns: {}", io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .expect("the thread in the namespace panicked")
-    })
+    ns.run_in(f)
+        .expect("entering the namespace (or the thread in it panicked)")
 }
 
 /// A listener on `addr`, non-blocking so accepts can give up.

@@ -220,7 +220,7 @@ pub fn percent_change(ratio: f64) -> String {
 pub fn missing(names: &[&str]) -> Vec<String> {
     names
         .iter()
-        .filter(|n| !warden_testkit::netns::on_path(n))
+        .filter(|n| !warden_sandbox::netns::on_path(n))
         .map(|n| n.to_string())
         .collect()
 }

@@ -2,11 +2,12 @@
 //! them: a client and a server network namespace joined by a veth, optionally each in its own
 //! child cgroup (the eBPF programs attach there, never to the cgroup2 root), with `warden
 //! capture` rules and sidecars running as uid 1337. Everything is removed on drop (the
-//! testkit's guards), also when Ctrl-C stops the run.
+//! warden-sandbox guards), also when Ctrl-C stops the run.
 
 use crate::process::{Lab, Server};
+use anyhow::Context;
 use std::process::Command;
-use warden_testkit::{netns, Cgroup, NetNs};
+use warden_sandbox::{netns, Cgroup, NetNs, RunAs};
 
 pub const PROXY_UID: u32 = 1337;
 
@@ -23,6 +24,8 @@ pub struct Pods {
     server: NetNs,
     pub client_ip: String,
     pub server_ip: String,
+    /// The warden binary as uid 1337 can execute it (staged when it sits in a 0700 directory).
+    proxy: RunAs,
 }
 
 /// Why the pods cannot be made here (not root, `ip`/`nsenter` missing), or `None`.
@@ -40,16 +43,13 @@ impl Pods {
     /// Pods on `subnet` (e.g. "10.232.1": client .1, server .2); `cgroups` puts each in a child
     /// cgroup of its own.
     pub fn new(lab: &Lab, prefix: &str, subnet: &str, cgroups: bool) -> anyhow::Result<Pods> {
-        let client = NetNs::new(&format!("{prefix}c"))?;
-        let server = NetNs::new(&format!("{prefix}s"))?;
         let (client_ip, server_ip) = (format!("{subnet}.1"), format!("{subnet}.2"));
-        netns::veth_pair(
-            &client,
-            &format!("{client_ip}/24"),
-            &server,
-            &format!("{server_ip}/24"),
+        let (client, server) = netns::pod_pair(
+            &format!("{prefix}c"),
+            &client_ip,
+            &format!("{prefix}s"),
+            &server_ip,
         )?;
-        client.ip(&["route", "add", "default", "via", &server_ip])?;
         lab.record(format!(
             "ip netns add {} / {}; veth {client_ip}/24 <-> {server_ip}/24",
             client.name(),
@@ -68,12 +68,19 @@ impl Pods {
         } else {
             None
         };
+        let proxy = RunAs::new(PROXY_UID, PROXY_UID, &lab.warden).with_context(|| {
+            format!(
+                "making {} executable by uid {PROXY_UID}",
+                lab.warden.display()
+            )
+        })?;
         Ok(Pods {
             cgroups,
             client,
             server,
             client_ip,
             server_ip,
+            proxy,
         })
     }
 
@@ -146,20 +153,13 @@ impl Pods {
         caps: Option<&str>,
         extra: &[&str],
     ) -> anyhow::Result<Server> {
-        let uid = PROXY_UID.to_string();
         let mut inner = lab.pinned(crate::process::Core::Server, "setpriv");
-        inner.args(["--reuid", &uid, "--regid", &uid, "--clear-groups"]);
-        if let Some(caps) = caps {
-            inner.args(["--inh-caps", caps, "--ambient-caps", caps]);
-        }
+        inner.args(self.proxy.setpriv_args(caps));
         let pod_ip = match side {
             Side::Client => &self.client_ip,
             Side::Server => &self.server_ip,
         };
-        inner
-            .arg("--")
-            .arg(&lab.warden)
-            .args(["proxy", "--mode", "sidecar", "-c"]);
+        inner.args(["proxy", "--mode", "sidecar", "-c"]);
         inner
             .arg(mesh)
             .args(["--concurrency", "1", "--no-watch", "--drain-timeout", "1s"]);

@@ -7,9 +7,10 @@
 use super::{comparison, missing, ratio_text, Budget, Header};
 use crate::load_run::LoadSpec;
 use crate::model::{Metric, PublishedRow, SeedResult};
-use crate::process::{free_port, Core, Lab, Server};
+use crate::process::{Core, Lab, Server};
 use crate::runner::{Case, ComparisonSpec, Progress};
 use std::time::Duration;
+use warden_sandbox::free_port;
 
 pub const HEADER: Header = Header {
     id: "seed000",
@@ -91,13 +92,20 @@ fn start_rls(
     };
     let server = lab.spawn(name, cmd)?;
     // Ready once its gRPC port accepts.
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((server, port));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    anyhow::bail!("{name} did not listen on {port}:\n{}", server.log_tail())
+    server.wait_listening(port)?;
+    Ok((server, port))
+}
+
+/// A private redis-server on a free loopback port, no persistence (as
+/// bench/global-ratelimit.sh runs it); killed on drop.
+fn start_redis(lab: &Lab) -> anyhow::Result<(Server, u16)> {
+    let port = free_port()?;
+    let mut cmd = lab.pinned(Core::Any, "redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"]);
+    let server = lab.spawn("seed000-redis", cmd)?;
+    server.wait_listening(port)?;
+    Ok((server, port))
 }
 
 pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResult> {
@@ -115,14 +123,12 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         "1",
     ]);
     servers.push(lab.spawn("seed000-backend", echo)?);
-    // The testkit's guard: a private redis-server on a free port, no persistence.
     let redis_server = if missing.is_empty() {
-        lab.record("redis-server --port PORT --bind 127.0.0.1 --save '' --appendonly no".into());
-        Some(warden_testkit::RedisServer::start()?)
+        Some(start_redis(lab)?)
     } else {
         None
     };
-    let redis = redis_server.as_ref().map(|r| r.port());
+    let redis = redis_server.as_ref().map(|(_, port)| *port);
     lab.write("seed000/rls/pass.yaml", RLS_PASS_DOMAIN)?;
     let (rls1, rls1_port) = start_rls(lab, "seed000-rls-1-thread", 1, redis)?;
     let (rls2, rls2_port) = start_rls(lab, "seed000-rls-2-threads", 2, redis)?;

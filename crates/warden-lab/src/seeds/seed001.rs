@@ -7,9 +7,10 @@ use super::{allowlist, comparison, missing, percent_change, ratio_text, Budget, 
 use crate::load_run::LoadSpec;
 use crate::machine::rss_mib;
 use crate::model::{Metric, PublishedRow, SeedResult};
-use crate::process::{free_port, Core, Lab, Server};
+use crate::process::{Core, Lab, Server};
 use crate::runner::{Case, ComparisonSpec, Progress};
 use std::time::Duration;
+use warden_sandbox::free_port;
 
 pub const HEADER: Header = Header {
     id: "seed001",

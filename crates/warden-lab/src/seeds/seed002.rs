@@ -114,7 +114,7 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
             format!("the pods need network namespaces and cgroups: {why}"),
         ));
     }
-    if warden_testkit::Cgroup::root().is_none() {
+    if warden_sandbox::Cgroup::root().is_none() {
         return Ok(HEADER.skipped(
             lab,
             "no cgroup2 hierarchy is mounted (the programs attach to the pods' cgroups)".into(),
@@ -160,15 +160,11 @@ pub fn run(lab: &Lab, progress: &Progress, busy: f64) -> anyhow::Result<SeedResu
         warden: lab.warden.clone(),
     };
     // The sidecars (uid 1337) mount warden's bpffs here.
-    let c_path = std::ffi::CString::new(bpffs_path.display().to_string())?;
-    // SAFETY: chown with a NUL-terminated path we own; no memory is shared.
-    unsafe {
-        libc::chown(
-            c_path.as_ptr(),
-            super::pods::PROXY_UID,
-            super::pods::PROXY_UID,
-        )
-    };
+    std::os::unix::fs::chown(
+        &bpffs_path,
+        Some(super::pods::PROXY_UID),
+        Some(super::pods::PROXY_UID),
+    )?;
     let sidecars = Rc::new(Sidecars {
         running: RefCell::new(Vec::new()),
         bpffs,

@@ -168,7 +168,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 fn parse_delay(text: &str) -> Result<Duration, String> {
-    let delay = warden_config::parse_duration(text)?;
+    let delay = crate::duration::parse_duration(text)?;
     if delay > MAX_DELAY {
         return Err(format!("{text} exceeds the limit of {MAX_DELAY:?}"));
     }

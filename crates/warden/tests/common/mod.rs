@@ -5,26 +5,19 @@
 pub mod pods;
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-use warden_testkit::TempDir;
+use warden_testkit::{free_port, TempDir};
 
 pub const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
-
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A Gateway on a free port whose VirtualService has the `routes` entries (`http:` items),
 /// after the `extra` documents, written to `dir`; the file and the port.
 pub fn write_config(dir: &TempDir, extra: &str, routes: &str) -> (std::path::PathBuf, u16) {
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let config = format!(
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  servers:\n  - port: {{number: {port}, protocol: HTTP, name: http}}\n    hosts: [\"*\"]\n{extra}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs}}\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n{routes}"
     );
@@ -58,7 +51,7 @@ impl Warden {
     /// Start with a Gateway on a free port whose routes are `routes` (VirtualService `http:`
     /// entries) after the `extra` documents; `args` are more flags.
     pub fn start(extra: &str, routes: &str, args: &[&str]) -> Warden {
-        let admin = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        let admin = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port().expect("a free port")));
         let dir = TempDir::new("warden-proc").expect("temp dir");
         let (path, port) = write_config(&dir, extra, routes);
         let child = Command::new(WARDEN)

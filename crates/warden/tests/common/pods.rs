@@ -6,11 +6,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use warden_testkit::netns::{self, NetNs};
-use warden_testkit::TempDir;
+use std::time::Duration;
+use warden_testkit::{netns, spawn_listening, KillOnDrop, NetNs, RunAs, TempDir};
 
 use super::WARDEN;
 
@@ -19,31 +18,17 @@ pub const CLIENT_IP: &str = "10.231.1.1";
 pub const SERVER_IP: &str = "10.231.1.2";
 pub const OUTSIDER_IP: &str = "10.231.2.3";
 
-/// A child process killed on drop.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub fn spawn(mut c: Command) -> Proc {
-    Proc(
-        c.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn"),
-    )
-}
+/// The sidecar's uid (and gid), as Istio's proxy runs.
+pub const PROXY_UID: u32 = 1337;
 
 /// One pod: its namespace, app processes, capture rules and sidecar.
 pub struct Pod {
     pub ns: NetNs,
-    pub procs: Vec<Proc>,
+    pub procs: Vec<KillOnDrop>,
     /// The running sidecar's pid (the latest `start_sidecar`), for [`Pod::reload_sidecar`].
     pub sidecar: Option<u32>,
+    /// `warden` as uid 1337 can execute it (the checkout may sit in a 0700 directory).
+    proxy: Option<RunAs>,
 }
 
 impl Pod {
@@ -52,7 +37,20 @@ impl Pod {
             ns,
             procs: Vec::new(),
             sidecar: None,
+            proxy: None,
         }
+    }
+
+    /// `warden echo` in this pod serving HTTP on 0.0.0.0:`http` (and TCP on `tcp`), waited for.
+    pub fn start_echo(&mut self, http: u16, tcp: Option<u16>) {
+        let mut echo = self.ns.command(WARDEN);
+        echo.args(["echo", "--http", &format!("0.0.0.0:{http}")]);
+        let mut ports = vec![http];
+        if let Some(tcp) = tcp {
+            echo.args(["--tcp", &format!("0.0.0.0:{tcp}")]);
+            ports.push(tcp);
+        }
+        self.procs.push(spawn_listening(&self.ns, echo, &ports));
     }
 
     /// Capture rules, then the sidecar as uid 1337 with `args`, waiting for its admin `/ready`.
@@ -65,29 +63,27 @@ impl Pod {
     ) {
         let out = self
             .ns
-            .exec(WARDEN, &["capture", "--proxy-uid", "1337"])
+            .exec(WARDEN, &["capture", "--proxy-uid", &PROXY_UID.to_string()])
             .expect("warden capture");
         assert!(out.status.success());
-        let mut c = self.ns.command_as(1337, 1337, WARDEN);
+        let proxy = self.proxy.get_or_insert_with(|| {
+            RunAs::new(PROXY_UID, PROXY_UID, WARDEN).expect("warden executable by uid 1337")
+        });
+        let mut c = self.ns.command_as(proxy);
         c.env("RUST_LOG", "warn")
             .args(["proxy", "--mode", "sidecar", "-c"])
             .arg(config)
             .args(["--admin", "127.0.0.1:15000", "--concurrency", "1"])
             .args(["--pod-ip", ip, "--label", labels, "--no-watch"])
             .args(args);
-        let sidecar = spawn(c);
+        let sidecar = KillOnDrop::spawn(c).expect("spawn the sidecar");
         // nsenter execs the program (no --fork), so its pid is the sidecar's.
-        self.sidecar = Some(sidecar.0.id());
+        self.sidecar = Some(sidecar.id());
         self.procs.push(sidecar);
         let ready = self.ns.run_in(|| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if get("127.0.0.1:15000", "/ready", "127.0.0.1").is_ok_and(|r| r.status == 200) {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            false
+            warden_testkit::wait_until(Duration::from_secs(20), || {
+                get("127.0.0.1:15000", "/ready", "127.0.0.1").is_ok_and(|r| r.status == 200)
+            })
         });
         assert!(
             ready.unwrap(),
@@ -142,16 +138,10 @@ pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
     if !pods_can_run() {
         return None;
     }
-    let client = NetNs::new("cli").unwrap();
-    let server = NetNs::new("srv").unwrap();
+    // The VIP is nowhere: the client's default route makes `connect` leave, and capture
+    // redirects it first.
+    let (client, server) = netns::pod_pair("cli", CLIENT_IP, "srv", SERVER_IP).unwrap();
     let outsider = NetNs::new("out").unwrap();
-    netns::veth_pair(
-        &client,
-        &format!("{CLIENT_IP}/24"),
-        &server,
-        &format!("{SERVER_IP}/24"),
-    )
-    .unwrap();
     netns::veth_pair(
         &outsider,
         &format!("{OUTSIDER_IP}/24"),
@@ -159,27 +149,16 @@ pub fn topology() -> Option<(Pod, Pod, NetNs, TempDir)> {
         "10.231.2.2/24",
     )
     .unwrap();
-    // The VIP is nowhere: a route makes `connect` leave, and capture redirects it first.
-    client
-        .ip(&["route", "add", "default", "via", SERVER_IP])
-        .unwrap();
     outsider
         .ip(&["route", "add", "default", "via", "10.231.2.2"])
         .unwrap();
     let mut server = Pod::new(server);
-    let mut echo = server.ns.command(WARDEN);
-    echo.args(["echo", "--http", "0.0.0.0:8080", "--tcp", "0.0.0.0:8078"]);
-    server.procs.push(spawn(echo));
+    server.start_echo(8080, Some(8078));
     let headers = server
         .ns
         .run_in(|| TcpListener::bind("0.0.0.0:8081").unwrap())
         .unwrap();
     std::thread::spawn(move || serve_headers(headers));
-    let up = server.ns.run_in(|| {
-        wait_until(|| TcpStream::connect("127.0.0.1:8080").is_ok())
-            && wait_until(|| TcpStream::connect("127.0.0.1:8078").is_ok())
-    });
-    assert!(up.unwrap(), "echo did not start");
     let dir = TempDir::new("sidecar").unwrap();
     Some((Pod::new(client), server, outsider, dir))
 }
@@ -251,15 +230,9 @@ pub fn bridged_pods(ips: &[&str]) -> Option<(Vec<Pod>, NetNs, TempDir)> {
     Some((pods, switch, TempDir::new("pods").unwrap()))
 }
 
-pub fn wait_until(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
+/// [`warden_testkit::wait_until`] with the pods' 10 s limit.
+pub fn wait_until(f: impl FnMut() -> bool) -> bool {
+    warden_testkit::wait_until(Duration::from_secs(10), f)
 }
 
 /// An app that answers each request with its peer address and its `x-forwarded-for`.
@@ -454,7 +427,11 @@ pub fn mesh_identity_in(
         "1h",
     ]);
     for f in ["", "tls.crt", "tls.key", "ca.crt"] {
-        std::os::unix::fs::chown(std::path::Path::new(out).join(f), Some(1337), Some(1337))
-            .unwrap();
+        std::os::unix::fs::chown(
+            std::path::Path::new(out).join(f),
+            Some(PROXY_UID),
+            Some(PROXY_UID),
+        )
+        .unwrap();
     }
 }

@@ -1,10 +1,11 @@
-//! Network namespaces, veth pairs and child cgroups that a test creates and removes, also when
-//! it fails (every guard deletes what it made on drop).
+//! Network namespaces and veth pairs that a run creates and removes, also when it fails (every
+//! guard deletes what it made on drop).
 //!
 //! Addresses only ever live inside namespaces made here. Processes are started with `nsenter`
 //! rather than `ip netns exec`: the latter moves the process to the cgroup2 root
 //! (iproute2's `vrf_reset`), which would take it out of a test's cgroup.
 
+use crate::run_as::RunAs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,7 +122,7 @@ impl NetNs {
     }
 
     /// A command that runs `program` inside the namespace (through `nsenter`, so it stays in
-    /// the caller's cgroup). Add `--setuid`-style wrapping with [`NetNs::command_as`].
+    /// the caller's cgroup). As another uid: [`NetNs::command_as`].
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={}", self.path().display()))
@@ -130,14 +131,15 @@ impl NetNs {
         c
     }
 
-    /// As [`NetNs::command`], running as `uid`/`gid` (e.g. the sidecar's 1337).
-    pub fn command_as(&self, uid: u32, gid: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    /// As [`NetNs::command`], running `who`'s program as its uid/gid (e.g. the sidecar's 1337;
+    /// [`RunAs`] makes sure that uid can execute it).
+    pub fn command_as(&self, who: &RunAs) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={}", self.path().display()))
-            .arg(format!("--setuid={uid}"))
-            .arg(format!("--setgid={gid}"))
+            .arg(format!("--setuid={}", who.uid()))
+            .arg(format!("--setgid={}", who.gid()))
             .arg("--")
-            .arg(program);
+            .arg(who.program());
         c
     }
 
@@ -153,6 +155,7 @@ impl NetNs {
     /// Run `f` on a thread that has entered the namespace (`setns`), as an app of that
     /// namespace would: sockets it opens live there (also after it returns), and its traffic is
     /// captured like any non-proxy process's.
+    #[allow(unsafe_code)] // setns(2): see the crate root.
     pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
         let file = std::fs::File::open(self.path())?;
         std::thread::scope(|scope| {
@@ -217,81 +220,26 @@ pub fn veth_pair(a: &NetNs, a_addr: &str, b: &NetNs, b_addr: &str) -> Result<(),
     Ok(())
 }
 
-/// A child cgroup of the cgroup2 hierarchy, removed on drop (its processes are killed first).
-/// Never the root: tests attach programs and move processes only here.
-#[derive(Debug)]
-pub struct Cgroup {
-    path: PathBuf,
-}
-
-impl Cgroup {
-    /// Where cgroup2 is mounted: `/sys/fs/cgroup/unified` on hybrid hosts, else
-    /// `/sys/fs/cgroup` when that is cgroup2 itself.
-    pub fn root() -> Option<PathBuf> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-        mounts
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
-                (kind == "cgroup2").then(|| PathBuf::from(dir))
-            })
-            .next()
-    }
-
-    pub fn new(prefix: &str) -> std::io::Result<Self> {
-        let root =
-            Self::root().ok_or_else(|| std::io::Error::other("no cgroup2 hierarchy is mounted"))?;
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = root.join(format!("warden-{prefix}-{}-{n}", std::process::id()));
-        std::fs::create_dir(&path)?;
-        Ok(Cgroup { path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A shell command line that moves itself into this cgroup and then `exec`s `inner`:
-    /// `sh -c 'echo $$ > CG/cgroup.procs; exec "$@"' sh inner...`.
-    pub fn wrap(&self, inner: &mut Command) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg(format!(
-                "echo $$ > {}/cgroup.procs && exec \"$@\"",
-                self.path.display()
-            ))
-            .arg("sh")
-            .arg(inner.get_program())
-            .args(inner.get_args());
-        c
-    }
-
-    pub fn pids(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.path.join("cgroup.procs"))
-            .map(|s| {
-                s.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let pids = self.pids();
-            if pids.is_empty() {
-                break;
-            }
-            for pid in pids {
-                let _ = run("kill", &["-9", &pid.to_string()]);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_dir(&self.path);
-    }
+/// Two pods on one veth, as the sidecar tests and `warden lab` lay them out: `client` and
+/// `server` namespaces (names from the prefixes) with `client_ip`/`server_ip` on a /24, and the
+/// client's default route via the server, so a call to a service VIP (which is nowhere) leaves
+/// the client and capture can take it first.
+pub fn pod_pair(
+    client_prefix: &str,
+    client_ip: &str,
+    server_prefix: &str,
+    server_ip: &str,
+) -> Result<(NetNs, NetNs), NetNsError> {
+    let client = NetNs::new(client_prefix)?;
+    let server = NetNs::new(server_prefix)?;
+    veth_pair(
+        &client,
+        &format!("{client_ip}/24"),
+        &server,
+        &format!("{server_ip}/24"),
+    )?;
+    client.ip(&["route", "add", "default", "via", server_ip])?;
+    Ok((client, server))
 }
 
 #[cfg(test)]
@@ -315,5 +263,19 @@ mod tests {
         let list = run("ip", &["netns", "list"]).unwrap();
         let list = String::from_utf8_lossy(&list.stdout);
         assert!(!list.contains(&na) && !list.contains(&nb), "{list}");
+    }
+
+    #[test]
+    fn a_pod_pairs_client_routes_everything_via_the_server() {
+        if let Some(why) = unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let (client, server) = pod_pair("tpc", "10.231.9.1", "tps", "10.231.9.2").unwrap();
+        let routes = client.exec("ip", &["-4", "route", "show"]).unwrap();
+        let routes = String::from_utf8_lossy(&routes.stdout);
+        assert!(routes.contains("default via 10.231.9.2"), "{routes}");
+        let addrs = server.exec("ip", &["-4", "addr", "show"]).unwrap();
+        assert!(String::from_utf8_lossy(&addrs.stdout).contains("10.231.9.2/24"));
     }
 }
