@@ -9,6 +9,8 @@
 //! line, document (kind/name) and field path, and all of them are reported at once. `hosts`, `gateway_ref` and `lookup` hold the matching rules the
 //! proxy shares with validation. The reference for users is docs/config.md.
 
+#![forbid(unsafe_code)]
+
 pub mod code;
 pub mod dangling;
 mod dedupe;

@@ -9,6 +9,9 @@
 //! config) → [`pipeline`] (one request through the chain to its answer) → [`listeners`]
 //! (accept, framing, TLS, sidecar capture) → [`runtime`] (workers, reloads, admin, check).
 
+// libc calls without a safe wrapper (rlimit, madvise) allow it where they are.
+#![deny(unsafe_code)]
+
 pub mod cli;
 pub mod core;
 pub mod filters;

@@ -13,6 +13,8 @@
 //!   `debug_addr()`, `limiter()`, `shutdown()`.
 //! - [`Settings::from_env`] parses the reference's environment variables (all errors at once).
 
+#![forbid(unsafe_code)]
+
 pub mod ban;
 pub mod cli;
 pub mod clock;

@@ -7,6 +7,8 @@ pub(crate) mod accepted;
 pub(crate) mod buffer_pool;
 pub(crate) mod capture_plan;
 pub(crate) mod captured;
+// getrlimit/setrlimit: no safe wrapper in std.
+#[allow(unsafe_code)]
 pub mod conn_limits;
 pub(crate) mod fast_h1;
 pub(crate) mod framing_guard;

@@ -9,5 +9,7 @@ pub mod gateway_topology;
 pub mod options;
 pub mod proxy;
 pub mod reload_guard;
+// madvise on the executable's own pages: no safe wrapper in std.
+#[allow(unsafe_code)]
 pub(crate) mod startup_pages;
 pub mod state;
