@@ -653,10 +653,10 @@ mod tests {
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET / lines=true keep=true h10=false head=false len=27"),
             (b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n", "HEAD /x lines=true keep=true h10=false head=true len=29"),
             (b"GET /q?a=1 HTTP/1.0\r\nHost: a\r\n\r\n", "GET /q?a=1 lines=true keep=false h10=true head=false len=32"),
-            (b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", "GET / lines=true keep=true h10=true head=false len=49"),
+            (b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", "GET / lines=true keep=true h10=true head=false len=51"),
             (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", "GET / lines=true keep=false h10=false head=false len=46"),
             // `Connection` naming a header: the lines go into a map, which strips them.
-            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x-drop\r\nx-drop: 1\r\n\r\n", "GET / lines=false keep=true h10=false head=false len=57"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x-drop\r\nx-drop: 1\r\n\r\n", "GET / lines=false keep=true h10=false head=false len=58"),
             // Bodies, upgrades and h2c are hyper's.
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "hyper"),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", "hyper"),
