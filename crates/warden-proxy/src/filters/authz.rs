@@ -197,6 +197,7 @@ impl HttpFilter for AuthzFilter {
         RBAC
     }
 
+    #[inline]
     fn on_request(
         &self,
         req: &RequestAttrs<'_>,

@@ -87,6 +87,7 @@ pub struct FilterState {
 }
 
 impl FilterState {
+    #[inline]
     pub fn new(logging: bool) -> Self {
         FilterState {
             logging,

@@ -20,6 +20,7 @@ impl HttpFilter for CorsFilter {
         CORS
     }
 
+    #[inline]
     fn on_request(
         &self,
         req: &RequestAttrs<'_>,

@@ -18,6 +18,7 @@ impl HttpFilter for FaultFilter {
         FAULT
     }
 
+    #[inline]
     fn on_request(
         &self,
         _req: &RequestAttrs<'_>,

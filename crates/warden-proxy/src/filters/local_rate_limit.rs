@@ -235,6 +235,7 @@ impl HttpFilter for LocalRateLimitFilter {
         LOCAL_RATE_LIMIT
     }
 
+    #[inline]
     fn on_request(
         &self,
         req: &RequestAttrs<'_>,

@@ -167,6 +167,7 @@ impl Filters {
     }
 
     /// The request phases from the filter at `from` on, until one answers or waits.
+    #[inline]
     pub fn on_request(
         &self,
         from: usize,
@@ -185,6 +186,7 @@ impl Filters {
         ChainFlow::Passed
     }
 
+    #[inline]
     fn stage_request(
         &self,
         stage: &Stage,
@@ -234,6 +236,7 @@ impl Filters {
 
     /// The response phases, in reverse order, of the filters whose request phase ran (the
     /// first `reached` of the chain).
+    #[inline]
     pub fn on_response(
         &self,
         reached: usize,
