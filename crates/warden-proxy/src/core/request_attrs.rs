@@ -39,6 +39,7 @@ pub struct RequestAttrs<'a> {
 
 impl RequestAttrs<'_> {
     /// The first value of a header, from the map or the lines kept as read.
+    #[inline]
     pub fn header(&self, name: &header::HeaderName) -> Option<&[u8]> {
         first_value(self.headers, self.lines, name)
     }
@@ -46,6 +47,7 @@ impl RequestAttrs<'_> {
 
 /// The first value of a request header: from the lines kept as read when there are some (the
 /// map is empty then), else from the map.
+#[inline]
 fn first_value<'a>(
     headers: &'a HeaderMap,
     lines: Option<&'a RequestLines>,
@@ -59,6 +61,7 @@ fn first_value<'a>(
 
 /// The request's authority: the URI's (HTTP/2, absolute form) or the `Host` header (from
 /// the lines kept as read when the map does not hold them).
+#[inline]
 pub fn authority_of<'a>(
     parts: &'a http::request::Parts,
     lines: Option<&'a RequestLines>,
