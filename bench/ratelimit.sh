@@ -61,6 +61,11 @@ descriptors:
           unit: minute
           requests_per_unit: 100000000
 YAML
+# The same limit with an escalating ban (never triggered at this limit: every decision pays the
+# ban check, which is the cost measured).
+sed 's/          requests_per_unit: 100000000/&\n        ban: {durations: [2m, 5m, 10m], forget_after: 1h}/' \
+  "$TMP/config.yaml" >"$TMP/config-ban.yaml"
+grep -q 'ban:' "$TMP/config-ban.yaml"
 
 REDIS_PORT="$(free_port)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning &
@@ -115,16 +120,17 @@ incr_rate() {
     | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1
 }
 
-# start_backend BACKEND — starts `warden ratelimit` with BACKEND; its gRPC address goes to
-# GRPC[BACKEND]. Both servers stay up to the end, so the paired runs below can alternate.
+# start_backend BACKEND [NAME CONFIG] — starts `warden ratelimit` with BACKEND (and CONFIG); its
+# gRPC address goes to GRPC[NAME] (default: BACKEND). All servers stay up to the end, so the
+# paired runs below can alternate.
 declare -A GRPC
 start_backend() {
-  local backend="$1" grpc http debug
+  local backend="$1" name="${2:-$1}" config="${3:-$TMP/config.yaml}" grpc http debug
   grpc="$(free_port)"; http="$(free_port)"; debug="$(free_port)"
   local extra=()
   if [[ "$backend" == redis ]]; then extra=(--redis-url "127.0.0.1:$REDIS_PORT"); fi
   env -i PATH="$PATH" RUST_LOG=warn REDIS_TIMEOUT=1s \
-    "$WARDEN" ratelimit --config "$TMP/config.yaml" --backend "$backend" "${extra[@]}" \
+    "$WARDEN" ratelimit --config "$config" --backend "$backend" "${extra[@]}" \
     --grpc "127.0.0.1:$grpc" --http "127.0.0.1:$http" --debug "127.0.0.1:$debug" &
   PIDS+=("$!")
   for _ in $(seq 200); do
@@ -132,7 +138,7 @@ start_backend() {
     sleep 0.05
   done
   "$CLIENT" --addr "127.0.0.1:$grpc" --seconds 1 --streams 16 --label warmup >/dev/null
-  GRPC[$backend]="127.0.0.1:$grpc"
+  GRPC[$name]="127.0.0.1:$grpc"
 }
 
 run_backend() { # backend
@@ -152,6 +158,8 @@ run_backend() { # backend
 
 start_backend memory
 start_backend redis
+start_backend memory memory-ban "$TMP/config-ban.yaml"
+start_backend redis redis-ban "$TMP/config-ban.yaml"
 run_backend memory
 run_backend redis
 # The latency goal's rows, P99_RUNS rounds alternating the backends: a host stall of a few ms
@@ -193,6 +201,21 @@ for i in $(seq "$PAIRS"); do
     read -r mem_rps _ < <(h2load_stats "${GRPC[memory]}" "$PAIRED_SECS")
   fi
   echo "$mem_rps $red_rps $(incr_rate 200000)" >>"$TMP/paired"
+done
+
+# Bans: PAIRS rounds of back-to-back h2load runs, the same limit without and with a `ban`.
+: >"$TMP/paired-ban"
+for i in $(seq "$PAIRS"); do
+  for backend in memory redis; do
+    if ((i % 2)); then
+      read -r plain_rps _ < <(h2load_stats "${GRPC[$backend]}" "$PAIRED_SECS")
+      read -r ban_rps _ < <(h2load_stats "${GRPC[$backend-ban]}" "$PAIRED_SECS")
+    else
+      read -r ban_rps _ < <(h2load_stats "${GRPC[$backend-ban]}" "$PAIRED_SECS")
+      read -r plain_rps _ < <(h2load_stats "${GRPC[$backend]}" "$PAIRED_SECS")
+    fi
+    echo "$backend $plain_rps $ban_rps" >>"$TMP/paired-ban"
+  done
 done
 
 incr_plain="$(incr_rate 300000)"
@@ -288,4 +311,18 @@ print(f"redis backend decisions / unpipelined INCR/s: {red / incr:.2f} (each dec
 print("note: closed-loop latency at N streams is N / throughput (Little's law); the open-loop rows")
 print("      measure latency at a fixed offered rate: from the scheduled time when the stream was still")
 print("      waiting for its previous call, else from the send (strict_p99: always from the schedule).")
+PY
+python3 - "$TMP/paired-ban" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+print("\nbans: h2load decisions/s, the same limit without and with a ban rule, back-to-back pairs:")
+for backend in ("memory", "redis"):
+    pairs = [(float(p), float(b)) for name, p, b in rows if name == backend and float(p or 0) > 0 and float(b or 0) > 0]
+    if not pairs:
+        print(f"  {backend}: no complete pair")
+        continue
+    ratio = statistics.median(b / p for p, b in pairs)
+    runs = "  ".join(f"{p:.0f}/{b:.0f}" for p, b in pairs)
+    verdict = "PASS" if ratio >= 0.95 else "FAIL"
+    print(f"  {backend:<7} with ban / without, median of {len(pairs)}: {ratio:.3f}  [{verdict}, goal >= 0.95]  ({runs})")
 PY

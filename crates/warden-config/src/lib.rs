@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ban;
 pub mod code;
 pub mod dangling;
 mod dedupe;

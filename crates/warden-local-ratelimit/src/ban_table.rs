@@ -1,8 +1,8 @@
 //! Escalating bans for the local limiter: a per-client ban table beside the token buckets. A
 //! client whose bucket runs dry is refused entirely for the next period of a schedule (2 min,
 //! then 5, then 10, capped at the last), and forgotten once it stayed quiet for a while after
-//! its last ban. The decisions are those of `warden_ratelimit::ban::schedule` (the global
-//! limiter's), in this crate's clock (monotonic nanoseconds); see `docs/ratelimit-bans.md`.
+//! its last ban. The decisions are [`warden_config::ban`]'s, the global limiter's too, in
+//! milliseconds of this crate's clock; see `docs/ratelimit-bans.md`.
 //!
 //! Bounded like the `Distinct` buckets ([`crate::key_table`]): sharded, a hard cap on entries;
 //! a full shard first drops entries whose strikes are forgotten, then the one whose ban ends
@@ -13,68 +13,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
+use warden_config::ban::{check, offend, BanCheck, BanSchedule, BanState};
 
 const SHARDS: usize = 16;
-
-/// A ban schedule, in nanoseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BanSchedule {
-    /// Ban length of the 1st, 2nd, ... offence; later offences get the last one. Not empty.
-    pub durations: Vec<Duration>,
-    /// Strikes are forgotten once a client stayed this long past its last ban's end.
-    pub forget_after: Duration,
-}
-
-impl BanSchedule {
-    /// `None` when `durations` is empty or a duration is zero (a ban must ban).
-    pub fn new(durations: Vec<Duration>, forget_after: Duration) -> Option<BanSchedule> {
-        (!durations.is_empty() && durations.iter().all(|d| !d.is_zero())).then_some(BanSchedule {
-            durations,
-            forget_after,
-        })
-    }
-
-    /// The ban length of offence number `strike` (1-based).
-    pub fn duration_of(&self, strike: u32) -> Duration {
-        let index = (strike.max(1) as usize - 1).min(self.durations.len().saturating_sub(1));
-        self.durations.get(index).copied().unwrap_or_default()
-    }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// One client's state for one rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BanState {
-    /// End of the current or last ban (clock nanoseconds; 0: never banned).
-    pub until: u64,
-    pub strikes: u32,
-}
-
-/// What the table says about a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BanVerdict {
-    /// Refused for this much longer.
-    Banned { remaining: Duration, strikes: u32 },
-    /// Decided by the buckets; an offence now would be strike `strikes + 1`.
-    Open { strikes: u32 },
-}
-
-/// The verdict for `state` at `now`.
-pub fn verdict(state: BanState, forget_after: Duration, now: u64) -> BanVerdict {
-    if state.until > now {
-        return BanVerdict::Banned {
-            remaining: Duration::from_nanos(state.until - now),
-            strikes: state.strikes,
-        };
-    }
-    let forgotten = state.until > 0 && now - state.until >= nanos(forget_after);
-    BanVerdict::Open {
-        strikes: if forgotten { 0 } else { state.strikes },
-    }
-}
 
 /// The owned key of an entry: the rule and the client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -108,8 +49,8 @@ impl Client {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     state: BanState,
-    /// When the strikes are forgotten: the entry is useless after that.
-    expires: u64,
+    /// When the strikes are forgotten (ms): the entry is useless after that.
+    expires_ms: u64,
 }
 
 /// A ban in force, for an admin listing.
@@ -146,14 +87,14 @@ impl BanTable {
         &self.shards[index]
     }
 
-    /// The verdict for `key` under `rule` at `now` (before the buckets are asked).
+    /// What the table says of `key` under `rule` at `now_ms` (before the buckets are asked).
     pub fn check(
         &self,
         rule: u32,
         key: KeyRef<'_>,
         schedule: &BanSchedule,
-        now: u64,
-    ) -> BanVerdict {
+        now_ms: u64,
+    ) -> BanCheck {
         let client = Client::of(key);
         let state = self
             .shard(rule, &client)
@@ -161,30 +102,29 @@ impl BanTable {
             .get(&(rule, client))
             .map(|e| e.state)
             .unwrap_or_default();
-        verdict(state, schedule.forget_after, now)
+        check(state, schedule.forget_after_ms, now_ms)
     }
 
-    /// An offence (the buckets refused `key`): starts the next ban and returns its length. Of
-    /// concurrent offences only the first starts one; the others get the remaining time.
-    pub fn offend(&self, rule: u32, key: KeyRef<'_>, schedule: &BanSchedule, now: u64) -> Duration {
+    /// An offence (the buckets refused `key`): starts the next ban and returns its length in
+    /// ms. Of concurrent offences only the first starts one; the others get the remaining time.
+    pub fn offend(&self, rule: u32, key: KeyRef<'_>, schedule: &BanSchedule, now_ms: u64) -> u64 {
         let client = Client::of(key);
         let mut map = self.shard(rule, &client).lock();
         let current = map
             .get(&(rule, client.clone()))
             .map(|e| e.state)
             .unwrap_or_default();
-        let strikes = match verdict(current, schedule.forget_after, now) {
-            BanVerdict::Banned { remaining, .. } => return remaining,
-            BanVerdict::Open { strikes } => strikes.saturating_add(1),
+        let strikes = match check(current, schedule.forget_after_ms, now_ms) {
+            BanCheck::Banned { remaining_ms, .. } => return remaining_ms,
+            BanCheck::Open { strikes } => strikes,
         };
-        let length = schedule.duration_of(strikes);
-        let until = now.saturating_add(nanos(length));
+        let state = offend(schedule, strikes, now_ms);
         if !map.contains_key(&(rule, client.clone())) && map.len() >= self.cap_per_shard {
-            map.retain(|_, e| e.expires > now);
+            map.retain(|_, e| e.expires_ms > now_ms);
             if map.len() >= self.cap_per_shard {
                 if let Some(victim) = map
                     .iter()
-                    .min_by_key(|(_, e)| e.state.until)
+                    .min_by_key(|(_, e)| e.state.until_ms)
                     .map(|(k, _)| k.clone())
                 {
                     map.remove(&victim);
@@ -194,23 +134,23 @@ impl BanTable {
         map.insert(
             (rule, client),
             Entry {
-                state: BanState { until, strikes },
-                expires: until.saturating_add(nanos(schedule.forget_after)),
+                state,
+                expires_ms: state.until_ms.saturating_add(schedule.forget_after_ms),
             },
         );
-        length
+        state.until_ms - now_ms
     }
 
-    /// Bans in force at `now`.
-    pub fn list(&self, now: u64) -> Vec<LocalBan> {
+    /// Bans in force at `now_ms`.
+    pub fn list(&self, now_ms: u64) -> Vec<LocalBan> {
         let mut out = Vec::new();
         for shard in &self.shards {
             for ((rule, client), e) in shard.lock().iter() {
-                if e.state.until > now {
+                if e.state.until_ms > now_ms {
                     out.push(LocalBan {
                         rule: *rule,
                         client: client.display(),
-                        remaining: Duration::from_nanos(e.state.until - now),
+                        remaining: Duration::from_millis(e.state.until_ms - now_ms),
                         strikes: e.state.strikes,
                     });
                 }
@@ -244,80 +184,17 @@ mod tests {
     use super::*;
     use std::net::{IpAddr, Ipv4Addr};
 
-    const MIN: u64 = 60_000_000_000;
+    const MIN: u64 = 60_000;
 
     fn schedule() -> BanSchedule {
-        BanSchedule::new(
-            vec![
-                Duration::from_secs(120),
-                Duration::from_secs(300),
-                Duration::from_secs(600),
-            ],
-            Duration::from_secs(3600),
-        )
-        .expect("schedule")
+        BanSchedule {
+            durations_ms: vec![2 * MIN, 5 * MIN, 10 * MIN],
+            forget_after_ms: 60 * MIN,
+        }
     }
 
     fn ip(last: u8) -> KeyRef<'static> {
         KeyRef::ip(IpAddr::V4(Ipv4Addr::new(203, 0, 113, last)))
-    }
-
-    #[test]
-    fn schedules_must_ban() {
-        assert!(BanSchedule::new(vec![], Duration::from_secs(1)).is_none());
-        assert!(BanSchedule::new(vec![Duration::ZERO], Duration::from_secs(1)).is_none());
-        let s = schedule();
-        let rows = [(1, 120), (2, 300), (3, 600), (4, 600), (0, 120)];
-        for (strike, secs) in rows {
-            assert_eq!(s.duration_of(strike), Duration::from_secs(secs), "{strike}");
-        }
-    }
-
-    #[test]
-    fn verdict_table() {
-        let t = 10 * MIN;
-        let forget = Duration::from_secs(3600);
-        let rows = [
-            (BanState::default(), t, BanVerdict::Open { strikes: 0 }),
-            (
-                BanState {
-                    until: t + MIN,
-                    strikes: 1,
-                },
-                t,
-                BanVerdict::Banned {
-                    remaining: Duration::from_secs(60),
-                    strikes: 1,
-                },
-            ),
-            (
-                BanState {
-                    until: t,
-                    strikes: 2,
-                },
-                t,
-                BanVerdict::Open { strikes: 2 },
-            ),
-            (
-                BanState {
-                    until: t,
-                    strikes: 2,
-                },
-                t + 60 * MIN - 1,
-                BanVerdict::Open { strikes: 2 },
-            ),
-            (
-                BanState {
-                    until: t,
-                    strikes: 3,
-                },
-                t + 60 * MIN,
-                BanVerdict::Open { strikes: 0 },
-            ),
-        ];
-        for (state, now, want) in rows {
-            assert_eq!(verdict(state, forget, now), want, "{state:?} at {now}");
-        }
     }
 
     /// The seed 000 pattern on the table alone: offences at the end of each ban escalate
@@ -331,48 +208,39 @@ mod tests {
         for _ in 0..4 {
             assert!(matches!(
                 table.check(7, ip(66), &s, now),
-                BanVerdict::Open { .. }
+                BanCheck::Open { .. }
             ));
             let length = table.offend(7, ip(66), &s, now);
-            lengths.push(length.as_secs());
+            lengths.push(length / 1000);
             assert_eq!(
                 table.check(7, ip(66), &s, now + 1),
-                BanVerdict::Banned {
-                    remaining: length - Duration::from_nanos(1),
+                BanCheck::Banned {
+                    remaining_ms: length - 1,
                     strikes: lengths.len() as u32
                 }
             );
-            now += nanos(length);
+            now += length;
         }
         assert_eq!(lengths, vec![120, 300, 600, 600]);
         // Other clients and other rules are not banned.
-        assert_eq!(
-            table.check(7, ip(1), &s, MIN),
-            BanVerdict::Open { strikes: 0 }
-        );
-        assert_eq!(
-            table.check(8, ip(66), &s, MIN),
-            BanVerdict::Open { strikes: 0 }
-        );
+        assert_eq!(table.check(7, ip(1), &s, MIN), BanCheck::Open { strikes: 0 });
+        assert_eq!(table.check(8, ip(66), &s, MIN), BanCheck::Open { strikes: 0 });
         // An hour after the last ban: forgotten.
         assert_eq!(
             table.check(7, ip(66), &s, now + 60 * MIN),
-            BanVerdict::Open { strikes: 0 }
+            BanCheck::Open { strikes: 0 }
         );
-        assert_eq!(
-            table.offend(7, ip(66), &s, now + 60 * MIN),
-            Duration::from_secs(120)
-        );
+        assert_eq!(table.offend(7, ip(66), &s, now + 60 * MIN), 2 * MIN);
     }
 
     #[test]
     fn a_second_offence_while_banned_starts_nothing() {
         let table = BanTable::new(1024);
         let s = schedule();
-        assert_eq!(table.offend(1, ip(9), &s, MIN), Duration::from_secs(120));
+        assert_eq!(table.offend(1, ip(9), &s, MIN), 2 * MIN);
         assert_eq!(
-            table.offend(1, ip(9), &s, MIN + 20_000_000_000),
-            Duration::from_secs(100),
+            table.offend(1, ip(9), &s, MIN + 20_000),
+            100_000,
             "the remaining time, no new strike"
         );
         assert_eq!(table.list(MIN)[0].strikes, 1);

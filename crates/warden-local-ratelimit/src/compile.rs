@@ -166,6 +166,14 @@ impl<'p> Compiler<'p> {
             if !check_limit(&rule.limit, &site, &field, &mut self.problems) {
                 continue;
             }
+            let ban = match rule.ban.as_ref().map(|b| b.schedule()).transpose() {
+                Ok(ban) => ban,
+                Err((at, message)) => {
+                    self.problems
+                        .push(site.problem(format!("{field}.ban.{at}"), message));
+                    continue;
+                }
+            };
             let spec = spec_of(&rule.limit);
             let identity = format!(
                 "{identity_base}|local|{}",
@@ -173,6 +181,14 @@ impl<'p> Compiler<'p> {
             );
             let label = format!("{} {field}", doc.id());
             if rule.client_selectors.is_empty() {
+                if ban.is_some() {
+                    self.problems.push(site.problem(
+                        format!("{field}.ban"),
+                        "a ban needs clientSelectors: a rule without them counts every client \
+                         together, so its ban would refuse them all",
+                    ));
+                    continue;
+                }
                 if default.is_some() {
                     self.problems.push(site.problem(
                         field,
@@ -193,7 +209,14 @@ impl<'p> Compiler<'p> {
                 continue;
             };
             let bucket = self.bucket(identity, spec, label, false);
-            rules.push((i, SelectorRule { selectors, bucket }));
+            rules.push((
+                i,
+                SelectorRule {
+                    selectors,
+                    bucket,
+                    ban,
+                },
+            ));
         }
         if let Some(d) = default_unit {
             for (i, r) in &rules {

@@ -20,6 +20,8 @@ pub struct GlobalRule {
     pub limit: RateLimitValue,
     pub shadow_mode: bool,
     pub shared: bool,
+    /// Escalating bans, enforced by the rate limit service with the counter.
+    pub ban: Option<warden_config::ban::BanSchedule>,
     scope: Scope,
 }
 
@@ -55,6 +57,19 @@ pub fn compile_global_rules(
             let selectors =
                 CompiledSelector::compile_all(&rule.client_selectors, &site, &field, &mut problems)
                     .unwrap_or_default();
+            let ban = match rule.ban.as_ref().map(|b| b.schedule()).transpose() {
+                Ok(ban) => ban,
+                Err((at, message)) => {
+                    problems.push(site.problem(format!("{field}.ban.{at}"), message));
+                    None
+                }
+            };
+            if ban.is_some() && rule.shadow_mode {
+                problems.push(site.problem(
+                    format!("{field}.ban"),
+                    "a shadowMode rule never refuses a request, so it cannot ban",
+                ));
+            }
             out.push(GlobalRule {
                 policy: doc.id(),
                 index: i,
@@ -62,6 +77,7 @@ pub fn compile_global_rules(
                 limit: rule.limit,
                 shadow_mode: rule.shadow_mode,
                 shared: rule.shared,
+                ban,
                 scope: scope.clone(),
             });
         }

@@ -5,6 +5,7 @@
 //! empty one denies and tokens already taken are not refunded. The default bucket is consumed
 //! when nothing matched, or always when `always_consume_default_token_bucket` is set.
 
+use crate::ban_table::BanTable;
 use crate::envoy::actions::CompiledEntry;
 use crate::fraction::Fraction;
 use crate::key_table::{KeyRef, KeyTable};
@@ -14,6 +15,7 @@ use crate::stats::GroupCounters;
 use crate::token_bucket::{BucketSpec, Consumed};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use warden_config::ban::{BanCheck, BanSchedule};
 
 /// Which requests a group applies to.
 #[derive(Debug, Clone, Default)]
@@ -72,11 +74,9 @@ pub(crate) struct LimitBucket {
 impl LimitBucket {
     #[inline]
     pub(crate) fn consume(&self, table: &KeyTable, key: &DistinctKey<'_>, now: u64) -> Consumed {
-        let key = match key {
-            DistinctKey::Shared => return self.spec.try_consume(&self.shared, now),
-            DistinctKey::Ip(ip) => KeyRef::ip(*ip),
-            DistinctKey::Header(h) => KeyRef::Bytes(h),
-            DistinctKey::Composite(c) => KeyRef::Bytes(c),
+        let key = match key_ref(key) {
+            None => return self.spec.try_consume(&self.shared, now),
+            Some(key) => key,
         };
         table.with_bucket(self.state_id, key, now, |tat| {
             self.spec.try_consume(tat, now)
@@ -84,10 +84,63 @@ impl LimitBucket {
     }
 }
 
+/// The per-client key of a distinct selection (`None`: the bucket every client shares).
+#[inline]
+fn key_ref<'k>(key: &'k DistinctKey<'_>) -> Option<KeyRef<'k>> {
+    match key {
+        DistinctKey::Shared => None,
+        DistinctKey::Ip(ip) => Some(KeyRef::ip(*ip)),
+        DistinctKey::Header(h) => Some(KeyRef::Bytes(h)),
+        DistinctKey::Composite(c) => Some(KeyRef::Bytes(c)),
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct SelectorRule {
     pub selectors: Vec<CompiledSelector>,
     pub bucket: LimitBucket,
+    /// Escalating bans of the clients this rule counts (its bucket's `state_id` names them
+    /// in the ban table).
+    pub ban: Option<BanSchedule>,
+}
+
+impl SelectorRule {
+    /// Consume for `key`, or refuse without counting while the client is banned; an empty
+    /// bucket starts the client's next ban. The `u64` is the ban's remaining milliseconds.
+    #[inline]
+    fn consume(
+        &self,
+        table: &KeyTable,
+        bans: &BanTable,
+        key: &DistinctKey<'_>,
+        now: u64,
+    ) -> (Consumed, Option<u64>) {
+        let Some(schedule) = &self.ban else {
+            return (self.bucket.consume(table, key, now), None);
+        };
+        let now_ms = now / 1_000_000;
+        let client = key_ref(key).unwrap_or(KeyRef::Bytes(b""));
+        let id = self.bucket.state_id;
+        if let BanCheck::Banned { remaining_ms, .. } = bans.check(id, client, schedule, now_ms) {
+            return (banned(remaining_ms), Some(remaining_ms));
+        }
+        let c = self.bucket.consume(table, key, now);
+        if c.allowed {
+            return (c, None);
+        }
+        let length_ms = bans.offend(id, client, schedule, now_ms);
+        (banned(length_ms), Some(length_ms))
+    }
+}
+
+/// What a banned client is told: nothing left until the ban ends (seconds rounded up, as
+/// `Retry-After` must not invite it back early).
+fn banned(remaining_ms: u64) -> Consumed {
+    Consumed {
+        allowed: false,
+        remaining: 0,
+        reset_secs: remaining_ms.div_ceil(1000),
+    }
 }
 
 /// A local_ratelimit descriptor: entries with `None` values are wildcards.
@@ -133,6 +186,8 @@ pub(crate) struct Group {
 pub(crate) struct Verdict<'g> {
     pub limited: bool,
     pub enforced: bool,
+    /// The client is banned for this many more milliseconds (it is then `limited`).
+    pub banned_ms: Option<u64>,
     /// The bucket whose numbers go into x-ratelimit-* (the denying one, else the first matched,
     /// else the default) and what it said.
     pub context: Option<(&'g LimitBucket, Consumed)>,
@@ -145,6 +200,7 @@ impl Group {
         &self,
         req: &RequestAttrs<'_>,
         table: &KeyTable,
+        bans: &BanTable,
         now: u64,
     ) -> Option<Verdict<'_>> {
         if !self.binding.applies(req.route_local)
@@ -153,33 +209,40 @@ impl Group {
         {
             return None;
         }
-        let (allowed, context) = self.consume(req, table, now);
+        let (allowed, context, banned_ms) = self.consume(req, table, bans, now);
         if allowed {
             GroupCounters::bump(&self.counters.ok);
             return Some(Verdict {
                 limited: false,
                 enforced: false,
+                banned_ms: None,
                 context,
             });
         }
         GroupCounters::bump(&self.counters.rate_limited);
-        let enforced = self.enforced.sample();
+        // A ban is enforcement: it is not sampled.
+        let enforced = banned_ms.is_some() || self.enforced.sample();
         if enforced {
             GroupCounters::bump(&self.counters.enforced);
         }
         Some(Verdict {
             limited: true,
             enforced,
+            banned_ms,
             context,
         })
     }
 
+    /// Whether the request may pass, the bucket for `x-ratelimit-*`, and a ban's remaining
+    /// milliseconds.
+    #[allow(clippy::type_complexity)]
     fn consume(
         &self,
         req: &RequestAttrs<'_>,
         table: &KeyTable,
+        bans: &BanTable,
         now: u64,
-    ) -> (bool, Option<(&LimitBucket, Consumed)>) {
+    ) -> (bool, Option<(&LimitBucket, Consumed)>, Option<u64>) {
         let mut first: Option<(&LimitBucket, Consumed)> = None;
         let mut matched_any = false;
         match &self.rules {
@@ -189,9 +252,9 @@ impl Group {
                         continue;
                     };
                     matched_any = true;
-                    let c = rule.bucket.consume(table, &key, now);
+                    let (c, banned_ms) = rule.consume(table, bans, &key, now);
                     if !c.allowed {
-                        return (false, Some((&rule.bucket, c)));
+                        return (false, Some((&rule.bucket, c)), banned_ms);
                     }
                     first.get_or_insert((&rule.bucket, c));
                 }
@@ -231,7 +294,7 @@ impl Group {
                     };
                     let c = d.bucket.consume(table, &key, now);
                     if !c.allowed {
-                        return (false, Some((&d.bucket, c)));
+                        return (false, Some((&d.bucket, c)), None);
                     }
                     first.get_or_insert((&d.bucket, c));
                 }
@@ -241,12 +304,12 @@ impl Group {
             if let Some(default) = &self.default {
                 let c = default.consume(table, &DistinctKey::Shared, now);
                 if !c.allowed {
-                    return (false, Some((default, c)));
+                    return (false, Some((default, c)), None);
                 }
                 first.get_or_insert((default, c));
             }
         }
-        (true, first)
+        (true, first, None)
     }
 }
 

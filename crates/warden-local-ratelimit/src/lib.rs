@@ -64,7 +64,7 @@ pub mod selector;
 pub mod stats;
 pub mod token_bucket;
 
-pub use ban_table::{BanSchedule, BanTable, BanVerdict, LocalBan};
+pub use ban_table::{BanTable, LocalBan};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use key_table::{TableStats, DEFAULT_MAX_KEYS};
 pub use limiter::{LimiterOptions, LocalLimiter};

@@ -1,5 +1,6 @@
 //! The compiled local limiter: immutable groups plus shared, bounded bucket state.
 
+use crate::ban_table::{BanTable, LocalBan};
 use crate::clock::{Clock, MonotonicClock};
 use crate::compile::{Compiler, StateRegistry};
 use crate::connection::ConnGroup;
@@ -57,6 +58,8 @@ pub struct LocalLimiter {
     groups: Vec<Group>,
     conn_groups: Vec<ConnGroup>,
     table: Arc<KeyTable>,
+    /// Clients banned by rules with a `ban` (kept across reloads, as the buckets are).
+    bans: Arc<BanTable>,
     clock: Arc<dyn Clock>,
     registry: StateRegistry,
     warnings: Vec<Problem>,
@@ -119,10 +122,15 @@ impl LocalLimiter {
             Some(p) => p.clock.clone(),
             None => opts.clock,
         };
+        let bans = match previous {
+            Some(p) => p.bans.clone(),
+            None => Arc::new(BanTable::new((opts.max_keys / 8).max(1024))),
+        };
         Ok(LocalLimiter {
             groups: compiler.groups,
             conn_groups: compiler.conn_groups,
             table,
+            bans,
             clock,
             registry: compiler.registry,
             warnings: compiler.warnings,
@@ -173,7 +181,7 @@ impl LocalLimiter {
         let now = self.clock.now_nanos();
         let mut outcome = Outcome::allowed();
         for group in &self.groups {
-            let Some(verdict) = group.check(req, &self.table, now) else {
+            let Some(verdict) = group.check(req, &self.table, &self.bans, now) else {
                 continue;
             };
             if group.x_ratelimit_headers {
@@ -205,6 +213,7 @@ impl LocalLimiter {
                     status: group.status,
                     grpc_status: group.grpc_status,
                     headers: &group.response_headers,
+                    retry_after: verdict.banned_ms.map(|ms| ms.div_ceil(1000)),
                 });
                 outcome.request_headers_to_add = &[];
                 return outcome;
@@ -229,6 +238,58 @@ impl LocalLimiter {
         self.conn_groups
             .iter()
             .all(|g| g.admit(gateway, client_ip, &self.table, now) != Some(false))
+    }
+
+    /// The bans in force, with the rule that banned (its label, e.g. `RateLimitPolicy/login
+    /// spec.local.rules[0]`), soonest ending first.
+    pub fn bans(&self) -> Vec<(Arc<str>, LocalBan)> {
+        let now_ms = self.clock.now_nanos() / 1_000_000;
+        self.bans
+            .list(now_ms)
+            .into_iter()
+            .filter_map(|b| self.ban_rule(b.rule).map(|label| (label, b)))
+            .collect()
+    }
+
+    /// Lift the bans of `client` (an address, or the distinct value as text) under every
+    /// rule; how many there were.
+    pub fn lift_bans(&self, client: &str) -> usize {
+        let ip = client.parse::<IpAddr>().ok();
+        let mut lifted = 0;
+        for rule in self.ban_rule_ids() {
+            let key = match ip {
+                Some(ip) => crate::key_table::KeyRef::ip(ip),
+                None => crate::key_table::KeyRef::Bytes(client.as_bytes()),
+            };
+            lifted += usize::from(self.bans.lift(rule, key));
+        }
+        lifted
+    }
+
+    fn ban_rule_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.groups.iter().flat_map(|g| match &g.rules {
+            Rules::Selectors(rules) => rules
+                .iter()
+                .filter(|r| r.ban.is_some())
+                .map(|r| r.bucket.state_id)
+                .collect::<Vec<_>>(),
+            Rules::Descriptors { .. } => Vec::new(),
+        })
+    }
+
+    fn ban_rule(&self, id: u32) -> Option<Arc<str>> {
+        self.groups.iter().find_map(|g| match &g.rules {
+            Rules::Selectors(rules) => rules
+                .iter()
+                .find(|r| r.ban.is_some() && r.bucket.state_id == id)
+                .map(|r| r.bucket.label.clone()),
+            Rules::Descriptors { .. } => None,
+        })
+    }
+
+    /// Whether some rule bans.
+    pub fn has_bans(&self) -> bool {
+        self.ban_rule_ids().next().is_some()
     }
 
     /// Counters of every HTTP group (Envoy's `http_local_rate_limit.*`).

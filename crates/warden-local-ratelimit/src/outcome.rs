@@ -108,6 +108,8 @@ pub struct LimitedResponse<'a> {
     pub grpc_status: u8,
     /// `response_headers_to_add`: only ever on the 429.
     pub headers: &'a [(http::HeaderName, http::HeaderValue)],
+    /// `Retry-After` seconds: a banned client's remaining ban.
+    pub retry_after: Option<u64>,
 }
 
 impl LimitedResponse<'_> {
@@ -136,6 +138,10 @@ impl LimitedResponse<'_> {
         };
         for (name, value) in self.headers {
             resp.headers_mut().insert(name.clone(), value.clone());
+        }
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(http::header::RETRY_AFTER, number_value(secs));
         }
         resp
     }

@@ -834,3 +834,73 @@ async fn native_method_and_path_actions_key_the_limit() {
     proxy.shutdown(Duration::from_secs(1));
     rls.shutdown().await;
 }
+
+/// Seed 000's attack against an escalating ban shared through Redis: the attacker goes over
+/// 300/min at the first proxy and is refused at once by the two others, which never saw it,
+/// each 429 saying how long in `retry-after`; another client is untouched. The service's clock
+/// is a test clock: advanced past the first ban (2 s), the next offence gets the second (5 min),
+/// again at every proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_proxies_ban_an_attacker_together() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = warden_testkit::TempDir::new("rls-ban").unwrap();
+    let config = std::fs::read_to_string(examples_dir().join("ratelimit-config-300.yaml"))
+        .unwrap()
+        .replace(
+            "          requests_per_unit: 300",
+            "          requests_per_unit: 300\n        ban:\n          durations: [2s, 5m]\n          forget_after: 1h",
+        );
+    assert!(config.contains("ban:"), "{config}");
+    dir.write("config.yaml", &config).unwrap();
+    let clock = ManualClock::new(1_700_000_010_000);
+    let rls = Server::start_with_clock(
+        rls_settings(&redis, dir.path().to_path_buf()),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .expect("rls starts");
+    let up = counting_echo().await;
+    let yaml = seed_config(up.http_addr().unwrap(), rls.grpc_addr());
+    let proxies: Vec<RunningProxy> = (0..3).map(|_| start_proxy(&yaml)).collect();
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://{}/login", addr(p, 0)))
+        .collect();
+    let attacker = client_from([127, 0, 0, 1]);
+    let other = client_from([127, 0, 0, 2]);
+    let retry_after = |r: &reqwest::Response| -> u64 {
+        r.headers()["retry-after"].to_str().unwrap().parse().unwrap()
+    };
+
+    assert_eq!(send(&attacker, &urls[0], 300).await, [300, 0, 0, 0]);
+    let offence = attacker.get(&urls[0]).send().await.unwrap();
+    assert_eq!(offence.status(), 429);
+    assert_eq!(offence.headers()["x-envoy-ratelimited"], "true");
+    assert_eq!(retry_after(&offence), 2, "the first ban");
+    for url in &urls[1..] {
+        let r = attacker.get(url).send().await.unwrap();
+        assert_eq!(r.status(), 429, "banned at {url} too");
+        assert_eq!(retry_after(&r), 2);
+        assert_eq!(other.get(url).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(up.total(), 302);
+
+    // The first ban over (on the service's clock, and on the proxies', which remember the
+    // answer until then): the window's count is still over, so the next call is the second
+    // offence, and every proxy refuses the attacker for the second period.
+    clock.advance_millis(2_100);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let second = attacker.get(&urls[2]).send().await.unwrap();
+    assert_eq!(second.status(), 429);
+    assert_eq!(retry_after(&second), 300, "the second ban: 5 minutes");
+    for url in &urls[..2] {
+        let r = attacker.get(url).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(retry_after(&r), 300);
+    }
+    assert_eq!(up.total(), 302, "no banned request reached the upstream");
+    for p in proxies {
+        p.shutdown(Duration::from_secs(1));
+    }
+    rls.shutdown().await;
+}

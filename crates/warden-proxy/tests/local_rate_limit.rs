@@ -348,3 +348,118 @@ async fn envoy_filter_context_selects_gateway_or_sidecar() {
         );
     }
 }
+
+/// Escalating bans on a local rule: 3 per day per client on `/login`, then banned 2 s, 3 s.
+/// The durations are short so the test can wait one out; the schedule's arithmetic over hours
+/// is tested on a manual clock (warden-local-ratelimit's `ban_table`, warden-ratelimit's
+/// `bans` tests).
+const LOGIN_BAN: &str = r#"---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: login}
+spec:
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+        path: {type: Exact, value: /login}
+      limit: {requests: 3, unit: Day}
+      ban: {durations: [2s, 3s], forgetAfter: 1h}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_limit_is_banned_for_longer_each_time_and_can_be_lifted() {
+    let up = counting_echo().await;
+    let proxy = start(&http_config(up.http_addr().unwrap(), "", LOGIN_BAN));
+    let login = format!("http://{}/login", addr(&proxy, 0));
+    let admin = format!("http://{}", proxy.admin_addr().unwrap());
+    let attacker = client_from(LOCAL_1);
+    let get = |c: &reqwest::Client| c.get(&login).send();
+
+    for _ in 0..3 {
+        let r = get(&attacker).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("retry-after").is_none());
+    }
+    // The offence: refused, the first ban starts, and the client is told how long.
+    let r = get(&attacker).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(r.text().await.unwrap(), "local_rate_limited");
+    // Banned: refused without counting, whatever the bucket says.
+    let r = get(&attacker).await.unwrap();
+    assert_eq!(r.status(), 429);
+    let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&secs), "{secs}");
+    // Another client, and the attacker elsewhere, are not banned.
+    assert_eq!(get(&client_from(LOCAL_2)).await.unwrap().status(), 200);
+    let home = format!("http://{}/", addr(&proxy, 0));
+    assert_eq!(attacker.get(&home).send().await.unwrap().status(), 200);
+
+    let bans: serde_json::Value = attacker.get(format!("{admin}/ratelimit/bans")).send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = bans["bans"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{bans}");
+    assert_eq!(listed[0]["client"], LOCAL_1);
+    assert_eq!(listed[0]["strikes"], 1);
+    assert_eq!(listed[0]["rule"], "RateLimitPolicy/login spec.local.rules[0]");
+    let policy = attacker.get(format!("{admin}/ratelimit/bans/authorizationpolicy")).send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(policy.contains("action: DENY"), "{policy}");
+    assert!(policy.contains(&format!("- \"{LOCAL_1}\"")), "{policy}");
+
+    // The ban ends; the bucket is still empty, so the next request is the second offence.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = get(&attacker).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "3", "the schedule's second period");
+
+    // Lifted on the admin port: strikes forgotten, so the next offence is a first one again.
+    let lifted: serde_json::Value = attacker
+        .delete(format!("{admin}/ratelimit/bans?client={LOCAL_1}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(lifted["lifted"], 1);
+    let r = get(&attacker).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "2");
+    // 3 admitted logins, 1 from the other client, 1 elsewhere.
+    assert_eq!(up.total(), 5);
+    stop(proxy).await;
+}
+
+#[test]
+fn a_ban_needs_a_counted_rule_and_valid_durations() {
+    for (rule, field) in [
+        (
+            "- limit: {requests: 3, unit: Day}\n      ban: {durations: [2s], forgetAfter: 1h}",
+            "spec.local.rules[0].ban",
+        ),
+        (
+            "- clientSelectors: [{sourceCIDR: {type: Distinct, value: 0.0.0.0/0}}]\n      limit: {requests: 3, unit: Day}\n      ban: {durations: [2s, 0s], forgetAfter: 1h}",
+            "spec.local.rules[0].ban.durations[1]",
+        ),
+    ] {
+        let yaml = format!(
+            "apiVersion: warden.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {{name: bad}}\nspec:\n  local:\n    rules:\n    {rule}\n"
+        );
+        let err = Proxy::start(ProxyOptions::loopback(inline(&yaml)))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(field), "{field} not in {err}");
+    }
+}

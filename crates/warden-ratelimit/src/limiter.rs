@@ -297,6 +297,8 @@ impl RateLimiter {
 
         // 3. Build the checks (unlimited limits are answered without the store).
         let mut statuses = vec![ok_status(); request.descriptors.len()];
+        // The longest ban in force for this call, in ms (`Retry-After`).
+        let mut banned_ms: Option<u64> = None;
         let mut checks = Vec::new();
         for (index, (descriptor, limit)) in request.descriptors.iter().zip(limits).enumerate() {
             let Some(limit) = limit else { continue };
@@ -409,6 +411,7 @@ impl RateLimiter {
                 };
                 match result.ban {
                     Some(BanOutcome::Refused { remaining_ms, .. }) => {
+                        banned_ms = banned_ms.max(Some(remaining_ms));
                         check.stats.over_limit.inc_by(hits);
                         check.stats.banned.inc_by(hits);
                         status.duration_until_reset = Some(seconds_of(remaining_ms));
@@ -416,6 +419,7 @@ impl RateLimiter {
                         continue;
                     }
                     Some(BanOutcome::Started { duration_ms, .. }) => {
+                        banned_ms = banned_ms.max(Some(duration_ms));
                         check.stats.ban_started.inc();
                         status.duration_until_reset = Some(seconds_of(duration_ms));
                     }
@@ -463,7 +467,16 @@ impl RateLimiter {
         if quota_total > 0 && quota_over == quota_total {
             overall = Code::OverLimit;
         }
-        let headers = self.response_headers(&checks, &statuses);
+        let mut headers = self.response_headers(&checks, &statuses);
+        if let Some(ms) = banned_ms.filter(|_| overall == Code::OverLimit) {
+            // A ban's end is known: say it the standard way (RFC 9110 §10.2.3), on the 429
+            // Envoy (or warden) answers with the service's `response_headers_to_add`.
+            headers.push(HeaderValue {
+                key: "retry-after".to_owned(),
+                value: ms.div_ceil(1000).to_string(),
+                ..Default::default()
+            });
+        }
         if overall == Code::OverLimit && self.settings.shadow_mode {
             self.stats.global_shadow_mode.inc();
             overall = Code::Ok;

@@ -73,6 +73,47 @@ pub struct RateLimitRule {
     /// Global only: one counter across all targets instead of one per route.
     #[serde(default)]
     pub shared: bool,
+    /// Escalating bans: a client that goes over this rule's limit is refused entirely for the
+    /// next period of the schedule (warden extension, see `docs/ratelimit-bans.md`).
+    #[serde(default)]
+    pub ban: Option<RuleBan>,
+}
+
+/// A rule's ban schedule as written: `{durations: [2m, 5m, 10m], forgetAfter: 1h}`; the
+/// durations are Istio's (`90s`, `2m`, `1h30m`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleBan {
+    pub durations: Vec<String>,
+    pub forget_after: String,
+}
+
+impl RuleBan {
+    /// The schedule, or (field under `ban`, message) for the first bad value: no durations,
+    /// a zero or unreadable one.
+    pub fn schedule(&self) -> Result<crate::ban::BanSchedule, (String, String)> {
+        let ms = |field: String, text: &str| -> Result<u64, (String, String)> {
+            match crate::duration::parse_duration(text) {
+                Ok(d) if d.is_zero() => Err((field, format!("must be longer than 0, not {text:?}"))),
+                Ok(d) => Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                Err(e) => Err((field, e)),
+            }
+        };
+        if self.durations.is_empty() {
+            return Err(("durations".into(), "needs at least one duration".into()));
+        }
+        let durations_ms = self
+            .durations
+            .iter()
+            .enumerate()
+            .map(|(i, d)| ms(format!("durations[{i}]"), d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let forget_after_ms = ms("forgetAfter".into(), &self.forget_after)?;
+        Ok(crate::ban::BanSchedule {
+            durations_ms,
+            forget_after_ms,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -221,4 +262,39 @@ impl RateLimitUnit {
 pub struct RateLimitValue {
     pub requests: u64,
     pub unit: RateLimitUnit,
+}
+
+#[cfg(test)]
+mod ban_tests {
+    use super::RuleBan;
+
+    fn ban(durations: &[&str], forget: &str) -> RuleBan {
+        RuleBan {
+            durations: durations.iter().map(|d| d.to_string()).collect(),
+            forget_after: forget.into(),
+        }
+    }
+
+    #[test]
+    fn schedules_as_written() {
+        let ok = [
+            (ban(&["2m", "5m", "10m"], "1h"), vec![120_000, 300_000, 600_000], 3_600_000),
+            (ban(&["90s"], "1h30m"), vec![90_000], 5_400_000),
+            (ban(&["500ms"], "1s"), vec![500], 1_000),
+        ];
+        for (b, durations, forget) in ok {
+            let s = b.schedule().expect("valid");
+            assert_eq!((s.durations_ms, s.forget_after_ms), (durations, forget));
+        }
+        let bad = [
+            (ban(&[], "1h"), "durations"),
+            (ban(&["2m", "0s"], "1h"), "durations[1]"),
+            (ban(&["2 minutes"], "1h"), "durations[0]"),
+            (ban(&["2m"], "soon"), "forgetAfter"),
+            (ban(&["2m"], "0s"), "forgetAfter"),
+        ];
+        for (b, field) in bad {
+            assert_eq!(b.schedule().expect_err("invalid").0, field, "{b:?}");
+        }
+    }
 }

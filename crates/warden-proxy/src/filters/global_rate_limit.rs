@@ -452,19 +452,19 @@ impl GlobalRateLimit {
         Verdict::ReplyWithHeaders(reply, headers)
     }
 
-    /// The 429 of a remembered OVER_LIMIT, its `x-ratelimit-reset` counted down.
+    /// The 429 of a remembered OVER_LIMIT, its `x-ratelimit-reset` and a ban's `retry-after`
+    /// counted down.
     fn remembered_denial(&self, denial: answer_cache::Denial, now: Instant) -> Verdict {
         let mut headers = denial.headers;
-        if headers.contains_key(response_headers::X_RATELIMIT_RESET) {
-            let left = denial
-                .until
-                .saturating_duration_since(now)
-                .as_secs_f64()
-                .ceil();
-            headers.insert(
-                response_headers::X_RATELIMIT_RESET,
-                HeaderValue::from(left as u64),
-            );
+        let left = denial
+            .until
+            .saturating_duration_since(now)
+            .as_secs_f64()
+            .ceil() as u64;
+        for name in [response_headers::X_RATELIMIT_RESET, http::header::RETRY_AFTER] {
+            if headers.contains_key(&name) {
+                headers.insert(name, HeaderValue::from(left));
+            }
         }
         Verdict::ReplyWithHeaders(self.limited_reply(), headers)
     }

@@ -220,6 +220,16 @@ impl LocalRateLimitFilter {
         self.limiter.group_stats()
     }
 
+    /// The bans in force, with the rule that banned.
+    pub fn bans(&self) -> Vec<(Arc<str>, warden_local_ratelimit::LocalBan)> {
+        self.limiter.bans()
+    }
+
+    /// Lift every ban of `client` (an address or a distinct value); how many there were.
+    pub fn lift_bans(&self, client: &str) -> usize {
+        self.limiter.lift_bans(client)
+    }
+
     pub fn connection_stats(&self) -> Vec<GroupStats> {
         self.limiter.connection_stats()
     }

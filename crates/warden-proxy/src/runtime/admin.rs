@@ -1,6 +1,7 @@
 //! The admin endpoint (Envoy's 15000): `/ready`, `/stats/prometheus`, `/config_dump`,
-//! `/listeners`. Served on its own small thread so it answers even when workers are busy.
+//! `/listeners`, `/ratelimit/bans` ([`super::admin_bans`]). Served on its own small thread so it answers even when workers are busy.
 
+use crate::runtime::admin_bans;
 use crate::runtime::state::Control;
 use crate::upstream::cluster::{LbPolicy, UpstreamProtocol};
 use bytes::Bytes;
@@ -84,9 +85,6 @@ fn respond(
 }
 
 fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
-    }
     let json = |v: serde_json::Value| {
         respond(
             StatusCode::OK,
@@ -94,7 +92,24 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
             serde_json::to_vec_pretty(&v).unwrap_or_default(),
         )
     };
+    let snapshot = shared.snapshot.load();
+    let local = snapshot.filters.local_rate_limit.as_ref();
+    if req.method() == Method::DELETE && req.uri().path() == "/ratelimit/bans" {
+        return match admin_bans::lift(local, req.uri().query()) {
+            Ok(n) => json(serde_json::json!({ "lifted": n })),
+            Err(why) => respond(StatusCode::BAD_REQUEST, "text/plain", format!("{why}\n")),
+        };
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+    }
     match req.uri().path() {
+        "/ratelimit/bans" => json(admin_bans::list(local)),
+        "/ratelimit/bans/authorizationpolicy" => respond(
+            StatusCode::OK,
+            "application/yaml",
+            admin_bans::authorization_policy(local),
+        ),
         "/ready" => respond(StatusCode::OK, "text/plain", "LIVE\n"),
         "/stats/prometheus" => respond(
             StatusCode::OK,
@@ -108,7 +123,7 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "admin: /ready /stats/prometheus /config_dump /listeners\n",
+            "admin: /ready /stats/prometheus /config_dump /listeners /ratelimit/bans\n",
         ),
     }
 }

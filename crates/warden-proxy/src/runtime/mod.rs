@@ -2,6 +2,7 @@
 //! the admin endpoint, config loading and `warden check`.
 
 pub mod admin;
+mod admin_bans;
 pub mod check;
 mod config_settle;
 pub(crate) mod config_source;

@@ -16,14 +16,8 @@ use super::yaml_value::YamlValue;
 /// The keys a `ban` block may hold.
 pub(crate) const BAN_KEYS: &[&str] = &["durations", "forget_after"];
 
-/// A descriptor's ban schedule, in milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BanConfig {
-    /// Ban length for the 1st, 2nd, ... offence; offences past the list get the last one.
-    pub durations_ms: Vec<u64>,
-    /// Strikes are forgotten once a client stayed this long past its last ban's end.
-    pub forget_after_ms: u64,
-}
+/// A descriptor's ban schedule, in milliseconds (the decisions are [`crate::ban::schedule`]).
+pub use warden_config::ban::BanSchedule as BanConfig;
 
 /// `1h30m`, `2m`, `45s`, `500ms`, `1d`: whole numbers with units (ms, s, m, h, d), summed.
 pub fn parse_duration(text: &str) -> Option<u64> {

@@ -183,6 +183,7 @@ fn limited(
     value: Option<&str>,
     limit: &RateLimitValue,
     shadow: bool,
+    ban: Option<&warden_config::ban::BanSchedule>,
 ) -> DescriptorConfig {
     DescriptorConfig {
         key: key.to_string(),
@@ -193,6 +194,7 @@ fn limited(
             ..RateLimitConfig::default()
         }),
         shadow_mode: shadow,
+        ban: ban.cloned(),
         ..DescriptorConfig::default()
     }
 }
@@ -218,13 +220,17 @@ pub fn rls_descriptors(policies: &[warden_config::Doc<RateLimitPolicy>]) -> Vec<
                 value: Some(id),
                 ..DescriptorConfig::default()
             };
+            // Validated with the rules (`PolicyRules::compile`).
+            let ban = rule.ban.as_ref().and_then(|b| b.schedule().ok());
             for shape in shapes {
-                let leaf = |key: &str| limited(key, None, &rule.limit, rule.shadow_mode);
+                let leaf =
+                    |key: &str| limited(key, None, &rule.limit, rule.shadow_mode, ban.as_ref());
                 match shape {
                     Shape::Shared => {
-                        let l = limited(RULE_KEY, None, &rule.limit, rule.shadow_mode);
+                        let l = limited(RULE_KEY, None, &rule.limit, rule.shadow_mode, ban.as_ref());
                         root.rate_limit = l.rate_limit;
                         root.shadow_mode = l.shadow_mode;
+                        root.ban = l.ban;
                     }
                     Shape::Ip => root.descriptors.push(leaf("remote_address")),
                     Shape::Header => root.descriptors.push(leaf("header")),
