@@ -9,12 +9,20 @@
 # gateway.sh and local-ratelimit.sh.
 # Each server runs alone, single-threaded, under callgrind; `warden load` sends WARMUP requests,
 # the counters are zeroed, then exactly N requests over CONNS connections are counted.
+# The sidecar path (warden only; root) is seed 003's: client pod -> service VIP -> iptables ->
+# client sidecar -> server sidecar -> nginx, in two network namespaces; its count is both
+# sidecars' instructions per request. The sidecars run as root here (capture's proxy uid 0) and
+# the client as nobody: callgrind_control cannot reach a process whose uid has no user name,
+# as Istio's 1337 has none on this host.
 # Env: N (default 10000), WARMUP (2000), CONNS (64); KEEP=DIR keeps the callgrind profiles
-# there (cg.SERVER-PATH.N, for callgrind_annotate).
+# there (cg.SERVER-PATH.N, for callgrind_annotate); ONLY=warden skips nginx and HAProxy (a
+# before/after comparison of two warden builds), ONLY=sidecar runs the sidecar path alone;
+# WARDEN_BIN: an already built binary.
 source "$(dirname "$0")/lib/common.sh"
-ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3
-build_warden
+ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables
+if [ -n "${WARDEN_BIN:-}" ]; then WARDEN=$WARDEN_BIN; else build_warden; fi
 N=${N:-10000}; WARMUP=${WARMUP:-2000}
+CG=$WORK/cg; mkdir -p "$CG"
 
 BACKEND=$(free_port)
 mkdir -p "$WORK/nginx-backend"
@@ -27,27 +35,33 @@ NGX
 bg nginx -p "$WORK/nginx-backend" -c "$WORK/nginx-backend/nginx.conf"
 wait_http "http://127.0.0.1:$BACKEND/"
 
-# count NAME URL PID — instructions per request of the callgrind'ed server PID; appends a row.
+# count NAME URL PID... — instructions per request of the callgrind'ed servers PID... (summed);
+# appends a row. LOAD_IN: a command prefix to run the load from (a namespace).
+LOAD_IN=()
 count() {
-  local name=$1 url=$2 pid=$3 out total
-  "$WARDEN" load -n "$WARMUP" -c "$CONNS" --quiet "$url" >/dev/null
-  callgrind_control -z "$pid" >/dev/null 2>&1
-  out=$("$WARDEN" load -n "$N" -c "$CONNS" --quiet "$url")
-  callgrind_control -d "$pid" >/dev/null 2>&1
+  local name=$1 url=$2 out total=0 pid f
+  shift 2
+  "${LOAD_IN[@]}" "$WARDEN" load -n "$WARMUP" -c "$CONNS" --quiet "$url" >/dev/null
+  for pid in "$@"; do callgrind_control -z "$pid" >/dev/null 2>&1; done
+  out=$("${LOAD_IN[@]}" "$WARDEN" load -n "$N" -c "$CONNS" --quiet "$url")
+  for pid in "$@"; do callgrind_control -d "$pid" >/dev/null 2>&1; done
   sleep 0.5
-  # The dump of the zeroed counters is the newest numbered file of this run.
-  total=$(grep -h '^totals:' "$(ls -t "$WORK/cg.$name".* | head -1)" | awk '{print $2}')
+  for pid in "$@"; do
+    # The dump of the zeroed counters is the newest numbered file of that process.
+    f=$(ls -t $(grep -l "^pid: $pid\$" "$CG/cg.$name".*) | head -1)
+    total=$((total + $(grep -h '^totals:' "$f" | awk '{print $2}')))
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$f" "$KEEP/"; fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   echo "$name	$((total / N))	$(grep -o 'Status codes.*' <<<"$out")" >>"$WORK/rows"
-  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$(ls -t "$WORK/cg.$name".* | head -1)" "$KEEP/"; fi
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
 }
 
 # under_callgrind NAME CMD... — start CMD under callgrind; LAST_PID is valgrind's pid (which is
 # the server's: valgrind runs the program in its own process).
 under_callgrind() {
   local name=$1; shift
-  bg valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$name" "$@"
+  bg valgrind --tool=callgrind --callgrind-out-file="$CG/cg.$name" "$@"
 }
 
 # wait_tcp PORT — until something accepts on 127.0.0.1:PORT (60 s: valgrind starts slowly).
@@ -64,7 +78,8 @@ text = sys.stdin.read()
 print(text.replace("  - route: [{destination: {host: backend.local, port: {number: 80}}}]",
                    "  - directResponse: {status: 333, body: {string: test}}"))'
 }
-for path in proxy direct limit; do
+[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || WARDEN_PATHS=(proxy direct limit)
+for path in "${WARDEN_PATHS[@]}"; do
   port=$(free_port); mkdir -p "$WORK/w-$path"
   case $path in
     proxy) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml" ;;
@@ -78,6 +93,69 @@ for path in proxy direct limit; do
   count "warden-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done
 
+# The sidecar path: two pods joined by a veth, capture in both, both sidecars under callgrind.
+sidecar_path() {
+  local cli=wdi-cli-$$ srv=wdi-srv-$$ cli_ip=10.233.1.1 srv_ip=10.233.1.2 vip=10.96.0.21
+  SIDECAR_NS=("$cli" "$srv")
+  ip netns add "$cli"; ip netns add "$srv"
+  ip -n "$cli" link set lo up; ip -n "$srv" link set lo up
+  ip link add wdic$$ netns "$cli" type veth peer name wdis$$ netns "$srv"
+  ip -n "$cli" addr add $cli_ip/24 dev wdic$$; ip -n "$srv" addr add $srv_ip/24 dev wdis$$
+  ip -n "$cli" link set wdic$$ up; ip -n "$srv" link set wdis$$ up
+  ip -n "$cli" route add default via $srv_ip
+  mkdir -p "$WORK/pod-nginx"
+  cat >"$WORK/pod-nginx/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/pod-nginx/pid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 8080; location / { return 200 "hello from backend\n"; } } }
+NGX
+  bg nsenter --net=/run/netns/"$srv" -- nginx -p "$WORK/pod-nginx" -c "$WORK/pod-nginx/nginx.conf"
+  cat >"$WORK/mesh.yaml" <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: backend, namespace: default}
+spec:
+  clusterIP: $vip
+  selector: {app: backend}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: backend-1, namespace: default, labels: {app: backend}}
+spec: {containers: [{name: backend}]}
+status: {podIP: $srv_ip}
+YAML
+  nsenter --net=/run/netns/"$cli" -- "$WARDEN" capture --proxy-uid 0 >/dev/null
+  nsenter --net=/run/netns/"$srv" -- "$WARDEN" capture --proxy-uid 0 >/dev/null
+  local pids=() pod
+  # pod: namespace, IP, label
+  for pod in "$srv $srv_ip app=backend" "$cli $cli_ip app=client"; do
+    set -- $pod
+    bg env RUST_LOG=warn nsenter --net=/run/netns/"$1" -- \
+      valgrind --tool=callgrind --callgrind-out-file="$CG/cg.warden-sidecar.%p" \
+      "$WARDEN" proxy --mode sidecar -c "$WORK/mesh.yaml" --concurrency 1 --no-watch \
+      --admin 127.0.0.1:15000 --pod-ip "$2" --label "$3"
+    pids+=("$LAST_PID")
+  done
+  LOAD_IN=(nsenter --net=/run/netns/"$cli" --setuid 65534 --setgid 65534 --)
+  for _ in $(seq 600); do "${LOAD_IN[@]}" curl -sf -o /dev/null "http://$vip/" && break; sleep 0.1; done
+  count warden-sidecar "http://$vip/" "${pids[@]}"
+  LOAD_IN=()
+}
+SIDECAR_NS=()
+teardown() {
+  for ns in "${SIDECAR_NS[@]:-}"; do
+    [ -n "$ns" ] || continue
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  cleanup
+}
+trap teardown EXIT
+if [ "$(id -u)" = 0 ]; then sidecar_path; else echo "sidecar path skipped: needs root (namespaces)" >&2; fi
+
+if [ -z "${ONLY:-}" ]; then
 N_PROXY=$(free_port); N_DIRECT=$(free_port); N_LIMIT=$(free_port)
 mkdir -p "$WORK/nginx"
 cat >"$WORK/nginx/nginx.conf" <<NGX
@@ -123,6 +201,8 @@ for path in proxy direct limit; do
   count "haproxy-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done
 
+fi
+
 echo "# instructions.sh $(date -u +%FT%TZ): user-space instructions per request (callgrind), $N requests over $CONNS connections after $WARMUP warm-up"
 python3 - "$WORK/rows" <<'PY'
 import sys
@@ -131,8 +211,10 @@ for line in open(sys.argv[1]):
     name, ir, codes = line.rstrip("\n").split("\t")
     rows[name] = (int(ir), codes)
 print(f"{'path':<8}{'warden':>10}{'nginx':>10}{'haproxy':>10}{'warden/best':>13}   status codes (warden | nginx | haproxy)")
-for path in ("proxy", "direct", "limit"):
-    w, n, h = (rows.get(f"{who}-{path}", (0, "?")) for who in ("warden", "nginx", "haproxy"))
-    best = min(n[0], h[0]) or 1
-    print(f"{path:<8}{w[0]:>10}{n[0]:>10}{h[0]:>10}{w[0] / best:>13.3f}   {w[1]} | {n[1]} | {h[1]}")
+for path in ("proxy", "direct", "limit", "sidecar"):
+    w, n, h = (rows.get(f"{who}-{path}", (0, "-")) for who in ("warden", "nginx", "haproxy"))
+    best = min(x[0] for x in (n, h)) if n[0] and h[0] else 0
+    ratio = f"{w[0] / best:.3f}" if best else "-"
+    cell = lambda x: str(x[0]) if x[0] else "-"
+    print(f"{path:<8}{cell(w):>10}{cell(n):>10}{cell(h):>10}{ratio:>13}   {w[1]} | {n[1]} | {h[1]}")
 PY
