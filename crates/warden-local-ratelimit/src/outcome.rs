@@ -116,6 +116,7 @@ impl LimitedResponse<'_> {
     /// Build the reply: `text/plain` body `local_rate_limited`; for gRPC (`grpc = true`) a
     /// trailers-only 200 with `grpc-status`/`grpc-message`. `body` turns the text into the
     /// proxy's body type. `x-ratelimit-*` headers are added separately from the outcome.
+    #[inline]
     pub fn build<B>(&self, grpc: bool, body: impl FnOnce(&'static str) -> B) -> http::Response<B> {
         let mut resp = if grpc {
             let mut r = http::Response::new(body(""));

@@ -39,7 +39,9 @@ pub struct RequestAttrs<'a> {
 
 impl RequestAttrs<'_> {
     /// The first value of a header, from the map or the lines kept as read.
-    #[inline]
+    // Always inlined, as everything on the per-request path that reads one header: as calls,
+    // `first_value` and `authority_of` cost a local 429 about 1% more instructions (callgrind).
+    #[inline(always)]
     pub fn header(&self, name: &header::HeaderName) -> Option<&[u8]> {
         first_value(self.headers, self.lines, name)
     }
@@ -61,7 +63,7 @@ fn first_value<'a>(
 
 /// The request's authority: the URI's (HTTP/2, absolute form) or the `Host` header (from
 /// the lines kept as read when the map does not hold them).
-#[inline]
+#[inline(always)]
 pub fn authority_of<'a>(
     parts: &'a http::request::Parts,
     lines: Option<&'a RequestLines>,
