@@ -2,6 +2,8 @@
 //! with a generated config, wait until ready, read its metrics and RSS; killed on drop.
 #![allow(dead_code)]
 
+pub mod atomic_writer;
+pub mod podman;
 pub mod pods;
 
 use std::io::{Read, Write};
