@@ -53,6 +53,31 @@ impl PodInfo {
     }
 }
 
+/// The namespace a proxy is in when neither a flag nor `POD_NAMESPACE` names one and no
+/// downward-API file does.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl PodInfo {
+    /// A proxy's namespace and labels: the flags (or `POD_NAMESPACE`) when given, else this
+    /// folder's files, else `default` and no labels. Labels are taken whole from one source,
+    /// never merged, so a flag can leave out a label the pod has.
+    pub fn identity(
+        &self,
+        namespace: Option<String>,
+        labels: Vec<(String, String)>,
+    ) -> (String, BTreeMap<String, String>) {
+        let namespace = namespace
+            .or_else(|| self.namespace.clone())
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let labels = if labels.is_empty() {
+            self.labels.clone().unwrap_or_default()
+        } else {
+            labels.into_iter().collect()
+        };
+        (namespace, labels)
+    }
+}
+
 /// `key="value"` lines (blank lines skipped); the 1-based line and why on an error.
 pub fn parse_map(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
     let mut out = BTreeMap::new();
@@ -177,6 +202,32 @@ mod tests {
             ("a=\"\\u12\"\n", 1),
         ] {
             assert_eq!(parse_map(text).map_err(|e| e.0), Err(line), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn flags_win_over_the_files_and_the_files_over_the_defaults() {
+        let files = PodInfo {
+            labels: Some([("app".to_string(), "reviews".to_string())].into()),
+            namespace: Some("bookinfo".into()),
+            ..PodInfo::default()
+        };
+        let flag = || vec![("istio".to_string(), "ingressgateway".to_string())];
+        let cases = [
+            (PodInfo::default(), None, vec![], "default", vec![]),
+            (files.clone(), None, vec![], "bookinfo", vec![("app", "reviews")]),
+            (files.clone(), Some("prod"), vec![], "prod", vec![("app", "reviews")]),
+            (files.clone(), None, flag(), "bookinfo", vec![("istio", "ingressgateway")]),
+            (PodInfo::default(), Some("prod"), flag(), "prod", vec![("istio", "ingressgateway")]),
+        ];
+        for (info, ns, labels, want_ns, want_labels) in cases {
+            let (got_ns, got_labels) = info.identity(ns.map(String::from), labels);
+            assert_eq!(got_ns, want_ns);
+            let want: BTreeMap<String, String> = want_labels
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(got_labels, want);
         }
     }
 

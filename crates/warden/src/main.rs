@@ -65,6 +65,8 @@ enum Command {
     Accel(warden_accel::cli::AccelArgs),
     /// Run the source articles' experiments side by side; write results.json and report.html
     Lab(warden_lab::cli::LabArgs),
+    /// Add the sidecar and its capture init container to Kubernetes workloads (istioctl kube-inject)
+    Inject(warden_inject::cli::InjectArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
         Command::Accel(args) => warden_accel::cli::run(args),
         Command::Lab(args) => warden_lab::cli::run(args),
         Command::Ca(args) => warden_tls::ca_cli::run(args),
+        Command::Inject(args) => warden_inject::cli::run(args),
     };
     match result {
         Ok(code) => code,

@@ -5,6 +5,7 @@
 pub mod atomic_writer;
 pub mod podman;
 pub mod pods;
+pub mod schema;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
