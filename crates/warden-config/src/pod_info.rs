@@ -215,10 +215,34 @@ mod tests {
         let flag = || vec![("istio".to_string(), "ingressgateway".to_string())];
         let cases = [
             (PodInfo::default(), None, vec![], "default", vec![]),
-            (files.clone(), None, vec![], "bookinfo", vec![("app", "reviews")]),
-            (files.clone(), Some("prod"), vec![], "prod", vec![("app", "reviews")]),
-            (files.clone(), None, flag(), "bookinfo", vec![("istio", "ingressgateway")]),
-            (PodInfo::default(), Some("prod"), flag(), "prod", vec![("istio", "ingressgateway")]),
+            (
+                files.clone(),
+                None,
+                vec![],
+                "bookinfo",
+                vec![("app", "reviews")],
+            ),
+            (
+                files.clone(),
+                Some("prod"),
+                vec![],
+                "prod",
+                vec![("app", "reviews")],
+            ),
+            (
+                files.clone(),
+                None,
+                flag(),
+                "bookinfo",
+                vec![("istio", "ingressgateway")],
+            ),
+            (
+                PodInfo::default(),
+                Some("prod"),
+                flag(),
+                "prod",
+                vec![("istio", "ingressgateway")],
+            ),
         ];
         for (info, ns, labels, want_ns, want_labels) in cases {
             let (got_ns, got_labels) = info.identity(ns.map(String::from), labels);

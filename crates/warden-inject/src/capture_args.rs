@@ -108,7 +108,10 @@ mod tests {
         let cases: &[(&[(&str, &str)], [&str; 7])] = &[
             (&[], defaults),
             (
-                &[(INCLUDE_INBOUND_PORTS, "9080"), (EXCLUDE_OUTBOUND_PORTS, "6379,9000")],
+                &[
+                    (INCLUDE_INBOUND_PORTS, "9080"),
+                    (EXCLUDE_OUTBOUND_PORTS, "6379,9000"),
+                ],
                 [
                     "capture",
                     "--proxy-uid=1337",

@@ -16,7 +16,12 @@ pub fn s(text: impl Into<String>) -> Y {
 }
 
 pub fn map(entries: Vec<(&str, Y)>) -> Y {
-    Y::Map(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    Y::Map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
 }
 
 pub fn seq(items: Vec<Y>) -> Y {
@@ -143,9 +148,15 @@ mod tests {
             ("args", seq(vec![s("proxy"), s("--mode=sidecar")])),
             (
                 "securityContext",
-                map(vec![("runAsUser", Y::Int(1337)), ("privileged", Y::Bool(false))]),
+                map(vec![
+                    ("runAsUser", Y::Int(1337)),
+                    ("privileged", Y::Bool(false)),
+                ]),
             ),
-            ("env", seq(vec![map(vec![("name", s("A")), ("value", s("1"))])])),
+            (
+                "env",
+                seq(vec![map(vec![("name", s("A")), ("value", s("1"))])]),
+            ),
             ("ports", seq(vec![])),
         ]);
         assert_eq!(

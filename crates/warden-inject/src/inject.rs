@@ -81,9 +81,18 @@ fn containers(template: &Value) -> Vec<Value> {
 fn template_path(kind: &str) -> Option<FieldPath> {
     match kind {
         "Pod" => Some(FieldPath::root()),
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController"
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
         | "Job" => Some(FieldPath::keys(&["spec", "template"])),
-        "CronJob" => Some(FieldPath::keys(&["spec", "jobTemplate", "spec", "template"])),
+        "CronJob" => Some(FieldPath::keys(&[
+            "spec",
+            "jobTemplate",
+            "spec",
+            "template",
+        ])),
         _ => None,
     }
 }
@@ -150,14 +159,13 @@ pub fn inject(text: &str, settings: &SidecarSettings) -> Result<Injected, Inject
                     .collect()
             })
             .unwrap_or_default();
-        let capture =
-            capture_args(&annotations, settings.proxy_uid).map_err(|source| {
-                InjectError::Annotation {
-                    document: i + 1,
-                    object: object.clone(),
-                    source,
-                }
-            })?;
+        let capture = capture_args(&annotations, settings.proxy_uid).map_err(|source| {
+            InjectError::Annotation {
+                document: i + 1,
+                object: object.clone(),
+                source,
+            }
+        })?;
         let mut doc_splices = splices_for(&source, &doc.lines, template, &path, settings, &capture)
             .ok_or_else(|| {
                 shape("a pod template written in flow style ({...}) or with empty lists cannot be spliced; write it in block style")
@@ -231,7 +239,10 @@ fn splices_for(
     // Annotations: the status record, and kubectl's default container (the app, not ours).
     let meta = &template["metadata"];
     let mut entries = vec![(STATUS_ANNOTATION.to_string(), s(settings.status()))];
-    if meta["annotations"].get(DEFAULT_CONTAINER_ANNOTATION).is_none() {
+    if meta["annotations"]
+        .get(DEFAULT_CONTAINER_ANNOTATION)
+        .is_none()
+    {
         entries.push((DEFAULT_CONTAINER_ANNOTATION.to_string(), s(first_app)));
     }
     let entries = Y::Map(entries);
@@ -274,7 +285,11 @@ fn splices_for(
     let mut new_keys = Vec::new();
     let init = settings.init_container(capture);
     match &spec["initContainers"] {
-        Value::Null => new_keys.extend(emit::entry("initContainers", &Y::Seq(vec![init]), spec_indent)),
+        Value::Null => new_keys.extend(emit::entry(
+            "initContainers",
+            &Y::Seq(vec![init]),
+            spec_indent,
+        )),
         Value::Array(items) if !items.is_empty() => {
             let (line, dash) = block_seq_start(source, lines, &spec_path.key("initContainers"))?;
             out.push(Splice {
@@ -367,7 +382,10 @@ pub fn without_injection(doc: &Value) -> Value {
     for (key, names) in [
         ("initContainers", vec![INIT_CONTAINER]),
         ("containers", vec![PROXY_CONTAINER]),
-        ("volumes", vec![CONFIG_VOLUME, PODINFO_VOLUME, CREDENTIALS_VOLUME]),
+        (
+            "volumes",
+            vec![CONFIG_VOLUME, PODINFO_VOLUME, CREDENTIALS_VOLUME],
+        ),
     ] {
         if let Some(list) = spec.get_mut(key).and_then(Value::as_array_mut) {
             list.retain(|v| !names.iter().any(|n| v["name"] == *n));
@@ -448,7 +466,10 @@ mod tests {
         // Twice is once.
         let again = inject(&out.text, &SidecarSettings::default()).unwrap();
         assert_eq!(again.text, out.text);
-        assert_eq!(again.left, [("Deployment/web".to_string(), "injected already".to_string())]);
+        assert_eq!(
+            again.left,
+            [("Deployment/web".to_string(), "injected already".to_string())]
+        );
     }
 
     #[test]
@@ -465,8 +486,14 @@ mod tests {
             "warden-mesh-reviews"
         );
         let args = v["spec"]["initContainers"][0]["args"].as_array().unwrap();
-        assert!(args.contains(&json!("--exclude-outbound-ports=6379")), "{args:?}");
-        assert_eq!(without_injection(v), parse_documents(text).unwrap()[0].value);
+        assert!(
+            args.contains(&json!("--exclude-outbound-ports=6379")),
+            "{args:?}"
+        );
+        assert_eq!(
+            without_injection(v),
+            parse_documents(text).unwrap()[0].value
+        );
     }
 
     #[test]

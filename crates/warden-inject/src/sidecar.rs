@@ -61,10 +61,7 @@ fn resources(cpu: &str, memory: &str) -> Y {
             "requests",
             map(vec![("cpu", s(cpu)), ("memory", s(memory))]),
         ),
-        (
-            "limits",
-            map(vec![("cpu", s("2")), ("memory", s("1Gi"))]),
-        ),
+        ("limits", map(vec![("cpu", s("2")), ("memory", s("1Gi"))])),
     ])
 }
 
@@ -181,7 +178,10 @@ impl SidecarSettings {
                 ("name", s(CREDENTIALS_VOLUME)),
                 (
                     "secret",
-                    map(vec![("secretName", s(secret.replace("{sa}", service_account)))]),
+                    map(vec![(
+                        "secretName",
+                        s(secret.replace("{sa}", service_account)),
+                    )]),
                 ),
             ]));
         }

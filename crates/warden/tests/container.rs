@@ -59,7 +59,14 @@ fn the_image_runs_warden_the_gateway_and_the_ratelimit_service() {
     );
     let user = podman.ok(&["image", "inspect", "--format", "{{.Config.User}}", &image]);
     assert_eq!(user.trim(), "1337:1337", "the image runs as a non-root uid");
-    let id = podman.ok(&["run", "--rm", "--entrypoint", "/bin/ratelimit", &image, "--help"]);
+    let id = podman.ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "/bin/ratelimit",
+        &image,
+        "--help",
+    ]);
     assert!(
         id.contains("--config") || id.contains("Usage: ratelimit"),
         "/bin/ratelimit is `warden ratelimit`: {id}"
@@ -108,10 +115,9 @@ fn the_image_runs_warden_the_gateway_and_the_ratelimit_service() {
     // `warden ratelimit` started as Istio's samples/ratelimit/rate-limit-service.yaml starts
     // envoyproxy/ratelimit: its command, environment, ConfigMap mount and Redis at `redis:6379`
     // (here a Redis container in the same pod, the name given to 127.0.0.1).
-    let sample = std::fs::read_to_string(
-        podman::repo_root()
-            .join("crates/warden/tests/fixtures/istio-ratelimit/samples-ratelimit-rate-limit-service.yaml"),
-    )
+    let sample = std::fs::read_to_string(podman::repo_root().join(
+        "crates/warden/tests/fixtures/istio-ratelimit/samples-ratelimit-rate-limit-service.yaml",
+    ))
     .expect("the Istio sample");
     let rls = ratelimit_container(&sample);
     let config = AtomicWriterDir::new(
@@ -161,7 +167,11 @@ fn the_image_runs_warden_the_gateway_and_the_ratelimit_service() {
         first = rt.block_on(should_rate_limit(addr, "/"));
         first.is_some()
     });
-    assert!(answered, "no ShouldRateLimit answer: {}", podman.logs("rls"));
+    assert!(
+        answered,
+        "no ShouldRateLimit answer: {}",
+        podman.logs("rls")
+    );
     use warden_ratelimit::RateLimitResponse;
     let ok = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok as i32;
     let over =
@@ -226,15 +236,12 @@ async fn should_rate_limit(
     addr: std::net::SocketAddr,
     path: &str,
 ) -> Option<warden_ratelimit::RateLimitResponse> {
-    use warden_ratelimit::limiter::{Entry, RateLimitDescriptor};
     use warden_ratelimit::grpc_client;
-    let stream = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    use warden_ratelimit::limiter::{Entry, RateLimitDescriptor};
+    let stream = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
     let (send, conn) = grpc_client::handshake(stream).await.ok()?;
     tokio::spawn(conn);
     let authority: http::uri::Authority = addr.to_string().parse().ok()?;
@@ -338,7 +345,15 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
         let out = podman
             .command("nsenter")
             .arg(format!("--net={}", ns.path().display()))
-            .args(["--", "podman", "kube", "play", "--network", "host", "--no-hosts"])
+            .args([
+                "--",
+                "podman",
+                "kube",
+                "play",
+                "--network",
+                "host",
+                "--no-hosts",
+            ])
             .arg(&file)
             .output()
             .expect("podman kube play");
@@ -359,8 +374,16 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
     // Ready once a request goes through the gateway, the rate limit service and Redis to the
     // echo backend (another path: a limit key of its own).
     let ready = wait_until(Duration::from_secs(60), || {
-        curl_in_hub(&["-s", "-m", "2", "-o", "/dev/null", "-w", "%{http_code}", &format!("{gateway}/ready")])
-            == "200"
+        curl_in_hub(&[
+            "-s",
+            "-m",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("{gateway}/ready"),
+        ]) == "200"
     });
     let all_logs = || {
         let names = podman.ok(&["ps", "-a", "--format", "{{.Names}}"]);

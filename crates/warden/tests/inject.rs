@@ -79,7 +79,9 @@ fn bookinfo_gets_sidecars_and_keeps_everything_else() {
         assert!(names("containers").contains(&"warden-proxy".to_string()));
         let proxy = &spec["containers"][0];
         assert_eq!(proxy["securityContext"]["runAsUser"], 1337);
-        let sa = spec["serviceAccountName"].as_str().expect("bookinfo names one");
+        let sa = spec["serviceAccountName"]
+            .as_str()
+            .expect("bookinfo names one");
         assert!(
             spec["volumes"]
                 .as_array()
@@ -202,7 +204,9 @@ fn istio_annotations_change_the_capture_rules_as_in_istio() {
     let rules = dry_run(&excluded);
     assert_eq!(
         rules,
-        dry_run(&capture(&["--exclude-inbound-ports=15090,15021,15999,8080"]))
+        dry_run(&capture(&[
+            "--exclude-inbound-ports=15090,15021,15999,8080"
+        ]))
     );
     // (`warden capture` keeps 15020 excluded whatever the status port is.)
     assert!(rules.contains("--dport 15999 -j RETURN"), "{rules}");

@@ -66,8 +66,14 @@ fn the_pod_identity_comes_from_downward_api_files() {
     let podinfo = AtomicWriterDir::new(
         &dir.path().join("podinfo"),
         &[
-            ("labels", "app=\"reviews\"\npod-template-hash=\"7f8c\"\nversion=\"v2\"\n"),
-            ("annotations", "kubernetes.io/config.seen=\"2026-12-07T06:00:00Z\"\n"),
+            (
+                "labels",
+                "app=\"reviews\"\npod-template-hash=\"7f8c\"\nversion=\"v2\"\n",
+            ),
+            (
+                "annotations",
+                "kubernetes.io/config.seen=\"2026-12-07T06:00:00Z\"\n",
+            ),
             ("namespace", "bookinfo"),
             ("name", "reviews-v2-7f8c-abcde"),
         ],
@@ -171,7 +177,10 @@ fn a_secret_volume_rotation_is_served_with_no_failed_request() {
     );
     let port = free_port().expect("a free port");
     let config = dir.write("gw.yaml", &tls_gateway(port)).expect("config");
-    let creds = format!("--credentials-dir={}", dir.path().join("credentials").display());
+    let creds = format!(
+        "--credentials-dir={}",
+        dir.path().join("credentials").display()
+    );
     let (_proxy, _) = start(&["-c", &config.display().to_string(), &creds]);
 
     // A steady client: one request after another, each on a new TLS connection, bounded in
@@ -218,7 +227,9 @@ fn a_secret_volume_rotation_is_served_with_no_failed_request() {
         .position(|r| r.as_deref() == Some("second"))
         .expect("served");
     assert!(
-        seen[first_new..].iter().all(|r| r.as_deref() == Some("second")),
+        seen[first_new..]
+            .iter()
+            .all(|r| r.as_deref() == Some("second")),
         "{seen:?}"
     );
 }

@@ -16,7 +16,10 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("deploy/kubernetes") {
         let path = entry.expect("entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if !name.ends_with(".yaml") || name == "kustomization.yaml" {
             continue;
         }

@@ -26,7 +26,9 @@ pub fn unavailable() -> Option<String> {
         ("strip", "binutils"),
     ] {
         if !warden_testkit::netns::on_path(tool) {
-            return Some(format!("{tool} is not installed (apt-get install {package})"));
+            return Some(format!(
+                "{tool} is not installed (apt-get install {package})"
+            ));
         }
     }
     None

@@ -6,7 +6,10 @@ use std::process::Command;
 
 /// Why manifests cannot be validated here, or `None`.
 pub fn unavailable() -> Option<String> {
-    match Command::new("kubernetes-validate").arg("--version").output() {
+    match Command::new("kubernetes-validate")
+        .arg("--version")
+        .output()
+    {
         Ok(o) if o.status.success() => None,
         _ => Some("kubernetes-validate is not installed (pip install kubernetes-validate)".into()),
     }
