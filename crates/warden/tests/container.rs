@@ -430,7 +430,9 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
 /// - downward-API volumes: a folder written as the kubelet writes them (`labels`, ...);
 /// - projected (optional Secret) volumes: an empty folder, as when the Secret is absent;
 /// - probes: podman runs an httpGet probe as curl inside the container, which a FROM-scratch
-///   image has not; the test waits for the gateway's answers instead.
+///   image has not; the test waits for the gateway's answers instead;
+/// - `ports`: podman 4.3 publishes containerPorts, which it refuses on the pod's own network
+///   (every port of the pod is reachable there anyway).
 fn for_podman(deployment: &mut serde_json::Value, dir: &std::path::Path, hosts: &std::path::Path) {
     use serde_json::json;
     let pod = &mut deployment["spec"]["template"];
@@ -473,6 +475,7 @@ fn for_podman(deployment: &mut serde_json::Value, dir: &std::path::Path, hosts: 
         let obj = c.as_object_mut().expect("a container");
         obj.remove("readinessProbe");
         obj.remove("livenessProbe");
+        obj.remove("ports");
         let mut mounts = obj
             .get("volumeMounts")
             .and_then(|m| m.as_array().cloned())

@@ -40,7 +40,8 @@ pub struct Podman {
 
 impl Podman {
     pub fn new() -> Podman {
-        let dir = TempDir::new("podman").expect("temp dir");
+        // Short: slirp4netns puts its API socket (108 bytes at most) in podman's tmp_dir.
+        let dir = TempDir::new("pm").expect("temp dir");
         let root = dir.path().to_path_buf();
         let d = |p: &str| root.join(p).display().to_string();
         dir.write(
@@ -62,7 +63,7 @@ impl Podman {
                  volume_path = \"{}\"\n",
                 d("networks"),
                 d("events.log"),
-                d("tmp"),
+                d(""),
                 d("volumes"),
             ),
         )
