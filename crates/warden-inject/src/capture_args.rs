@@ -105,7 +105,8 @@ mod tests {
             "--exclude-outbound-cidrs=",
             "--exclude-outbound-ports=",
         ];
-        let cases: &[(&[(&str, &str)], [&str; 7])] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], [&'a str; 7]);
+        let cases: &[Case] = &[
             (&[], defaults),
             (
                 &[
