@@ -19,11 +19,25 @@ command -v nginx >/dev/null 2>&1 || missing+=(nginx)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The TLS tests use `openssl s_client` as a client (certificates are made with rcgen).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The container tests build warden's image with buildah and run it (and `podman kube play` of
+# deploy/kubernetes) with podman on runc, published ports through slirp4netns; the image build
+# strips the binary (binutils).
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+command -v strip >/dev/null 2>&1 || missing+=(binutils)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Manifests and injected pods are validated against Kubernetes' OpenAPI schemas, which this
+# PyPI package ships (offline).
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "test.sh: installing kubernetes-validate (PyPI)"
+  python3 -m pip install -q kubernetes-validate
 fi
 # Tests start their own redis-server on a free loopback port; a system one is not needed.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi

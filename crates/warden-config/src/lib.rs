@@ -28,6 +28,7 @@ pub mod load;
 mod lookup;
 pub mod mesh_config;
 pub mod mesh_registry;
+pub mod pod_info;
 pub mod proxy_config;
 pub mod schema;
 mod suggest;

@@ -31,9 +31,10 @@ pub struct ProxyArgs {
     /// proxy's pod in the config (a Pod in the proxy's namespace with all its labels), else 0.
     #[arg(long)]
     pub num_trusted_proxies: Option<u32>,
-    /// The proxy's namespace (for policy selectors).
-    #[arg(long, default_value = "default")]
-    pub namespace: String,
+    /// The proxy's namespace (for policy selectors); default: the `namespace` file of
+    /// --pod-info, else `default`.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
     /// The proxy's labels, `k=v` (repeatable; for policy workload selectors).
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
@@ -214,9 +215,14 @@ pub struct RoleArgs {
     /// Sidecar: this pod's address (repeatable); the registry's endpoints with it are this pod.
     #[arg(long = "pod-ip")]
     pub pod_ips: Vec<IpAddr>,
-    /// Sidecar: this pod's service account.
-    #[arg(long)]
+    /// Sidecar: this pod's service account (Istio's injector sets `SERVICE_ACCOUNT` from
+    /// the downward API).
+    #[arg(long, env = "SERVICE_ACCOUNT")]
     pub service_account: Option<String>,
+    /// A downward-API folder (Istio mounts one at /etc/istio/pod): its `labels` stand in for
+    /// --label and its `namespace` for --namespace when those are not given. Read at start.
+    #[arg(long)]
+    pub pod_info: Option<PathBuf>,
     /// Sidecar: where calls to unknown destinations go (the mesh config's
     /// `outboundTrafficPolicy.mode`; a Sidecar resource for this workload overrides it).
     #[arg(long, default_value = "ALLOW_ANY", value_parser = parse_outbound_mode)]
@@ -238,6 +244,19 @@ pub struct RoleArgs {
 }
 
 impl RoleArgs {
+    /// The proxy's namespace and labels from the flags, else the --pod-info files.
+    pub fn identity(
+        &self,
+        namespace: Option<String>,
+        labels: Vec<(String, String)>,
+    ) -> anyhow::Result<(String, BTreeMap<String, String>)> {
+        let info = match &self.pod_info {
+            Some(dir) => warden_config::pod_info::PodInfo::read(dir)?,
+            None => Default::default(),
+        };
+        Ok(info.identity(namespace, labels))
+    }
+
     /// `--mesh-credentials` with the trust domain read from its certificate's SPIFFE URI.
     pub fn mesh_credentials(&self) -> anyhow::Result<Option<crate::snapshot::MeshCredentials>> {
         let Some(dir) = &self.mesh_credentials else {
@@ -260,6 +279,7 @@ impl Default for RoleArgs {
             inbound_port: 15006,
             pod_ips: Vec::new(),
             service_account: None,
+            pod_info: None,
             outbound_traffic_policy: warden_config::kinds::sidecar::OutboundMode::AllowAny,
             protocol_detection_timeout: None,
             credentials_dir: None,
@@ -339,9 +359,10 @@ pub struct CheckArgs {
     /// Config file or directory (repeatable).
     #[arg(short = 'c', long = "config", required = true)]
     pub config: Vec<PathBuf>,
-    /// The proxy's namespace (for policy selectors).
-    #[arg(long, default_value = "default")]
-    pub namespace: String,
+    /// The proxy's namespace (for policy selectors); default: the `namespace` file of
+    /// --pod-info, else `default`.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
     /// The proxy's labels, `k=v` (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
@@ -397,8 +418,10 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.listen_host = args.listen_host;
     opts.num_trusted_proxies = args.num_trusted_proxies;
     opts.mesh_defaults = mesh.default_config.clone();
-    opts.namespace = args.namespace;
-    opts.labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
+    let (namespace, labels) = args.role.identity(args.namespace, args.labels)?;
+    tracing::info!(%namespace, ?labels, "proxy identity");
+    opts.namespace = namespace;
+    opts.labels = labels;
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
@@ -494,9 +517,10 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let source = ConfigSource::Paths(args.config);
     let mesh = args.role.mesh_credentials()?;
+    let (namespace, labels) = args.role.identity(args.namespace, args.labels)?;
     let identity = ProxyIdentity {
-        namespace: args.namespace,
-        labels: args.labels.into_iter().collect(),
+        namespace,
+        labels,
         sidecar: args.role.sidecar(),
         pod_ips: args.role.pod_ips,
         service_account: args.role.service_account,

@@ -302,7 +302,7 @@ fn check_describes_config_and_fails_on_errors() {
     std::fs::write(&bad, "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 80, protocol: HTTPS}}]\n").unwrap();
     let code = warden_proxy::cli::run_check(warden_proxy::cli::CheckArgs {
         config: vec![bad],
-        namespace: "default".into(),
+        namespace: None,
         labels: vec![],
         mesh_config: None,
         role: Default::default(),

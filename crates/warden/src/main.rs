@@ -65,6 +65,8 @@ enum Command {
     Accel(warden_accel::cli::AccelArgs),
     /// Run the source articles' experiments side by side; write results.json and report.html
     Lab(warden_lab::cli::LabArgs),
+    /// Add the sidecar and its capture init container to Kubernetes workloads (istioctl kube-inject)
+    Inject(warden_inject::cli::InjectArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -89,8 +91,25 @@ fn init_logging(default_level: &str) {
     }
 }
 
+/// The subcommand a program name stands for: envoyproxy/ratelimit's image runs `/bin/ratelimit`,
+/// and warden's image links that name to warden (deploy/build-image.sh), so the reference's
+/// Deployments keep their `command`.
+fn implied_subcommand(program: &std::ffi::OsStr) -> Option<&'static str> {
+    let name = std::path::Path::new(program).file_name()?;
+    (name == "ratelimit").then_some("ratelimit")
+}
+
+/// The command line, with the subcommand the program's name implies put in front of the rest.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(sub) = args.first().and_then(|p| implied_subcommand(p)) {
+        args.insert(1, sub.into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(command_line());
     // The demo and the lab print their own reports; info logs would only interleave with them.
     init_logging(
         if matches!(cli.command, Command::Demo(_) | Command::Lab(_)) {
@@ -111,12 +130,34 @@ fn main() -> ExitCode {
         Command::Accel(args) => warden_accel::cli::run(args),
         Command::Lab(args) => warden_lab::cli::run(args),
         Command::Ca(args) => warden_tls::ca_cli::run(args),
+        Command::Inject(args) => warden_inject::cli::run(args),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::implied_subcommand;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_program_name_implies_a_subcommand_only_for_ratelimit() {
+        for (program, sub) in [
+            ("/bin/ratelimit", Some("ratelimit")),
+            ("ratelimit", Some("ratelimit")),
+            ("/usr/local/bin/warden", None),
+            ("warden", None),
+            ("/bin/ratelimit-client", None),
+            ("/ratelimit/warden", None),
+            ("", None),
+        ] {
+            assert_eq!(implied_subcommand(OsStr::new(program)), sub, "{program}");
         }
     }
 }

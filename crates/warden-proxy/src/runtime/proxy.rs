@@ -325,6 +325,10 @@ fn watch_files(
                 .iter()
                 .any(|f| p.file_name() == f.file_name() && p.parent().is_some())
                 || watched_dirs.iter().any(|d| p.starts_with(d))
+                // A ConfigMap volume's key is a symlink through `..data`, which the kubelet
+                // swaps to update every key at once; the key's own name sees no event.
+                || (p.file_name() == Some(std::ffi::OsStr::new("..data"))
+                    && files.iter().any(|f| f.parent() == p.parent()))
         });
         if relevant {
             let _ = tx.send(());

@@ -2,7 +2,10 @@
 //! with a generated config, wait until ready, read its metrics and RSS; killed on drop.
 #![allow(dead_code)]
 
+pub mod atomic_writer;
+pub mod podman;
 pub mod pods;
+pub mod schema;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
