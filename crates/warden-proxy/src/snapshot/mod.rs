@@ -261,6 +261,7 @@ fn https_redirect_route<'s>(
             port: None,
             port_rule: crate::routing::DerivePort::ProtocolDefault,
             uri: None,
+            prefix_rewrite: None,
         }),
         request_headers: HeaderOps::default(),
         response_headers: HeaderOps::default(),
@@ -1209,6 +1210,10 @@ fn redirect(r: &warden_config::kinds::virtual_service::HttpRedirect) -> crate::r
             _ => DerivePort::Keep,
         },
         uri: r.uri.as_deref().map(Into::into),
+        prefix_rewrite: r
+            .prefix_rewrite
+            .as_ref()
+            .map(|(prefix, with)| (prefix.as_str().into(), with.as_str().into())),
     }
 }
 
