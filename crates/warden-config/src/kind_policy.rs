@@ -104,7 +104,10 @@ pub(crate) enum KindVerdict {
 /// Decide about a document's kind. `kind` is non-empty.
 pub(crate) fn classify(kind: &str, group: &str) -> KindVerdict {
     if GATEWAY_API_GROUPS.contains(&group) {
-        if crate::gateway_api::READ_KINDS.iter().any(|(k, _)| *k == kind) {
+        if crate::gateway_api::READ_KINDS
+            .iter()
+            .any(|(k, _)| *k == kind)
+        {
             return KindVerdict::Read;
         }
         return KindVerdict::Refused {

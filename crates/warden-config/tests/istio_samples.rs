@@ -194,7 +194,9 @@ fn gateway_api_samples_load_as_the_istio_routes_they_stand_for() {
                 .iter()
                 .map(|m| {
                     let u = m.uri.as_ref().unwrap();
-                    u.exact.clone().unwrap_or_else(|| format!("{}*", u.prefix.clone().unwrap()))
+                    u.exact
+                        .clone()
+                        .unwrap_or_else(|| format!("{}*", u.prefix.clone().unwrap()))
                 })
                 .collect::<Vec<_>>()
                 .join(" ")
@@ -217,9 +219,15 @@ fn gateway_api_samples_load_as_the_istio_routes_they_stand_for() {
         text.contains("ResolvedRefs=False (BackendNotFound: backendRef productpage.default.svc.cluster.local port 9080"),
         "{text}"
     );
-    assert!(text.contains("parent default/bookinfo-gateway: Accepted=True (Accepted)"), "{text}");
+    assert!(
+        text.contains("parent default/bookinfo-gateway: Accepted=True (Accepted)"),
+        "{text}"
+    );
     let w = &loaded.warnings[0];
-    assert_eq!((w.location.line, w.location.field.as_str()), (Some(23), "spec.rules"));
+    assert_eq!(
+        (w.location.line, w.location.field.as_str()),
+        (Some(23), "spec.rules")
+    );
 
     // Skipped on request: loaded, with one warning per kind at every load.
     let options = LoadOptions {

@@ -269,25 +269,96 @@ mod tests {
             hostnames,
         };
         let cases = [
-            ("same namespace: http and all", parent(None, None), route("HTTPRoute", "infra", &none), "0:* 2:*"),
-            ("another namespace: All only", parent(None, None), route("HTTPRoute", "store", &none), "2:*"),
-            ("selected namespace", parent(Some("shared"), None), route("HTTPRoute", "site", &foo), "1:foo.example.com"),
-            ("unselected namespace", parent(Some("shared"), None), route("HTTPRoute", "store", &foo), "NotAllowedByListeners"),
-            ("hostnames do not intersect", parent(Some("shared"), None), route("HTTPRoute", "site", &other), "NoMatchingListenerHostname"),
-            ("listener hostname taken when the route has none", parent(Some("shared"), None), route("HTTPRoute", "site", &none), "1:*.example.com"),
-            ("no such section", parent(Some("nope"), None), route("HTTPRoute", "infra", &none), "NoMatchingParent"),
-            ("port selects", parent(None, Some(8080)), route("HTTPRoute", "infra", &none), "2:*"),
-            ("section and port disagree", parent(Some("http"), Some(8080)), route("HTTPRoute", "infra", &none), "NoMatchingParent"),
-            ("TCPRoute on the TCP listener only", parent(None, None), route("TCPRoute", "infra", &none), "4:*"),
-            ("TLSRoute on passthrough", parent(None, None), route("TLSRoute", "infra", &db), "3:db.example.com"),
-            ("HTTPRoute on a TCP listener", parent(Some("tcp"), None), route("HTTPRoute", "infra", &none), "NotAllowedByListeners"),
+            (
+                "same namespace: http and all",
+                parent(None, None),
+                route("HTTPRoute", "infra", &none),
+                "0:* 2:*",
+            ),
+            (
+                "another namespace: All only",
+                parent(None, None),
+                route("HTTPRoute", "store", &none),
+                "2:*",
+            ),
+            (
+                "selected namespace",
+                parent(Some("shared"), None),
+                route("HTTPRoute", "site", &foo),
+                "1:foo.example.com",
+            ),
+            (
+                "unselected namespace",
+                parent(Some("shared"), None),
+                route("HTTPRoute", "store", &foo),
+                "NotAllowedByListeners",
+            ),
+            (
+                "hostnames do not intersect",
+                parent(Some("shared"), None),
+                route("HTTPRoute", "site", &other),
+                "NoMatchingListenerHostname",
+            ),
+            (
+                "listener hostname taken when the route has none",
+                parent(Some("shared"), None),
+                route("HTTPRoute", "site", &none),
+                "1:*.example.com",
+            ),
+            (
+                "no such section",
+                parent(Some("nope"), None),
+                route("HTTPRoute", "infra", &none),
+                "NoMatchingParent",
+            ),
+            (
+                "port selects",
+                parent(None, Some(8080)),
+                route("HTTPRoute", "infra", &none),
+                "2:*",
+            ),
+            (
+                "section and port disagree",
+                parent(Some("http"), Some(8080)),
+                route("HTTPRoute", "infra", &none),
+                "NoMatchingParent",
+            ),
+            (
+                "TCPRoute on the TCP listener only",
+                parent(None, None),
+                route("TCPRoute", "infra", &none),
+                "4:*",
+            ),
+            (
+                "TLSRoute on passthrough",
+                parent(None, None),
+                route("TLSRoute", "infra", &db),
+                "3:db.example.com",
+            ),
+            (
+                "HTTPRoute on a TCP listener",
+                parent(Some("tcp"), None),
+                route("HTTPRoute", "infra", &none),
+                "NotAllowedByListeners",
+            ),
         ];
         for (why, p, r, want) in cases {
-            assert_eq!(outcome(attach(&listeners, &usable, "infra", &p, r, &labels)), want, "{why}");
+            assert_eq!(
+                outcome(attach(&listeners, &usable, "infra", &p, r, &labels)),
+                want,
+                "{why}"
+            );
         }
         let unusable = vec![false; listeners.len()];
         assert_eq!(
-            outcome(attach(&listeners, &unusable, "infra", &parent(None, None), route("HTTPRoute", "infra", &none), &labels)),
+            outcome(attach(
+                &listeners,
+                &unusable,
+                "infra",
+                &parent(None, None),
+                route("HTTPRoute", "infra", &none),
+                &labels
+            )),
             "NoMatchingParent"
         );
     }
@@ -308,7 +379,10 @@ mod tests {
                 },
             ],
         });
-        assert_eq!(admitted_kinds(&l), (vec!["HTTPRoute"], vec!["TCPRoute".to_string()]));
+        assert_eq!(
+            admitted_kinds(&l),
+            (vec!["HTTPRoute"], vec!["TCPRoute".to_string()])
+        );
     }
 
     #[test]

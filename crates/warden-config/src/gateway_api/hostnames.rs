@@ -77,15 +77,35 @@ mod tests {
             (None, &[], &["*"]),
             (None, &["foo.example.com"], &["foo.example.com"]),
             (Some("foo.example.com"), &[], &["foo.example.com"]),
-            (Some("*.example.com"), &["foo.example.com", "bar.test.com"], &["foo.example.com"]),
-            (Some("foo.example.com"), &["*.example.com"], &["foo.example.com"]),
-            (Some("*.example.com"), &["*.example.com"], &["*.example.com"]),
-            (Some("*.example.com"), &["*.foo.example.com"], &["*.foo.example.com"]),
+            (
+                Some("*.example.com"),
+                &["foo.example.com", "bar.test.com"],
+                &["foo.example.com"],
+            ),
+            (
+                Some("foo.example.com"),
+                &["*.example.com"],
+                &["foo.example.com"],
+            ),
+            (
+                Some("*.example.com"),
+                &["*.example.com"],
+                &["*.example.com"],
+            ),
+            (
+                Some("*.example.com"),
+                &["*.foo.example.com"],
+                &["*.foo.example.com"],
+            ),
             (Some("foo.example.com"), &["bar.example.com"], &[]),
             (Some("*.example.com"), &["example.com"], &[]),
         ];
         for (listener, route, want) in cases {
-            assert_eq!(intersect(listener, &s(route)), s(want), "{listener:?} x {route:?}");
+            assert_eq!(
+                intersect(listener, &s(route)),
+                s(want),
+                "{listener:?} x {route:?}"
+            );
         }
     }
 }

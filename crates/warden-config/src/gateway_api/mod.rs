@@ -47,7 +47,10 @@ impl GatewayApiSet {
 
     /// The conditions as `warden check` prints them.
     pub fn describe_status(&self) -> String {
-        self.status.iter().map(status::ObjectStatus::describe).collect()
+        self.status
+            .iter()
+            .map(status::ObjectStatus::describe)
+            .collect()
     }
 }
 

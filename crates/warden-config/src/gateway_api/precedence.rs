@@ -163,8 +163,18 @@ mod tests {
             ),
             (
                 "the older route",
-                rank(&m(None, false, 0, 0), Some("2024-01-01T00:00:00Z"), "z/z", 0),
-                rank(&m(None, false, 0, 0), Some("2025-01-01T00:00:00Z"), "a/a", 0),
+                rank(
+                    &m(None, false, 0, 0),
+                    Some("2024-01-01T00:00:00Z"),
+                    "z/z",
+                    0,
+                ),
+                rank(
+                    &m(None, false, 0, 0),
+                    Some("2025-01-01T00:00:00Z"),
+                    "a/a",
+                    0,
+                ),
             ),
             (
                 "namespace/name alphabetically",

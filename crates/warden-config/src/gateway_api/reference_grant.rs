@@ -47,7 +47,13 @@ mod tests {
     use crate::document::Metadata;
     use crate::gateway_api::kinds::{GrantFrom, GrantTo};
 
-    fn grant(ns: &str, from_ns: &str, from_kind: &str, to_kind: &str, name: Option<&str>) -> Doc<ReferenceGrantSpec> {
+    fn grant(
+        ns: &str,
+        from_ns: &str,
+        from_kind: &str,
+        to_kind: &str,
+        name: Option<&str>,
+    ) -> Doc<ReferenceGrantSpec> {
         Doc {
             file: "t.yaml".into(),
             index: 1,
@@ -87,17 +93,59 @@ mod tests {
             name,
         };
         let any = [grant("backend", "prod", "HTTPRoute", "Service", None)];
-        let named = [grant("backend", "prod", "HTTPRoute", "Service", Some("api"))];
+        let named = [grant(
+            "backend",
+            "prod",
+            "HTTPRoute",
+            "Service",
+            Some("api"),
+        )];
         let elsewhere = [grant("prod", "prod", "HTTPRoute", "Service", None)];
         let grpc = [grant("backend", "prod", "GRPCRoute", "Service", None)];
         let cases: [(&[Doc<ReferenceGrantSpec>], From, To, bool, &str); 7] = [
-            (&[], route("prod"), svc("prod", "api"), true, "same namespace"),
+            (
+                &[],
+                route("prod"),
+                svc("prod", "api"),
+                true,
+                "same namespace",
+            ),
             (&[], route("prod"), svc("backend", "api"), false, "no grant"),
-            (&any, route("prod"), svc("backend", "api"), true, "grant for every Service"),
-            (&named, route("prod"), svc("backend", "web"), false, "grant names another Service"),
-            (&named, route("prod"), svc("backend", "api"), true, "grant names it"),
-            (&elsewhere, route("prod"), svc("backend", "api"), false, "grant in the wrong namespace"),
-            (&grpc, route("prod"), svc("backend", "api"), false, "grant for another route kind"),
+            (
+                &any,
+                route("prod"),
+                svc("backend", "api"),
+                true,
+                "grant for every Service",
+            ),
+            (
+                &named,
+                route("prod"),
+                svc("backend", "web"),
+                false,
+                "grant names another Service",
+            ),
+            (
+                &named,
+                route("prod"),
+                svc("backend", "api"),
+                true,
+                "grant names it",
+            ),
+            (
+                &elsewhere,
+                route("prod"),
+                svc("backend", "api"),
+                false,
+                "grant in the wrong namespace",
+            ),
+            (
+                &grpc,
+                route("prod"),
+                svc("backend", "api"),
+                false,
+                "grant for another route kind",
+            ),
         ];
         for (grants, from, to, want, why) in cases {
             assert_eq!(permitted(grants, from, to), want, "{why}");

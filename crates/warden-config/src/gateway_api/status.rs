@@ -250,11 +250,7 @@ pub fn gateway(listeners: &[ListenerFindings]) -> Vec<Condition> {
         Condition::no(
             "Programmed",
             "Invalid",
-            format!(
-                "{} of {} listeners are served",
-                served,
-                listeners.len()
-            ),
+            format!("{} of {} listeners are served", served, listeners.len()),
         )
     };
     vec![accepted, programmed]
@@ -273,21 +269,34 @@ mod tests {
     #[test]
     fn route_parent_conditions_name_the_first_problem() {
         let cases: [(Result<(), Refusal>, Vec<RefProblem>, [&str; 2]); 6] = [
-            (Ok(()), vec![], ["Accepted=true/Accepted", "ResolvedRefs=true/ResolvedRefs"]),
+            (
+                Ok(()),
+                vec![],
+                ["Accepted=true/Accepted", "ResolvedRefs=true/ResolvedRefs"],
+            ),
             (
                 Err(Refusal::NotAllowedByListeners("ns".into())),
                 vec![],
-                ["Accepted=false/NotAllowedByListeners", "ResolvedRefs=true/ResolvedRefs"],
+                [
+                    "Accepted=false/NotAllowedByListeners",
+                    "ResolvedRefs=true/ResolvedRefs",
+                ],
             ),
             (
                 Err(Refusal::NoMatchingListenerHostname("h".into())),
                 vec![],
-                ["Accepted=false/NoMatchingListenerHostname", "ResolvedRefs=true/ResolvedRefs"],
+                [
+                    "Accepted=false/NoMatchingListenerHostname",
+                    "ResolvedRefs=true/ResolvedRefs",
+                ],
             ),
             (
                 Err(Refusal::NoMatchingParent("p".into())),
                 vec![],
-                ["Accepted=false/NoMatchingParent", "ResolvedRefs=true/ResolvedRefs"],
+                [
+                    "Accepted=false/NoMatchingParent",
+                    "ResolvedRefs=true/ResolvedRefs",
+                ],
             ),
             (
                 Ok(()),
@@ -295,7 +304,10 @@ mod tests {
                     RefProblem::RefNotPermitted("a".into()),
                     RefProblem::BackendNotFound("b".into()),
                 ],
-                ["Accepted=true/Accepted", "ResolvedRefs=false/RefNotPermitted"],
+                [
+                    "Accepted=true/Accepted",
+                    "ResolvedRefs=false/RefNotPermitted",
+                ],
             ),
             (
                 Ok(()),
@@ -338,14 +350,20 @@ mod tests {
             ..ListenerFindings::default()
         };
         assert!(!udp.programmed() && !cert.programmed() && !conflict.programmed());
-        assert!(kinds.programmed(), "a listener with some invalid kinds still serves the rest");
+        assert!(
+            kinds.programmed(),
+            "a listener with some invalid kinds still serves the rest"
+        );
         assert_eq!(
             brief(&gateway(&[ok.clone(), udp.clone()])),
             ["Accepted=true/Accepted", "Programmed=false/Invalid"]
         );
         assert_eq!(
             brief(&gateway(&[udp, conflict])),
-            ["Accepted=false/ListenersNotValid", "Programmed=false/Invalid"]
+            [
+                "Accepted=false/ListenersNotValid",
+                "Programmed=false/Invalid"
+            ]
         );
         assert_eq!(
             brief(&gateway(&[ok])),

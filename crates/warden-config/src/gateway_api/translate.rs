@@ -10,7 +10,9 @@ use super::attach::{self, RouteInfo, GROUP};
 use super::kinds::*;
 use super::precedence::{self, MatchRank};
 use super::reference_grant::{self, From, To};
-use super::status::{self, Condition, ListenerFindings, ObjectStatus, RefProblem, Refusal, SectionStatus};
+use super::status::{
+    self, Condition, ListenerFindings, ObjectStatus, RefProblem, Refusal, SectionStatus,
+};
 use super::GatewayApiSet;
 use crate::dangling::{DanglingReason, DanglingRef};
 use crate::document::{Doc, Metadata};
@@ -28,7 +30,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Controllers whose GatewayClasses warden serves.
-pub const CONTROLLERS: &[&str] = &["istio.io/gateway-controller", "warden.dev/gateway-controller"];
+pub const CONTROLLERS: &[&str] = &[
+    "istio.io/gateway-controller",
+    "warden.dev/gateway-controller",
+];
 
 /// The class Istio installs for its controller; it needs no GatewayClass document.
 const BUILTIN_CLASS: &str = "istio";
@@ -143,7 +148,12 @@ impl<'a> Translator<'a> {
     /// [`CONTROLLERS`], Istio's built-in `istio`, or a class the config does not define
     /// (served, with a warning, so the Gateway API's examples load as written).
     fn class_of(&self, name: &str) -> ClassVerdict {
-        match self.api.gateway_classes.iter().find(|c| c.metadata.name == name) {
+        match self
+            .api
+            .gateway_classes
+            .iter()
+            .find(|c| c.metadata.name == name)
+        {
             Some(c) if CONTROLLERS.contains(&c.spec.controller_name.as_str()) => ClassVerdict::Ours,
             Some(c) => ClassVerdict::Other(c.spec.controller_name.clone()),
             None if name == BUILTIN_CLASS => ClassVerdict::Ours,
@@ -222,14 +232,12 @@ impl<'a> Translator<'a> {
             match l.protocol.as_str() {
                 "HTTP" | "TCP" => {}
                 "HTTPS" | "TLS" => {
-                    let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_deref())
-                        == Some("Passthrough");
+                    let passthrough =
+                        l.tls.as_ref().and_then(|t| t.mode.as_deref()) == Some("Passthrough");
                     match &l.tls {
-                        None => self.error(
-                            gw,
-                            &at,
-                            format!("a {} listener needs `tls`", l.protocol),
-                        ),
+                        None => {
+                            self.error(gw, &at, format!("a {} listener needs `tls`", l.protocol))
+                        }
                         Some(_) if passthrough && l.protocol == "HTTPS" => self.error(
                             gw,
                             &format!("{at}.tls.mode"),
@@ -251,7 +259,10 @@ impl<'a> Translator<'a> {
                             );
                         }
                     }
-                    if l.tls.as_ref().is_some_and(|t| t.frontend_validation.is_some()) {
+                    if l.tls
+                        .as_ref()
+                        .is_some_and(|t| t.frontend_validation.is_some())
+                    {
                         self.error(
                             gw,
                             &format!("{at}.tls.frontendValidation"),
@@ -280,7 +291,11 @@ impl<'a> Translator<'a> {
             if !invalid.is_empty() && f.unresolved.is_none() {
                 f.unresolved = Some((
                     "InvalidRouteKinds",
-                    format!("route kinds {} cannot attach to a {} listener", invalid.join(", "), l.protocol),
+                    format!(
+                        "route kinds {} cannot attach to a {} listener",
+                        invalid.join(", "),
+                        l.protocol
+                    ),
                 ));
             }
             out.push(f);
@@ -303,15 +318,15 @@ impl<'a> Translator<'a> {
                 if family(&a.protocol) != family(&b.protocol) {
                     out[i].conflicted = Some((
                         "ProtocolConflict",
-                        format!("port {} is also {} listener {:?}", a.port, b.protocol, b.name),
+                        format!(
+                            "port {} is also {} listener {:?}",
+                            a.port, b.protocol, b.name
+                        ),
                     ));
                 } else if a.hostname == b.hostname && a.protocol == b.protocol {
                     out[i].conflicted = Some((
                         "HostnameConflict",
-                        format!(
-                            "listener {:?} has the same port and hostname",
-                            b.name
-                        ),
+                        format!("listener {:?} has the same port and hostname", b.name),
                     ));
                 }
             }
@@ -399,11 +414,7 @@ impl<'a> Translator<'a> {
 
     /// The gateway a parentRef names among warden's, or why none; `Ok(None)`: a Gateway of
     /// another controller (nothing to report, as Istio reports nothing for it).
-    fn parent_gateway(
-        &self,
-        route_ns: &str,
-        parent: &ParentRef,
-    ) -> Result<Option<usize>, Refusal> {
+    fn parent_gateway(&self, route_ns: &str, parent: &ParentRef) -> Result<Option<usize>, Refusal> {
         let group = parent.group.as_deref().unwrap_or(GROUP);
         let kind = parent.kind.as_deref().unwrap_or("Gateway");
         if group != GROUP || kind != "Gateway" {
@@ -558,7 +569,13 @@ impl<'a> Translator<'a> {
                     field: format!("spec.rules[{i}]"),
                 })
                 .collect();
-            self.route_with_rules(doc, "HTTPRoute", &doc.spec.parent_refs, &doc.spec.hostnames, rules);
+            self.route_with_rules(
+                doc,
+                "HTTPRoute",
+                &doc.spec.parent_refs,
+                &doc.spec.hostnames,
+                rules,
+            );
         }
     }
 
@@ -594,7 +611,13 @@ impl<'a> Translator<'a> {
                 });
             }
             if !bad {
-                self.route_with_rules(doc, "GRPCRoute", &doc.spec.parent_refs, &doc.spec.hostnames, rules);
+                self.route_with_rules(
+                    doc,
+                    "GRPCRoute",
+                    &doc.spec.parent_refs,
+                    &doc.spec.hostnames,
+                    rules,
+                );
             }
         }
     }
@@ -657,7 +680,12 @@ impl<'a> Translator<'a> {
                 self.warn(
                     doc,
                     &format!("spec.parentRefs[{p}]"),
-                    format!("not attached to {}: {} ({})", parent_label(parent, ns), r.message(), r.reason()),
+                    format!(
+                        "not attached to {}: {} ({})",
+                        parent_label(parent, ns),
+                        r.message(),
+                        r.reason()
+                    ),
                 );
             }
             sections.push(SectionStatus {
@@ -688,7 +716,15 @@ impl<'a> Translator<'a> {
         }
         if refs.iter().any(|_| true) {
             let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
-            self.warn(doc, "spec.rules", format!("unresolved references ({}): {}", refs[0].reason(), all.join("; ")));
+            self.warn(
+                doc,
+                "spec.rules",
+                format!(
+                    "unresolved references ({}): {}",
+                    refs[0].reason(),
+                    all.join("; ")
+                ),
+            );
         }
         self.out.status.push(ObjectStatus {
             kind: kind.into(),
@@ -742,7 +778,11 @@ impl<'a> Translator<'a> {
                 }
                 "RequestRedirect" => {
                     let Some(r) = &f.request_redirect else {
-                        self.error(doc, &fat, "type RequestRedirect needs `requestRedirect`".into());
+                        self.error(
+                            doc,
+                            &fat,
+                            "type RequestRedirect needs `requestRedirect`".into(),
+                        );
                         continue;
                     };
                     let (redirect, prefix) = redirect_of(r);
@@ -781,7 +821,10 @@ impl<'a> Translator<'a> {
                         Some(p) => self.error(
                             doc,
                             &format!("{fat}.urlRewrite.path.type"),
-                            format!("path type {:?} is not one of ReplaceFullPath, ReplacePrefixMatch", p.kind),
+                            format!(
+                                "path type {:?} is not one of ReplaceFullPath, ReplacePrefixMatch",
+                                p.kind
+                            ),
                         ),
                         None => {}
                     }
@@ -806,7 +849,9 @@ impl<'a> Translator<'a> {
                                     value: 100.0 * f64::from(fr.numerator)
                                         / f64::from(fr.denominator.unwrap_or(100).max(1)),
                                 }),
-                                (None, Some(p)) => Some(Percent { value: f64::from(p) }),
+                                (None, Some(p)) => Some(Percent {
+                                    value: f64::from(p),
+                                }),
                                 (None, None) => None,
                             };
                             base.mirrors.push(HttpMirrorPolicy {
@@ -848,17 +893,24 @@ impl<'a> Translator<'a> {
             if let Some(b) = backend {
                 match &rule.retry {
                     Some(_) => {
-                        base.retries.get_or_insert_with(Retries::default).per_try_timeout = Some(b)
+                        base.retries
+                            .get_or_insert_with(Retries::default)
+                            .per_try_timeout = Some(b)
                     }
                     None => base.timeout = Some(b),
                 }
             }
         }
         if let Some(r) = rule.retry {
-            let mut on = vec!["connect-failure", "refused-stream", "unavailable", "cancelled"]
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>();
+            let mut on = vec![
+                "connect-failure",
+                "refused-stream",
+                "unavailable",
+                "cancelled",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
             on.extend(r.codes.iter().map(u16::to_string));
             let attempts = r.attempts.unwrap_or(2);
             let retries = base.retries.get_or_insert_with(Retries::default);
@@ -909,12 +961,20 @@ impl<'a> Translator<'a> {
             };
             match match_requests(m) {
                 Ok(split) => {
-                    let routes = split_routes(&base, split, rewrite_prefix.as_deref(), redirect_prefix.as_deref());
+                    let routes = split_routes(
+                        &base,
+                        split,
+                        rewrite_prefix.as_deref(),
+                        redirect_prefix.as_deref(),
+                    );
                     let pend = routes
                         .iter()
                         .enumerate()
                         .flat_map(|(k, _)| {
-                            pending.iter().map(move |p| Pending { route: k, ..p.clone() })
+                            pending.iter().map(move |p| Pending {
+                                route: k,
+                                ..p.clone()
+                            })
                         })
                         .collect();
                     out.push((rank, routes, pend));
@@ -989,7 +1049,12 @@ impl<'a> Translator<'a> {
                 self.warn(
                     doc,
                     &format!("spec.parentRefs[{p}]"),
-                    format!("not attached to {}: {} ({})", parent_label(parent, ns), r.message(), r.reason()),
+                    format!(
+                        "not attached to {}: {} ({})",
+                        parent_label(parent, ns),
+                        r.message(),
+                        r.reason()
+                    ),
                 );
             }
             sections.push(SectionStatus {
@@ -1024,7 +1089,15 @@ impl<'a> Translator<'a> {
         }
         if !refs.is_empty() {
             let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
-            self.warn(doc, "spec.rules[0].backendRefs", format!("unresolved references ({}): {}", refs[0].reason(), all.join("; ")));
+            self.warn(
+                doc,
+                "spec.rules[0].backendRefs",
+                format!(
+                    "unresolved references ({}): {}",
+                    refs[0].reason(),
+                    all.join("; ")
+                ),
+            );
         }
         self.out.status.push(ObjectStatus {
             kind: kind.into(),
@@ -1103,7 +1176,10 @@ impl<'a> Translator<'a> {
                     .iter()
                     .zip(&g.listeners)
                     .map(|(l, f)| SectionStatus {
-                        name: format!("listener {} (port {} {}, {} route(s))", l.name, l.port, l.protocol, f.attached_routes),
+                        name: format!(
+                            "listener {} (port {} {}, {} route(s))",
+                            l.name, l.port, l.protocol, f.attached_routes
+                        ),
                         conditions: f.conditions(),
                     })
                     .collect(),
@@ -1114,7 +1190,8 @@ impl<'a> Translator<'a> {
             entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
             let gw = self.gateways[g].doc;
             let ns = gw.metadata.namespace_or_default();
-            let mut vs = self.generated_vs(gw, &format!("{port}-{}", host.replace('*', "wildcard")));
+            let mut vs =
+                self.generated_vs(gw, &format!("{port}-{}", host.replace('*', "wildcard")));
             vs.spec.hosts = vec![host];
             let mut pendings = Vec::new();
             for (_, routes, pending) in entries {
@@ -1164,7 +1241,10 @@ impl<'a> Translator<'a> {
                 ..Metadata::default()
             },
             spec: VirtualService {
-                gateways: vec![format!("{ns}/{}", generated_gateway_name(&gw.metadata.name))],
+                gateways: vec![format!(
+                    "{ns}/{}",
+                    generated_gateway_name(&gw.metadata.name)
+                )],
                 ..VirtualService::default()
             },
         }
@@ -1209,8 +1289,16 @@ struct RuleParts<'a> {
 
 fn header_ops(f: &HeaderFilter) -> HeaderOperations {
     HeaderOperations {
-        set: f.set.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
-        add: f.add.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+        set: f
+            .set
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+        add: f
+            .add
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
         remove: f.remove.clone(),
     }
 }
@@ -1253,12 +1341,16 @@ fn match_requests(m: &HttpRouteMatch) -> Result<PathSplit, (String, String)> {
     let (kind, value) = precedence::path_of(m);
     let mut base = HttpMatchRequest::default();
     for h in &m.headers {
-        base.headers
-            .insert(h.name.to_ascii_lowercase(), string_match(h.kind.as_deref(), &h.value).map_err(|e| (".headers".into(), e))?);
+        base.headers.insert(
+            h.name.to_ascii_lowercase(),
+            string_match(h.kind.as_deref(), &h.value).map_err(|e| (".headers".into(), e))?,
+        );
     }
     for q in &m.query_params {
-        base.query_params
-            .insert(q.name.clone(), string_match(q.kind.as_deref(), &q.value).map_err(|e| (".queryParams".into(), e))?);
+        base.query_params.insert(
+            q.name.clone(),
+            string_match(q.kind.as_deref(), &q.value).map_err(|e| (".queryParams".into(), e))?,
+        );
     }
     if let Some(method) = &m.method {
         base.method = Some(StringMatch {
@@ -1279,13 +1371,20 @@ fn match_requests(m: &HttpRouteMatch) -> Result<PathSplit, (String, String)> {
         ..StringMatch::default()
     };
     if kind != "RegularExpression" && !value.starts_with('/') {
-        return Err((".path.value".into(), format!("path {value:?} must start with /")));
+        return Err((
+            ".path.value".into(),
+            format!("path {value:?} must start with /"),
+        ));
     }
     Ok(match kind {
         "Exact" => PathSplit::One(with_uri(exact(value))),
         "RegularExpression" => {
-            regex::Regex::new(&crate::anchored_regex(value))
-                .map_err(|e| (".path.value".into(), format!("invalid regular expression: {e}")))?;
+            regex::Regex::new(&crate::anchored_regex(value)).map_err(|e| {
+                (
+                    ".path.value".into(),
+                    format!("invalid regular expression: {e}"),
+                )
+            })?;
             PathSplit::One(with_uri(StringMatch {
                 regex: Some(value.into()),
                 ..StringMatch::default()
@@ -1332,7 +1431,9 @@ fn string_match(kind: Option<&str>, value: &str) -> Result<StringMatch, String> 
                 ..StringMatch::default()
             })
         }
-        other => Err(format!("match type {other:?} is not one of Exact, RegularExpression")),
+        other => Err(format!(
+            "match type {other:?} is not one of Exact, RegularExpression"
+        )),
     }
 }
 
@@ -1382,7 +1483,11 @@ fn split_routes(
             }
             vec![r]
         }
-        PathSplit::Prefix { exact, below: under, value } => {
+        PathSplit::Prefix {
+            exact,
+            below: under,
+            value,
+        } => {
             if rewrite_prefix.is_none() && redirect_prefix.is_none() {
                 return vec![with(vec![exact, under])];
             }
@@ -1419,7 +1524,9 @@ fn grpc_match(m: &GrpcRouteMatch) -> Result<HttpRouteMatch, String> {
                 (None, None, _) => return Err("a method match needs service or method".into()),
                 (Some(s), Some(m), false) => ("Exact", format!("/{s}/{m}")),
                 (Some(s), None, false) => ("PathPrefix", format!("/{s}")),
-                (None, Some(m), false) => ("RegularExpression", format!("/[^/]+/{}", regex::escape(m))),
+                (None, Some(m), false) => {
+                    ("RegularExpression", format!("/[^/]+/{}", regex::escape(m)))
+                }
                 (s, m, true) => (
                     "RegularExpression",
                     format!("/{}/{}", s.unwrap_or("[^/]+"), m.unwrap_or("[^/]+")),
@@ -1482,7 +1589,10 @@ mod tests {
             ..HttpRoute::default()
         };
         let split = match_requests(&prefix_match("/foo/")).unwrap();
-        assert_eq!(uris(&split_routes(&base, split.clone(), None, None)), ["=/foo|^/foo/"]);
+        assert_eq!(
+            uris(&split_routes(&base, split.clone(), None, None)),
+            ["=/foo|^/foo/"]
+        );
         let cases = [
             ("/xyz", Some("/xyz"), Some("/xyz/")),
             ("/xyz/", Some("/xyz"), Some("/xyz/")),
@@ -1500,7 +1610,13 @@ mod tests {
         let root = match_requests(&HttpRouteMatch::default()).unwrap();
         let routes = split_routes(&base, root, Some("/api"), None);
         assert_eq!(uris(&routes), ["^/"]);
-        let rw = routes[0].rewrite.as_ref().unwrap().uri_regex_rewrite.as_ref().unwrap();
+        let rw = routes[0]
+            .rewrite
+            .as_ref()
+            .unwrap()
+            .uri_regex_rewrite
+            .as_ref()
+            .unwrap();
         assert_eq!((rw.pattern.as_str(), rw.rewrite.as_str()), ("^/", "/api/"));
     }
 
@@ -1560,9 +1676,15 @@ mod tests {
             let p = grpc_match(&g).unwrap().path.unwrap();
             format!("{} {}", p.kind.unwrap(), p.value.unwrap())
         };
-        assert_eq!(path(m(Some("pkg.Svc"), Some("Get"), None)), "Exact /pkg.Svc/Get");
+        assert_eq!(
+            path(m(Some("pkg.Svc"), Some("Get"), None)),
+            "Exact /pkg.Svc/Get"
+        );
         assert_eq!(path(m(Some("pkg.Svc"), None, None)), "PathPrefix /pkg.Svc");
-        assert_eq!(path(m(None, Some("Get"), None)), "RegularExpression /[^/]+/Get");
+        assert_eq!(
+            path(m(None, Some("Get"), None)),
+            "RegularExpression /[^/]+/Get"
+        );
         assert_eq!(
             path(m(Some("pkg\\..*"), None, Some("RegularExpression"))),
             "RegularExpression /pkg\\..*/[^/]+"
