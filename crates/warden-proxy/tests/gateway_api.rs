@@ -128,7 +128,8 @@ async fn http_routing_by_host_path_and_header() {
     let addr = addr(&proxy, 0);
     let c = client();
     let canary = [("env", "canary")];
-    let cases: [(&str, &str, &[(&str, &str)], &str); 10] = [
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 10] = [
         ("foo.example.com", "/login", &[], "foo-svc"),
         ("foo.example.com", "/login/", &[], "foo-svc"),
         ("foo.example.com", "/login/form?x=1", &[], "foo-svc"),

@@ -102,7 +102,14 @@ mod tests {
         )];
         let elsewhere = [grant("prod", "prod", "HTTPRoute", "Service", None)];
         let grpc = [grant("backend", "prod", "GRPCRoute", "Service", None)];
-        let cases: [(&[Doc<ReferenceGrantSpec>], From, To, bool, &str); 7] = [
+        type Case<'a> = (
+            &'a [Doc<ReferenceGrantSpec>],
+            From<'a>,
+            To<'a>,
+            bool,
+            &'a str,
+        );
+        let cases: [Case; 7] = [
             (
                 &[],
                 route("prod"),

@@ -268,7 +268,8 @@ mod tests {
 
     #[test]
     fn route_parent_conditions_name_the_first_problem() {
-        let cases: [(Result<(), Refusal>, Vec<RefProblem>, [&str; 2]); 6] = [
+        type Case = (Result<(), Refusal>, Vec<RefProblem>, [&'static str; 2]);
+        let cases: [Case; 6] = [
             (
                 Ok(()),
                 vec![],

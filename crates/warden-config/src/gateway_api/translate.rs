@@ -77,6 +77,8 @@ struct OurGateway<'a> {
 
 /// The HTTP routes of one generated VirtualService: (gateway index, port, hostname).
 type HttpKey = (usize, u16, String);
+/// One match's generated routes with its precedence, and its unresolved backends.
+type Ranked = (MatchRank, Vec<HttpRoute>, Vec<Pending>);
 /// The TCP and TLS routes of one generated VirtualService: (gateway index, port).
 type L4Key = (usize, u16);
 
@@ -90,7 +92,7 @@ struct Translator<'a> {
     set: &'a ConfigSet,
     api: &'a GatewayApiSet,
     out: Translated,
-    http: BTreeMap<HttpKey, Vec<(MatchRank, Vec<HttpRoute>, Vec<Pending>)>>,
+    http: BTreeMap<HttpKey, Vec<Ranked>>,
     l4: BTreeMap<L4Key, L4Routes>,
     gateways: Vec<OurGateway<'a>>,
 }
@@ -360,7 +362,7 @@ impl<'a> Translator<'a> {
         }
         let group = cert.group.as_deref().unwrap_or("");
         let kind = cert.kind.as_deref().unwrap_or("Secret");
-        if group != "" || kind != "Secret" {
+        if !group.is_empty() || kind != "Secret" {
             return Some((
                 "InvalidCertificateRef",
                 format!("certificateRef {group}/{kind} is not a Secret"),
@@ -636,7 +638,7 @@ impl<'a> Translator<'a> {
         let route_name = format!("{ns}/{}", doc.metadata.name);
         let mut refs = Vec::new();
         let mut unsupported: Option<Refusal> = None;
-        let mut built: Vec<(MatchRank, Vec<HttpRoute>, Vec<Pending>)> = Vec::new();
+        let mut built: Vec<Ranked> = Vec::new();
         let errors_before = self.out.errors.len();
         for rule in &rules {
             match self.rule_routes(doc, kind, &route_name, rule, &mut refs) {
@@ -747,7 +749,7 @@ impl<'a> Translator<'a> {
         route_name: &str,
         rule: &RuleParts<'_>,
         refs: &mut Vec<RefProblem>,
-    ) -> Result<Vec<(MatchRank, Vec<HttpRoute>, Vec<Pending>)>, Refusal> {
+    ) -> Result<Vec<Ranked>, Refusal> {
         let ns = doc.metadata.namespace_or_default();
         let at = &rule.field;
         let mut base = HttpRoute {
@@ -1406,6 +1408,8 @@ fn match_requests(m: &HttpRouteMatch) -> Result<PathSplit, (String, String)> {
 }
 
 /// The conditions a Gateway API path match stands for.
+// Built and consumed once per match while loading: boxing would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 enum PathSplit {
     One(HttpMatchRequest),
