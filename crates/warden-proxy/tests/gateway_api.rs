@@ -538,3 +538,107 @@ spec:
         assert_eq!(answers[0].0, want, "{host}{path}");
     }
 }
+
+/// Policies attach to a Gateway API Gateway by its own name: Istio's AuthorizationPolicy
+/// `targetRefs` (a DENY of /admin), and a RateLimitPolicy's (2 requests a minute per client);
+/// a policy targeting another Gateway does not apply.
+#[tokio::test]
+async fn policies_target_a_gateway_api_gateway() {
+    let policies = "---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: default}
+spec:
+  targetRefs:
+  - {kind: Gateway, group: gateway.networking.k8s.io, name: example-gateway}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: [/admin]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: elsewhere, namespace: default}
+spec:
+  targetRefs:
+  - {kind: Gateway, group: gateway.networking.k8s.io, name: another-gateway}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: [/login]}}]
+---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: per-ip, namespace: default}
+spec:
+  targetRefs: [{kind: Gateway, name: example-gateway}]
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: 3, unit: Minute}
+";
+    let yaml = format!(
+        "{}\n---\n{}\n{}{policies}",
+        free_ports(&fixture("http-routing-gateway.yaml")),
+        fixture("http-routing-foo-httproute.yaml"),
+        backends("default", 8080, &["foo-svc"]).await,
+    );
+    let proxy = start(&yaml);
+    let addr = addr(&proxy, 0);
+    let c = client();
+    // The DENY is evaluated first and spends no token.
+    assert_eq!(who(&c, addr, "foo.example.com", "/admin", &[]).await, "403");
+    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
+    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
+    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
+    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "429");
+}
+
+/// `warden proxy --gateway default/a` (the label Istio puts on an auto-deployed gateway's
+/// pod): of two Gateways sharing a port, only `a`'s routes are served; without it, both.
+#[tokio::test]
+async fn a_proxy_for_one_gateway_serves_its_routes_only() {
+    let gateways = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: a}
+spec:
+  gatewayClassName: istio
+  listeners: [{name: http, port: 0, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: b}
+spec:
+  gatewayClassName: istio
+  listeners: [{name: http, port: 0, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: a}
+spec:
+  parentRefs: [{name: a}]
+  hostnames: [a.example.com]
+  rules: [{backendRefs: [{name: svc-a, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: b}
+spec:
+  parentRefs: [{name: b}]
+  hostnames: [b.example.com]
+  rules: [{backendRefs: [{name: svc-b, port: 80}]}]
+";
+    let yaml = format!("{gateways}{}", backends("default", 80, &["svc-a", "svc-b"]).await);
+    let c = client();
+    let every = start(&yaml);
+    assert_eq!(who(&c, addr(&every, 0), "a.example.com", "/", &[]).await, "svc-a");
+    assert_eq!(who(&c, addr(&every, 0), "b.example.com", "/", &[]).await, "svc-b");
+    drop(every);
+    let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+    opts.labels.insert(
+        warden_config::gateway_api::selection::GATEWAY_NAME_LABEL.into(),
+        "a".into(),
+    );
+    let only_a = warden_proxy::Proxy::start(opts).expect("proxy starts");
+    assert_eq!(who(&c, addr(&only_a, 0), "a.example.com", "/", &[]).await, "svc-a");
+    assert_eq!(who(&c, addr(&only_a, 0), "b.example.com", "/", &[]).await, "404");
+}

@@ -12,6 +12,7 @@ pub mod hostnames;
 pub mod kinds;
 pub mod precedence;
 pub mod reference_grant;
+pub mod selection;
 pub mod status;
 pub mod translate;
 

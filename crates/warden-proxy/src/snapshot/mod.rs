@@ -115,6 +115,14 @@ impl Snapshot {
         previous: Option<&Snapshot>,
         extensions: &ChainExtensions,
     ) -> Result<Snapshot, ConfigErrors> {
+        let mut loaded = loaded;
+        if identity.sidecar.is_none() {
+            // A proxy deployed for one Gateway API Gateway serves its listeners only.
+            let (ns, labels) = (&identity.namespace, &identity.labels);
+            loaded.set.gateways.retain(|g| {
+                warden_config::gateway_api::selection::serves(g, ns, labels)
+            });
+        }
         let mut b = Builder {
             set: &loaded.set,
             identity,
