@@ -123,7 +123,10 @@ fn every_refused_route_says_why_in_its_status_and_a_located_warning() {
         let (status, warnings) = load(&yaml);
         assert!(status.contains(want), "want {want}\n{status}");
         if let Some(w) = warning {
-            assert!(warnings.iter().any(|x| x.starts_with(w)), "want {w}: {warnings:#?}");
+            assert!(
+                warnings.iter().any(|x| x.starts_with(w)),
+                "want {w}: {warnings:#?}"
+            );
         }
     }
 }
@@ -211,7 +214,13 @@ fn what_the_crds_refuse_is_a_located_error() {
         "{err}"
     );
     // An unknown field is an error too: every field the Gateway API has is read.
-    let typo = GATEWAY.replace("    hostname: \"*.example.com\"", "    hostnme: \"*.example.com\"");
+    let typo = GATEWAY.replace(
+        "    hostname: \"*.example.com\"",
+        "    hostnme: \"*.example.com\"",
+    );
     let err = load_str("t.yaml", &typo).unwrap_err().to_string();
-    assert!(err.contains("t.yaml:10: document 1 (Gateway/gw), field spec.listeners[0].hostnme"), "{err}");
+    assert!(
+        err.contains("t.yaml:10: document 1 (Gateway/gw), field spec.listeners[0].hostnme"),
+        "{err}"
+    );
 }

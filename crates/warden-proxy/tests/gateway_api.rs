@@ -540,7 +540,7 @@ spec:
 }
 
 /// Policies attach to a Gateway API Gateway by its own name: Istio's AuthorizationPolicy
-/// `targetRefs` (a DENY of /admin), and a RateLimitPolicy's (2 requests a minute per client);
+/// `targetRefs` (a DENY of /login/admin), and a RateLimitPolicy's (2 requests a minute per client);
 /// a policy targeting another Gateway does not apply.
 #[tokio::test]
 async fn policies_target_a_gateway_api_gateway() {
@@ -553,7 +553,7 @@ spec:
   - {kind: Gateway, group: gateway.networking.k8s.io, name: example-gateway}
   action: DENY
   rules:
-  - to: [{operation: {paths: [/admin]}}]
+  - to: [{operation: {paths: [/login/admin]}}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -586,10 +586,22 @@ spec:
     let addr = addr(&proxy, 0);
     let c = client();
     // The DENY is evaluated first and spends no token.
-    assert_eq!(who(&c, addr, "foo.example.com", "/admin", &[]).await, "403");
-    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
-    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
-    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "foo-svc");
+    assert_eq!(
+        who(&c, addr, "foo.example.com", "/login/admin", &[]).await,
+        "403"
+    );
+    assert_eq!(
+        who(&c, addr, "foo.example.com", "/login", &[]).await,
+        "foo-svc"
+    );
+    assert_eq!(
+        who(&c, addr, "foo.example.com", "/login", &[]).await,
+        "foo-svc"
+    );
+    assert_eq!(
+        who(&c, addr, "foo.example.com", "/login", &[]).await,
+        "foo-svc"
+    );
     assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "429");
 }
 
@@ -627,11 +639,20 @@ spec:
   hostnames: [b.example.com]
   rules: [{backendRefs: [{name: svc-b, port: 80}]}]
 ";
-    let yaml = format!("{gateways}{}", backends("default", 80, &["svc-a", "svc-b"]).await);
+    let yaml = format!(
+        "{gateways}{}",
+        backends("default", 80, &["svc-a", "svc-b"]).await
+    );
     let c = client();
     let every = start(&yaml);
-    assert_eq!(who(&c, addr(&every, 0), "a.example.com", "/", &[]).await, "svc-a");
-    assert_eq!(who(&c, addr(&every, 0), "b.example.com", "/", &[]).await, "svc-b");
+    assert_eq!(
+        who(&c, addr(&every, 0), "a.example.com", "/", &[]).await,
+        "svc-a"
+    );
+    assert_eq!(
+        who(&c, addr(&every, 0), "b.example.com", "/", &[]).await,
+        "svc-b"
+    );
     drop(every);
     let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
     opts.labels.insert(
@@ -639,6 +660,12 @@ spec:
         "a".into(),
     );
     let only_a = warden_proxy::Proxy::start(opts).expect("proxy starts");
-    assert_eq!(who(&c, addr(&only_a, 0), "a.example.com", "/", &[]).await, "svc-a");
-    assert_eq!(who(&c, addr(&only_a, 0), "b.example.com", "/", &[]).await, "404");
+    assert_eq!(
+        who(&c, addr(&only_a, 0), "a.example.com", "/", &[]).await,
+        "svc-a"
+    );
+    assert_eq!(
+        who(&c, addr(&only_a, 0), "b.example.com", "/", &[]).await,
+        "404"
+    );
 }

@@ -96,7 +96,10 @@ async fn https_listener_terminates_with_the_certificate_ref() {
     let proxy = start_with_credentials(&yaml, creds.path());
     let addr = addr(&proxy, 0);
     let out = https_get(addr, "foo.example.com", "/", &pki.ca_path).await;
-    assert!(out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/2 200"), "{out}");
+    assert!(
+        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/2 200"),
+        "{out}"
+    );
     assert!(out.contains("x-upstream: home"), "{out}");
 }
 
@@ -134,16 +137,26 @@ spec:
     assert!(out.contains("backend foo.example.com"), "{out}");
 
     // The terminated listener: TLS to the proxy, plain bytes to the TCP echo.
-    let at = proxy.listener_addr(terminate_port).expect("terminate listener");
+    let at = proxy
+        .listener_addr(terminate_port)
+        .expect("terminate listener");
     let tcp = tokio::net::TcpStream::connect(at).await.unwrap();
     let connector = warden_tls::tokio_rustls::TlsConnector::from(client_config(&pki.ca_path));
     let name = warden_tls::rustls::pki_types::ServerName::try_from("bar.example.com").unwrap();
-    let mut tls = connector.connect(name, tcp).await.expect("handshake with the listener's certificate");
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .expect("handshake with the listener's certificate");
     tls.write_all(b"ping").await.unwrap();
     tls.shutdown().await.unwrap();
     let mut got = Vec::new();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut got)).await;
-    assert_eq!(String::from_utf8_lossy(&got), "pingbye", "the TCP echo answers through TLS");
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut got)).await;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "pingbye",
+        "the TCP echo answers through TLS"
+    );
 }
 
 /// tcp-routing: the TCPRoute's Service gets the connection's bytes.
@@ -157,7 +170,9 @@ async fn tcp_route_relays_to_its_service() {
         service("default", "my-foo-service", 6000, echo),
     );
     let proxy = start(&yaml);
-    let mut s = tokio::net::TcpStream::connect(addr(&proxy, 0)).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr(&proxy, 0))
+        .await
+        .unwrap();
     s.write_all(b"hello").await.unwrap();
     s.shutdown().await.unwrap();
     let mut got = Vec::new();
@@ -189,11 +204,17 @@ async fn grpc_route_matches_service_method_and_headers() {
     );
     let proxy = start(&yaml);
     let addr = addr(&proxy, 0);
-    let c = h2_client();
+    // HTTP/2 names the host in :authority (a Host header beside it would be a second one).
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .resolve("example.com", addr)
+        .build()
+        .unwrap();
+    let port = addr.port();
     let call = |path: &'static str, magic: Option<&'static str>| {
         let mut req = c
-            .post(format!("http://{addr}{path}"))
-            .header("host", "example.com")
+            .post(format!("http://example.com:{port}{path}"))
             .header("content-type", "application/grpc");
         if let Some(m) = magic {
             req = req.header("magic", m);
@@ -203,10 +224,26 @@ async fn grpc_route_matches_service_method_and_headers() {
     let who = |r: reqwest::Response| {
         r.headers()
             .get("x-upstream")
-            .map_or(r.status().as_u16().to_string(), |v| v.to_str().unwrap().to_string())
+            .map_or(r.status().as_u16().to_string(), |v| {
+                v.to_str().unwrap().to_string()
+            })
     };
-    assert_eq!(who(call("/com.example.User/Login", None).await.unwrap()), "my-service1");
-    assert_eq!(who(call("/com.example.Things/DoThing", Some("foo")).await.unwrap()), "my-service2");
-    assert_eq!(who(call("/com.example.Things/DoThing", None).await.unwrap()), "404");
-    assert_eq!(who(call("/com.example.User/Logout", None).await.unwrap()), "404");
+    assert_eq!(
+        who(call("/com.example.User/Login", None).await.unwrap()),
+        "my-service1"
+    );
+    assert_eq!(
+        who(call("/com.example.Things/DoThing", Some("foo"))
+            .await
+            .unwrap()),
+        "my-service2"
+    );
+    assert_eq!(
+        who(call("/com.example.Things/DoThing", None).await.unwrap()),
+        "404"
+    );
+    assert_eq!(
+        who(call("/com.example.User/Logout", None).await.unwrap()),
+        "404"
+    );
 }

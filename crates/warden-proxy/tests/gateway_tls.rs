@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warden_proxy::{ConfigSource, Proxy, ProxyOptions, RunningProxy};

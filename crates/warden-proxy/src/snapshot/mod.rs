@@ -119,9 +119,10 @@ impl Snapshot {
         if identity.sidecar.is_none() {
             // A proxy deployed for one Gateway API Gateway serves its listeners only.
             let (ns, labels) = (&identity.namespace, &identity.labels);
-            loaded.set.gateways.retain(|g| {
-                warden_config::gateway_api::selection::serves(g, ns, labels)
-            });
+            loaded
+                .set
+                .gateways
+                .retain(|g| warden_config::gateway_api::selection::serves(g, ns, labels));
         }
         let mut b = Builder {
             set: &loaded.set,

@@ -450,7 +450,6 @@ pub fn leaf(name: &str) -> warden_testkit::pki::Leaf {
     }
 }
 
-
 /// A TLS server on loopback answering every connection with an HTTP response naming itself
 /// (the PASSTHROUGH backend), optionally requiring client certificates.
 pub async fn tls_backend(pki: &warden_testkit::pki::Pki, name: &str) -> std::net::SocketAddr {
@@ -499,7 +498,6 @@ pub async fn tls_backend(pki: &warden_testkit::pki::Pki, name: &str) -> std::net
     addr
 }
 
-
 /// Run a command to its end; (success, stdout + stderr).
 pub async fn run(program: &str, args: Vec<String>) -> (bool, String) {
     let program = program.to_string();
@@ -521,7 +519,7 @@ pub async fn run(program: &str, args: Vec<String>) -> (bool, String) {
 }
 
 /// A TLS client trusting the CA bundle at `ca`.
-pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<warden_tls::warden_tls::rustls::ClientConfig> {
+pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<warden_tls::rustls::ClientConfig> {
     let mut roots = warden_tls::rustls::RootCertStore::empty();
     let pem = std::fs::read(ca).unwrap();
     for c in warden_tls::rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
@@ -536,4 +534,3 @@ pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<warden_tls::warden_
             .with_no_client_auth(),
     )
 }
-
