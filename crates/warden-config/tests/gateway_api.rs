@@ -224,3 +224,72 @@ fn what_the_crds_refuse_is_a_located_error() {
         "{err}"
     );
 }
+
+/// GAMMA: a route whose parent is a Service is that Service's mesh route (no gateway), as
+/// istio/istio samples/bookinfo/gateway-api/route-reviews-50-v3.yaml is under Istio.
+#[test]
+fn a_service_parent_makes_a_mesh_route() {
+    let yaml = "apiVersion: v1
+kind: Service
+metadata: {name: reviews}
+spec:
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews-v1}
+spec:
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews-v3}
+spec:
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: reviews
+spec:
+  parentRefs:
+  - group: \"\"
+    kind: Service
+    name: reviews
+    port: 9080
+  rules:
+  - backendRefs:
+    - name: reviews-v1
+      port: 9080
+      weight: 50
+    - name: reviews-v3
+      port: 9080
+      weight: 50
+";
+    let loaded = load_str("t.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let set = &loaded.set;
+    assert!(set.gateways.is_empty());
+    let vs = &set.virtual_services[0];
+    assert!(vs.spec.gateways.is_empty(), "a mesh route");
+    assert_eq!(vs.spec.hosts, ["reviews.default.svc.cluster.local"]);
+    let route = &vs.spec.http[0];
+    assert_eq!(route.matches[0].port, Some(9080));
+    let to: Vec<(&str, Option<u32>)> = route
+        .route
+        .iter()
+        .map(|d| (d.destination.host.as_str(), d.weight))
+        .collect();
+    assert_eq!(
+        to,
+        [
+            ("reviews-v1.default.svc.cluster.local", Some(50)),
+            ("reviews-v3.default.svc.cluster.local", Some(50))
+        ]
+    );
+    let status = set.gateway_api.describe_status();
+    assert!(
+        status
+            .contains("parent Service reviews.default.svc.cluster.local: Accepted=True (Accepted)"),
+        "{status}"
+    );
+}

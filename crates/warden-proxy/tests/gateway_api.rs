@@ -669,3 +669,249 @@ spec:
         "404"
     );
 }
+
+/// istio.io's bookinfo tasks in both forms: the Istio API's VirtualServices and
+/// DestinationRule subsets of `reviews`, and the Gateway API's HTTPRoutes to the
+/// `reviews-v1..3` Services (istio/istio samples/bookinfo/gateway-api). The tasks route mesh
+/// traffic; an in-process proxy has no captured traffic, so both are bound to an ingress here:
+/// the VirtualService by an added `gateways:` line (as istio_samples.rs does), the HTTPRoute by
+/// its Service parentRef replaced with a Gateway's. Every version is an echo naming itself.
+mod istio_tasks {
+    use super::*;
+    use warden_proxy::RunningProxy;
+
+    const DESTINATION_RULE: &str = "apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: reviews
+spec:
+  host: reviews
+  subsets:
+  - name: v1
+    labels:
+      version: v1
+  - name: v2
+    labels:
+      version: v2
+  - name: v3
+    labels:
+      version: v3
+";
+
+    const SERVICE_PARENT: &str = "  parentRefs:
+  - group: \"\"
+    kind: Service
+    name: reviews
+    port: 9080
+";
+
+    /// The two proxies, Istio API first, for the task's two forms.
+    async fn both(vs: &str, route: &str) -> (RunningProxy, RunningProxy) {
+        let (v1, v2, v3) = (
+            echo_http("v1").await,
+            echo_http("v2").await,
+            echo_http("v3").await,
+        );
+        let mut se = String::from(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: reviews}\nspec:\n  hosts: [reviews.default.svc.cluster.local]\n  resolution: STATIC\n  ports: [{number: 9080, name: http, protocol: HTTP}]\n  endpoints:\n",
+        );
+        for (i, e) in [&v1, &v2, &v3].iter().enumerate() {
+            se.push_str(&format!(
+                "  - {{address: {}, ports: {{http: {}}}, labels: {{app: reviews, version: v{}}}}}\n",
+                e.addr.ip(),
+                e.addr.port(),
+                i + 1
+            ));
+        }
+        let vs = vs.replace(
+            "  hosts:\n  - reviews\n",
+            "  hosts:\n  - reviews\n  gateways: [gw]\n",
+        );
+        assert!(vs.contains("gateways: [gw]"), "{vs}");
+        let istio = start(&format!(
+            "{}\n---\n{se}---\n{DESTINATION_RULE}---\n{vs}",
+            gateway(&[(0, "HTTP")])
+        ));
+        assert!(route.contains(SERVICE_PARENT), "{route}");
+        let route = route.replace(SERVICE_PARENT, "  parentRefs:\n  - name: ingress\n");
+        let gateway_api = start(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: ingress}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: 0, protocol: HTTP}}]
+---
+{route}{}{}{}",
+            service("default", "reviews-v1", 9080, v1.addr),
+            service("default", "reviews-v2", 9080, v2.addr),
+            service("default", "reviews-v3", 9080, v3.addr),
+        ));
+        (istio, gateway_api)
+    }
+
+    async fn answer(
+        c: &reqwest::Client,
+        p: &RunningProxy,
+        path: &str,
+        user: Option<&str>,
+    ) -> String {
+        let headers: Vec<(&str, &str)> = user.map(|u| ("end-user", u)).into_iter().collect();
+        who(c, addr(p, 0), "reviews", path, &headers).await
+    }
+
+    /// tasks/traffic-management/request-routing: jason sees v2, everyone else v1.
+    #[tokio::test]
+    async fn request_routing() {
+        let vs = "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: reviews
+spec:
+  hosts:
+  - reviews
+  http:
+  - match:
+    - headers:
+        end-user:
+          exact: jason
+    route:
+    - destination:
+        host: reviews
+        subset: v2
+  - route:
+    - destination:
+        host: reviews
+        subset: v1
+";
+        let route = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: reviews
+spec:
+  parentRefs:
+  - group: \"\"
+    kind: Service
+    name: reviews
+    port: 9080
+  rules:
+  - matches:
+    - headers:
+      - name: end-user
+        value: jason
+    backendRefs:
+    - name: reviews-v2
+      port: 9080
+  - backendRefs:
+    - name: reviews-v1
+      port: 9080
+";
+        let (istio, gateway_api) = both(vs, route).await;
+        let c = client();
+        for (user, want) in [(Some("jason"), "v2"), (None, "v1"), (Some("mary"), "v1")] {
+            for _ in 0..10 {
+                let a = answer(&c, &istio, "/reviews/0", user).await;
+                let b = answer(&c, &gateway_api, "/reviews/0", user).await;
+                assert_eq!((a.as_str(), b.as_str()), (want, want), "{user:?}");
+            }
+        }
+    }
+
+    /// tasks/traffic-management/traffic-shifting (samples/bookinfo/gateway-api/
+    /// route-reviews-50-v3.yaml): half to v1, half to v3, in both forms.
+    #[tokio::test]
+    async fn traffic_shifting() {
+        let vs = "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: reviews
+spec:
+  hosts:
+  - reviews
+  http:
+  - route:
+    - destination:
+        host: reviews
+        subset: v1
+      weight: 50
+    - destination:
+        host: reviews
+        subset: v3
+      weight: 50
+";
+        let route = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: reviews
+spec:
+  parentRefs:
+  - group: \"\"
+    kind: Service
+    name: reviews
+    port: 9080
+  rules:
+  - backendRefs:
+    - name: reviews-v1
+      port: 9080
+      weight: 50
+    - name: reviews-v3
+      port: 9080
+      weight: 50
+";
+        let (istio, gateway_api) = both(vs, route).await;
+        let c = client();
+        for p in [&istio, &gateway_api] {
+            let mut seen: HashMap<String, u32> = HashMap::new();
+            for _ in 0..1000 {
+                *seen.entry(answer(&c, p, "/", None).await).or_default() += 1;
+            }
+            let v1 = seen.get("v1").copied().unwrap_or(0);
+            assert_eq!(v1 + seen.get("v3").copied().unwrap_or(0), 1000, "{seen:?}");
+            // 50/50 over 1000 requests: within 5 standard deviations (±79) of 500.
+            assert!((421..=579).contains(&v1), "{seen:?}");
+        }
+    }
+
+    /// tasks/traffic-management/request-timeouts: a 0.5 s timeout on reviews v2; a reply that
+    /// takes a second is cut at the timeout (504), a quick one passes, in both forms.
+    #[tokio::test]
+    async fn request_timeouts() {
+        let vs = "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: reviews
+spec:
+  hosts:
+  - reviews
+  http:
+  - route:
+    - destination:
+        host: reviews
+        subset: v2
+    timeout: 0.5s
+";
+        let route = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: reviews
+spec:
+  parentRefs:
+  - group: \"\"
+    kind: Service
+    name: reviews
+    port: 9080
+  rules:
+  - backendRefs:
+    - name: reviews-v2
+      port: 9080
+    timeouts:
+      request: 500ms
+";
+        let (istio, gateway_api) = both(vs, route).await;
+        let c = client();
+        for p in [&istio, &gateway_api] {
+            assert_eq!(answer(&c, p, "/reviews/0", None).await, "v2");
+            assert_eq!(answer(&c, p, "/delay/1000", None).await, "504");
+        }
+    }
+}

@@ -56,6 +56,7 @@ pub fn translate(set: &ConfigSet) -> Translated {
         api: &set.gateway_api,
         out: Translated::default(),
         http: BTreeMap::new(),
+        mesh: BTreeMap::new(),
         l4: BTreeMap::new(),
         gateways: Vec::new(),
     };
@@ -93,6 +94,8 @@ struct Translator<'a> {
     api: &'a GatewayApiSet,
     out: Translated,
     http: BTreeMap<HttpKey, Vec<Ranked>>,
+    /// Mesh routes (GAMMA: a Service parent), by the Service's host.
+    mesh: BTreeMap<String, Vec<Ranked>>,
     l4: BTreeMap<L4Key, L4Routes>,
     gateways: Vec<OurGateway<'a>>,
 }
@@ -421,8 +424,7 @@ impl<'a> Translator<'a> {
         let kind = parent.kind.as_deref().unwrap_or("Gateway");
         if group != GROUP || kind != "Gateway" {
             return Err(Refusal::NoMatchingParent(format!(
-                "parent {group}/{kind} is not supported (warden serves routes of Gateways; \
-                 mesh routes to Services are not implemented)"
+                "parent {group}/{kind} is not supported (a Gateway, or a Service for mesh routes)"
             )));
         }
         let ns = parent.namespace.as_deref().unwrap_or(route_ns);
@@ -653,6 +655,46 @@ impl<'a> Translator<'a> {
         }
         let mut sections = Vec::new();
         for (p, parent) in parents.iter().enumerate() {
+            if let Some(service) = mesh_parent(parent, ns) {
+                // GAMMA: the route is the Service's mesh route (sidecars), as Istio makes it.
+                let attached = match (&unsupported, self.set.service_entry_for_host(&service)) {
+                    (Some(u), _) => Err(u.clone()),
+                    (None, None) => Err(Refusal::NoMatchingParent(format!(
+                        "no Service {service} in the config"
+                    ))),
+                    (None, Some(_)) => Ok(()),
+                };
+                if let Err(r) = &attached {
+                    self.warn(
+                        doc,
+                        &format!("spec.parentRefs[{p}]"),
+                        format!(
+                            "not attached to Service {service}: {} ({})",
+                            r.message(),
+                            r.reason()
+                        ),
+                    );
+                }
+                sections.push(SectionStatus {
+                    name: format!("parent Service {service}"),
+                    conditions: status::route_parent(attached.as_ref().map(|_| ()), &refs),
+                });
+                if attached.is_ok() {
+                    let entry = self.mesh.entry(service).or_default();
+                    for (rank, routes, pending) in &built {
+                        let with_port = routes
+                            .iter()
+                            .cloned()
+                            .map(|mut r| {
+                                r.matches.iter_mut().for_each(|m| m.port = parent.port);
+                                r
+                            })
+                            .collect();
+                        entry.push((rank.clone(), with_port, pending.clone()));
+                    }
+                }
+                continue;
+            }
             let attached = match self.parent_gateway(ns, parent) {
                 Ok(None) => continue,
                 Ok(Some(g)) => {
@@ -1212,6 +1254,45 @@ impl<'a> Translator<'a> {
             let _ = ns;
             self.out.virtual_services.push(vs);
         }
+        let mesh = std::mem::take(&mut self.mesh);
+        for (host, mut entries) in mesh {
+            entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
+            let (name, ns) = host
+                .strip_suffix(".svc.cluster.local")
+                .and_then(|h| h.split_once('.'))
+                .unwrap_or((host.as_str(), "default"));
+            let vs_name = format!("{name}-mesh");
+            let mut vs = Doc {
+                file: PathBuf::from(format!("gateway-api#mesh/{ns}/{vs_name}")),
+                index: 0,
+                api_version: "networking.istio.io/v1".into(),
+                kind: "VirtualService".into(),
+                metadata: Metadata {
+                    name: vs_name,
+                    namespace: Some(ns.into()),
+                    ..Metadata::default()
+                },
+                spec: VirtualService {
+                    hosts: vec![host.clone()],
+                    ..VirtualService::default()
+                },
+            };
+            let mut pendings = Vec::new();
+            for (_, routes, pending) in entries {
+                let first = vs.spec.http.len();
+                for p in pending {
+                    pendings.push((first + p.route, p.destination, p.host));
+                }
+                vs.spec.http.extend(routes);
+            }
+            for (route, d, host) in pendings {
+                let field = FieldPath::parse(&format!("spec.http[{route}].route[{d}].destination"));
+                self.out
+                    .dangling
+                    .push(DanglingRef::new(&vs, &field, &host, DanglingReason::Host));
+            }
+            self.out.virtual_services.push(vs);
+        }
         let l4 = std::mem::take(&mut self.l4);
         for ((g, port), routes) in l4 {
             let gw = self.gateways[g].doc;
@@ -1263,6 +1344,16 @@ enum ClassVerdict {
 /// reverse is [`super::selection::source_gateway_name`]).
 pub fn generated_gateway_name(name: &str) -> String {
     format!("{name}-istio-autogenerated-k8s-gateway")
+}
+
+/// The host of the Service a parentRef names (GAMMA's mesh routes), if it names one.
+fn mesh_parent(parent: &ParentRef, route_ns: &str) -> Option<String> {
+    let group = parent.group.as_deref().unwrap_or(GROUP);
+    let kind = parent.kind.as_deref().unwrap_or("Gateway");
+    (group.is_empty() && kind == "Service").then(|| {
+        let ns = parent.namespace.as_deref().unwrap_or(route_ns);
+        format!("{}.{ns}.svc.cluster.local", parent.name)
+    })
 }
 
 fn parent_label(parent: &ParentRef, route_ns: &str) -> String {
