@@ -5,8 +5,12 @@
 # 1,000th VirtualService's host (a hash lookup among 1,000 hosts) and matches its last route
 # (nine prefix/regex conditions checked first): the worst case of the table. One run, back-to-
 # back pairs (bench/lib/common.sh: paired_ratio), a noise floor of the single-route proxy
-# against itself first. Goal: 1,000 VS >= 0.95 x single route. Env: PAIRS (16), SECS (2),
-# CONNS (64), PIN (1).
+# against itself first. Goal: 1,000 VS >= 0.95 x single route.
+# The same in the Kubernetes Gateway API's form: 1,000 HTTPRoutes of 10 rules each (one
+# hostname each, the request matching the 1,000th route's last rule) against one HTTPRoute,
+# both forwarding to one `warden echo` (a Gateway API route has no direct response). Goal:
+# 1,000 HTTPRoutes >= 0.95 x one HTTPRoute. Env: PAIRS (16), SECS (2), CONNS (64), PIN (1),
+# GATEWAY_API (1; 0 runs the VirtualService pair only).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs wrk:wrk curl:curl python3:python3
 build_warden
@@ -73,3 +77,70 @@ echo "# routes.sh $(date -u +%FT%TZ): $(nproc) cores, background busy $(backgrou
 noise_floor "noise floor: single route / single route" "http://127.0.0.1:$ONE/items/42/x" "$PAIRS" "$SECS"
 paired_ratio "1,000 VirtualServices x 10 routes (last route) / single route" \
   "http://127.0.0.1:$ONE/items/42/x" "http://127.0.0.1:$MANY/items/42/x" "$PAIRS" "$SECS" | paired_verdict 0.95
+
+[ "${GATEWAY_API:-1}" = 1 ] || exit 0
+ECHO=$(free_port); API_ONE=$(free_port); API_MANY=$(free_port)
+bg_client_side "$WARDEN" echo --http "127.0.0.1:$ECHO"
+api_gateway() { # PORT
+  cat <<YAML
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: bench, namespace: bench}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: $1, protocol: HTTP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: bench}
+spec:
+  ports: [{name: http, port: 8080, targetPort: $ECHO}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-1, namespace: bench, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+endpoints: [{addresses: [127.0.0.1], conditions: {ready: true}}]
+ports: [{name: http, port: $ECHO}]
+YAML
+}
+{ api_gateway "$API_ONE"; cat <<YAML
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: one, namespace: bench}
+spec:
+  parentRefs: [{name: bench}]
+  rules:
+  - backendRefs: [{name: echo, port: 8080}]
+YAML
+} >"$WORK/api-one.yaml"
+{ api_gateway "$API_MANY"; python3 - <<'PY'
+for i in range(1000):
+    print(f"""---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: svc-{i:04}, namespace: bench}}
+spec:
+  parentRefs: [{{name: bench}}]
+  hostnames: [svc-{i:04}.example.com]
+  rules:""")
+    for j in range(9):
+        if j % 2:
+            path = f"{{type: RegularExpression, value: '/items/[0-9]+/r{j}(/.*)?'}}"
+        else:
+            path = f"{{type: PathPrefix, value: /api/v{j}}}"
+        print(f"  - matches: [{{path: {path}}}]\n    backendRefs: [{{name: echo, port: 8080}}]")
+    print("  - backendRefs: [{name: echo, port: 8080}]")
+PY
+} >"$WORK/api-many.yaml"
+bg_server "$WARDEN" proxy -c "$WORK/api-one.yaml" --concurrency 1 --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)"
+bg_server "$WARDEN" proxy -c "$WORK/api-many.yaml" --concurrency 1 --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)"
+for port in "$API_ONE" "$API_MANY"; do wait_http "http://127.0.0.1:$port/"; done
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $HOST" "http://127.0.0.1:$API_MANY/items/42/x")
+[ "$code" = 200 ] || { echo "the 1,000-HTTPRoute proxy answered $code" >&2; exit 1; }
+"$WARDEN" check -c "$WORK/api-many.yaml" | head -2
+noise_floor "noise floor: one HTTPRoute / one HTTPRoute" "http://127.0.0.1:$API_ONE/items/42/x" "$PAIRS" "$SECS"
+paired_ratio "1,000 HTTPRoutes x 10 rules (last rule) / one HTTPRoute" \
+  "http://127.0.0.1:$API_ONE/items/42/x" "http://127.0.0.1:$API_MANY/items/42/x" "$PAIRS" "$SECS" | paired_verdict 0.95

@@ -28,7 +28,7 @@ ensure_pkgs() {
 
 build_warden() {
   (cd "$ROOT" && cargo build --release -q -p warden)
-  WARDEN="$ROOT/target/release/warden"
+  WARDEN="${CARGO_TARGET_DIR:-$ROOT/target}/release/warden"
 }
 
 # free_port — a TCP port free on 127.0.0.1 right now.

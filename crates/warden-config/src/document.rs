@@ -15,6 +15,9 @@ pub struct Metadata {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Set by the API server (RFC 3339); orders Gateway API routes of equal precedence.
+    #[serde(default)]
+    pub creation_timestamp: Option<String>,
 }
 
 impl Metadata {

@@ -86,7 +86,7 @@ const OWN_GROUPS: &[&str] = &[
 ];
 
 /// The Kubernetes Gateway API's groups (standard and experimental channels).
-const GATEWAY_API_GROUPS: &[&str] = &["gateway.networking.k8s.io", "gateway.networking.x-k8s.io"];
+const GATEWAY_API_GROUPS: &[&str] = crate::gateway_api::GROUPS;
 
 /// What to do with a document of `kind` in API group `group`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,14 +104,26 @@ pub(crate) enum KindVerdict {
 /// Decide about a document's kind. `kind` is non-empty.
 pub(crate) fn classify(kind: &str, group: &str) -> KindVerdict {
     if GATEWAY_API_GROUPS.contains(&group) {
+        if crate::gateway_api::READ_KINDS
+            .iter()
+            .any(|(k, _)| *k == kind)
+        {
+            return KindVerdict::Read;
+        }
         return KindVerdict::Refused {
             why: format!(
-                "the Kubernetes Gateway API ({group}) is not supported by warden yet; use \
-                 Istio's Gateway and VirtualService (networking.istio.io) for {kind}"
+                "{kind} of the Kubernetes Gateway API ({group}) is not supported by warden yet \
+                 (supported: {})",
+                crate::gateway_api::READ_KINDS
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
     }
-    if READ_KINDS.iter().any(|(k, _, _)| *k == kind) {
+    // Only a Namespace's labels are read (Gateway listeners select route namespaces by them).
+    if READ_KINDS.iter().any(|(k, _, _)| *k == kind) || (kind == "Namespace" && group.is_empty()) {
         return KindVerdict::Read;
     }
     if let Some((_, _, why)) = REFUSED_KINDS
@@ -256,13 +268,16 @@ mod tests {
             ("RequestAuthentication", "security.istio.io", "refused: JWT"),
             ("WasmPlugin", "extensions.istio.io", "refused: Wasm"),
             ("Telemetry", "telemetry.istio.io", "refused: Telemetry `tracing`"),
+            ("HTTPRoute", "gateway.networking.k8s.io", "read"),
+            ("Gateway", "gateway.networking.k8s.io", "read"),
+            ("ReferenceGrant", "gateway.networking.k8s.io", "read"),
             (
-                "HTTPRoute",
+                "UDPRoute",
                 "gateway.networking.k8s.io",
-                "refused: the Kubernetes Gateway API (gateway.networking.k8s.io) is not \
-                 supported by warden yet; use Istio's Gateway and VirtualService",
+                "refused: UDPRoute of the Kubernetes Gateway API (gateway.networking.k8s.io) \
+                 is not supported by warden yet",
             ),
-            ("Gateway", "gateway.networking.k8s.io", "refused: the Kubernetes Gateway API"),
+            ("Namespace", "", "read"),
             ("Deployment", "apps", "ignored"),
             ("ConfigMap", "", "ignored"),
             ("ServiceAccount", "", "ignored"),

@@ -19,6 +19,7 @@ pub mod document;
 pub mod duration;
 pub mod error;
 pub mod field_path;
+pub mod gateway_api;
 pub mod gateway_ref;
 pub mod hosts;
 mod kind_policy;
@@ -76,6 +77,9 @@ pub struct ConfigSet {
     pub endpoint_slices: Vec<Doc<kinds::kubernetes::EndpointSlice>>,
     pub endpoints: Vec<Doc<kinds::kubernetes::Endpoints>>,
     pub pods: Vec<Doc<kinds::kubernetes::Pod>>,
+    /// Kubernetes Gateway API documents; what they stand for is in `gateways` and
+    /// `virtual_services` too (generated, see [`gateway_api::translate`]).
+    pub gateway_api: gateway_api::GatewayApiSet,
     /// Route destinations that nothing in the load defines (each also a coded warning): the
     /// proxy answers 503 for them, as Envoy does for a route whose cluster does not exist.
     /// See [`ConfigSet::dangling_destination`].

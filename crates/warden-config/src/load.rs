@@ -54,6 +54,9 @@ struct Envelope {
     rest: serde_json::Map<String, serde_json::Value>,
 }
 
+/// How Gateway API kinds are named for unknown-field checks (`Gateway` alone is Istio's).
+const GATEWAY_API_SCHEMA: &str = "gateway.networking.k8s.io/";
+
 /// Kinds whose data is the whole object (`spec`, `status` or top-level fields), not `spec`.
 const WHOLE_OBJECT_KINDS: &[&str] = &["Service", "Endpoints", "Pod", "EndpointSlice"];
 
@@ -238,6 +241,19 @@ impl Loader {
                 Some(f) => refused_at = FieldPath::keys(&["spec", f]),
             }
         }
+        let gateway_api = crate::gateway_api::GROUPS.contains(&doc_group);
+        if gateway_api
+            && verdict == KindVerdict::Read
+            && self
+                .options
+                .skip_kinds
+                .iter()
+                .any(|e| skip_matches(e, &env.kind, doc_group))
+        {
+            verdict = KindVerdict::Refused {
+                why: "the operator skips it".into(),
+            };
+        }
         match verdict {
             KindVerdict::Read => {}
             KindVerdict::Unknown { why } => {
@@ -281,6 +297,17 @@ impl Loader {
                 self.skipped_kinds.entry(key).or_insert((first, 0)).1 += 1;
                 return;
             }
+        }
+        if gateway_api {
+            let version = doc_version.to_owned();
+            return self.add_gateway_api(file, index, env, loc, lines, &version, ignored);
+        }
+        if env.kind == "Namespace" {
+            // Only its labels are read (Gateway listeners select route namespaces by them).
+            let labels = env.metadata.labels.clone();
+            let name = env.metadata.name.clone();
+            self.loaded.set.gateway_api.namespaces.insert(name, labels);
+            return;
         }
         let Some((_, group, versions)) = READ_KINDS.iter().find(|(k, _, _)| *k == env.kind) else {
             return;
@@ -336,6 +363,7 @@ impl Loader {
         macro_rules! typed {
             ($field:ident) => {{
                 match decode(
+                    &env.kind,
                     data,
                     &base,
                     &loc,
@@ -381,6 +409,101 @@ impl Loader {
             .insert(file.to_path_buf(), index, lines);
     }
 
+    /// A document of the Gateway API's groups: version checked, spec decoded into
+    /// [`crate::gateway_api::GatewayApiSet`].
+    #[allow(clippy::too_many_arguments)]
+    fn add_gateway_api(
+        &mut self,
+        file: &Path,
+        index: usize,
+        env: Envelope,
+        loc: Location,
+        lines: LineIndex,
+        version: &str,
+        ignored: Vec<FieldPath>,
+    ) {
+        let versions = crate::gateway_api::READ_KINDS
+            .iter()
+            .find(|(k, _)| *k == env.kind)
+            .map_or(&[][..], |(_, v)| *v);
+        if !versions.contains(&version) {
+            self.errors.push(problem_at(
+                &loc,
+                &lines,
+                &FieldPath::keys(&["apiVersion"]),
+                format!(
+                    "apiVersion {:?} is not valid for kind {} (expected {})",
+                    env.api_version,
+                    env.kind,
+                    versions
+                        .iter()
+                        .map(|v| format!("gateway.networking.k8s.io/{v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+            self.failed_kinds.insert(env.kind);
+            return;
+        }
+        for path in ignored {
+            let Some(finding) = unknown_field::classify_envelope(false, &path) else {
+                continue;
+            };
+            let problem = Problem {
+                code: Some(finding.code),
+                ..problem_at(&loc, &lines, &path, finding.message)
+            };
+            match finding.error {
+                true => self.errors.push(problem),
+                false => self.loaded.warnings.push(problem),
+            }
+        }
+        let schema_kind = format!("{GATEWAY_API_SCHEMA}{}", env.kind);
+        let base = FieldPath::keys(&["spec"]);
+        let api = &mut self.loaded.set.gateway_api;
+        macro_rules! typed {
+            ($field:ident) => {{
+                match decode(
+                    &schema_kind,
+                    env.spec,
+                    &base,
+                    &loc,
+                    &lines,
+                    &mut self.loaded.warnings,
+                    &mut self.errors,
+                ) {
+                    Ok(spec) => api.$field.push(Doc {
+                        file: file.to_path_buf(),
+                        index,
+                        api_version: env.api_version,
+                        kind: env.kind,
+                        metadata: env.metadata,
+                        spec,
+                    }),
+                    Err(problem) => {
+                        self.errors.extend(problem.map(|p| *p));
+                        self.failed_kinds.insert(env.kind);
+                        return;
+                    }
+                }
+            }};
+        }
+        match env.kind.as_str() {
+            "GatewayClass" => typed!(gateway_classes),
+            "Gateway" => typed!(gateways),
+            "HTTPRoute" => typed!(http_routes),
+            "GRPCRoute" => typed!(grpc_routes),
+            "TCPRoute" => typed!(tcp_routes),
+            "TLSRoute" => typed!(tls_routes),
+            "ReferenceGrant" => typed!(reference_grants),
+            _ => return,
+        }
+        self.loaded
+            .set
+            .source_lines
+            .insert(file.to_path_buf(), index, lines);
+    }
+
     fn finish(mut self) -> Result<Loaded, ConfigErrors> {
         for ((kind, api_version), (mut first, count)) in std::mem::take(&mut self.skipped_kinds) {
             first.message = match count {
@@ -416,6 +539,16 @@ impl Loader {
         self.errors.extend(errors);
         self.loaded.warnings.extend(warnings);
         self.loaded.set.dangling = dangling;
+        // After validation: the generated documents are checked by the translation itself,
+        // at the Gateway API documents they come from.
+        let translated = crate::gateway_api::translate::translate(&self.loaded.set);
+        let set = &mut self.loaded.set;
+        set.gateways.extend(translated.gateways);
+        set.virtual_services.extend(translated.virtual_services);
+        set.dangling.extend(translated.dangling);
+        set.gateway_api.status = translated.status;
+        self.errors.extend(translated.errors);
+        self.loaded.warnings.extend(translated.warnings);
         let files = self.files;
         let order = |p: &Problem| {
             let file = files
@@ -457,6 +590,9 @@ fn changes_behaviour(kind: &str, path: &FieldPath) -> bool {
         "Gateway" => matches!(*top, "servers" | "selector"),
         "ServiceEntry" => matches!(*top, "ports" | "endpoints" | "resolution"),
         "AuthorizationPolicy" | "Sidecar" | "PeerAuthentication" => *top != "exportTo",
+        // Gateway API kinds: every field they have is read, so an unknown one is a mistake
+        // or a newer field warden does not implement.
+        k if k.starts_with(GATEWAY_API_SCHEMA) => true,
         _ => false,
     }
 }
@@ -576,6 +712,7 @@ fn error_path(base: &FieldPath, path: &serde_path_to_error::Path, message: &str)
 /// ([`unknown_field`]) and an error with the field path on a type mismatch or a missing
 /// required field. `Err(None)`: the errors are recorded already (a misspelt field).
 fn decode<T: DeserializeOwned>(
+    kind: &str,
     spec: serde_json::Value,
     base: &FieldPath,
     loc: &Location,
@@ -593,7 +730,6 @@ fn decode<T: DeserializeOwned>(
         let mut record = |p: serde_ignored::Path<'_>| ignored.push(FieldPath::from_ignored(&p));
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(spec, &mut record))
     };
-    let kind = loc.object.split('/').next().unwrap_or("");
     // Names the typos stood for: a "missing field" error for one of them is the typo's.
     let mut meant: Vec<String> = Vec::new();
     let mut typo = false;

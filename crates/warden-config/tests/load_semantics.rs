@@ -150,10 +150,12 @@ spec:
   url: oci://example.com/basic-auth:latest
 ";
 
-const HTTP_ROUTE: &str = "\
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: web}
+/// A Gateway API kind warden does not implement (HTTPRoute and the others it reads are
+/// tested in gateway_api.rs).
+const UDP_ROUTE: &str = "\
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: dns}
 spec:
   parentRefs: [{name: gw}]
 ";
@@ -164,7 +166,7 @@ fn kinds_that_change_requests_are_refused_unless_skipped() {
     let cases = [
         (REQUEST_AUTHN, "2 kind: kind RequestAuthentication (security.istio.io/v1) is not supported: JWT authentication is not implemented by warden yet"),
         (WASM, "2 kind: kind WasmPlugin (extensions.istio.io/v1alpha1) is not supported: Wasm plugins"),
-        (HTTP_ROUTE, "2 kind: kind HTTPRoute (gateway.networking.k8s.io/v1) is not supported: the Kubernetes Gateway API"),
+        (UDP_ROUTE, "2 kind: kind UDPRoute (gateway.networking.k8s.io/v1alpha2) is not supported: UDPRoute of the Kubernetes Gateway API"),
     ];
     for (yaml, want) in cases {
         let errors = outcome(yaml, &none).expect_err(want);

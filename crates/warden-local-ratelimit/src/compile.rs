@@ -580,7 +580,13 @@ pub(crate) fn scope_of(
     let mut scope = Scope::default();
     for (i, t) in doc.spec.target_refs.iter().enumerate() {
         match t.kind.as_str() {
-            "Gateway" => scope.gateways.push(t.name.clone()),
+            "Gateway" => {
+                scope.gateways.push(t.name.clone());
+                // A Gateway API Gateway is served as the Istio Gateway generated for it.
+                scope
+                    .gateways
+                    .push(warden_config::gateway_api::translate::generated_gateway_name(&t.name));
+            }
             "VirtualService" | "HTTPRoute" => scope.virtual_services.push(t.name.clone()),
             other => problems.push(site.problem(
                 format!("spec.targetRefs[{i}].kind"),

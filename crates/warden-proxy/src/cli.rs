@@ -38,6 +38,11 @@ pub struct ProxyArgs {
     /// The proxy's labels, `k=v` (repeatable; for policy workload selectors).
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Serve one Kubernetes Gateway API Gateway, `NAMESPACE/NAME`, as Istio's auto-deployed
+    /// gateway does: sets the namespace and the label `gateway.networking.k8s.io/gateway-name`
+    /// (Istio Gateways whose selector picks the labels are served too). Default: every Gateway.
+    #[arg(long, value_parser = parse_gateway)]
+    pub gateway: Option<(String, String)>,
     /// JSON-lines access log: a file path, or `-` for stdout. Off by default.
     #[arg(long)]
     pub access_log: Option<String>,
@@ -344,6 +349,16 @@ fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
+/// `--gateway NAMESPACE/NAME`.
+fn parse_gateway(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("gateway {text:?} must be NAMESPACE/NAME")),
+    }
+}
+
 fn parse_label(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -422,6 +437,13 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
     opts.labels = labels;
+    if let Some((namespace, name)) = args.gateway {
+        opts.namespace = namespace;
+        opts.labels.insert(
+            warden_config::gateway_api::selection::GATEWAY_NAME_LABEL.into(),
+            name,
+        );
+    }
     opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();

@@ -9,42 +9,12 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warden_proxy::{ConfigSource, Proxy, ProxyOptions, RunningProxy};
 use warden_testkit::pki::{Leaf, Pki};
 use warden_testkit::TempDir;
 use warden_tls::rustls;
-
-fn leaf(name: &str) -> Leaf {
-    Leaf {
-        common_name: name.into(),
-        dns: vec![name.into()],
-        ..Leaf::default()
-    }
-}
-
-/// Run a command to its end; (success, stdout + stderr).
-async fn run(program: &str, args: Vec<String>) -> (bool, String) {
-    let program = program.to_string();
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new(&program)
-            .args(&args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{program} runs: {e}"));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    })
-    .await
-    .unwrap()
-}
 
 /// curl `https://host:port/path` through the proxy at `addr`, printing code and version.
 async fn curl(addr: std::net::SocketAddr, host: &str, ca: &Path, extra: &[&str]) -> (bool, String) {
@@ -280,54 +250,6 @@ async fn bad_certificate_files_are_named_with_the_problem() {
     assert!(e.contains("spec.servers[0].tls.cipherSuites"), "{e}");
 }
 
-/// A TLS server on loopback answering every connection with an HTTP response naming itself
-/// (the PASSTHROUGH backend), optionally requiring client certificates.
-async fn tls_backend(pki: &Pki, name: &str) -> std::net::SocketAddr {
-    let (cert, key) = pki.issue(
-        name,
-        &Leaf {
-            loopback_ip: true,
-            ..leaf(name)
-        },
-    );
-    let spec = warden_tls::server::ServerSpec {
-        cert,
-        key,
-        alpn: vec![b"http/1.1".to_vec()],
-        ..Default::default()
-    };
-    let config = warden_tls::server::server_config(&spec, std::time::SystemTime::now()).unwrap();
-    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let name = name.to_string();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(s).await else {
-                    return;
-                };
-                let mut buf = [0u8; 4096];
-                let _ = tls.read(&mut buf).await;
-                let body = format!("backend {name}");
-                let _ = tls
-                    .write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                        .as_bytes(),
-                    )
-                    .await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn passthrough_forwards_the_clients_tls_to_the_backend_by_sni() {
     let pki = Pki::new("pass");
@@ -484,23 +406,6 @@ spec:
         .await
         .unwrap();
     assert_eq!(resp.status(), 503);
-}
-
-/// A TLS client trusting the CA bundle at `ca`.
-fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).unwrap();
-    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        let c: rustls::pki_types::CertificateDer<'static> = c.unwrap();
-        roots.add(c).unwrap();
-    }
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(warden_tls::provider::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }
 
 /// New TLS connections (a request each) from `workers` tasks until `stop`; the failures and the

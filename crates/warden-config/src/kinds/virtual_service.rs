@@ -476,4 +476,8 @@ pub struct HttpRedirect {
     /// 301 unless set.
     #[serde(default)]
     pub redirect_code: Option<u16>,
+    /// (matched prefix, replacement): a Gateway API `ReplacePrefixMatch` redirect, which
+    /// Istio's API has no field for (set only by `gateway_api::translate`).
+    #[serde(skip)]
+    pub prefix_rewrite: Option<(String, String)>,
 }

@@ -47,10 +47,16 @@ pub fn proxy_scope(set: &ConfigSet, identity: &ProxyIdentity) -> ProxyScope {
     ProxyScope {
         namespace: identity.namespace.clone(),
         labels: identity.labels.clone(),
+        // A Gateway API Gateway is targeted by its own name, not its Istio Gateway's.
         gateway_names: set
             .gateways
             .iter()
-            .map(|g| g.metadata.name.clone())
+            .flat_map(|g| {
+                let name = g.metadata.name.as_str();
+                let source = warden_config::gateway_api::selection::source_gateway_name(name);
+                std::iter::once(name).chain(source)
+            })
+            .map(str::to_owned)
             .collect(),
         ..ProxyScope::default()
     }

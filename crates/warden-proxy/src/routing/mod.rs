@@ -190,6 +190,9 @@ pub struct Redirect {
     pub port: Option<u16>,
     pub port_rule: DerivePort,
     pub uri: Option<Box<str>>,
+    /// (prefix, replacement): a Gateway API `ReplacePrefixMatch` redirect, Envoy's
+    /// `prefix_rewrite` (the path's `prefix` replaced, the rest kept).
+    pub prefix_rewrite: Option<(Box<str>, Box<str>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,7 +241,13 @@ impl Redirect {
                 }
             }
             None => {
-                out.push_str(path);
+                match &self.prefix_rewrite {
+                    Some((prefix, with)) if path.starts_with(&**prefix) => {
+                        out.push_str(with);
+                        out.push_str(&path[prefix.len()..]);
+                    }
+                    _ => out.push_str(path),
+                }
                 if let Some(q) = query {
                     out.push('?');
                     out.push_str(q);
@@ -519,6 +528,7 @@ mod tests {
             port,
             port_rule: rule,
             uri: uri.map(Into::into),
+            prefix_rewrite: None,
         };
         let plain = r(None, None, DerivePort::Keep, None);
         assert_eq!(
@@ -543,6 +553,14 @@ mod tests {
         assert_eq!(
             same.location("a.test:8080", "/x", None),
             "https://b.test:8080/x"
+        );
+        let prefixed = Redirect {
+            prefix_rewrite: Some(("/cayenne/".into(), "/paprika/".into())),
+            ..r(None, None, DerivePort::RequestPort, None)
+        };
+        assert_eq!(
+            prefixed.location("a.test:8080", "/cayenne/pepper", Some("q=1")),
+            "https://a.test:8080/paprika/pepper?q=1"
         );
     }
 

@@ -148,6 +148,13 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         s.filters.stage_names().join(", ")
     );
     describe_rate_limits(&mut out, s);
+    let api = &s.config.gateway_api;
+    if !api.status.is_empty() {
+        // The conditions a Gateway API controller would set, so a user sees why a route is
+        // not attached (warden_config::gateway_api::status).
+        let _ = writeln!(out, "gateway API status ({}):", api.status.len());
+        out.push_str(&api.describe_status());
+    }
     if !s.warnings.is_empty() {
         let _ = writeln!(out, "warnings ({}):", s.warnings.len());
         for w in &s.warnings {

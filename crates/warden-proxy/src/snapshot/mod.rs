@@ -115,6 +115,15 @@ impl Snapshot {
         previous: Option<&Snapshot>,
         extensions: &ChainExtensions,
     ) -> Result<Snapshot, ConfigErrors> {
+        let mut loaded = loaded;
+        if identity.sidecar.is_none() {
+            // A proxy deployed for one Gateway API Gateway serves its listeners only.
+            let (ns, labels) = (&identity.namespace, &identity.labels);
+            loaded
+                .set
+                .gateways
+                .retain(|g| warden_config::gateway_api::selection::serves(g, ns, labels));
+        }
         let mut b = Builder {
             set: &loaded.set,
             identity,
@@ -261,6 +270,7 @@ fn https_redirect_route<'s>(
             port: None,
             port_rule: crate::routing::DerivePort::ProtocolDefault,
             uri: None,
+            prefix_rewrite: None,
         }),
         request_headers: HeaderOps::default(),
         response_headers: HeaderOps::default(),
@@ -1209,6 +1219,10 @@ fn redirect(r: &warden_config::kinds::virtual_service::HttpRedirect) -> crate::r
             _ => DerivePort::Keep,
         },
         uri: r.uri.as_deref().map(Into::into),
+        prefix_rewrite: r
+            .prefix_rewrite
+            .as_ref()
+            .map(|(prefix, with)| (prefix.as_str().into(), with.as_str().into())),
     }
 }
 

@@ -440,3 +440,97 @@ pub async fn first_status(addr: SocketAddr, request: &[u8]) -> u16 {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
 }
+
+/// A leaf certificate for `name` (its CN and DNS SAN).
+pub fn leaf(name: &str) -> warden_testkit::pki::Leaf {
+    warden_testkit::pki::Leaf {
+        common_name: name.into(),
+        dns: vec![name.into()],
+        ..warden_testkit::pki::Leaf::default()
+    }
+}
+
+/// A TLS server on loopback answering every connection with an HTTP response naming itself
+/// (the PASSTHROUGH backend), optionally requiring client certificates.
+pub async fn tls_backend(pki: &warden_testkit::pki::Pki, name: &str) -> std::net::SocketAddr {
+    let (cert, key) = pki.issue(
+        name,
+        &warden_testkit::pki::Leaf {
+            loopback_ip: true,
+            ..leaf(name)
+        },
+    );
+    let spec = warden_tls::server::ServerSpec {
+        cert,
+        key,
+        alpn: vec![b"http/1.1".to_vec()],
+        ..Default::default()
+    };
+    let config = warden_tls::server::server_config(&spec, std::time::SystemTime::now()).unwrap();
+    let acceptor = warden_tls::tokio_rustls::TlsAcceptor::from(config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let body = format!("backend {name}");
+                let _ = tls
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Run a command to its end; (success, stdout + stderr).
+pub async fn run(program: &str, args: Vec<String>) -> (bool, String) {
+    let program = program.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(&program)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    })
+    .await
+    .unwrap()
+}
+
+/// A TLS client trusting the CA bundle at `ca`.
+pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<warden_tls::rustls::ClientConfig> {
+    let mut roots = warden_tls::rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).unwrap();
+    for c in warden_tls::rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: warden_tls::rustls::pki_types::CertificateDer<'static> = c.unwrap();
+        roots.add(c).unwrap();
+    }
+    std::sync::Arc::new(
+        warden_tls::rustls::ClientConfig::builder_with_provider(warden_tls::provider::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
