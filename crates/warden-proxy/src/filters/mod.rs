@@ -1,5 +1,6 @@
 //! The HTTP filters and their chain (`chain`: the trait, the order, EnvoyFilter positions), one
-//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`;
+//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`,
+//! `lua` (Envoy's Lua filter, from EnvoyFilter patches);
 //! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
 //! limits). `route_sites` names every route the way EnvoyFilter patches do.
 //!
@@ -13,6 +14,7 @@ pub mod fault;
 pub mod global_rate_limit;
 pub mod l4;
 pub mod local_rate_limit;
+pub mod lua;
 pub mod route_sites;
 
 use crate::core::identity::ProxyIdentity;
@@ -103,6 +105,23 @@ impl Filters {
             builtins.push(Stage::GlobalRateLimit);
         }
         builtins.push(Stage::Fault);
+        let names: Vec<&str> = builtins.iter().map(Stage::name).collect();
+        let lua = lua::build(set, identity, routes, &names, &mut problems);
+        if !problems.is_empty() {
+            return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
+        }
+        let with_lua;
+        let extensions = if lua.is_empty() {
+            extensions
+        } else {
+            let mut all: Vec<_> = lua
+                .into_iter()
+                .map(|l| (l.position, l.filter as std::sync::Arc<dyn HttpFilter>))
+                .collect();
+            all.extend(extensions.0.iter().cloned());
+            with_lua = ChainExtensions(all);
+            &with_lua
+        };
         let (chain, skipped) = chain::order(&builtins, extensions);
         for s in skipped {
             tracing::warn!("HTTP filter {s} not added: its position names no filter of the chain");

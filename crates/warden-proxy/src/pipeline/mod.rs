@@ -469,7 +469,7 @@ async fn act(
         mut lines,
         body,
         client_ip,
-        route,
+        mut route,
         vhost,
         resume,
     } = waiting;
@@ -478,7 +478,7 @@ async fn act(
     let mut response = 'stages: {
         // 3. the rest of the chain, from the filter that waits
         let answered = if resume < filters.len() {
-            let authority = authority_of(&parts, lines.as_ref());
+            let mut authority = authority_of(&parts, lines.as_ref());
             let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
             attrs.vhost = vhost;
             // A waiting filter's own replies carry the local limiter's headers too.
@@ -513,6 +513,24 @@ async fn act(
                         let mut response = local(r, &mut state);
                         response.headers_mut().extend(h);
                         break 'stages response;
+                    }
+                }
+                // A filter changed the request: the next one sees the change.
+                if let Some(edit) = state.request_edit.take() {
+                    let reroute = edit.reroute;
+                    apply_edit(&mut parts, &mut lines, *edit);
+                    authority = authority_of(&parts, lines.as_ref());
+                    attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                    attrs.vhost = vhost;
+                    // `clearRouteCache()`: the changed request is routed again.
+                    if reroute {
+                        let Some((v, r)) = find_route(&snapshot, conn, &attrs) else {
+                            reached = at + 1;
+                            break 'stages local(LocalReply::no_route(), &mut state);
+                        };
+                        attrs.vhost = v;
+                        route = r.clone();
+                        outcome.route = Some(route.clone());
                     }
                 }
                 match filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics) {
@@ -639,6 +657,42 @@ async fn act(
         &state.notes,
         log,
     )
+}
+
+/// A filter's change to the request, made to the request itself: headers (the lines kept as
+/// read are dropped: the filter's map holds every header), method, `:path` and `:authority`.
+fn apply_edit(
+    parts: &mut http::request::Parts,
+    lines: &mut Option<RequestLines>,
+    edit: crate::filters::chain::RequestEdit,
+) {
+    if let Some(headers) = edit.headers {
+        *lines = None;
+        parts.headers = headers;
+    }
+    if let Some(method) = edit.method {
+        parts.method = method;
+    }
+    if edit.path_and_query.is_some() || edit.authority.is_some() {
+        let mut uri = http::uri::Parts::from(parts.uri.clone());
+        if let Some(pq) = edit
+            .path_and_query
+            .and_then(|pq| http::uri::PathAndQuery::try_from(pq).ok())
+        {
+            uri.path_and_query = Some(pq);
+        }
+        if uri.authority.is_some() {
+            if let Some(a) = edit
+                .authority
+                .and_then(|a| http::uri::Authority::try_from(a).ok())
+            {
+                uri.authority = Some(a);
+            }
+        }
+        if let Ok(u) = http::Uri::from_parts(uri) {
+            parts.uri = u;
+        }
+    }
 }
 
 /// A VirtualService `directResponse`.
