@@ -236,10 +236,11 @@ impl Compiler<'_> {
             }
             Err(e) => {
                 let location = self.set.locate(doc, field);
+                // The field's line is the code's first line (a `|` block's content starts on
+                // the line after its key, a one-line string on the key's).
                 let message = match (e.line, location.line) {
-                    // A block scalar's first line is the one after its key.
-                    (Some(script), Some(key)) => {
-                        format!("{e} (file line {} for a `|` block)", key + script as usize)
+                    (Some(script), Some(first)) => {
+                        format!("{e} (file line {})", first + script as usize - 1)
                     }
                     _ => e.to_string(),
                 };
@@ -613,6 +614,21 @@ impl LuaFilter {
             }
         }
     }
+}
+
+/// `warden_lua_errors_total`: script errors (Envoy's `lua.errors`), runaway and
+/// memory-hungry scripts stopped included.
+pub fn register_metrics(
+    registry: &mut prometheus_client::registry::Registry,
+    filters: &[Arc<LuaFilter>],
+) {
+    let errors = prometheus_client::metrics::counter::Counter::<u64>::default();
+    errors.inc_by(filters.iter().map(|f| f.errors()).sum());
+    registry.sub_registry_with_prefix("lua").register(
+        "errors",
+        "Lua script errors (runtime errors, instruction and memory limits)",
+        errors,
+    );
 }
 
 /// `respond()`'s answer: its status, its headers, its body.

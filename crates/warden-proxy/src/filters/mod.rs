@@ -37,6 +37,8 @@ pub struct Filters {
     pub authz: Option<AuthzFilter>,
     pub local_rate_limit: Option<LocalRateLimitFilter>,
     pub global_rate_limit: Option<GlobalRateLimit>,
+    /// The Lua filters of the chain (also in `chain`), for their counters.
+    pub lua: Vec<std::sync::Arc<lua::LuaFilter>>,
     chain: Box<[Stage]>,
 }
 
@@ -110,6 +112,7 @@ impl Filters {
         if !problems.is_empty() {
             return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
         }
+        let lua_filters: Vec<_> = lua.iter().map(|l| l.filter.clone()).collect();
         let with_lua;
         let extensions = if lua.is_empty() {
             extensions
@@ -130,6 +133,7 @@ impl Filters {
             authz,
             local_rate_limit,
             global_rate_limit,
+            lua: lua_filters,
             chain: chain.into(),
         })
     }
@@ -276,6 +280,9 @@ impl Filters {
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         if let Some(local) = &self.local_rate_limit {
             local_rate_limit::register_metrics(registry, local);
+        }
+        if !self.lua.is_empty() {
+            lua::register_metrics(registry, &self.lua);
         }
     }
 
