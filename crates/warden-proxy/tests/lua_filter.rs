@@ -318,3 +318,127 @@ fn syntax_errors_name_the_file_line_and_the_script_line() {
         "{err}"
     );
 }
+
+/// Envoy's docs: dynamic metadata a script sets feeds a rate limit `metadata` action. The
+/// script maps an API key to a tenant; `warden ratelimit` (in process, memory) allows 3 a
+/// minute per tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_metadata_from_lua_keys_a_global_rate_limit() {
+    use std::sync::Arc;
+    use warden_ratelimit::{ConfigSource, ManualClock, Server, Settings};
+    let dir = warden_testkit::TempDir::new("lua-rls").unwrap();
+    dir.write(
+        "config.yaml",
+        "domain: ratelimit\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
+    )
+    .unwrap();
+    let settings =
+        Settings::loopback_for_tests(ConfigSource::Paths(vec![dir.path().to_path_buf()]));
+    let rls = Server::start_with_clock(settings, Arc::new(ManualClock::new(1_700_000_010_000)))
+        .await
+        .expect("rls starts");
+    let up = echo_http("up").await;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  local key = request_handle:headers():get("x-api-key")
+  if key then
+    request_handle:streamInfo():dynamicMetadata():set("envoy.filters.http.lua", "tenant", "t-" .. key)
+  end
+end"#,
+    );
+    let limits = format!(
+        r#"    - applyTo: HTTP_FILTER
+      match:
+        context: GATEWAY
+        listener:
+          filterChain:
+            filter:
+              name: envoy.filters.network.http_connection_manager
+              subFilter: {{name: envoy.filters.http.router}}
+      patch:
+        operation: INSERT_BEFORE
+        value:
+          name: envoy.filters.http.ratelimit
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+            domain: ratelimit
+            failure_mode_deny: true
+            timeout: 1s
+            rate_limit_service:
+              grpc_service:
+                envoy_grpc: {{cluster_name: "outbound|{port}||127.0.0.1"}}
+              transport_api_version: V3
+    - applyTo: VIRTUAL_HOST
+      match:
+        context: GATEWAY
+        routeConfiguration: {{vhost: {{name: "", route: {{action: ANY}}}}}}
+      patch:
+        operation: MERGE
+        value:
+          rate_limits:
+            - actions:
+                - metadata:
+                    descriptor_key: tenant
+                    metadata_key:
+                      key: envoy.filters.http.lua
+                      path: [{{key: tenant}}]
+"#,
+        port = rls.grpc_addr().port()
+    );
+    let proxy = start(&format!("{}{lua}\n{limits}", http_config(up.addr, "", "")));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let mut got = Vec::new();
+    for key in ["a", "a", "a", "a", "b", "b", "b", "b"] {
+        let r = client()
+            .get(&url)
+            .header("x-api-key", key)
+            .send()
+            .await
+            .unwrap();
+        got.push(r.status().as_u16());
+    }
+    assert_eq!(got, [200, 200, 200, 429, 200, 200, 200, 429]);
+    // No API key: no metadata, so the action drops the descriptor and nothing is limited.
+    for _ in 0..5 {
+        let r = client().get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    proxy.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
+
+/// Dynamic metadata a script sets is in the request's access log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_metadata_reaches_the_access_log() {
+    let dir = warden_testkit::TempDir::new("lua-log").unwrap();
+    let log = dir.path().join("access.log");
+    let up = echo_http("up").await;
+    let yaml = format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(h)
+  h:streamInfo():dynamicMetadata():set("envoy.filters.http.lua", "tier", "gold")
+end"#
+        )
+    );
+    let mut options = ProxyOptions::loopback(inline(&yaml));
+    options.access_log = Some(warden_proxy::AccessLogTarget::File(log.clone()));
+    let proxy = Proxy::start(options).expect("proxy starts");
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(warden_testkit::wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|t| !t.is_empty())
+    }));
+    let line = std::fs::read_to_string(&log).unwrap();
+    let entry: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        entry["dynamic_metadata"]["envoy.filters.http.lua"]["tier"], "gold",
+        "{line}"
+    );
+    proxy.shutdown(Duration::from_secs(1));
+}

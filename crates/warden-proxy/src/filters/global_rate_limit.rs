@@ -356,7 +356,12 @@ impl GlobalRateLimit {
     }
 
     /// The descriptors of a request, in Envoy's order (route actions, then policy rules).
-    pub fn descriptors(&self, req: &RequestAttrs<'_>, route: &Route) -> Vec<RateLimitDescriptor> {
+    pub fn descriptors(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        dynamic_metadata: Option<&crate::core::dynamic_metadata::DynamicMetadata>,
+    ) -> Vec<RateLimitDescriptor> {
         let vs = route.virtual_service();
         let cluster = match &route.action {
             RouteAction::Forward { clusters, .. } => clusters.first().map(|c| &*c.cluster.name),
@@ -380,6 +385,7 @@ impl GlobalRateLimit {
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata,
         };
         let mut out = Vec::new();
         let entries = self.entries_at.get(req, route);
@@ -437,8 +443,14 @@ impl GlobalRateLimit {
         Verdict::ReplyWithHeaders(self.limited_reply(), headers)
     }
 
-    async fn decide(&self, req: &RequestAttrs<'_>, route: &Route, metrics: &Metrics) -> Verdict {
-        let descriptors = self.descriptors(req, route);
+    async fn decide(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        dynamic_metadata: Option<&crate::core::dynamic_metadata::DynamicMetadata>,
+        metrics: &Metrics,
+    ) -> Verdict {
+        let descriptors = self.descriptors(req, route, dynamic_metadata);
         if descriptors.is_empty() {
             return Verdict::Continue;
         }
@@ -589,10 +601,12 @@ impl HttpFilter for GlobalRateLimit {
         &'a self,
         req: &'a RequestAttrs<'a>,
         route: &'a Route,
-        _state: &'a mut FilterState,
+        state: &'a mut FilterState,
         metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
-        Box::pin(self.decide(req, route, metrics))
+        // What earlier filters (Lua) wrote feeds the `metadata` actions.
+        let metadata = state.dynamic_metadata.as_deref();
+        Box::pin(self.decide(req, route, metadata, metrics))
     }
 }
 

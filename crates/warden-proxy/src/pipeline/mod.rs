@@ -26,6 +26,7 @@ use crate::core::access_log::{now_rfc3339, Entry};
 use crate::core::client_addr::trusted_client_addr;
 use crate::core::client_cert;
 use crate::core::conn::ConnCtx;
+use crate::core::dynamic_metadata::DynamicMetadata;
 use crate::core::forwarding_headers::{
     self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
 };
@@ -96,6 +97,7 @@ pub fn handle<'a>(
             limit_headers,
             &outcome,
             &state.notes,
+            state.dynamic_metadata.as_deref(),
             log,
         )),
         // One future holding the request once: no async block around `act` keeping its own
@@ -133,6 +135,7 @@ fn finish(
     limit_headers: Option<RateLimitHeaders>,
     outcome: &Outcome,
     notes: &Notes,
+    metadata: Option<&DynamicMetadata>,
     log: Option<LogFields>,
 ) -> Answer {
     if notes.flag == Some(ResponseFlag::DownstreamProtocolError) {
@@ -140,7 +143,16 @@ fn finish(
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    record(shared, conn, start, response.status(), outcome, notes, log);
+    record(
+        shared,
+        conn,
+        start,
+        response.status(),
+        outcome,
+        notes,
+        metadata,
+        log,
+    );
     Answer {
         response,
         limit_headers,
@@ -175,6 +187,7 @@ fn record(
     status: http::StatusCode,
     outcome: &Outcome,
     notes: &Notes,
+    metadata: Option<&DynamicMetadata>,
     log: Option<LogFields>,
 ) {
     let status = status.as_u16();
@@ -217,6 +230,7 @@ fn record(
             }),
             policy: notes.policy.as_deref(),
             shadow_policy: notes.shadow_policy.as_deref(),
+            dynamic_metadata: metadata,
         });
     }
 }
@@ -655,6 +669,7 @@ async fn act(
         limit_headers,
         &outcome,
         &state.notes,
+        state.dynamic_metadata.as_deref(),
         log,
     )
 }
