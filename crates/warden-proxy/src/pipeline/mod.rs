@@ -180,6 +180,8 @@ impl Answer {
 }
 
 /// Metrics and the access log line of one answered request.
+// As `finish`: each argument comes from a different stage.
+#[allow(clippy::too_many_arguments)]
 fn record(
     shared: &Shared,
     conn: &ConnCtx,
