@@ -442,3 +442,69 @@ end"#
     );
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// Istio's EnvoyFilter docs: a script calls `lua_cluster` (added by a CLUSTER patch) and
+/// waits for its answer; here the answer's status and body become request headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_call_to_a_cluster_added_by_a_cluster_patch() {
+    let up = echo_http("up").await;
+    let acl = echo_http("acl").await;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  -- Make an HTTP call to an upstream host with the following headers, body, and timeout.
+  local headers, body = request_handle:httpCall(
+   "lua_cluster",
+   {
+    [":method"] = "POST",
+    [":path"] = "/acl",
+    [":authority"] = "internal.org.net"
+   },
+  "authorize call",
+  5000)
+  request_handle:headers():add("x-acl-status", headers[":status"])
+  request_handle:headers():add("x-acl-body", body)
+  request_handle:headers():add("x-acl-name", headers["x-upstream"])
+  request_handle:headers():add("x-acl-host", headers["x-echo-h-host"])
+  local h2 = request_handle:httpCall("missing_cluster",
+    {[":method"] = "GET", [":path"] = "/", [":authority"] = "x"}, "", 100)
+  request_handle:headers():add("x-missing-status", h2[":status"])
+end"#,
+    );
+    let cluster = format!(
+        r#"    - applyTo: CLUSTER
+      match:
+        context: GATEWAY
+      patch:
+        operation: ADD
+        value:
+          name: "lua_cluster"
+          type: STRICT_DNS
+          connect_timeout: 0.5s
+          lb_policy: ROUND_ROBIN
+          load_assignment:
+            cluster_name: lua_cluster
+            endpoints:
+            - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address:
+                      protocol: TCP
+                      address: "127.0.0.1"
+                      port_value: {}
+"#,
+        acl.addr.port()
+    );
+    let proxy = start(&format!("{}{lua}\n{cluster}", http_config(up.addr, "", "")));
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-x-acl-status"], "200");
+    assert_eq!(r.headers()["x-echo-h-x-acl-body"], "authorize call");
+    assert_eq!(r.headers()["x-echo-h-x-acl-name"], "acl");
+    assert_eq!(r.headers()["x-echo-h-x-acl-host"], "internal.org.net");
+    assert_eq!(r.headers()["x-echo-h-x-missing-status"], "503");
+    proxy.shutdown(Duration::from_secs(1));
+}

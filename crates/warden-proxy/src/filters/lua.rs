@@ -55,6 +55,145 @@ pub struct LuaFilter {
     /// The default script's index in `program`.
     default: Option<usize>,
     per_route: SiteTable<RouteScript>,
+    /// Where `httpCall` reaches the clusters its scripts name.
+    calls: Arc<Calls>,
+}
+
+/// The clusters scripts call (`httpCall(cluster, ...)`) and a client for them.
+#[derive(Debug)]
+struct Calls {
+    /// Cluster name -> `host:port`, resolved when the config loads.
+    addresses: BTreeMap<String, String>,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+}
+
+/// An answer body a script gets is cut off here (Envoy buffers it whole).
+const MAX_CALL_BODY: usize = 1 << 20;
+
+impl Calls {
+    /// The cluster names `scripts` mention in string literals, resolved the way the rate
+    /// limit service's is (Istio `outbound|PORT||HOST`, a CLUSTER patch's cluster,
+    /// `HOST:PORT`), when some script calls out at all.
+    fn resolve(set: &ConfigSet, identity: &ProxyIdentity, scripts: &[Script]) -> Calls {
+        let mut addresses = BTreeMap::new();
+        if scripts.iter().any(|s| s.source.contains("httpCall")) {
+            let patches =
+                warden_local_ratelimit::envoy::interpret(&set.envoy_filters).unwrap_or_default();
+            let clusters: Vec<_> = patches
+                .clusters
+                .iter()
+                .filter(|c| {
+                    selects(c.origin.workload_labels.as_ref(), identity)
+                        && fits_context(c.origin.context.as_deref(), identity)
+                })
+                .collect();
+            for s in scripts {
+                for name in string_literals(&s.source) {
+                    let known = clusters.iter().any(|c| c.config.name == name);
+                    let shaped = name.contains('|') || name.contains(':');
+                    if !(known || shaped) || addresses.contains_key(name) {
+                        continue;
+                    }
+                    let grpc = warden_local_ratelimit::envoy::global_config::EnvoyGrpc {
+                        cluster_name: name.to_string(),
+                        authority: None,
+                    };
+                    if let Ok(t) =
+                        super::global_rate_limit::rls_address::resolve(set, &grpc, &clusters)
+                    {
+                        addresses.insert(name.to_string(), t.address);
+                    }
+                }
+            }
+        }
+        Calls {
+            addresses,
+            client: hyper_util::client::legacy::Client::builder(
+                hyper_util::rt::TokioExecutor::new(),
+            )
+            .build_http(),
+        }
+    }
+
+    /// Make `call`; a failure is Envoy's failed-call answer (`:status` 503, no body).
+    async fn make(&self, call: &warden_lua::HttpCall) -> warden_lua::HttpReply {
+        let Some(address) = self.addresses.get(&call.cluster) else {
+            tracing::error!(
+                cluster = %call.cluster,
+                "script log: http call cluster invalid. Must be configured"
+            );
+            return warden_lua::HttpReply::failed();
+        };
+        let header = |n: &str| {
+            call.headers
+                .first(n)
+                .and_then(|v| std::str::from_utf8(v).ok())
+        };
+        let uri = format!("http://{address}{}", header(":path").unwrap_or("/"));
+        let mut request = http::Request::builder()
+            .method(header(":method").unwrap_or("GET"))
+            .uri(uri);
+        for (n, v) in call.headers.iter() {
+            let n = if n == ":authority" { "host" } else { n };
+            if !n.starts_with(':') {
+                request = request.header(n, v);
+            }
+        }
+        let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(
+            call.body.clone(),
+        ))) else {
+            return warden_lua::HttpReply::failed();
+        };
+        let exchange = async {
+            let response = self.client.request(request).await.ok()?;
+            let (parts, body) = response.into_parts();
+            let body =
+                http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_CALL_BODY))
+                    .await
+                    .ok()?
+                    .to_bytes();
+            let mut headers = HeaderList::with_capacity(parts.headers.len() + 1);
+            headers.add(":status", parts.status.as_str().as_bytes());
+            for (n, v) in &parts.headers {
+                headers.add(n.as_str(), v.as_bytes());
+            }
+            Some(warden_lua::HttpReply {
+                headers,
+                body: (!body.is_empty()).then(|| body.to_vec()),
+            })
+        };
+        let answer = if call.timeout_ms > 0 {
+            tokio::time::timeout(std::time::Duration::from_millis(call.timeout_ms), exchange)
+                .await
+                .ok()
+                .flatten()
+        } else {
+            exchange.await
+        };
+        answer.unwrap_or_else(warden_lua::HttpReply::failed)
+    }
+}
+
+/// The string literals of a script (`"..."` and `'...'`, no escapes): the cluster names its
+/// `httpCall`s may use.
+fn string_literals(source: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(start) = rest.find(['"', '\'']) {
+        let quote = &rest[start..start + 1];
+        let after = &rest[start + 1..];
+        match after.find(quote) {
+            Some(end) => {
+                out.push(&after[..end]);
+                rest = &after[end + 1..];
+            }
+            None => break,
+        }
+    }
+    out
 }
 
 /// A Lua filter and where its patch puts it.
@@ -427,6 +566,7 @@ pub fn build(
                 .find(|(l, _)| l.covers(site))
                 .map_or(RouteScript::Default, |(_, c)| *c)
         });
+        let calls = Arc::new(Calls::resolve(set, identity, &scripts));
         out.push(PlacedLua {
             position,
             filter: Arc::new(LuaFilter {
@@ -434,6 +574,7 @@ pub fn build(
                 program: Program::new(scripts, Limits::default()),
                 default,
                 per_route,
+                calls,
             }),
             described,
         });
@@ -588,30 +729,36 @@ impl LuaFilter {
         state: &mut FilterState,
     ) -> Verdict {
         let stream = request_stream(req, route, state);
-        match self.program.run(script, Phase::Request, stream) {
-            Run::Continue(s) | Run::Failed(s, _) => {
-                apply_request(s, req, state);
-                Verdict::Continue
-            }
-            Run::Respond(s, r) => {
-                keep_metadata(&s, state);
-                reply(r)
-            }
-            Run::Call(pending) => {
-                // httpCall needs an upstream client: not wired yet, Envoy's failed-call answer.
-                let run = pending.resume(warden_lua::HttpReply::failed());
-                match run {
-                    Run::Continue(s) | Run::Failed(s, _) => {
-                        apply_request(s, req, state);
-                        Verdict::Continue
-                    }
-                    Run::Respond(s, r) => {
-                        keep_metadata(&s, state);
-                        reply(r)
-                    }
-                    Run::Call(_) => Verdict::Continue,
+        let mut run = self.program.run(script, Phase::Request, stream);
+        loop {
+            match run {
+                Run::Continue(s) | Run::Failed(s, _) => {
+                    self.send_async(&s);
+                    apply_request(s, req, state);
+                    return Verdict::Continue;
+                }
+                Run::Respond(s, r) => {
+                    self.send_async(&s);
+                    keep_metadata(&s, state);
+                    return reply(r);
+                }
+                // The script waits for its call; other requests run on this worker meanwhile.
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
                 }
             }
+        }
+    }
+
+    /// `httpCall(..., asynchronous = true)`: sent, answers dropped.
+    fn send_async(&self, s: &Stream) {
+        for call in &s.async_calls {
+            let calls = self.calls.clone();
+            let call = call.clone();
+            tokio::spawn(async move {
+                calls.make(&call).await;
+            });
         }
     }
 }
@@ -894,6 +1041,41 @@ impl HttpFilter for LuaFilter {
             Run::Call(_) => tracing::error!(
                 "script log: httpCall() in the response flow is not supported; no call was made"
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_literals_are_the_cluster_candidates() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                r#"h:httpCall("lua_cluster", {[":path"] = "/"}, "", 10)"#,
+                &["lua_cluster", ":path", "/", ""],
+            ),
+            ("h:httpCall('outbound|80||a.b', x)", &["outbound|80||a.b"]),
+            (r#"local s = "unterminated"#, &[]),
+            ("no strings here", &[]),
+        ];
+        for (src, want) in cases {
+            assert_eq!(string_literals(src), *want, "{src}");
+        }
+    }
+
+    #[test]
+    fn positions_follow_the_patch_operation() {
+        let cases = [
+            ("envoy.router", ROUTER),
+            ("envoy.filters.http.router", ROUTER),
+            ("envoy.rate_limit", super::super::chain::GLOBAL_RATE_LIMIT),
+            ("envoy.lua", LUA),
+            ("envoy.filters.http.cors", "envoy.filters.http.cors"),
+        ];
+        for (given, want) in cases {
+            assert_eq!(canonical_filter_name(given), want);
         }
     }
 }
