@@ -508,3 +508,55 @@ end"#,
     assert_eq!(r.headers()["x-echo-h-x-missing-status"], "503");
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// Envoy's docs: `body()` buffers the request body; its size becomes a header, and
+/// `setBytes` replaces what the upstream gets (with its length). A body over the buffer
+/// limit is answered 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_buffering_reads_and_replaces_the_request_body() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  local body = request_handle:body()
+  if body == nil then return end
+  local size = body:length()
+  request_handle:headers():add("request_body_size", size)
+  if request_handle:headers():get("x-rewrite") then
+    body:setBytes(string.upper(body:getBytes(0, size)) .. "!")
+  end
+end"#
+        )
+    ));
+    let url = format!("http://{}/upload", addr(&proxy, 0));
+    let r = client()
+        .post(&url)
+        .body("hello world")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-request_body_size"], "11");
+    assert_eq!(r.text().await.unwrap(), "hello world");
+    let r = client()
+        .post(&url)
+        .header("x-rewrite", "1")
+        .body("hello world")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-echo-h-content-length"], "12");
+    assert_eq!(r.text().await.unwrap(), "HELLO WORLD!");
+    let r = client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "a body-less request passes");
+    let r = client()
+        .post(&url)
+        .body(vec![b'x'; (1 << 20) + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    proxy.shutdown(Duration::from_secs(1));
+}

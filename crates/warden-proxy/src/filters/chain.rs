@@ -92,6 +92,10 @@ pub struct FilterState {
     /// (filter key, choice) pairs an added filter's request phase leaves for its response
     /// phase (the Lua filter's per-route script).
     pub response_choices: Option<Box<Vec<(usize, usize)>>>,
+    /// The request's body while the waiting phases of a chain with a filter that reads it
+    /// run ([`HttpFilter::reads_request_body`]): such a filter may buffer it and put back
+    /// what the upstream gets.
+    pub request_body: Option<Box<ProxyBody>>,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
@@ -169,6 +173,12 @@ pub trait HttpFilter: Send + Sync + fmt::Debug {
     /// fast-path request's header lines are read into its map before the chain runs).
     fn reads_request_headers(&self) -> bool {
         true
+    }
+
+    /// Whether the waiting phase reads the request's body (from
+    /// [`FilterState::request_body`]).
+    fn reads_request_body(&self) -> bool {
+        false
     }
 }
 

@@ -57,7 +57,13 @@ pub struct LuaFilter {
     per_route: SiteTable<RouteScript>,
     /// Where `httpCall` reaches the clusters its scripts name.
     calls: Arc<Calls>,
+    /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
+    reads_body: bool,
 }
+
+/// The most of a request body a script's `body()` buffers (Envoy's default connection buffer
+/// limit); a longer body is answered 413, as Envoy's buffering filters answer it.
+const MAX_BODY: usize = 1 << 20;
 
 /// The clusters scripts call (`httpCall(cluster, ...)`) and a client for them.
 #[derive(Debug)]
@@ -567,6 +573,9 @@ pub fn build(
                 .map_or(RouteScript::Default, |(_, c)| *c)
         });
         let calls = Arc::new(Calls::resolve(set, identity, &scripts));
+        let reads_body = scripts
+            .iter()
+            .any(|s| s.source.contains(":body(") || s.source.contains("bodyChunks"));
         out.push(PlacedLua {
             position,
             filter: Arc::new(LuaFilter {
@@ -575,6 +584,7 @@ pub fn build(
                 default,
                 per_route,
                 calls,
+                reads_body,
             }),
             described,
         });
@@ -728,12 +738,28 @@ impl LuaFilter {
         route: &Route,
         state: &mut FilterState,
     ) -> Verdict {
-        let stream = request_stream(req, route, state);
+        let mut stream = request_stream(req, route, state);
+        if let Some(body) = state.request_body.take() {
+            match buffer(*body).await {
+                // No body: `body()` is nil, as Envoy has it.
+                Ok(bytes) => stream.body = (!bytes.is_empty()).then(|| bytes.to_vec()),
+                Err(reply) => return Verdict::Reply(reply),
+            }
+        }
         let mut run = self.program.run(script, Phase::Request, stream);
         loop {
             match run {
-                Run::Continue(s) | Run::Failed(s, _) => {
+                Run::Continue(mut s) | Run::Failed(mut s, _) => {
                     self.send_async(&s);
+                    if let Some(body) = s.body.take() {
+                        if s.body_changed {
+                            // The upstream gets the new body with its length.
+                            s.headers.replace("content-length", body.len().to_string());
+                            s.headers.remove("transfer-encoding");
+                            s.headers_changed = true;
+                        }
+                        state.request_body = Some(Box::new(ProxyBody::full(body.into())));
+                    }
                     apply_request(s, req, state);
                     return Verdict::Continue;
                 }
@@ -776,6 +802,19 @@ pub fn register_metrics(
         "Lua script errors (runtime errors, instruction and memory limits)",
         errors,
     );
+}
+
+/// The request body, whole: 413 beyond [`MAX_BODY`], 400 when the client's body breaks off.
+async fn buffer(body: ProxyBody) -> Result<bytes::Bytes, LocalReply> {
+    match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(LocalReply::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Payload Too Large",
+            None,
+        )),
+        Err(_) => Err(LocalReply::bad_request()),
+    }
 }
 
 /// `respond()`'s answer: its status, its headers, its body.
@@ -1012,6 +1051,10 @@ impl HttpFilter for LuaFilter {
             Some(script) => Box::pin(self.request_phase(script, req, route, state)),
             None => Box::pin(std::future::ready(Verdict::Continue)),
         }
+    }
+
+    fn reads_request_body(&self) -> bool {
+        self.reads_body
     }
 
     fn on_response(

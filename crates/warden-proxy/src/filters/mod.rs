@@ -40,6 +40,8 @@ pub struct Filters {
     /// The Lua filters of the chain (also in `chain`), for their counters.
     pub lua: Vec<std::sync::Arc<lua::LuaFilter>>,
     chain: Box<[Stage]>,
+    /// Some filter of the chain reads the request body.
+    reads_body: bool,
 }
 
 /// What a chain's request phases decided, up to the first that did not just continue.
@@ -134,6 +136,7 @@ impl Filters {
             local_rate_limit,
             global_rate_limit,
             lua: lua_filters,
+            reads_body: reads_body(&chain),
             chain: chain.into(),
         })
     }
@@ -143,9 +146,16 @@ impl Filters {
     pub fn outbound(extensions: &ChainExtensions) -> Filters {
         let (chain, _) = chain::order(&[Stage::Cors, Stage::Fault], extensions);
         Filters {
+            reads_body: reads_body(&chain),
             chain: chain.into(),
             ..Filters::default()
         }
+    }
+
+    /// Whether a filter reads the request body in its waiting phase (the pipeline then hands
+    /// it over in [`FilterState::request_body`]).
+    pub fn reads_request_body(&self) -> bool {
+        self.reads_body
     }
 
     /// Whether a filter may read request headers (see
@@ -294,4 +304,11 @@ impl Filters {
     pub fn is_empty(&self) -> bool {
         self.chain.is_empty()
     }
+}
+
+fn reads_body(chain: &[Stage]) -> bool {
+    chain.iter().any(|s| match s {
+        Stage::Added(f) => f.reads_request_body(),
+        _ => false,
+    })
 }

@@ -483,7 +483,7 @@ async fn act(
     let Waiting {
         mut parts,
         mut lines,
-        body,
+        mut body,
         client_ip,
         mut route,
         vhost,
@@ -500,6 +500,10 @@ async fn act(
             // A waiting filter's own replies carry the local limiter's headers too.
             if let Some(h) = state.local_limit_headers.take() {
                 h.apply(state.add_response_headers());
+            }
+            if filters.reads_request_body() {
+                let taken = std::mem::replace(&mut body, ProxyBody::Empty);
+                state.request_body = Some(Box::new(taken));
             }
             let mut at = resume;
             loop {
@@ -550,7 +554,12 @@ async fn act(
                     }
                 }
                 match filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics) {
-                    ChainFlow::Passed => break,
+                    ChainFlow::Passed => {
+                        if let Some(b) = state.request_body.take() {
+                            body = *b;
+                        }
+                        break;
+                    }
                     ChainFlow::Wait(next) => at = next,
                     ChainFlow::Reply(response, next) => {
                         reached = next;
