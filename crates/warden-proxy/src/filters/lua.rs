@@ -59,6 +59,8 @@ pub struct LuaFilter {
     calls: Arc<Calls>,
     /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
     reads_body: bool,
+    /// `EnvoyFilter/name spec.configPatches[i]: name (N scripts)`, for `warden check`.
+    described: String,
 }
 
 /// The most of a request body a script's `body()` buffers (Envoy's default connection buffer
@@ -585,6 +587,7 @@ pub fn build(
                 per_route,
                 calls,
                 reads_body,
+                described: described.clone(),
             }),
             described,
         });
@@ -724,6 +727,11 @@ impl LuaFilter {
     /// This filter's key in [`FilterState::response_choices`].
     fn key(&self) -> usize {
         self as *const LuaFilter as usize
+    }
+
+    /// Where the filter came from and how many scripts it has.
+    pub fn described(&self) -> &str {
+        &self.described
     }
 
     /// Script errors so far.
