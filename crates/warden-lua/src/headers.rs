@@ -6,6 +6,10 @@
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeaderList {
     entries: Vec<(String, Vec<u8>)>,
+    /// How many entries the list was handed over with ([`HeaderList::mark_original`]).
+    original: usize,
+    /// Whether an edit replaced or removed one of those (else edits only appended).
+    touched: bool,
 }
 
 impl HeaderList {
@@ -16,13 +20,40 @@ impl HeaderList {
     pub const fn empty() -> Self {
         HeaderList {
             entries: Vec::new(),
+            original: 0,
+            touched: false,
         }
     }
 
     pub fn with_capacity(n: usize) -> Self {
         HeaderList {
             entries: Vec::with_capacity(n),
+            ..HeaderList::empty()
         }
+    }
+
+    /// Remember the entries so far as the message's own: [`HeaderList::appended`] then tells
+    /// whether later edits only added entries, and which.
+    pub fn mark_original(&mut self) {
+        self.original = self.entries.len();
+        self.touched = false;
+    }
+
+    /// The entries added since [`HeaderList::mark_original`], when no edit replaced or
+    /// removed an original one (the caller can then append them instead of rewriting all).
+    pub fn appended(&self) -> Option<impl Iterator<Item = (&str, &[u8])>> {
+        (!self.touched).then(|| {
+            self.entries[self.original.min(self.entries.len())..]
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_slice()))
+        })
+    }
+
+    /// Whether an original entry named `name` exists (an edit of it is a rewrite).
+    fn touches_original(&self, name: &str) -> bool {
+        self.entries[..self.original.min(self.entries.len())]
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
 
     /// Append an entry (the name is lower-cased, as HTTP/2 and Envoy's maps keep it).
@@ -72,6 +103,7 @@ impl HeaderList {
     /// (or is appended when there was none).
     pub fn replace(&mut self, name: &str, value: impl Into<Vec<u8>>) {
         let name = lower(name);
+        self.touched |= self.touches_original(&name);
         let value = value.into();
         match self.entries.iter().position(|(n, _)| *n == name) {
             Some(i) => {
@@ -89,6 +121,11 @@ impl HeaderList {
 
     /// Envoy's `remove`: every value of `name`.
     pub fn remove(&mut self, name: &str) {
+        self.touched |= self.touches_original(name);
+        self.original -= self.entries[..self.original.min(self.entries.len())]
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count();
         self.entries.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
     }
 
@@ -157,6 +194,41 @@ mod tests {
                 *at1,
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn appends_are_told_from_rewrites() {
+        type Case<'a> = (&'a str, fn(&mut HeaderList), Option<&'a [&'a str]>);
+        let cases: &[Case] = &[
+            ("nothing", |_| {}, Some(&[])),
+            ("add", |h| h.add("x-new", "1"), Some(&["x-new"])),
+            (
+                "add then replace the added",
+                |h| {
+                    h.add("x-new", "1");
+                    h.replace("x-new", "2");
+                },
+                Some(&["x-new"]),
+            ),
+            (
+                "add then remove the added",
+                |h| {
+                    h.add("x-new", "1");
+                    h.remove("x-new");
+                },
+                Some(&[]),
+            ),
+            ("replace an original", |h| h.replace("x-a", "2"), None),
+            ("remove an original", |h| h.remove("x-a"), None),
+            ("remove a missing one", |h| h.remove("x-none"), Some(&[])),
+        ];
+        for (what, edit, want) in cases {
+            let mut h = list(&[("x-a", "1")]);
+            h.mark_original();
+            edit(&mut h);
+            let got: Option<Vec<&str>> = h.appended().map(|a| a.map(|(n, _)| n).collect());
+            assert_eq!(got.as_deref(), *want, "{what}");
         }
     }
 

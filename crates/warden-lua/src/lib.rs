@@ -12,6 +12,8 @@
 //! The proxy turns its request into a [`Stream`], calls [`Program::run`], and applies what
 //! comes back ([`Run`]); nothing here does I/O (an `httpCall` comes back as [`Run::Call`]).
 
+#![forbid(unsafe_code)]
+
 pub mod base64;
 mod handle;
 pub mod headers;

@@ -104,6 +104,8 @@ pub struct FilterState {
 pub struct RequestEdit {
     /// The request's headers as the filter left them, `host` included; None: unchanged.
     pub headers: Option<HeaderMap>,
+    /// Headers the filter only added (when `headers` is None): appended to the request's.
+    pub append: Vec<(http::HeaderName, HeaderValue)>,
     pub method: Option<http::Method>,
     /// A new `:path` (with its query).
     pub path_and_query: Option<String>,

@@ -871,6 +871,7 @@ fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) ->
             headers.add(n.as_str(), v.as_bytes());
         }
     }
+    headers.mark_original();
     Stream {
         headers,
         info: stream_info(req, route),
@@ -928,6 +929,25 @@ fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
         reroute: s.clear_route_cache,
         ..RequestEdit::default()
     };
+    // The common edit (the article's script) only adds headers: append those, no rewrite.
+    if let Some(added) = s.headers.appended() {
+        let mut append = Vec::new();
+        let mut plain = true;
+        for (n, v) in added {
+            match (
+                HeaderName::from_bytes(n.as_bytes()),
+                HeaderValue::from_bytes(v),
+            ) {
+                (Ok(n), Ok(v)) if !n.as_str().starts_with(':') => append.push((n, v)),
+                _ => plain = false,
+            }
+        }
+        if plain {
+            edit.append = append;
+            state.request_edit = Some(Box::new(edit));
+            return;
+        }
+    }
     let mut headers = HeaderMap::with_capacity(s.headers.len());
     for (n, v) in s.headers.iter() {
         match n {

@@ -696,6 +696,14 @@ fn apply_edit(
         *lines = None;
         parts.headers = headers;
     }
+    if !edit.append.is_empty() {
+        if let Some(l) = lines.take() {
+            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
+        }
+        for (name, value) in edit.append {
+            parts.headers.append(name, value);
+        }
+    }
     if let Some(method) = edit.method {
         parts.method = method;
     }
