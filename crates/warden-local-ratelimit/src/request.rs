@@ -31,4 +31,11 @@ pub struct RequestAttrs<'a> {
     /// [`crate::envoy::EnvoyRateLimitPatches::route_rate_limits`]) feed descriptors here, as
     /// the proxy resolved them for this request's route; None: all of them.
     pub route_rate_limits: Option<&'a [u32]>,
+    /// Envoy's dynamic metadata of the request (filters such as Lua wrote it), for the
+    /// `metadata` / `dynamic_metadata` actions.
+    pub dynamic_metadata: Option<&'a DynamicMetadata>,
 }
+
+/// Dynamic metadata: namespace -> fields, as Envoy's `filter_metadata` holds it.
+pub type DynamicMetadata =
+    std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>;

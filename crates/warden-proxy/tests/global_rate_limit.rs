@@ -483,18 +483,74 @@ spec:
     proxy.shutdown(Duration::from_secs(1));
 }
 
-#[test]
-fn lua_other_than_the_seed_pattern_is_reported() {
-    let yaml =
-        seed_filters("127.0.0.1:1".parse().unwrap(), false, "1s").replace("method .. path", "path");
-    let text = format!("{}---\n{yaml}", routes("127.0.0.1:1".parse().unwrap()));
-    let err = Proxy::start(ProxyOptions::loopback(inline(&text)))
-        .err()
-        .expect("config rejected")
-        .to_string();
-    assert!(err.contains("EnvoyFilter/filter-ratelimit"), "{err}");
-    assert!(err.contains("inlineCode"), "{err}");
-    assert!(err.contains("Lua filters are not supported"), "{err}");
+/// The seed's Lua edited three ways (lower-cased path, a second header, `replace` for `add`)
+/// runs as code: each still limits 100 of 180 by method + path. With `replace`, a client's
+/// own `x-envoy-original-limit-rate-path` (a different one per request) does not get it past.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_lua_edited_three_ways_limits_as_before() {
+    let redis = RedisServer::start().expect("redis-server");
+    let rls = rls_on_redis(&redis, "ratelimit-config.yaml", None).await;
+    let up = counting_echo().await;
+    let add = r#"request_handle:headers():add("x-envoy-original-limit-rate-path", method .. path)"#;
+    let variants = [
+        (
+            "lower-cased path",
+            add.replace("method .. path", "method .. string.lower(path)"),
+            "/v1/Login",
+            false,
+        ),
+        (
+            "a second header",
+            format!(
+                "{add}\n                request_handle:headers():add(\"x-limit-method\", method)"
+            ),
+            "/v2/login",
+            false,
+        ),
+        (
+            "replace",
+            add.replace(":add(", ":replace("),
+            "/v3/login",
+            true,
+        ),
+    ];
+    for (what, line, path, forged) in variants {
+        let filters = seed_filters(rls.grpc_addr(), true, "1s");
+        assert!(filters.contains(add));
+        let proxy = start_proxy(&format!(
+            "{}---\n{}",
+            routes(up.http_addr().unwrap()),
+            filters.replace(add, &line)
+        ));
+        let base = format!("http://{}", addr(&proxy, 0));
+        let client = client_from([127, 0, 0, 1]);
+        use futures_util::StreamExt;
+        let statuses: Vec<u16> = futures_util::stream::iter(0..180)
+            .map(|i| {
+                // The lower-cased variant's key is the same for /v1/Login and /v1/LOGIN.
+                let path = if i % 2 == 1 && what.starts_with("lower") {
+                    path.to_uppercase()
+                } else {
+                    path.to_string()
+                };
+                let mut r = client.get(format!("{base}{path}?i={i}"));
+                if forged {
+                    r = r.header(
+                        "x-envoy-original-limit-rate-path",
+                        format!("GET/forged/{i}"),
+                    );
+                }
+                async move { r.send().await.map_or(0, |r| r.status().as_u16()) }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let ok = statuses.iter().filter(|s| **s == 200).count();
+        let limited = statuses.iter().filter(|s| **s == 429).count();
+        assert_eq!((ok, limited), (100, 80), "{what}");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+    rls.shutdown().await;
 }
 
 /// An RLS that answers after `delay`: OK asking for one request and one response header, or
@@ -701,11 +757,11 @@ async fn rls_headers_are_applied_to_request_and_response() {
         "checked",
         "request_headers_to_add reached the upstream"
     );
-    // The seed's Lua header is computed natively but only for descriptors: never forwarded.
-    assert!(r
-        .headers()
-        .get("x-echo-h-x-envoy-original-limit-rate-path")
-        .is_none());
+    // The seed's Lua header goes upstream, as Envoy sends it.
+    assert_eq!(
+        r.headers()["x-echo-h-x-envoy-original-limit-rate-path"],
+        "GET/api/healthz"
+    );
     proxy.shutdown(Duration::from_secs(1));
 }
 

@@ -65,12 +65,44 @@ pub enum Action {
         #[serde(default, alias = "descriptorKey")]
         descriptor_key: Option<String>,
     },
+    /// Envoy's `metadata` action: a string at `metadata_key` in the dynamic metadata
+    /// (`source: DYNAMIC`, the default; `ROUTE_ENTRY` metadata is not kept by warden).
+    Metadata(MetadataAction),
+    /// The deprecated `dynamic_metadata` action (the same, without `source`).
+    DynamicMetadata(MetadataAction),
     MaskedRemoteAddress {
         #[serde(default, alias = "v4PrefixMaskLen")]
         v4_prefix_mask_len: Option<Uint>,
         #[serde(default, alias = "v6PrefixMaskLen")]
         v6_prefix_mask_len: Option<Uint>,
     },
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct MetadataAction {
+    #[serde(alias = "descriptorKey")]
+    pub descriptor_key: String,
+    #[serde(alias = "metadataKey")]
+    pub metadata_key: MetadataKey,
+    #[serde(default, alias = "defaultValue")]
+    pub default_value: Option<String>,
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default, alias = "skipIfAbsent")]
+    pub skip_if_absent: bool,
+}
+
+/// `envoy.type.metadata.v3.MetadataKey`: a namespace and a path of keys into it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct MetadataKey {
+    pub key: String,
+    #[serde(default)]
+    pub path: Vec<PathSegment>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct PathSegment {
+    pub key: String,
 }
 
 /// `envoy.config.route.v3.HeaderMatcher` (the common forms).
@@ -302,6 +334,29 @@ enum CompiledAction {
     Path {
         key: String,
     },
+    Metadata {
+        key: String,
+        namespace: String,
+        path: Vec<String>,
+        default_value: Option<String>,
+        skip_if_absent: bool,
+    },
+}
+
+/// The string at `path` in `namespace` of the dynamic metadata (Envoy reads only string
+/// values; anything else counts as absent).
+fn metadata_string<'r>(
+    req: &RequestAttrs<'r>,
+    namespace: &str,
+    path: &[String],
+) -> Option<&'r str> {
+    let fields = req.dynamic_metadata?.get(namespace)?;
+    let (first, rest) = path.split_first()?;
+    let mut value = fields.get(first)?;
+    for key in rest {
+        value = value.as_object()?.get(key)?;
+    }
+    value.as_str().filter(|s| !s.is_empty())
 }
 
 /// A `rate_limits` entry ready to evaluate.
@@ -377,6 +432,35 @@ impl CompiledEntry {
                 Action::Path { descriptor_key } => CompiledAction::Path {
                     key: descriptor_key.clone().unwrap_or_else(|| "path".into()),
                 },
+                Action::Metadata(m) | Action::DynamicMetadata(m) => {
+                    let field = if matches!(a, Action::Metadata(_)) {
+                        ".metadata"
+                    } else {
+                        ".dynamic_metadata"
+                    };
+                    match m.source.as_deref() {
+                        None | Some("DYNAMIC") => {}
+                        Some(other) => {
+                            return Err(at(
+                                &format!("{field}.source"),
+                                format!("source {other} is not supported; warden keeps DYNAMIC metadata only"),
+                            ))
+                        }
+                    }
+                    if m.metadata_key.path.is_empty() {
+                        return Err(at(
+                            &format!("{field}.metadata_key.path"),
+                            "must name at least one key".into(),
+                        ));
+                    }
+                    CompiledAction::Metadata {
+                        key: m.descriptor_key.clone(),
+                        namespace: m.metadata_key.key.clone(),
+                        path: m.metadata_key.path.iter().map(|p| p.key.clone()).collect(),
+                        default_value: m.default_value.clone().filter(|d| !d.is_empty()),
+                        skip_if_absent: m.skip_if_absent,
+                    }
+                }
                 Action::MaskedRemoteAddress {
                     v4_prefix_mask_len,
                     v6_prefix_mask_len,
@@ -460,6 +544,17 @@ impl CompiledEntry {
                     let path = req.path.split('?').next().unwrap_or(req.path);
                     out.push((key.clone(), path.to_string()))
                 }
+                CompiledAction::Metadata {
+                    key,
+                    namespace,
+                    path,
+                    default_value,
+                    skip_if_absent,
+                } => match metadata_string(req, namespace, path).or(default_value.as_deref()) {
+                    Some(v) => out.push((key.clone(), v.to_string())),
+                    None if *skip_if_absent => {}
+                    None => return None,
+                },
             }
         }
         (!out.is_empty()).then_some(out)
@@ -502,6 +597,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata: None,
         };
         assert_eq!(
             e.descriptor(&req, "local"),
@@ -539,6 +635,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata: None,
         };
         assert_eq!(e.descriptor(&req, "local"), None, "absent header drops it");
         req.headers = &headers;
@@ -573,6 +670,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata: None,
         };
         assert_eq!(
             e.descriptor(&req, ""),
@@ -609,6 +707,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata: None,
         };
         // `:path` carries the query, so the full-match regex no longer matches it.
         let d = e.descriptor(&req, "");
@@ -632,5 +731,97 @@ mod tests {
         let (field, message) = CompiledEntry::compile(&bad).unwrap_err();
         assert_eq!(field, "actions[0].request_headers.header_name");
         assert!(message.contains(":protocol"), "{message}");
+    }
+
+    #[test]
+    fn metadata_actions_read_dynamic_metadata() {
+        let mut meta = crate::request::DynamicMetadata::new();
+        meta.entry("envoy.filters.http.lua".into())
+            .or_default()
+            .extend([
+                ("tier".to_string(), serde_json::json!("gold")),
+                ("n".to_string(), serde_json::json!(3)),
+                ("nested".to_string(), serde_json::json!({"plan": "pro"})),
+            ]);
+        let action = |path: serde_json::Value, extra: serde_json::Value| {
+            let mut m = serde_json::json!({
+                "descriptor_key": "k",
+                "metadata_key": {"key": "envoy.filters.http.lua", "path": path}
+            });
+            m.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            entry(
+                serde_json::json!({"actions": [{"generic_key": {"descriptor_value": "g"}}, {"metadata": m}]}),
+            )
+        };
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let req = RequestAttrs {
+            client_ip: "127.0.0.1".parse().unwrap(),
+            method: &method,
+            path: "/",
+            headers: &headers,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
+            dynamic_metadata: Some(&meta),
+        };
+        let g = ("generic_key".to_string(), "g".to_string());
+        let k = |v: &str| ("k".to_string(), v.to_string());
+        let cases: Vec<(serde_json::Value, serde_json::Value, Option<Descriptor>)> = vec![
+            (
+                serde_json::json!([{"key": "tier"}]),
+                serde_json::json!({}),
+                Some(vec![g.clone(), k("gold")]),
+            ),
+            (
+                serde_json::json!([{"key": "nested"}, {"key": "plan"}]),
+                serde_json::json!({}),
+                Some(vec![g.clone(), k("pro")]),
+            ),
+            // Only strings count: a number is absent.
+            (
+                serde_json::json!([{"key": "n"}]),
+                serde_json::json!({}),
+                None,
+            ),
+            (
+                serde_json::json!([{"key": "missing"}]),
+                serde_json::json!({"default_value": "d"}),
+                Some(vec![g.clone(), k("d")]),
+            ),
+            (
+                serde_json::json!([{"key": "missing"}]),
+                serde_json::json!({"skip_if_absent": true}),
+                Some(vec![g.clone()]),
+            ),
+            (
+                serde_json::json!([{"key": "missing"}]),
+                serde_json::json!({}),
+                None,
+            ),
+        ];
+        for (path, extra, want) in cases {
+            assert_eq!(
+                action(path.clone(), extra.clone()).descriptor(&req, ""),
+                want,
+                "{path} {extra}"
+            );
+        }
+        let no_meta = RequestAttrs {
+            dynamic_metadata: None,
+            ..req
+        };
+        assert_eq!(
+            action(serde_json::json!([{"key": "tier"}]), serde_json::json!({}))
+                .descriptor(&no_meta, ""),
+            None
+        );
     }
 }

@@ -16,6 +16,11 @@ use std::collections::BTreeMap;
 use warden_config::kinds::envoy_filter::{ConfigPatch, RouteConfigurationMatch};
 use warden_config::{Doc, EnvoyFilter, Location, Problem};
 
+/// Envoy's Lua filter and its per-route config: warden-proxy's Lua filter reads them.
+pub const LUA_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua";
+pub const LUA_PER_ROUTE_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute";
+
 /// Where a patch came from and what it was scoped to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PatchOrigin {
@@ -231,6 +236,8 @@ impl Cx<'_> {
                     self.out.network_local.push(Patched { origin, config });
                 }
             }
+            // Interpreted by the proxy's Lua filter.
+            ("HTTP_FILTER", LUA_TYPE) => {}
             _ => {
                 let what = if name.is_empty() {
                     type_url.clone()
@@ -333,6 +340,8 @@ impl Cx<'_> {
                                     self.push_http_local(c, &path, true);
                                 }
                             }
+                            // Interpreted by the proxy's Lua filter.
+                            Ok((t, _, _)) if t == LUA_PER_ROUTE_TYPE => {}
                             Ok((t, _, _)) => {
                                 self.unsupported(&base, format!("per-filter config {t}"))
                             }

@@ -50,6 +50,9 @@ pub struct Entry<'a> {
     /// A dry-run policy or shadow-mode limit that would have stopped it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow_policy: Option<&'a str>,
+    /// Envoy's `%DYNAMIC_METADATA%`: what filters (Lua) wrote, by namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic_metadata: Option<&'a crate::core::dynamic_metadata::DynamicMetadata>,
 }
 
 pub struct AccessLog {

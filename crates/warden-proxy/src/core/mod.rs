@@ -9,6 +9,7 @@ pub mod client_addr;
 pub mod client_cert;
 pub mod conn;
 pub mod destination;
+pub mod dynamic_metadata;
 pub mod error;
 pub mod forwarding_headers;
 pub mod identity;

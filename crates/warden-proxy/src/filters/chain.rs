@@ -8,6 +8,7 @@
 //! fault, then the router. EnvoyFilter-style positions ([`Position`]) place added filters
 //! against these names.
 
+pub use crate::core::dynamic_metadata::DynamicMetadata;
 use crate::core::local_reply::{LocalReply, ResponseFlag};
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
@@ -84,6 +85,34 @@ pub struct FilterState {
     pub response_headers: Option<Box<HeaderMap>>,
     /// An allowed cross-origin request's `origin`: its response gets the route's CORS headers.
     pub cors_origin: Option<Box<HeaderValue>>,
+    /// A filter's change to the request, applied by the pipeline before the next filter runs.
+    pub request_edit: Option<Box<RequestEdit>>,
+    /// Envoy's dynamic metadata, written by filters, read by later ones and the access log.
+    pub dynamic_metadata: Option<Box<DynamicMetadata>>,
+    /// (filter key, choice) pairs an added filter's request phase leaves for its response
+    /// phase (the Lua filter's per-route script).
+    pub response_choices: Option<Box<Vec<(usize, usize)>>>,
+    /// The request's body while the waiting phases of a chain with a filter that reads it
+    /// run ([`HttpFilter::reads_request_body`]): such a filter may buffer it and put back
+    /// what the upstream gets.
+    pub request_body: Option<Box<ProxyBody>>,
+}
+
+/// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
+/// included, in place).
+#[derive(Debug, Default)]
+pub struct RequestEdit {
+    /// The request's headers as the filter left them, `host` included; None: unchanged.
+    pub headers: Option<HeaderMap>,
+    /// Headers the filter only added (when `headers` is None): appended to the request's.
+    pub append: Vec<(http::HeaderName, HeaderValue)>,
+    pub method: Option<http::Method>,
+    /// A new `:path` (with its query).
+    pub path_and_query: Option<String>,
+    /// A new `:authority`.
+    pub authority: Option<String>,
+    /// `clearRouteCache()`: route the changed request again.
+    pub reroute: bool,
 }
 
 impl FilterState {
@@ -146,6 +175,12 @@ pub trait HttpFilter: Send + Sync + fmt::Debug {
     /// fast-path request's header lines are read into its map before the chain runs).
     fn reads_request_headers(&self) -> bool {
         true
+    }
+
+    /// Whether the waiting phase reads the request's body (from
+    /// [`FilterState::request_body`]).
+    fn reads_request_body(&self) -> bool {
+        false
     }
 }
 

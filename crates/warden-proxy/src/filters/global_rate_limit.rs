@@ -20,7 +20,6 @@
 //! embedded limiter, configured with [`rls_config`].
 
 pub mod answer_cache;
-pub mod lua_path_header;
 pub mod policy_rules;
 pub mod response_headers;
 pub mod rls_address;
@@ -39,7 +38,7 @@ use crate::filters::chain::{
 use crate::routing::{Route, RouteAction};
 use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode};
 use policy_rules::PolicyRules;
 use rls_failures::{FailureLog, FailureReason};
 use service::{RlsBackend, RlsCallError};
@@ -76,8 +75,6 @@ pub struct GlobalRateLimit {
     /// `EnvoyFilter/name spec.configPatches[i]: rate_limits -> vhost ... route ...`.
     pub landings: Vec<String>,
     failures: Option<FailureLog>,
-    /// Headers the seed's Lua filter would have added (`method .. path`).
-    method_path_headers: Vec<HeaderName>,
     /// Gateway names serving each configured port (RateLimitPolicy `targetRefs`).
     gateways_by_port: HashMap<u16, Vec<String>>,
     backend: RlsBackend,
@@ -209,7 +206,6 @@ impl GlobalRateLimit {
                 .copied()
                 .collect()
         });
-        let lua = lua_path_header::scan(set);
         let clusters: Vec<_> = patches
             .clusters
             .iter()
@@ -240,16 +236,6 @@ impl GlobalRateLimit {
             }
             None => None,
         };
-        if filter.is_some() && !envoy_entries.is_empty() {
-            // The seed's Lua is only meaningful with descriptors that read its header.
-            for (loc, msg) in &lua.unsupported {
-                problems.push(Problem {
-                    code: None,
-                    location: loc.clone(),
-                    message: msg.clone(),
-                });
-            }
-        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -335,11 +321,6 @@ impl GlobalRateLimit {
             rls_target,
             landings,
             failures,
-            method_path_headers: lua
-                .method_path_headers
-                .into_iter()
-                .map(|h| h.name)
-                .collect(),
             gateways_by_port,
             backend,
             failure_mode_deny: filter.is_some_and(|f| f.failure_mode_deny),
@@ -375,7 +356,12 @@ impl GlobalRateLimit {
     }
 
     /// The descriptors of a request, in Envoy's order (route actions, then policy rules).
-    pub fn descriptors(&self, req: &RequestAttrs<'_>, route: &Route) -> Vec<RateLimitDescriptor> {
+    pub fn descriptors(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        dynamic_metadata: Option<&crate::core::dynamic_metadata::DynamicMetadata>,
+    ) -> Vec<RateLimitDescriptor> {
         let vs = route.virtual_service();
         let cluster = match &route.action {
             RouteAction::Forward { clusters, .. } => clusters.first().map(|c| &*c.cluster.name),
@@ -385,20 +371,7 @@ impl GlobalRateLimit {
             .gateways_by_port
             .get(&req.port)
             .map_or(&[][..], |g| g.as_slice());
-        // The seed's Lua header, computed natively when its actions need it.
-        let lua_headers;
-        let headers = if self.method_path_headers.is_empty() || self.envoy_entries.is_empty() {
-            req.headers
-        } else {
-            let mut h = req.headers.clone();
-            if let Some(v) = lua_path_header::method_path_value(req.method, req.path) {
-                for name in &self.method_path_headers {
-                    h.append(name.clone(), v.clone());
-                }
-            }
-            lua_headers = h;
-            &lua_headers
-        };
+        let headers = req.headers;
         let attrs = warden_local_ratelimit::RequestAttrs {
             client_ip: req.client_ip,
             method: req.method,
@@ -412,6 +385,7 @@ impl GlobalRateLimit {
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata,
         };
         let mut out = Vec::new();
         let entries = self.entries_at.get(req, route);
@@ -469,8 +443,14 @@ impl GlobalRateLimit {
         Verdict::ReplyWithHeaders(self.limited_reply(), headers)
     }
 
-    async fn decide(&self, req: &RequestAttrs<'_>, route: &Route, metrics: &Metrics) -> Verdict {
-        let descriptors = self.descriptors(req, route);
+    async fn decide(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        dynamic_metadata: Option<&crate::core::dynamic_metadata::DynamicMetadata>,
+        metrics: &Metrics,
+    ) -> Verdict {
+        let descriptors = self.descriptors(req, route, dynamic_metadata);
         if descriptors.is_empty() {
             return Verdict::Continue;
         }
@@ -621,10 +601,12 @@ impl HttpFilter for GlobalRateLimit {
         &'a self,
         req: &'a RequestAttrs<'a>,
         route: &'a Route,
-        _state: &'a mut FilterState,
+        state: &'a mut FilterState,
         metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
-        Box::pin(self.decide(req, route, metrics))
+        // What earlier filters (Lua) wrote feeds the `metadata` actions.
+        let metadata = state.dynamic_metadata.as_deref();
+        Box::pin(self.decide(req, route, metadata, metrics))
     }
 }
 

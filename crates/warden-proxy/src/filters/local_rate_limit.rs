@@ -185,6 +185,7 @@ impl LocalRateLimitFilter {
             destination_cluster,
             route_local: self.per_route.get(req, route),
             route_rate_limits: Some(self.rate_limits_at.get(req, route)),
+            dynamic_metadata: None,
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {

@@ -1,5 +1,6 @@
 //! The HTTP filters and their chain (`chain`: the trait, the order, EnvoyFilter positions), one
-//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`;
+//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`,
+//! `lua` (Envoy's Lua filter, from EnvoyFilter patches);
 //! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
 //! limits). `route_sites` names every route the way EnvoyFilter patches do.
 //!
@@ -13,6 +14,7 @@ pub mod fault;
 pub mod global_rate_limit;
 pub mod l4;
 pub mod local_rate_limit;
+pub mod lua;
 pub mod route_sites;
 
 use crate::core::identity::ProxyIdentity;
@@ -35,7 +37,11 @@ pub struct Filters {
     pub authz: Option<AuthzFilter>,
     pub local_rate_limit: Option<LocalRateLimitFilter>,
     pub global_rate_limit: Option<GlobalRateLimit>,
+    /// The Lua filters of the chain (also in `chain`), for their counters.
+    pub lua: Vec<std::sync::Arc<lua::LuaFilter>>,
     chain: Box<[Stage]>,
+    /// Some filter of the chain reads the request body.
+    reads_body: bool,
 }
 
 /// What a chain's request phases decided, up to the first that did not just continue.
@@ -103,6 +109,24 @@ impl Filters {
             builtins.push(Stage::GlobalRateLimit);
         }
         builtins.push(Stage::Fault);
+        let names: Vec<&str> = builtins.iter().map(Stage::name).collect();
+        let lua = lua::build(set, identity, routes, &names, &mut problems);
+        if !problems.is_empty() {
+            return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
+        }
+        let lua_filters: Vec<_> = lua.iter().map(|l| l.filter.clone()).collect();
+        let with_lua;
+        let extensions = if lua.is_empty() {
+            extensions
+        } else {
+            let mut all: Vec<_> = lua
+                .into_iter()
+                .map(|l| (l.position, l.filter as std::sync::Arc<dyn HttpFilter>))
+                .collect();
+            all.extend(extensions.0.iter().cloned());
+            with_lua = ChainExtensions(all);
+            &with_lua
+        };
         let (chain, skipped) = chain::order(&builtins, extensions);
         for s in skipped {
             tracing::warn!("HTTP filter {s} not added: its position names no filter of the chain");
@@ -111,6 +135,8 @@ impl Filters {
             authz,
             local_rate_limit,
             global_rate_limit,
+            lua: lua_filters,
+            reads_body: reads_body(&chain),
             chain: chain.into(),
         })
     }
@@ -120,9 +146,16 @@ impl Filters {
     pub fn outbound(extensions: &ChainExtensions) -> Filters {
         let (chain, _) = chain::order(&[Stage::Cors, Stage::Fault], extensions);
         Filters {
+            reads_body: reads_body(&chain),
             chain: chain.into(),
             ..Filters::default()
         }
+    }
+
+    /// Whether a filter reads the request body in its waiting phase (the pipeline then hands
+    /// it over in [`FilterState::request_body`]).
+    pub fn reads_request_body(&self) -> bool {
+        self.reads_body
     }
 
     /// Whether a filter may read request headers (see
@@ -258,6 +291,9 @@ impl Filters {
         if let Some(local) = &self.local_rate_limit {
             local_rate_limit::register_metrics(registry, local);
         }
+        if !self.lua.is_empty() {
+            lua::register_metrics(registry, &self.lua);
+        }
     }
 
     /// How many filters the chain has (the `reached` of a request that passed them all).
@@ -268,4 +304,11 @@ impl Filters {
     pub fn is_empty(&self) -> bool {
         self.chain.is_empty()
     }
+}
+
+fn reads_body(chain: &[Stage]) -> bool {
+    chain.iter().any(|s| match s {
+        Stage::Added(f) => f.reads_request_body(),
+        _ => false,
+    })
 }

@@ -26,6 +26,7 @@ use crate::core::access_log::{now_rfc3339, Entry};
 use crate::core::client_addr::trusted_client_addr;
 use crate::core::client_cert;
 use crate::core::conn::ConnCtx;
+use crate::core::dynamic_metadata::DynamicMetadata;
 use crate::core::forwarding_headers::{
     self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
 };
@@ -96,6 +97,7 @@ pub fn handle<'a>(
             limit_headers,
             &outcome,
             &state.notes,
+            state.dynamic_metadata.as_deref(),
             log,
         )),
         // One future holding the request once: no async block around `act` keeping its own
@@ -133,6 +135,7 @@ fn finish(
     limit_headers: Option<RateLimitHeaders>,
     outcome: &Outcome,
     notes: &Notes,
+    metadata: Option<&DynamicMetadata>,
     log: Option<LogFields>,
 ) -> Answer {
     if notes.flag == Some(ResponseFlag::DownstreamProtocolError) {
@@ -140,7 +143,16 @@ fn finish(
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    record(shared, conn, start, response.status(), outcome, notes, log);
+    record(
+        shared,
+        conn,
+        start,
+        response.status(),
+        outcome,
+        notes,
+        metadata,
+        log,
+    );
     Answer {
         response,
         limit_headers,
@@ -168,6 +180,8 @@ impl Answer {
 }
 
 /// Metrics and the access log line of one answered request.
+// As `finish`: each argument comes from a different stage.
+#[allow(clippy::too_many_arguments)]
 fn record(
     shared: &Shared,
     conn: &ConnCtx,
@@ -175,6 +189,7 @@ fn record(
     status: http::StatusCode,
     outcome: &Outcome,
     notes: &Notes,
+    metadata: Option<&DynamicMetadata>,
     log: Option<LogFields>,
 ) {
     let status = status.as_u16();
@@ -217,6 +232,7 @@ fn record(
             }),
             policy: notes.policy.as_deref(),
             shadow_policy: notes.shadow_policy.as_deref(),
+            dynamic_metadata: metadata,
         });
     }
 }
@@ -467,9 +483,9 @@ async fn act(
     let Waiting {
         mut parts,
         mut lines,
-        body,
+        mut body,
         client_ip,
-        route,
+        mut route,
         vhost,
         resume,
     } = waiting;
@@ -478,12 +494,16 @@ async fn act(
     let mut response = 'stages: {
         // 3. the rest of the chain, from the filter that waits
         let answered = if resume < filters.len() {
-            let authority = authority_of(&parts, lines.as_ref());
+            let mut authority = authority_of(&parts, lines.as_ref());
             let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
             attrs.vhost = vhost;
             // A waiting filter's own replies carry the local limiter's headers too.
             if let Some(h) = state.local_limit_headers.take() {
                 h.apply(state.add_response_headers());
+            }
+            if filters.reads_request_body() {
+                let taken = std::mem::replace(&mut body, ProxyBody::Empty);
+                state.request_body = Some(Box::new(taken));
             }
             let mut at = resume;
             loop {
@@ -515,8 +535,31 @@ async fn act(
                         break 'stages response;
                     }
                 }
+                // A filter changed the request: the next one sees the change.
+                if let Some(edit) = state.request_edit.take() {
+                    let reroute = edit.reroute;
+                    apply_edit(&mut parts, &mut lines, *edit);
+                    authority = authority_of(&parts, lines.as_ref());
+                    attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                    attrs.vhost = vhost;
+                    // `clearRouteCache()`: the changed request is routed again.
+                    if reroute {
+                        let Some((v, r)) = find_route(&snapshot, conn, &attrs) else {
+                            reached = at + 1;
+                            break 'stages local(LocalReply::no_route(), &mut state);
+                        };
+                        attrs.vhost = v;
+                        route = r.clone();
+                        outcome.route = Some(route.clone());
+                    }
+                }
                 match filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics) {
-                    ChainFlow::Passed => break,
+                    ChainFlow::Passed => {
+                        if let Some(b) = state.request_body.take() {
+                            body = *b;
+                        }
+                        break;
+                    }
                     ChainFlow::Wait(next) => at = next,
                     ChainFlow::Reply(response, next) => {
                         reached = next;
@@ -637,8 +680,53 @@ async fn act(
         limit_headers,
         &outcome,
         &state.notes,
+        state.dynamic_metadata.as_deref(),
         log,
     )
+}
+
+/// A filter's change to the request, made to the request itself: headers (the lines kept as
+/// read are dropped: the filter's map holds every header), method, `:path` and `:authority`.
+fn apply_edit(
+    parts: &mut http::request::Parts,
+    lines: &mut Option<RequestLines>,
+    edit: crate::filters::chain::RequestEdit,
+) {
+    if let Some(headers) = edit.headers {
+        *lines = None;
+        parts.headers = headers;
+    }
+    if !edit.append.is_empty() {
+        if let Some(l) = lines.take() {
+            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
+        }
+        for (name, value) in edit.append {
+            parts.headers.append(name, value);
+        }
+    }
+    if let Some(method) = edit.method {
+        parts.method = method;
+    }
+    if edit.path_and_query.is_some() || edit.authority.is_some() {
+        let mut uri = http::uri::Parts::from(parts.uri.clone());
+        if let Some(pq) = edit
+            .path_and_query
+            .and_then(|pq| http::uri::PathAndQuery::try_from(pq).ok())
+        {
+            uri.path_and_query = Some(pq);
+        }
+        if uri.authority.is_some() {
+            if let Some(a) = edit
+                .authority
+                .and_then(|a| http::uri::Authority::try_from(a).ok())
+            {
+                uri.authority = Some(a);
+            }
+        }
+        if let Ok(u) = http::Uri::from_parts(uri) {
+            parts.uri = u;
+        }
+    }
 }
 
 /// A VirtualService `directResponse`.

@@ -195,6 +195,21 @@ fn describe_rate_limits(out: &mut String, s: &Snapshot) {
             let _ = writeln!(out, "  {l}");
         }
     }
+    if !s.filters.lua.is_empty() {
+        let _ = writeln!(
+            out,
+            "lua filters ({}), every script compiled:",
+            s.filters.lua.len()
+        );
+        for f in &s.filters.lua {
+            let _ = writeln!(out, "  {}", f.described());
+        }
+        let _ = writeln!(
+            out,
+            "http filter chain: {} -> envoy.filters.http.router",
+            s.filters.chain_names().join(" -> ")
+        );
+    }
 }
 
 /// A table's virtual hosts and their routes, under `label` (`port 80`, `outbound port 9080`).

@@ -331,6 +331,7 @@ spec:
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            dynamic_metadata: None,
         };
         let mut descriptors = Vec::new();
         rules.descriptors(&req, &[], &mut descriptors);

@@ -1,0 +1,463 @@
+//! Where scripts run: one Lua state per script per worker thread (as Envoy keeps one per
+//! worker), made on the worker's first request after a config load, each with an
+//! instruction budget per call (a count hook) and a memory limit. Every phase runs as a
+//! coroutine, so `httpCall` can suspend it; a suspended coroutine stays on its worker, in a
+//! thread-local table, and [`Pending`] names it.
+
+use crate::handle::{self, Live, Shared};
+use crate::script::Script;
+use crate::stream::{HttpCall, HttpReply, LocalResponse, Stream};
+use mlua::thread::ThreadStatus;
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Thread, Value, VmState};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+/// What one call of a script may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Lua VM instructions per phase (and per resumption after an `httpCall`).
+    pub instructions: u64,
+    /// Bytes the script's Lua state may hold (its globals, the request's objects).
+    pub memory_bytes: usize,
+}
+
+impl Default for Limits {
+    /// 10 million instructions (tens of milliseconds; Envoy's own filters take microseconds)
+    /// and 32 MiB per state.
+    fn default() -> Self {
+        Limits {
+            instructions: 10_000_000,
+            memory_bytes: 32 << 20,
+        }
+    }
+}
+
+/// The count hook fires every this many instructions; the budget is counted in these steps.
+const HOOK_STEP: u32 = 1000;
+
+/// Which entry point a phase calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Request,
+    Response,
+}
+
+/// Why a script stopped with an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A Lua error (raised, or a bad call of the API).
+    Runtime,
+    /// The instruction budget ran out.
+    InstructionLimit,
+    /// The memory limit was reached.
+    MemoryLimit,
+}
+
+/// A script's runtime error, as logged.
+#[derive(Debug, Clone)]
+pub struct ScriptError {
+    pub script: Arc<str>,
+    pub kind: ErrorKind,
+    /// Lua's message, with the script's name and line (`name:LINE: ...`) when Lua gave one.
+    pub message: String,
+}
+
+impl fmt::Display for ScriptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// How a phase ended.
+#[derive(Debug)]
+pub enum Run {
+    /// Go on with the (possibly changed) stream.
+    Continue(Stream),
+    /// `respond()`: answer with this instead.
+    Respond(Stream, LocalResponse),
+    /// The script failed (already logged and counted): Envoy goes on with the stream as the
+    /// script left it.
+    Failed(Stream, ScriptError),
+    /// `httpCall()`: make the call, then [`Pending::resume`] with its answer.
+    Call(Pending),
+}
+
+/// A phase suspended in `httpCall`, on this worker.
+#[derive(Debug)]
+pub struct Pending {
+    token: u64,
+    pub call: HttpCall,
+    program: Program,
+}
+
+impl Pending {
+    /// Resume the script with the call's answer, on the worker that suspended it.
+    pub fn resume(self, reply: HttpReply) -> Run {
+        let suspended = WORKER.with(|w| w.borrow_mut().suspended.remove(&self.token));
+        let Some(s) = suspended else {
+            return Run::Failed(
+                Stream::default(),
+                ScriptError {
+                    script: "".into(),
+                    kind: ErrorKind::Runtime,
+                    message: "a suspended script was resumed on another thread".into(),
+                },
+            );
+        };
+        let args = (|| {
+            let headers = handle::headers_to_table(&s.lua, &reply.headers)?;
+            let body = match &reply.body {
+                Some(b) => Value::String(s.lua.create_string(b)?),
+                None => Value::Nil,
+            };
+            Ok::<_, mlua::Error>((headers, body))
+        })();
+        s.budget.set(self.program.0.budget_steps());
+        let result = match args {
+            Ok(args) => s.thread.resume::<()>(args),
+            Err(e) => Err(e),
+        };
+        self.program
+            .finish(&s.lua, &s.budget, &s.thread, &s.live, result)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // A request that went away while its call was out: its coroutine goes too.
+        let _ = WORKER.try_with(|w| {
+            if let Ok(mut w) = w.try_borrow_mut() {
+                w.suspended.remove(&self.token);
+            }
+        });
+    }
+}
+
+/// The scripts of one filter config, checked at load; cheap to clone and shared by workers.
+#[derive(Clone)]
+pub struct Program(Arc<Inner>);
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("scripts", &self.0.scripts.len())
+            .field("limits", &self.0.limits)
+            .finish()
+    }
+}
+
+struct Inner {
+    id: u64,
+    scripts: Vec<Script>,
+    limits: Limits,
+    clock: fn() -> SystemTime,
+    errors: AtomicU64,
+}
+
+impl Inner {
+    fn budget_steps(&self) -> u64 {
+        self.limits
+            .instructions
+            .div_ceil(u64::from(HOOK_STEP))
+            .max(1)
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Program {
+    pub fn new(scripts: Vec<Script>, limits: Limits) -> Program {
+        Program::with_clock(scripts, limits, SystemTime::now)
+    }
+
+    /// With the clock `timestamp()` reads.
+    pub fn with_clock(scripts: Vec<Script>, limits: Limits, clock: fn() -> SystemTime) -> Program {
+        Program(Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            scripts,
+            limits,
+            clock,
+            errors: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn scripts(&self) -> &[Script] {
+        &self.0.scripts
+    }
+
+    /// Script errors so far (Envoy's `lua.errors`).
+    pub fn errors(&self) -> u64 {
+        self.0.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether script `index` defines the entry point of `phase` (loading it on this worker).
+    pub fn has(&self, index: usize, phase: Phase) -> bool {
+        self.state(index).is_some_and(|s| s.entry(phase).is_some())
+    }
+
+    /// Run `phase` of script `index` over `stream`.
+    pub fn run(&self, index: usize, phase: Phase, stream: Stream) -> Run {
+        let Some(state) = self.state(index) else {
+            return Run::Continue(stream);
+        };
+        let Some(entry) = state.entry(phase).cloned() else {
+            return Run::Continue(stream);
+        };
+        let script = self.0.scripts[index].name.clone();
+        let live: Shared = Rc::new(RefCell::new(Live {
+            stream,
+            dead: false,
+            respond: None,
+            call: None,
+            script,
+        }));
+        let started = (|| {
+            let handle = handle::handle(&state.lua, &state.make_handle, &live)?;
+            let thread = state.lua.create_thread(entry)?;
+            Ok::<_, mlua::Error>((thread, handle))
+        })();
+        let (thread, handle) = match started {
+            Ok(t) => t,
+            Err(e) => return self.failed(&state.lua, &live, e),
+        };
+        state.budget.set(self.0.budget_steps());
+        let result = thread.resume::<()>(handle);
+        self.finish(&state.lua, &state.budget, &thread, &live, result)
+    }
+
+    /// What a resumption's result means.
+    fn finish(
+        &self,
+        lua: &Lua,
+        budget: &Rc<Cell<u64>>,
+        thread: &Thread,
+        live: &Shared,
+        result: mlua::Result<()>,
+    ) -> Run {
+        if let Err(e) = result {
+            return self.failed(lua, live, e);
+        }
+        if thread.status() == ThreadStatus::Resumable {
+            let (respond, call) = {
+                let mut l = live.borrow_mut();
+                (l.respond.take(), l.call.take())
+            };
+            if let Some(r) = respond {
+                return Run::Respond(take(live), r);
+            }
+            if let Some(call) = call {
+                let token = WORKER.with(|w| {
+                    let mut w = w.borrow_mut();
+                    w.next_token += 1;
+                    let token = w.next_token;
+                    w.suspended.insert(
+                        token,
+                        Suspended {
+                            lua: lua.clone(),
+                            thread: thread.clone(),
+                            live: live.clone(),
+                            budget: budget.clone(),
+                        },
+                    );
+                    token
+                });
+                return Run::Call(Pending {
+                    token,
+                    call,
+                    program: self.clone(),
+                });
+            }
+            return self.failed(
+                lua,
+                live,
+                mlua::Error::runtime("script yielded outside an Envoy API call"),
+            );
+        }
+        Run::Continue(take(live))
+    }
+
+    fn failed(&self, lua: &Lua, live: &Shared, e: mlua::Error) -> Run {
+        self.0.errors.fetch_add(1, Ordering::Relaxed);
+        let script = live.borrow().script.clone();
+        let error = classify(script, &e);
+        tracing::error!(script = %error.script, "script log: {}", error.message);
+        // What the failed call allocated goes now, not at the next request's expense.
+        let _ = lua.gc_collect();
+        Run::Failed(take(live), error)
+    }
+
+    /// This worker's state for script `index`, made (and its chunk run) on first use.
+    fn state(&self, index: usize) -> Option<Rc<State>> {
+        let key = (self.0.id, index);
+        if let Some(s) = WORKER.with(|w| w.borrow().states.get(&key).cloned()) {
+            return Some(s);
+        }
+        let script = self.0.scripts.get(index)?;
+        let state = match State::load(script, &self.0) {
+            Ok(s) => Rc::new(s),
+            Err(e) => {
+                self.0.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(script = %script.name, "script log: {e}");
+                Rc::new(State::broken(&self.0)?)
+            }
+        };
+        WORKER.with(|w| {
+            let mut w = w.borrow_mut();
+            // States of configs that were replaced go with the first new state made here.
+            w.states.retain(|_, s| s.program.strong_count() > 0);
+            w.states.insert(key, state.clone());
+        });
+        Some(state)
+    }
+}
+
+fn take(live: &Shared) -> Stream {
+    let mut l = live.borrow_mut();
+    l.dead = true;
+    std::mem::take(&mut l.stream)
+}
+
+/// Marks the hook's error so it can be told from a script's own.
+const INSTRUCTION_LIMIT: &str = "instruction limit reached";
+
+fn classify(script: Arc<str>, e: &mlua::Error) -> ScriptError {
+    let (kind, message) = match root(e) {
+        mlua::Error::MemoryError(m) => (
+            ErrorKind::MemoryLimit,
+            format!("memory limit reached ({m})"),
+        ),
+        other => {
+            let m = match other {
+                mlua::Error::RuntimeError(m) => m.clone(),
+                other => other.to_string(),
+            };
+            let kind = if m.contains(INSTRUCTION_LIMIT) {
+                ErrorKind::InstructionLimit
+            } else {
+                ErrorKind::Runtime
+            };
+            // Lua's message is the first line; a traceback follows.
+            (kind, m.lines().next().unwrap_or_default().to_string())
+        }
+    };
+    ScriptError {
+        script,
+        kind,
+        message,
+    }
+}
+
+/// The error a callback error wraps.
+fn root(e: &mlua::Error) -> &mlua::Error {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => root(cause),
+        other => other,
+    }
+}
+
+/// The count hook: one step of the budget per [`HOOK_STEP`] instructions, an error when none
+/// is left.
+fn spend(left: Rc<Cell<u64>>) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Result<VmState> {
+    move |_, _| {
+        let n = left.get();
+        if n == 0 {
+            return Err(mlua::Error::runtime(INSTRUCTION_LIMIT));
+        }
+        left.set(n - 1);
+        Ok(VmState::Continue)
+    }
+}
+
+/// One script's Lua state on one worker.
+struct State {
+    lua: Lua,
+    on_request: Option<Function>,
+    on_response: Option<Function>,
+    make_handle: Function,
+    budget: Rc<Cell<u64>>,
+    program: Weak<Inner>,
+}
+
+impl State {
+    fn entry(&self, phase: Phase) -> Option<&Function> {
+        match phase {
+            Phase::Request => self.on_request.as_ref(),
+            Phase::Response => self.on_response.as_ref(),
+        }
+    }
+
+    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Function)> {
+        // Envoy opens LuaJIT's standard libraries; `debug` (which could remove the hook) and
+        // the C module loader stay out.
+        let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
+        lua.set_memory_limit(program.limits.memory_bytes)?;
+        let budget = Rc::new(Cell::new(program.budget_steps()));
+        // The main thread (a script's top level) and every coroutine mlua makes for a phase.
+        let every = HookTriggers::new().every_nth_instruction(HOOK_STEP);
+        lua.set_hook(every, spend(budget.clone()))?;
+        lua.set_global_hook(every, spend(budget.clone()))?;
+        let globals = lua.globals();
+        let resolution = lua.create_table()?;
+        resolution.set("MILLISECOND", "MILLISECOND")?;
+        resolution.set("MICROSECOND", "MICROSECOND")?;
+        globals.set("EnvoyTimestampResolution", resolution)?;
+        let make_handle = handle::install(&lua, program.clock)?;
+        Ok((lua, budget, make_handle))
+    }
+
+    fn load(script: &Script, program: &Arc<Inner>) -> mlua::Result<State> {
+        let (lua, budget, make_handle) = Self::new_lua(program)?;
+        lua.load(&*script.source)
+            .set_name(format!("={}", script.name))
+            .exec()?;
+        let globals = lua.globals();
+        let entry = |name: &str| match globals.get::<Value>(name) {
+            Ok(Value::Function(f)) => Some(f),
+            _ => None,
+        };
+        Ok(State {
+            on_request: entry("envoy_on_request"),
+            on_response: entry("envoy_on_response"),
+            lua: lua.clone(),
+            make_handle,
+            budget,
+            program: Arc::downgrade(program),
+        })
+    }
+
+    /// A state whose chunk failed to run: no entry points (the filter passes streams).
+    fn broken(program: &Arc<Inner>) -> Option<State> {
+        let (lua, budget, make_handle) = Self::new_lua(program).ok()?;
+        Some(State {
+            lua,
+            on_request: None,
+            on_response: None,
+            make_handle,
+            budget,
+            program: Arc::downgrade(program),
+        })
+    }
+}
+
+struct Suspended {
+    lua: Lua,
+    thread: Thread,
+    live: Shared,
+    budget: Rc<Cell<u64>>,
+}
+
+#[derive(Default)]
+struct Worker {
+    states: HashMap<(u64, usize), Rc<State>>,
+    suspended: HashMap<u64, Suspended>,
+    next_token: u64,
+}
+
+thread_local! {
+    static WORKER: RefCell<Worker> = RefCell::new(Worker::default());
+}

@@ -1,0 +1,1152 @@
+//! Envoy's Lua filter (`envoy.filters.http.lua`) as EnvoyFilters configure it: `HTTP_FILTER`
+//! patches carrying a `Lua` config (`inline_code` / `inlineCode`, `default_source_code`,
+//! `source_codes`), placed where the patch says, and `HTTP_ROUTE` / `VIRTUAL_HOST` patches
+//! whose `typed_per_filter_config` holds a `LuaPerRoute` (`disabled`, `name`,
+//! `source_code`). The scripts run on warden-lua; this file turns a request into its
+//! [`Stream`] and applies what the script did (headers, a local reply, dynamic metadata).
+//!
+//! As Envoy does: a script error is logged (`script log: ...`) and the stream goes on as the
+//! script left it; a runaway or memory-hungry script is stopped by warden-lua's limits and
+//! treated the same way.
+
+use super::chain::{
+    FilterState, Flow, HttpFilter, Position, RequestEdit, Verdict, VerdictFuture, ROUTER,
+};
+use super::global_rate_limit::{fits_context, selects};
+use super::route_sites::{RouteCatalog, SiteTable};
+use crate::core::identity::ProxyIdentity;
+use crate::core::local_reply::LocalReply;
+use crate::core::metrics::Metrics;
+use crate::core::request_attrs::RequestAttrs;
+use crate::routing::Route;
+use crate::upstream::body::ProxyBody;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use warden_config::kinds::envoy_filter::ConfigPatch;
+use warden_config::{ConfigSet, Doc, EnvoyFilter, Location, Problem};
+use warden_local_ratelimit::envoy::patches::PatchOrigin;
+use warden_lua::{HeaderList, Limits, Phase, Program, Run, Script, Stream, StreamInfo};
+
+/// The filter's name in Envoy (and the older one Istio's docs and the seed use).
+pub const LUA: &str = "envoy.filters.http.lua";
+pub const LUA_OLD_NAME: &str = "envoy.lua";
+pub use warden_local_ratelimit::envoy::patches::{LUA_PER_ROUTE_TYPE, LUA_TYPE};
+
+/// Which script a route runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RouteScript {
+    /// The filter's default script (if it has one).
+    Default,
+    /// `LuaPerRoute.disabled`.
+    Disabled,
+    /// A script of the program (`LuaPerRoute.name` or `source_code`).
+    Script(usize),
+}
+
+/// One Lua filter of a chain.
+#[derive(Debug)]
+pub struct LuaFilter {
+    /// The name the patch gave it (positions of later patches refer to it).
+    name: String,
+    program: Program,
+    /// The default script's index in `program`.
+    default: Option<usize>,
+    per_route: SiteTable<RouteScript>,
+    /// Where `httpCall` reaches the clusters its scripts name.
+    calls: Arc<Calls>,
+    /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
+    reads_body: bool,
+    /// `EnvoyFilter/name spec.configPatches[i]: name (N scripts)`, for `warden check`.
+    described: String,
+}
+
+/// The most of a request body a script's `body()` buffers (Envoy's default connection buffer
+/// limit); a longer body is answered 413, as Envoy's buffering filters answer it.
+const MAX_BODY: usize = 1 << 20;
+
+/// The clusters scripts call (`httpCall(cluster, ...)`) and a client for them.
+#[derive(Debug)]
+struct Calls {
+    /// Cluster name -> `host:port`, resolved when the config loads.
+    addresses: BTreeMap<String, String>,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+}
+
+/// An answer body a script gets is cut off here (Envoy buffers it whole).
+const MAX_CALL_BODY: usize = 1 << 20;
+
+impl Calls {
+    /// The cluster names `scripts` mention in string literals, resolved the way the rate
+    /// limit service's is (Istio `outbound|PORT||HOST`, a CLUSTER patch's cluster,
+    /// `HOST:PORT`), when some script calls out at all.
+    fn resolve(set: &ConfigSet, identity: &ProxyIdentity, scripts: &[Script]) -> Calls {
+        let mut addresses = BTreeMap::new();
+        if scripts.iter().any(|s| s.source.contains("httpCall")) {
+            let patches =
+                warden_local_ratelimit::envoy::interpret(&set.envoy_filters).unwrap_or_default();
+            let clusters: Vec<_> = patches
+                .clusters
+                .iter()
+                .filter(|c| {
+                    selects(c.origin.workload_labels.as_ref(), identity)
+                        && fits_context(c.origin.context.as_deref(), identity)
+                })
+                .collect();
+            for s in scripts {
+                for name in string_literals(&s.source) {
+                    let known = clusters.iter().any(|c| c.config.name == name);
+                    let shaped = name.contains('|') || name.contains(':');
+                    if !(known || shaped) || addresses.contains_key(name) {
+                        continue;
+                    }
+                    let grpc = warden_local_ratelimit::envoy::global_config::EnvoyGrpc {
+                        cluster_name: name.to_string(),
+                        authority: None,
+                    };
+                    if let Ok(t) =
+                        super::global_rate_limit::rls_address::resolve(set, &grpc, &clusters)
+                    {
+                        addresses.insert(name.to_string(), t.address);
+                    }
+                }
+            }
+        }
+        Calls {
+            addresses,
+            client: hyper_util::client::legacy::Client::builder(
+                hyper_util::rt::TokioExecutor::new(),
+            )
+            .build_http(),
+        }
+    }
+
+    /// Make `call`; a failure is Envoy's failed-call answer (`:status` 503, no body).
+    async fn make(&self, call: &warden_lua::HttpCall) -> warden_lua::HttpReply {
+        let Some(address) = self.addresses.get(&call.cluster) else {
+            tracing::error!(
+                cluster = %call.cluster,
+                "script log: http call cluster invalid. Must be configured"
+            );
+            return warden_lua::HttpReply::failed();
+        };
+        let header = |n: &str| {
+            call.headers
+                .first(n)
+                .and_then(|v| std::str::from_utf8(v).ok())
+        };
+        let uri = format!("http://{address}{}", header(":path").unwrap_or("/"));
+        let mut request = http::Request::builder()
+            .method(header(":method").unwrap_or("GET"))
+            .uri(uri);
+        for (n, v) in call.headers.iter() {
+            let n = if n == ":authority" { "host" } else { n };
+            if !n.starts_with(':') {
+                request = request.header(n, v);
+            }
+        }
+        let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(
+            call.body.clone(),
+        ))) else {
+            return warden_lua::HttpReply::failed();
+        };
+        let exchange = async {
+            let response = self.client.request(request).await.ok()?;
+            let (parts, body) = response.into_parts();
+            let body =
+                http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_CALL_BODY))
+                    .await
+                    .ok()?
+                    .to_bytes();
+            let mut headers = HeaderList::with_capacity(parts.headers.len() + 1);
+            headers.add(":status", parts.status.as_str().as_bytes());
+            for (n, v) in &parts.headers {
+                headers.add(n.as_str(), v.as_bytes());
+            }
+            Some(warden_lua::HttpReply {
+                headers,
+                body: (!body.is_empty()).then(|| body.to_vec()),
+            })
+        };
+        let answer = if call.timeout_ms > 0 {
+            tokio::time::timeout(std::time::Duration::from_millis(call.timeout_ms), exchange)
+                .await
+                .ok()
+                .flatten()
+        } else {
+            exchange.await
+        };
+        answer.unwrap_or_else(warden_lua::HttpReply::failed)
+    }
+}
+
+/// The string literals of a script (`"..."` and `'...'`, no escapes): the cluster names its
+/// `httpCall`s may use.
+fn string_literals(source: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(start) = rest.find(['"', '\'']) {
+        let quote = &rest[start..start + 1];
+        let after = &rest[start + 1..];
+        match after.find(quote) {
+            Some(end) => {
+                out.push(&after[..end]);
+                rest = &after[end + 1..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// A Lua filter and where its patch puts it.
+#[derive(Debug)]
+pub struct PlacedLua {
+    pub position: Position,
+    pub filter: Arc<LuaFilter>,
+    /// `EnvoyFilter/name spec.configPatches[i]` and the scripts' names, for `warden check`.
+    pub described: String,
+}
+
+/// One `HTTP_FILTER` patch, in the order Istio applies them.
+struct FilterPatch<'a> {
+    doc: &'a Doc<EnvoyFilter>,
+    index: usize,
+    patch: &'a ConfigPatch,
+    name: String,
+    typed: Option<(String, Value, &'static str)>,
+}
+
+impl FilterPatch<'_> {
+    fn field(&self) -> String {
+        format!("spec.configPatches[{}]", self.index)
+    }
+
+    fn is_lua(&self) -> bool {
+        self.typed.as_ref().is_some_and(|(t, _, _)| t == LUA_TYPE)
+    }
+
+    /// The filter an `INSERT_BEFORE` / `INSERT_AFTER` names.
+    fn sub_filter(&self) -> Option<&str> {
+        self.patch
+            .matches
+            .as_ref()?
+            .listener
+            .as_ref()?
+            .filter_chain
+            .as_ref()?
+            .filter
+            .as_ref()?
+            .sub_filter
+            .as_ref()?
+            .name
+            .as_deref()
+    }
+
+    fn position(&self) -> Result<Position, String> {
+        let named = || {
+            self.sub_filter().map(canonical_filter_name).ok_or_else(|| {
+                format!(
+                    "{} needs match.listener.filterChain.filter.subFilter.name",
+                    self.patch.patch.operation
+                )
+            })
+        };
+        Ok(match self.patch.patch.operation.as_str() {
+            "INSERT_FIRST" => Position::First,
+            "ADD" => Position::Last,
+            "INSERT_BEFORE" => Position::Before(named()?),
+            "INSERT_AFTER" => Position::After(named()?),
+            other => {
+                return Err(format!(
+                    "operation {other} of a Lua filter is not supported"
+                ))
+            }
+        })
+    }
+}
+
+/// Envoy's current names for the deprecated ones patches still use.
+fn canonical_filter_name(name: &str) -> String {
+    match name {
+        "envoy.router" => ROUTER.to_string(),
+        "envoy.rate_limit" => super::chain::GLOBAL_RATE_LIMIT.to_string(),
+        "envoy.lua" => LUA.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// `typed_config` unwrapped: type URL, fields, and the field path of the fields.
+fn typed_of(value: &Value) -> Option<(String, Value, &'static str)> {
+    let typed = value
+        .get("typed_config")
+        .or_else(|| value.get("typedConfig"))?;
+    let obj = typed.as_object()?;
+    let at_type = obj.get("@type")?.as_str()?;
+    if at_type.ends_with("udpa.type.v1.TypedStruct") || at_type.ends_with("xds.type.v3.TypedStruct")
+    {
+        let url = obj
+            .get("type_url")
+            .or_else(|| obj.get("typeUrl"))?
+            .as_str()?;
+        let fields = obj.get("value").cloned().unwrap_or(Value::Null);
+        return Some((url.to_string(), fields, ".value"));
+    }
+    let mut fields = obj.clone();
+    fields.remove("@type");
+    Some((at_type.to_string(), Value::Object(fields), ""))
+}
+
+/// The `HTTP_FILTER` patches that apply to this proxy, in Istio's order (priority, then as
+/// loaded).
+fn filter_patches<'a>(set: &'a ConfigSet, identity: &ProxyIdentity) -> Vec<FilterPatch<'a>> {
+    let mut docs: Vec<&Doc<EnvoyFilter>> = set
+        .envoy_filters
+        .iter()
+        .filter(|d| {
+            selects(
+                d.spec.workload_selector.as_ref().map(|w| &w.labels),
+                identity,
+            )
+        })
+        .collect();
+    docs.sort_by_key(|d| d.spec.priority);
+    let mut out = Vec::new();
+    for doc in docs {
+        for (index, patch) in doc.spec.config_patches.iter().enumerate() {
+            let context = patch.matches.as_ref().and_then(|m| m.context.as_deref());
+            if patch.apply_to != "HTTP_FILTER" || !fits_context(context, identity) {
+                continue;
+            }
+            let Some(value) = patch.patch.value.as_ref() else {
+                continue;
+            };
+            out.push(FilterPatch {
+                doc,
+                index,
+                patch,
+                name: value
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                typed: typed_of(value),
+            });
+        }
+    }
+    out
+}
+
+/// A script from a `DataSource` (`inline_string`; files and environment variables are not
+/// read here, as Istio ships only inline code to its proxies).
+fn data_source(v: &Value) -> Result<&str, String> {
+    for key in ["inline_string", "inlineString"] {
+        if let Some(s) = v.get(key).and_then(Value::as_str) {
+            return Ok(s);
+        }
+    }
+    if v.get("inline_bytes")
+        .or_else(|| v.get("inlineBytes"))
+        .is_some()
+    {
+        return Err("inline_bytes is not supported; use inline_string".into());
+    }
+    Err("only inline_string sources are supported".into())
+}
+
+/// What compiling the scripts of the config found.
+struct Compiler<'a> {
+    set: &'a ConfigSet,
+    scripts: Vec<Script>,
+    problems: &'a mut Vec<Problem>,
+}
+
+impl Compiler<'_> {
+    /// Check one script and add it; a syntax error becomes a problem at `field` (the YAML
+    /// line of the code) naming the script's line.
+    fn add(
+        &mut self,
+        doc: &Doc<EnvoyFilter>,
+        field: &str,
+        name: String,
+        code: &str,
+    ) -> Option<usize> {
+        match Script::compile(&name, code) {
+            Ok(s) => {
+                self.scripts.push(s);
+                Some(self.scripts.len() - 1)
+            }
+            Err(e) => {
+                let location = self.set.locate(doc, field);
+                // The field's line is the code's first line (a `|` block's content starts on
+                // the line after its key, a one-line string on the key's).
+                let message = match (e.line, location.line) {
+                    (Some(script), Some(first)) => {
+                        format!("{e} (file line {})", first + script as usize - 1)
+                    }
+                    _ => e.to_string(),
+                };
+                self.problems.push(Problem {
+                    code: None,
+                    location,
+                    message,
+                });
+                None
+            }
+        }
+    }
+}
+
+fn problem(location: Location, message: String) -> Problem {
+    Problem {
+        code: None,
+        location,
+        message,
+    }
+}
+
+/// Compile every Lua filter patch that applies to this proxy. `chain` names the filters the
+/// chain has without them: a Lua filter that goes before the router ahead of a rate limit
+/// filter patched in after it is placed before that filter, as applying the patches in
+/// order would put it.
+pub fn build(
+    set: &ConfigSet,
+    identity: &ProxyIdentity,
+    routes: &RouteCatalog,
+    chain: &[&str],
+    problems: &mut Vec<Problem>,
+) -> Vec<PlacedLua> {
+    let patches = filter_patches(set, identity);
+    let per_route = route_patches(set, identity, problems);
+    let mut out = Vec::new();
+    for (i, p) in patches.iter().enumerate() {
+        if !p.is_lua() {
+            continue;
+        }
+        let Some((_, fields, inner)) = &p.typed else {
+            continue;
+        };
+        let base = format!("{}.patch.value.typed_config{inner}", p.field());
+        let mut position = match p.position() {
+            Ok(pos) => pos,
+            Err(message) => {
+                problems.push(problem(
+                    set.locate(p.doc, &format!("{}.patch.operation", p.field())),
+                    message,
+                ));
+                continue;
+            }
+        };
+        if matches!(&position, Position::Before(n) if n == ROUTER) || position == Position::Last {
+            let later = patches[i + 1..].iter().find_map(|q| {
+                let n = canonical_filter_name(&q.name);
+                let before_router = matches!(q.position(), Ok(Position::Before(r)) if r == ROUTER)
+                    || matches!(q.position(), Ok(Position::Last));
+                (before_router && chain.contains(&n.as_str())).then_some(n)
+            });
+            if let Some(n) = later {
+                position = Position::Before(n);
+            }
+        }
+        let mut compiler = Compiler {
+            set,
+            scripts: Vec::new(),
+            problems,
+        };
+        let name = if p.name.is_empty() {
+            LUA.to_string()
+        } else {
+            p.name.clone()
+        };
+        let script_name = format!("{}/{}", p.doc.id(), name);
+        // `inline_code` (deprecated, still what Istio's docs use) or `default_source_code`.
+        let inline = ["inline_code", "inlineCode"]
+            .iter()
+            .find_map(|k| fields.get(*k).and_then(Value::as_str).map(|c| (*k, c)));
+        let default_source = ["default_source_code", "defaultSourceCode"]
+            .iter()
+            .find_map(|k| fields.get(*k).map(|v| (*k, v)));
+        let default = match (inline, default_source) {
+            (Some((k, code)), _) => {
+                compiler.add(p.doc, &format!("{base}.{k}"), script_name.clone(), code)
+            }
+            (None, Some((k, v))) => match data_source(v) {
+                Ok(code) => compiler.add(
+                    p.doc,
+                    &format!("{base}.{k}.inline_string"),
+                    script_name.clone(),
+                    code,
+                ),
+                Err(m) => {
+                    compiler
+                        .problems
+                        .push(problem(set.locate(p.doc, &format!("{base}.{k}")), m));
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let mut named = BTreeMap::new();
+        for key in ["source_codes", "sourceCodes"] {
+            let Some(map) = fields.get(key).and_then(Value::as_object) else {
+                continue;
+            };
+            for (code_name, v) in map {
+                match data_source(v) {
+                    Ok(code) => {
+                        if let Some(idx) = compiler.add(
+                            p.doc,
+                            &format!("{base}.{key}.{code_name}.inline_string"),
+                            format!("{script_name}/{code_name}"),
+                            code,
+                        ) {
+                            named.insert(code_name.clone(), idx);
+                        }
+                    }
+                    Err(m) => compiler.problems.push(problem(
+                        set.locate(p.doc, &format!("{base}.{key}.{code_name}")),
+                        m,
+                    )),
+                }
+            }
+        }
+        // Route overrides: each per-route patch naming this filter's name lands on routes.
+        let mut landed: Vec<(super::route_sites::Landing, RouteScript)> = Vec::new();
+        for r in per_route.iter().filter(|r| {
+            r.filter_name == name || (is_lua_name(&r.filter_name) && is_lua_name(&name))
+        }) {
+            let choice = match &r.config {
+                PerRoute::Disabled => RouteScript::Disabled,
+                PerRoute::Named(n) => match named.get(n) {
+                    Some(&idx) => RouteScript::Script(idx),
+                    None => {
+                        compiler.problems.push(problem(
+                            Location {
+                                field: format!("{}.name", r.config_field),
+                                ..r.origin.document.clone()
+                            },
+                            format!(
+                                "LuaPerRoute names {n:?}, which no source_codes of {} defines",
+                                p.doc.id()
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+                PerRoute::Source(code) => {
+                    match compiler.add(
+                        r.doc,
+                        &format!("{}.source_code.inline_string", r.config_field),
+                        format!("{}/{}", r.origin.filter, r.origin.field),
+                        code,
+                    ) {
+                        Some(idx) => RouteScript::Script(idx),
+                        None => continue,
+                    }
+                }
+            };
+            let mut landings = Vec::new();
+            if let Some(landing) =
+                routes.land(&r.origin, "LuaPerRoute", &mut landings, compiler.problems)
+            {
+                landed.push((landing, choice));
+            }
+        }
+        let scripts = std::mem::take(&mut compiler.scripts);
+        let described = format!(
+            "{} {}: {} ({} script{})",
+            p.doc.id(),
+            p.field(),
+            name,
+            scripts.len(),
+            if scripts.len() == 1 { "" } else { "s" }
+        );
+        let per_route = SiteTable::build(&routes.keys(), |site| {
+            // The last patch that lands on a route decides, as later merges override.
+            landed
+                .iter()
+                .rev()
+                .find(|(l, _)| l.covers(site))
+                .map_or(RouteScript::Default, |(_, c)| *c)
+        });
+        let calls = Arc::new(Calls::resolve(set, identity, &scripts));
+        let reads_body = scripts
+            .iter()
+            .any(|s| s.source.contains(":body(") || s.source.contains("bodyChunks"));
+        out.push(PlacedLua {
+            position,
+            filter: Arc::new(LuaFilter {
+                name: canonical_filter_name(&name),
+                program: Program::new(scripts, Limits::default()),
+                default,
+                per_route,
+                calls,
+                reads_body,
+                described: described.clone(),
+            }),
+            described,
+        });
+    }
+    out
+}
+
+fn is_lua_name(n: &str) -> bool {
+    n == LUA || n == LUA_OLD_NAME
+}
+
+/// A `LuaPerRoute` config.
+#[derive(Debug, Clone)]
+enum PerRoute {
+    Disabled,
+    Named(String),
+    Source(String),
+}
+
+/// One `typed_per_filter_config` entry holding a `LuaPerRoute`.
+struct RoutePatch<'a> {
+    doc: &'a Doc<EnvoyFilter>,
+    origin: PatchOrigin,
+    /// The key under `typed_per_filter_config` (the filter's name).
+    filter_name: String,
+    config: PerRoute,
+    /// Field path of the LuaPerRoute's fields.
+    config_field: String,
+}
+
+/// Every `LuaPerRoute` of `VIRTUAL_HOST` / `HTTP_ROUTE` MERGE patches that select this proxy.
+fn route_patches<'a>(
+    set: &'a ConfigSet,
+    identity: &ProxyIdentity,
+    problems: &mut Vec<Problem>,
+) -> Vec<RoutePatch<'a>> {
+    let mut out = Vec::new();
+    for doc in &set.envoy_filters {
+        let labels = doc
+            .spec
+            .workload_selector
+            .as_ref()
+            .map(|w| w.labels.clone());
+        if !selects(labels.as_ref(), identity) {
+            continue;
+        }
+        for (i, patch) in doc.spec.config_patches.iter().enumerate() {
+            if !matches!(patch.apply_to.as_str(), "VIRTUAL_HOST" | "HTTP_ROUTE") {
+                continue;
+            }
+            let Some(per_filter) = patch.patch.value.as_ref().and_then(|v| {
+                v.get("typed_per_filter_config")
+                    .map(|t| ("typed_per_filter_config", t))
+                    .or_else(|| {
+                        v.get("typedPerFilterConfig")
+                            .map(|t| ("typedPerFilterConfig", t))
+                    })
+            }) else {
+                continue;
+            };
+            let (key, per_filter) = per_filter;
+            let Some(per_filter) = per_filter.as_object() else {
+                continue;
+            };
+            for (filter_name, typed) in per_filter {
+                let Some((url, fields, inner)) =
+                    typed_of(&serde_json::json!({ "typed_config": typed }))
+                else {
+                    continue;
+                };
+                if url != LUA_PER_ROUTE_TYPE {
+                    continue;
+                }
+                let field = format!("spec.configPatches[{i}]");
+                let config_field = format!("{field}.patch.value.{key}.{filter_name}{inner}");
+                let config = if fields.get("disabled").and_then(Value::as_bool) == Some(true) {
+                    PerRoute::Disabled
+                } else if let Some(n) = fields.get("name").and_then(Value::as_str) {
+                    PerRoute::Named(n.to_string())
+                } else if let Some(src) = fields
+                    .get("source_code")
+                    .or_else(|| fields.get("sourceCode"))
+                {
+                    match data_source(src) {
+                        Ok(code) => PerRoute::Source(code.to_string()),
+                        Err(m) => {
+                            problems.push(problem(
+                                set.locate(doc, &format!("{config_field}.source_code")),
+                                m,
+                            ));
+                            continue;
+                        }
+                    }
+                } else {
+                    problems.push(problem(
+                        set.locate(doc, &config_field),
+                        "LuaPerRoute needs one of disabled: true, name or source_code".into(),
+                    ));
+                    continue;
+                };
+                out.push(RoutePatch {
+                    doc,
+                    origin: PatchOrigin {
+                        filter: doc.id(),
+                        field: field.clone(),
+                        context: patch.matches.as_ref().and_then(|m| m.context.clone()),
+                        workload_labels: labels.clone(),
+                        apply_to: patch.apply_to.clone(),
+                        route_match: patch
+                            .matches
+                            .as_ref()
+                            .and_then(|m| m.route_configuration.clone())
+                            .unwrap_or_default(),
+                        document: set.locate(doc, ""),
+                        config_field: config_field.clone(),
+                    },
+                    filter_name: filter_name.clone(),
+                    config,
+                    config_field,
+                });
+            }
+        }
+    }
+    out
+}
+
+impl LuaFilter {
+    /// The script `route` runs, if any.
+    fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<usize> {
+        match self.per_route.get(req, route) {
+            RouteScript::Default => self.default,
+            RouteScript::Disabled => None,
+            RouteScript::Script(i) => Some(*i),
+        }
+    }
+
+    /// This filter's key in [`FilterState::response_choices`].
+    fn key(&self) -> usize {
+        self as *const LuaFilter as usize
+    }
+
+    /// Where the filter came from and how many scripts it has.
+    pub fn described(&self) -> &str {
+        &self.described
+    }
+
+    /// Script errors so far.
+    pub fn errors(&self) -> u64 {
+        self.program.errors()
+    }
+
+    async fn request_phase(
+        &self,
+        script: usize,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+    ) -> Verdict {
+        let mut stream = request_stream(req, route, state);
+        if let Some(body) = state.request_body.take() {
+            match buffer(*body).await {
+                // No body: `body()` is nil, as Envoy has it.
+                Ok(bytes) => stream.body = (!bytes.is_empty()).then(|| bytes.to_vec()),
+                Err(reply) => return Verdict::Reply(reply),
+            }
+        }
+        let mut run = self.program.run(script, Phase::Request, stream);
+        loop {
+            match run {
+                Run::Continue(mut s) | Run::Failed(mut s, _) => {
+                    self.send_async(&s);
+                    if let Some(body) = s.body.take() {
+                        if s.body_changed {
+                            // The upstream gets the new body with its length.
+                            s.headers.replace("content-length", body.len().to_string());
+                            s.headers.remove("transfer-encoding");
+                            s.headers_changed = true;
+                        }
+                        state.request_body = Some(Box::new(ProxyBody::full(body.into())));
+                    }
+                    apply_request(s, req, state);
+                    return Verdict::Continue;
+                }
+                Run::Respond(s, r) => {
+                    self.send_async(&s);
+                    keep_metadata(&s, state);
+                    return reply(r);
+                }
+                // The script waits for its call; other requests run on this worker meanwhile.
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
+                }
+            }
+        }
+    }
+
+    /// `httpCall(..., asynchronous = true)`: sent, answers dropped.
+    fn send_async(&self, s: &Stream) {
+        for call in &s.async_calls {
+            let calls = self.calls.clone();
+            let call = call.clone();
+            tokio::spawn(async move {
+                calls.make(&call).await;
+            });
+        }
+    }
+}
+
+/// `warden_lua_errors_total`: script errors (Envoy's `lua.errors`), runaway and
+/// memory-hungry scripts stopped included.
+pub fn register_metrics(
+    registry: &mut prometheus_client::registry::Registry,
+    filters: &[Arc<LuaFilter>],
+) {
+    let errors = prometheus_client::metrics::counter::Counter::<u64>::default();
+    errors.inc_by(filters.iter().map(|f| f.errors()).sum());
+    registry.sub_registry_with_prefix("lua").register(
+        "errors",
+        "Lua script errors (runtime errors, instruction and memory limits)",
+        errors,
+    );
+}
+
+/// The request body, whole: 413 beyond [`MAX_BODY`], 400 when the client's body breaks off.
+async fn buffer(body: ProxyBody) -> Result<bytes::Bytes, LocalReply> {
+    match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(LocalReply::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Payload Too Large",
+            None,
+        )),
+        Err(_) => Err(LocalReply::bad_request()),
+    }
+}
+
+/// `respond()`'s answer: its status, its headers, its body.
+fn reply(r: warden_lua::LocalResponse) -> Verdict {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
+    let mut headers = HeaderMap::new();
+    for (n, v) in r.headers.iter() {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    Verdict::ReplyWithHeaders(
+        LocalReply {
+            status,
+            body: bytes::Bytes::from(r.body),
+            flag: None,
+        },
+        headers,
+    )
+}
+
+/// Envoy's header map of a request: the pseudo-headers, then every header but `host` (its
+/// value is `:authority`).
+fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) -> Stream {
+    let mut headers = HeaderList::with_capacity(req.headers.len() + 4);
+    let path = match req.query {
+        Some(q) => format!("{}?{q}", req.path),
+        None => req.path.to_string(),
+    };
+    headers.add(":authority", req.authority.as_bytes());
+    headers.add(":path", path.into_bytes());
+    headers.add(":method", req.method.as_str().as_bytes());
+    headers.add(
+        ":scheme",
+        if req.tls.is_some() {
+            &b"https"[..]
+        } else {
+            &b"http"[..]
+        },
+    );
+    for (n, v) in req.headers {
+        if n != http::header::HOST {
+            headers.add(n.as_str(), v.as_bytes());
+        }
+    }
+    headers.mark_original();
+    Stream {
+        headers,
+        info: stream_info(req, route),
+        dynamic_metadata: state
+            .dynamic_metadata
+            .as_deref()
+            .cloned()
+            .unwrap_or_default(),
+        ..Stream::default()
+    }
+}
+
+fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
+    StreamInfo {
+        protocol: "HTTP/1.1",
+        downstream_local_address: req.local_addr,
+        downstream_direct_remote_address: SocketAddr::new(req.peer_ip, 0),
+        downstream_remote_address: SocketAddr::new(req.client_ip, 0),
+        requested_server_name: req.tls.and_then(|t| t.sni.clone()).unwrap_or_default(),
+        route_name: route
+            .envoy_names
+            .first()
+            .map_or_else(|| route.name.to_string(), |n| n.to_string()),
+        ssl: req.tls.map(|t| warden_lua::SslInfo {
+            peer_certificate_presented: t.peer.is_some(),
+            peer_certificate_validated: t.peer.is_some(),
+            uri_san_peer_certificate: t
+                .peer
+                .as_ref()
+                .map(|p| p.uri_sans.clone())
+                .unwrap_or_default(),
+            subject_peer_certificate: t
+                .peer
+                .as_ref()
+                .map(|p| p.subject.clone())
+                .unwrap_or_default(),
+            tls_version: String::new(),
+        }),
+    }
+}
+
+fn keep_metadata(s: &Stream, state: &mut FilterState) {
+    if s.dynamic_metadata_changed {
+        state.dynamic_metadata = Some(Box::new(s.dynamic_metadata.clone()));
+    }
+}
+
+/// What the script changed, for the pipeline to apply before the next filter.
+fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
+    keep_metadata(&s, state);
+    if !s.headers_changed && !s.clear_route_cache {
+        return;
+    }
+    let mut edit = RequestEdit {
+        reroute: s.clear_route_cache,
+        ..RequestEdit::default()
+    };
+    // The common edit (the article's script) only adds headers: append those, no rewrite.
+    if let Some(added) = s.headers.appended() {
+        let mut append = Vec::new();
+        let mut plain = true;
+        for (n, v) in added {
+            match (
+                HeaderName::from_bytes(n.as_bytes()),
+                HeaderValue::from_bytes(v),
+            ) {
+                (Ok(n), Ok(v)) if !n.as_str().starts_with(':') => append.push((n, v)),
+                _ => plain = false,
+            }
+        }
+        if plain {
+            edit.append = append;
+            state.request_edit = Some(Box::new(edit));
+            return;
+        }
+    }
+    let mut headers = HeaderMap::with_capacity(s.headers.len());
+    for (n, v) in s.headers.iter() {
+        match n {
+            ":authority" => {
+                if v != req.authority.as_bytes() {
+                    edit.authority = std::str::from_utf8(v).ok().map(str::to_string);
+                }
+                if let Ok(v) = HeaderValue::from_bytes(v) {
+                    headers.insert(http::header::HOST, v);
+                }
+            }
+            ":path" => {
+                let same = match req.query {
+                    Some(q) => {
+                        v.len() == req.path.len() + 1 + q.len()
+                            && v.starts_with(req.path.as_bytes())
+                    }
+                    None => v == req.path.as_bytes(),
+                };
+                if !same {
+                    edit.path_and_query = std::str::from_utf8(v).ok().map(str::to_string);
+                }
+            }
+            ":method" => {
+                if v != req.method.as_str().as_bytes() {
+                    edit.method = http::Method::from_bytes(v).ok();
+                }
+            }
+            n if n.starts_with(':') => {}
+            n => {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(n.as_bytes()),
+                    HeaderValue::from_bytes(v),
+                ) {
+                    headers.append(n, v);
+                }
+            }
+        }
+    }
+    if !req.headers.contains_key(http::header::HOST) && edit.authority.is_none() {
+        headers.remove(http::header::HOST);
+    }
+    edit.headers = Some(headers);
+    state.request_edit = Some(Box::new(edit));
+}
+
+/// A response's headers as Envoy's map has them (`:status` first).
+fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Stream {
+    let mut headers = HeaderList::with_capacity(response.headers().len() + 1);
+    headers.add(":status", response.status().as_str().as_bytes());
+    for (n, v) in response.headers() {
+        headers.add(n.as_str(), v.as_bytes());
+    }
+    Stream {
+        headers,
+        dynamic_metadata: state
+            .dynamic_metadata
+            .as_deref()
+            .cloned()
+            .unwrap_or_default(),
+        ..Stream::default()
+    }
+}
+
+fn apply_response(s: Stream, state: &mut FilterState, response: &mut Response<ProxyBody>) {
+    keep_metadata(&s, state);
+    if !s.headers_changed {
+        return;
+    }
+    let mut headers = HeaderMap::with_capacity(s.headers.len());
+    for (n, v) in s.headers.iter() {
+        if n == ":status" {
+            if let Some(code) = std::str::from_utf8(v)
+                .ok()
+                .and_then(|c| c.parse::<u16>().ok())
+            {
+                if let Ok(status) = StatusCode::from_u16(code) {
+                    *response.status_mut() = status;
+                }
+            }
+        } else if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    *response.headers_mut() = headers;
+}
+
+impl HttpFilter for LuaFilter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn on_request(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+        _metrics: &Metrics,
+    ) -> Flow {
+        let Some(script) = self.script_for(req, route) else {
+            return Flow::Continue;
+        };
+        if self.program.has(script, Phase::Response) {
+            state
+                .response_choices
+                .get_or_insert_with(Box::default)
+                .push((self.key(), script));
+        }
+        // The script runs in the waiting phase, where the pipeline applies its changes to the
+        // request before the next filter reads it.
+        if self.program.has(script, Phase::Request) {
+            Flow::Wait
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn on_request_waiting<'a>(
+        &'a self,
+        req: &'a RequestAttrs<'a>,
+        route: &'a Route,
+        state: &'a mut FilterState,
+        _metrics: &'a Metrics,
+    ) -> VerdictFuture<'a> {
+        match self.script_for(req, route) {
+            Some(script) => Box::pin(self.request_phase(script, req, route, state)),
+            None => Box::pin(std::future::ready(Verdict::Continue)),
+        }
+    }
+
+    fn reads_request_body(&self) -> bool {
+        self.reads_body
+    }
+
+    fn on_response(
+        &self,
+        _route: &Route,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) {
+        let key = self.key();
+        let Some(script) = state
+            .response_choices
+            .as_ref()
+            .and_then(|c| c.iter().find(|(k, _)| *k == key))
+            .map(|(_, s)| *s)
+        else {
+            return;
+        };
+        match self
+            .program
+            .run(script, Phase::Response, response_stream(response, state))
+        {
+            Run::Continue(s) | Run::Failed(s, _) => apply_response(s, state, response),
+            Run::Respond(s, _) => {
+                tracing::error!("script log: respond() is not allowed in the response flow");
+                apply_response(s, state, response);
+            }
+            Run::Call(_) => tracing::error!(
+                "script log: httpCall() in the response flow is not supported; no call was made"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_literals_are_the_cluster_candidates() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                r#"h:httpCall("lua_cluster", {[":path"] = "/"}, "", 10)"#,
+                &["lua_cluster", ":path", "/", ""],
+            ),
+            ("h:httpCall('outbound|80||a.b', x)", &["outbound|80||a.b"]),
+            (r#"local s = "unterminated"#, &[]),
+            ("no strings here", &[]),
+        ];
+        for (src, want) in cases {
+            assert_eq!(string_literals(src), *want, "{src}");
+        }
+    }
+
+    #[test]
+    fn positions_follow_the_patch_operation() {
+        let cases = [
+            ("envoy.router", ROUTER),
+            ("envoy.filters.http.router", ROUTER),
+            ("envoy.rate_limit", super::super::chain::GLOBAL_RATE_LIMIT),
+            ("envoy.lua", LUA),
+            ("envoy.filters.http.cors", "envoy.filters.http.cors"),
+        ];
+        for (given, want) in cases {
+            assert_eq!(canonical_filter_name(given), want);
+        }
+    }
+}

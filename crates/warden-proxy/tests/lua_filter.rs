@@ -1,0 +1,562 @@
+//! Envoy's Lua filter end to end: EnvoyFilters with the scripts of Envoy's and Istio's docs on
+//! a gateway in front of the echo upstream, per-route overrides, script errors, and scripts
+//! that would stall a worker.
+
+mod common;
+
+use common::{addr, client, counting_echo, echo_http, http_config, inline};
+use std::time::Duration;
+use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
+
+/// An EnvoyFilter inserting a Lua filter before the router, with `code` as `inlineCode`.
+fn lua_filter(code: &str) -> String {
+    lua_filter_with(&format!("inlineCode: |\n{}", indent(code, 14)))
+}
+
+/// An EnvoyFilter inserting a Lua filter whose `typed_config` has `fields` (YAML at column 12).
+fn lua_filter_with(fields: &str) -> String {
+    format!(
+        r#"---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: lua, namespace: istio-system}}
+spec:
+  configPatches:
+    - applyTo: HTTP_FILTER
+      match:
+        context: GATEWAY
+        listener:
+          filterChain:
+            filter:
+              name: envoy.filters.network.http_connection_manager
+              subFilter: {{name: envoy.filters.http.router}}
+      patch:
+        operation: INSERT_BEFORE
+        value:
+          name: envoy.filters.http.lua
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+{}
+"#,
+        indent(fields, 12)
+    )
+}
+
+fn indent(text: &str, n: usize) -> String {
+    let pad = " ".repeat(n);
+    text.lines()
+        .map(|l| format!("{pad}{l}\n"))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
+}
+
+fn start(yaml: &str) -> RunningProxy {
+    Proxy::start(ProxyOptions::loopback(inline(yaml))).expect("proxy starts")
+}
+
+fn lua_errors(p: &RunningProxy) -> u64 {
+    p.metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("warden_lua_errors_total "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Envoy's docs: headers added on the request reach the upstream, and the response script
+/// edits the response's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_manipulation_on_request_and_response() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  request_handle:headers():add("foo", "bar")
+  request_handle:headers():replace("user-agent", "lua")
+  request_handle:headers():remove("x-drop")
+end
+function envoy_on_response(response_handle)
+  response_handle:headers():add("response-foo", "bar")
+  response_handle:headers():add("status-seen", response_handle:headers():get(":status"))
+end"#
+        )
+    ));
+    let r = client()
+        .get(format!("http://{}/hello?x=1", addr(&proxy, 0)))
+        .header("user-agent", "curl")
+        .header("x-drop", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-echo-h-foo"],
+        "bar",
+        "request header reached upstream"
+    );
+    assert_eq!(r.headers()["x-echo-h-user-agent"], "lua");
+    assert!(r.headers().get("x-echo-h-x-drop").is_none());
+    assert_eq!(r.headers()["response-foo"], "bar");
+    assert_eq!(r.headers()["status-seen"], "200");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's docs: `respond()` with headers and a body answers before the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn respond_with_a_body_answers_without_the_upstream() {
+    let up = counting_echo().await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.http_addr().unwrap(), "", ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  if request_handle:headers():get("user-agent") == "badbot" then
+    request_handle:respond({[":status"] = "403", ["upstream_foo"] = "bar"}, "nope")
+  end
+end"#
+        )
+    ));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let r = client()
+        .get(&url)
+        .header("user-agent", "badbot")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(r.headers()["upstream_foo"], "bar");
+    assert_eq!(r.text().await.unwrap(), "nope");
+    assert_eq!(up.total(), 0);
+    let r = client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.total(), 1);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// `LuaPerRoute` through HTTP_ROUTE patches: disabled on one route, another script by name
+/// (`source_codes`) on a second, inline `source_code` on a third, the default elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_route_disable_and_override() {
+    let up = echo_http("up").await;
+    let routes = r#"
+  - name: admin
+    match: [{uri: {prefix: /admin}}]
+    route: [{destination: {host: echo.internal}}]
+  - name: named
+    match: [{uri: {prefix: /named}}]
+    route: [{destination: {host: echo.internal}}]
+  - name: inline
+    match: [{uri: {prefix: /inline}}]
+    route: [{destination: {host: echo.internal}}]"#;
+    let per_route = |route: &str, config: &str| {
+        format!(
+            r#"    - applyTo: HTTP_ROUTE
+      match:
+        context: GATEWAY
+        routeConfiguration: {{vhost: {{route: {{name: {route}}}}}}}
+      patch:
+        operation: MERGE
+        value:
+          typed_per_filter_config:
+            envoy.filters.http.lua:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute
+              {config}
+"#
+        )
+    };
+    let filter = lua_filter_with(
+        r#"default_source_code:
+  inline_string: |
+    function envoy_on_request(h) h:headers():add("x-lua", "default") end
+source_codes:
+  special:
+    inline_string: |
+      function envoy_on_request(h) h:headers():add("x-lua", "special") end"#,
+    );
+    let yaml = format!(
+        "{}{}{}{}{}",
+        http_config(up.addr, routes, ""),
+        filter,
+        per_route("admin", "disabled: true"),
+        per_route("named", "name: special"),
+        per_route(
+            "inline",
+            r#"source_code: {inline_string: "function envoy_on_request(h) h:headers():add('x-lua', 'inline') end"}"#
+        ),
+    );
+    let proxy = start(&yaml);
+    for (path, want) in [
+        ("/admin", None),
+        ("/named", Some("special")),
+        ("/inline", Some("inline")),
+        ("/other", Some("default")),
+    ] {
+        let r = client()
+            .get(format!("http://{}{path}", addr(&proxy, 0)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(
+            r.headers()
+                .get("x-echo-h-x-lua")
+                .map(|v| v.to_str().unwrap()),
+            want,
+            "{path}"
+        );
+    }
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's answer to a script error: logged, counted, and the request goes on as the script
+/// left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_error_is_counted_and_the_request_goes_on() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(h)
+  h:headers():add("x-before", "1")
+  error("boom")
+end"#
+        )
+    ));
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-x-before"], "1");
+    assert_eq!(lua_errors(&proxy), 1);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// `while true do end` and a script that eats memory are stopped by the instruction and
+/// memory limits; the proxy's one worker keeps serving other requests, during and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_and_memory_hungry_scripts_are_stopped_and_the_worker_keeps_serving() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(h)
+  local mode = h:headers():get("x-mode")
+  if mode == "loop" then
+    while true do end
+  elseif mode == "eat" then
+    local t = {}
+    for i = 1, 1e9 do t[i] = string.rep("x", 4096) .. i end
+  end
+  h:headers():add("x-lua", "ran")
+end"#
+        )
+    ));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let send = |mode: &'static str| {
+        let url = url.clone();
+        async move {
+            let r = client()
+                .get(url)
+                .header("x-mode", mode)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.headers().contains_key("x-echo-h-x-lua"),
+            )
+        }
+    };
+    let (looped, normal, ate, normal2) =
+        tokio::join!(send("loop"), send("none"), send("eat"), send("none"));
+    // Stopped scripts: the request goes on without the script's header (Envoy's answer to
+    // a script error); the others ran.
+    assert_eq!(looped, (200, false));
+    assert_eq!(ate, (200, false));
+    assert_eq!(normal, (200, true));
+    assert_eq!(normal2, (200, true));
+    assert_eq!(lua_errors(&proxy), 2);
+    for _ in 0..5 {
+        assert_eq!(send("none").await, (200, true), "the state serves on");
+    }
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// `warden check` (and start-up) compiles every script: a syntax error names the
+/// EnvoyFilter's file and line and the script's line.
+#[test]
+fn syntax_errors_name_the_file_line_and_the_script_line() {
+    let yaml = format!(
+        "{}{}",
+        http_config("127.0.0.1:1".parse().unwrap(), "", ""),
+        lua_filter("function envoy_on_request(h)\n  local x = = 1\nend")
+    );
+    let err = Proxy::start(ProxyOptions::loopback(inline(&yaml)))
+        .err()
+        .expect("refused")
+        .to_string();
+    let key_line = yaml
+        .lines()
+        .position(|l| l.trim_start().starts_with("inlineCode:"))
+        .unwrap()
+        + 1;
+    assert!(err.contains("EnvoyFilter/lua"), "{err}");
+    // The field's line is the block's first line, the one after its key.
+    assert!(
+        err.contains(&format!("test.yaml:{}", key_line + 1)),
+        "{err}"
+    );
+    assert!(err.contains("script line 2"), "{err}");
+    assert!(
+        err.contains(&format!("file line {}", key_line + 2)),
+        "{err}"
+    );
+}
+
+/// Envoy's docs: dynamic metadata a script sets feeds a rate limit `metadata` action. The
+/// script maps an API key to a tenant; `warden ratelimit` (in process, memory) allows 3 a
+/// minute per tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_metadata_from_lua_keys_a_global_rate_limit() {
+    use std::sync::Arc;
+    use warden_ratelimit::{ConfigSource, ManualClock, Server, Settings};
+    let dir = warden_testkit::TempDir::new("lua-rls").unwrap();
+    dir.write(
+        "config.yaml",
+        "domain: ratelimit\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
+    )
+    .unwrap();
+    let settings =
+        Settings::loopback_for_tests(ConfigSource::Paths(vec![dir.path().to_path_buf()]));
+    let rls = Server::start_with_clock(settings, Arc::new(ManualClock::new(1_700_000_010_000)))
+        .await
+        .expect("rls starts");
+    let up = echo_http("up").await;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  local key = request_handle:headers():get("x-api-key")
+  if key then
+    request_handle:streamInfo():dynamicMetadata():set("envoy.filters.http.lua", "tenant", "t-" .. key)
+  end
+end"#,
+    );
+    let limits = format!(
+        r#"    - applyTo: HTTP_FILTER
+      match:
+        context: GATEWAY
+        listener:
+          filterChain:
+            filter:
+              name: envoy.filters.network.http_connection_manager
+              subFilter: {{name: envoy.filters.http.router}}
+      patch:
+        operation: INSERT_BEFORE
+        value:
+          name: envoy.filters.http.ratelimit
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+            domain: ratelimit
+            failure_mode_deny: true
+            timeout: 1s
+            rate_limit_service:
+              grpc_service:
+                envoy_grpc: {{cluster_name: "outbound|{port}||127.0.0.1"}}
+              transport_api_version: V3
+    - applyTo: VIRTUAL_HOST
+      match:
+        context: GATEWAY
+        routeConfiguration: {{vhost: {{name: "", route: {{action: ANY}}}}}}
+      patch:
+        operation: MERGE
+        value:
+          rate_limits:
+            - actions:
+                - metadata:
+                    descriptor_key: tenant
+                    metadata_key:
+                      key: envoy.filters.http.lua
+                      path: [{{key: tenant}}]
+"#,
+        port = rls.grpc_addr().port()
+    );
+    let proxy = start(&format!("{}{lua}\n{limits}", http_config(up.addr, "", "")));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let mut got = Vec::new();
+    for key in ["a", "a", "a", "a", "b", "b", "b", "b"] {
+        let r = client()
+            .get(&url)
+            .header("x-api-key", key)
+            .send()
+            .await
+            .unwrap();
+        got.push(r.status().as_u16());
+    }
+    assert_eq!(got, [200, 200, 200, 429, 200, 200, 200, 429]);
+    // No API key: no metadata, so the action drops the descriptor and nothing is limited.
+    for _ in 0..5 {
+        let r = client().get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    proxy.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
+
+/// Dynamic metadata a script sets is in the request's access log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_metadata_reaches_the_access_log() {
+    let dir = warden_testkit::TempDir::new("lua-log").unwrap();
+    let log = dir.path().join("access.log");
+    let up = echo_http("up").await;
+    let yaml = format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(h)
+  h:streamInfo():dynamicMetadata():set("envoy.filters.http.lua", "tier", "gold")
+end"#
+        )
+    );
+    let mut options = ProxyOptions::loopback(inline(&yaml));
+    options.access_log = Some(warden_proxy::AccessLogTarget::File(log.clone()));
+    let proxy = Proxy::start(options).expect("proxy starts");
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(warden_testkit::wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|t| !t.is_empty())
+    }));
+    let line = std::fs::read_to_string(&log).unwrap();
+    let entry: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        entry["dynamic_metadata"]["envoy.filters.http.lua"]["tier"], "gold",
+        "{line}"
+    );
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Istio's EnvoyFilter docs: a script calls `lua_cluster` (added by a CLUSTER patch) and
+/// waits for its answer; here the answer's status and body become request headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_call_to_a_cluster_added_by_a_cluster_patch() {
+    let up = echo_http("up").await;
+    let acl = echo_http("acl").await;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  -- Make an HTTP call to an upstream host with the following headers, body, and timeout.
+  local headers, body = request_handle:httpCall(
+   "lua_cluster",
+   {
+    [":method"] = "POST",
+    [":path"] = "/acl",
+    [":authority"] = "internal.org.net"
+   },
+  "authorize call",
+  5000)
+  request_handle:headers():add("x-acl-status", headers[":status"])
+  request_handle:headers():add("x-acl-body", body)
+  request_handle:headers():add("x-acl-name", headers["x-upstream"])
+  request_handle:headers():add("x-acl-host", headers["x-echo-h-host"])
+  local h2 = request_handle:httpCall("missing_cluster",
+    {[":method"] = "GET", [":path"] = "/", [":authority"] = "x"}, "", 100)
+  request_handle:headers():add("x-missing-status", h2[":status"])
+end"#,
+    );
+    let cluster = format!(
+        r#"    - applyTo: CLUSTER
+      match:
+        context: GATEWAY
+      patch:
+        operation: ADD
+        value:
+          name: "lua_cluster"
+          type: STRICT_DNS
+          connect_timeout: 0.5s
+          lb_policy: ROUND_ROBIN
+          load_assignment:
+            cluster_name: lua_cluster
+            endpoints:
+            - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address:
+                      protocol: TCP
+                      address: "127.0.0.1"
+                      port_value: {}
+"#,
+        acl.addr.port()
+    );
+    let proxy = start(&format!("{}{lua}\n{cluster}", http_config(up.addr, "", "")));
+    let r = client()
+        .get(format!("http://{}/", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-x-acl-status"], "200");
+    assert_eq!(r.headers()["x-echo-h-x-acl-body"], "authorize call");
+    assert_eq!(r.headers()["x-echo-h-x-acl-name"], "acl");
+    assert_eq!(r.headers()["x-echo-h-x-acl-host"], "internal.org.net");
+    assert_eq!(r.headers()["x-echo-h-x-missing-status"], "503");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's docs: `body()` buffers the request body; its size becomes a header, and
+/// `setBytes` replaces what the upstream gets (with its length). A body over the buffer
+/// limit is answered 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_buffering_reads_and_replaces_the_request_body() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  local body = request_handle:body()
+  if body == nil then return end
+  local size = body:length()
+  request_handle:headers():add("request_body_size", size)
+  if request_handle:headers():get("x-rewrite") then
+    body:setBytes(string.upper(body:getBytes(0, size)) .. "!")
+  end
+end"#
+        )
+    ));
+    let url = format!("http://{}/upload", addr(&proxy, 0));
+    let r = client()
+        .post(&url)
+        .body("hello world")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-request_body_size"], "11");
+    assert_eq!(r.text().await.unwrap(), "hello world");
+    let r = client()
+        .post(&url)
+        .header("x-rewrite", "1")
+        .body("hello world")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-echo-h-content-length"], "12");
+    assert_eq!(r.text().await.unwrap(), "HELLO WORLD!");
+    let r = client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "a body-less request passes");
+    let r = client()
+        .post(&url)
+        .body(vec![b'x'; (1 << 20) + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    proxy.shutdown(Duration::from_secs(1));
+}
