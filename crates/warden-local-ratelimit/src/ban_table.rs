@@ -223,8 +223,14 @@ mod tests {
         }
         assert_eq!(lengths, vec![120, 300, 600, 600]);
         // Other clients and other rules are not banned.
-        assert_eq!(table.check(7, ip(1), &s, MIN), BanCheck::Open { strikes: 0 });
-        assert_eq!(table.check(8, ip(66), &s, MIN), BanCheck::Open { strikes: 0 });
+        assert_eq!(
+            table.check(7, ip(1), &s, MIN),
+            BanCheck::Open { strikes: 0 }
+        );
+        assert_eq!(
+            table.check(8, ip(66), &s, MIN),
+            BanCheck::Open { strikes: 0 }
+        );
         // An hour after the last ban: forgotten.
         assert_eq!(
             table.check(7, ip(66), &s, now + 60 * MIN),

@@ -925,7 +925,11 @@ async fn three_proxies_ban_an_attacker_together() {
     let attacker = client_from([127, 0, 0, 1]);
     let other = client_from([127, 0, 0, 2]);
     let retry_after = |r: &reqwest::Response| -> u64 {
-        r.headers()["retry-after"].to_str().unwrap().parse().unwrap()
+        r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
 
     assert_eq!(send(&attacker, &urls[0], 300).await, [300, 0, 0, 0]);

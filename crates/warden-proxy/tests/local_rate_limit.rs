@@ -390,14 +390,20 @@ async fn a_client_over_its_limit_is_banned_for_longer_each_time_and_can_be_lifte
     // Banned: refused without counting, whatever the bucket says.
     let r = get(&attacker).await.unwrap();
     assert_eq!(r.status(), 429);
-    let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let secs: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=2).contains(&secs), "{secs}");
     // Another client, and the attacker elsewhere, are not banned.
     assert_eq!(get(&client_from(LOCAL_2)).await.unwrap().status(), 200);
     let home = format!("http://{}/", addr(&proxy, 0));
     assert_eq!(attacker.get(&home).send().await.unwrap().status(), 200);
 
-    let bans: serde_json::Value = attacker.get(format!("{admin}/ratelimit/bans")).send()
+    let bans: serde_json::Value = attacker
+        .get(format!("{admin}/ratelimit/bans"))
+        .send()
         .await
         .unwrap()
         .json()
@@ -407,8 +413,13 @@ async fn a_client_over_its_limit_is_banned_for_longer_each_time_and_can_be_lifte
     assert_eq!(listed.len(), 1, "{bans}");
     assert_eq!(listed[0]["client"], LOCAL_1);
     assert_eq!(listed[0]["strikes"], 1);
-    assert_eq!(listed[0]["rule"], "RateLimitPolicy/login spec.local.rules[0]");
-    let policy = attacker.get(format!("{admin}/ratelimit/bans/authorizationpolicy")).send()
+    assert_eq!(
+        listed[0]["rule"],
+        "RateLimitPolicy/login spec.local.rules[0]"
+    );
+    let policy = attacker
+        .get(format!("{admin}/ratelimit/bans/authorizationpolicy"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -421,7 +432,11 @@ async fn a_client_over_its_limit_is_banned_for_longer_each_time_and_can_be_lifte
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let r = get(&attacker).await.unwrap();
     assert_eq!(r.status(), 429);
-    assert_eq!(r.headers()["retry-after"], "3", "the schedule's second period");
+    assert_eq!(
+        r.headers()["retry-after"],
+        "3",
+        "the schedule's second period"
+    );
 
     // Lifted on the admin port: strikes forgotten, so the next offence is a first one again.
     let lifted: serde_json::Value = attacker

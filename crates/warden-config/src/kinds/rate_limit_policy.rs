@@ -94,7 +94,9 @@ impl RuleBan {
     pub fn schedule(&self) -> Result<crate::ban::BanSchedule, (String, String)> {
         let ms = |field: String, text: &str| -> Result<u64, (String, String)> {
             match crate::duration::parse_duration(text) {
-                Ok(d) if d.is_zero() => Err((field, format!("must be longer than 0, not {text:?}"))),
+                Ok(d) if d.is_zero() => {
+                    Err((field, format!("must be longer than 0, not {text:?}")))
+                }
                 Ok(d) => Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 Err(e) => Err((field, e)),
             }
@@ -278,7 +280,11 @@ mod ban_tests {
     #[test]
     fn schedules_as_written() {
         let ok = [
-            (ban(&["2m", "5m", "10m"], "1h"), vec![120_000, 300_000, 600_000], 3_600_000),
+            (
+                ban(&["2m", "5m", "10m"], "1h"),
+                vec![120_000, 300_000, 600_000],
+                3_600_000,
+            ),
             (ban(&["90s"], "1h30m"), vec![90_000], 5_400_000),
             (ban(&["500ms"], "1s"), vec![500], 1_000),
         ];

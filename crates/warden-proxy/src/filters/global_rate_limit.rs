@@ -435,7 +435,10 @@ impl GlobalRateLimit {
             .saturating_duration_since(now)
             .as_secs_f64()
             .ceil() as u64;
-        for name in [response_headers::X_RATELIMIT_RESET, http::header::RETRY_AFTER] {
+        for name in [
+            response_headers::X_RATELIMIT_RESET,
+            http::header::RETRY_AFTER,
+        ] {
             if headers.contains_key(&name) {
                 headers.insert(name, HeaderValue::from(left));
             }

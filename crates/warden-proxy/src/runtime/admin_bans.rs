@@ -35,7 +35,10 @@ pub fn lift(limiter: Option<&LocalRateLimitFilter>, query: Option<&str>) -> Resu
 /// `GET /ratelimit/bans/authorizationpolicy`.
 pub fn authorization_policy(limiter: Option<&LocalRateLimitFilter>) -> String {
     let bans = limiter.map(|l| l.bans()).unwrap_or_default();
-    render(&PolicyTarget::default(), &ip_blocks(bans.iter().map(|(_, b)| b.client.as_str())))
+    render(
+        &PolicyTarget::default(),
+        &ip_blocks(bans.iter().map(|(_, b)| b.client.as_str())),
+    )
 }
 
 /// The banned clients that are addresses, once each, sorted.
@@ -80,7 +83,16 @@ mod tests {
 
     #[test]
     fn only_addresses_become_blocks() {
-        let blocks = ip_blocks(["203.0.113.9", "user-1", "203.0.113.9", "2001:db8::1", "10.0.0.1"].into_iter());
+        let blocks = ip_blocks(
+            [
+                "203.0.113.9",
+                "user-1",
+                "203.0.113.9",
+                "2001:db8::1",
+                "10.0.0.1",
+            ]
+            .into_iter(),
+        );
         assert_eq!(blocks, ["10.0.0.1", "203.0.113.9", "2001:db8::1"]);
     }
 }

@@ -227,7 +227,8 @@ pub fn rls_descriptors(policies: &[warden_config::Doc<RateLimitPolicy>]) -> Vec<
                     |key: &str| limited(key, None, &rule.limit, rule.shadow_mode, ban.as_ref());
                 match shape {
                     Shape::Shared => {
-                        let l = limited(RULE_KEY, None, &rule.limit, rule.shadow_mode, ban.as_ref());
+                        let l =
+                            limited(RULE_KEY, None, &rule.limit, rule.shadow_mode, ban.as_ref());
                         root.rate_limit = l.rate_limit;
                         root.shadow_mode = l.shadow_mode;
                         root.ban = l.ban;
