@@ -342,6 +342,27 @@ fn filter_patches<'a>(set: &'a ConfigSet, identity: &ProxyIdentity) -> Vec<Filte
     out
 }
 
+/// Where a Lua filter patched in at `own` goes, given the filters patched in after it
+/// (`later`, in order): applying the patches one by one, a filter inserted before the router
+/// (or ADDed) ends up ahead of every later one inserted there too, so it goes before the first
+/// of those the chain has (the article's Lua before its ratelimit filter).
+fn placed(
+    own: Position,
+    later: impl Iterator<Item = (String, Position)>,
+    chain: &[&str],
+) -> Position {
+    let at_end =
+        |p: &Position| matches!(p, Position::Before(n) if n == ROUTER) || *p == Position::Last;
+    if !at_end(&own) {
+        return own;
+    }
+    later
+        .filter(|(name, p)| at_end(p) && chain.contains(&name.as_str()))
+        .map(|(name, _)| Position::Before(name))
+        .next()
+        .unwrap_or(own)
+}
+
 /// A script from a `DataSource` (`inline_string`; files and environment variables are not
 /// read here, as Istio ships only inline code to its proxies).
 fn data_source(v: &Value) -> Result<&str, String> {
@@ -432,7 +453,7 @@ pub fn build(
             continue;
         };
         let base = format!("{}.patch.value.typed_config{inner}", p.field());
-        let mut position = match p.position() {
+        let position = match p.position() {
             Ok(pos) => pos,
             Err(message) => {
                 problems.push(problem(
@@ -442,17 +463,13 @@ pub fn build(
                 continue;
             }
         };
-        if matches!(&position, Position::Before(n) if n == ROUTER) || position == Position::Last {
-            let later = patches[i + 1..].iter().find_map(|q| {
-                let n = canonical_filter_name(&q.name);
-                let before_router = matches!(q.position(), Ok(Position::Before(r)) if r == ROUTER)
-                    || matches!(q.position(), Ok(Position::Last));
-                (before_router && chain.contains(&n.as_str())).then_some(n)
-            });
-            if let Some(n) = later {
-                position = Position::Before(n);
-            }
-        }
+        let position = placed(
+            position,
+            patches[i + 1..]
+                .iter()
+                .filter_map(|q| Some((canonical_filter_name(&q.name), q.position().ok()?))),
+            chain,
+        );
         let mut compiler = Compiler {
             set,
             scripts: Vec::new(),
@@ -1137,7 +1154,68 @@ mod tests {
     }
 
     #[test]
-    fn positions_follow_the_patch_operation() {
+    fn a_filter_before_the_router_goes_ahead_of_later_ones_there() {
+        use super::super::chain::{CORS, GLOBAL_RATE_LIMIT as RL};
+        let chain = [CORS, RL];
+        let before = |n: &str| Position::Before(n.to_string());
+        // (own position, later patches' filters, the chain, where it goes)
+        type Case<'a> = (Position, Vec<(&'a str, Position)>, &'a [&'a str], Position);
+        let cases: Vec<Case> = vec![
+            (
+                before(ROUTER),
+                vec![(RL, before(ROUTER))],
+                &chain,
+                before(RL),
+            ),
+            (
+                Position::Last,
+                vec![(RL, Position::Last)],
+                &chain,
+                before(RL),
+            ),
+            (
+                before(ROUTER),
+                vec![(RL, before(ROUTER))],
+                &[CORS],
+                before(ROUTER),
+            ),
+            (
+                before(ROUTER),
+                vec![(RL, Position::After(CORS.into()))],
+                &chain,
+                before(ROUTER),
+            ),
+            (
+                before(ROUTER),
+                vec![("x", before(ROUTER)), (RL, before(ROUTER))],
+                &chain,
+                before(RL),
+            ),
+            (
+                before(CORS),
+                vec![(RL, before(ROUTER))],
+                &chain,
+                before(CORS),
+            ),
+            (
+                Position::First,
+                vec![(RL, Position::First)],
+                &chain,
+                Position::First,
+            ),
+        ];
+        for (own, later, chain, want) in cases {
+            let later_owned = later.iter().map(|(n, p)| (n.to_string(), p.clone()));
+            assert_eq!(
+                placed(own.clone(), later_owned, chain),
+                want,
+                "{own:?} {later:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deprecated_filter_names_are_read_as_current_ones() {
         let cases = [
             ("envoy.router", ROUTER),
             ("envoy.filters.http.router", ROUTER),
