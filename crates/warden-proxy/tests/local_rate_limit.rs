@@ -417,6 +417,11 @@ async fn a_client_over_its_limit_is_banned_for_longer_each_time_and_can_be_lifte
         listed[0]["rule"],
         "RateLimitPolicy/login spec.local.rules[0]"
     );
+    let metrics = proxy.metrics_text();
+    assert!(
+        metrics.contains("warden_local_rate_limit_bans 1"),
+        "{metrics}"
+    );
     let policy = attacker
         .get(format!("{admin}/ratelimit/bans/authorizationpolicy"))
         .send()

@@ -346,6 +346,13 @@ pub fn register_metrics(registry: &mut Registry, local: &LocalRateLimitFilter) {
         connections,
     );
     sub.register("keys", "Per-client keys held", gauge(table.keys));
+    if local.limiter.has_bans() {
+        sub.register(
+            "bans",
+            "Clients banned now by rules with a ban (listed on the admin port's /ratelimit/bans)",
+            gauge(local.bans().len()),
+        );
+    }
     sub.register("max_keys", "Cap on per-client keys", gauge(table.max_keys));
     sub.register(
         "evictions",
