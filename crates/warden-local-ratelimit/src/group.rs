@@ -74,9 +74,11 @@ pub(crate) struct LimitBucket {
 impl LimitBucket {
     #[inline]
     pub(crate) fn consume(&self, table: &KeyTable, key: &DistinctKey<'_>, now: u64) -> Consumed {
-        let key = match key_ref(key) {
-            None => return self.spec.try_consume(&self.shared, now),
-            Some(key) => key,
+        let key = match key {
+            DistinctKey::Shared => return self.spec.try_consume(&self.shared, now),
+            DistinctKey::Ip(ip) => KeyRef::ip(*ip),
+            DistinctKey::Header(h) => KeyRef::Bytes(h),
+            DistinctKey::Composite(c) => KeyRef::Bytes(c),
         };
         table.with_bucket(self.state_id, key, now, |tat| {
             self.spec.try_consume(tat, now)
@@ -84,14 +86,14 @@ impl LimitBucket {
     }
 }
 
-/// The per-client key of a distinct selection (`None`: the bucket every client shares).
-#[inline]
-fn key_ref<'k>(key: &'k DistinctKey<'_>) -> Option<KeyRef<'k>> {
+/// The client a ban names: its distinct value (or, for a bucket every client shares, the
+/// shared bucket itself).
+fn ban_key<'k>(key: &'k DistinctKey<'_>) -> KeyRef<'k> {
     match key {
-        DistinctKey::Shared => None,
-        DistinctKey::Ip(ip) => Some(KeyRef::ip(*ip)),
-        DistinctKey::Header(h) => Some(KeyRef::Bytes(h)),
-        DistinctKey::Composite(c) => Some(KeyRef::Bytes(c)),
+        DistinctKey::Shared => KeyRef::Bytes(b""),
+        DistinctKey::Ip(ip) => KeyRef::ip(*ip),
+        DistinctKey::Header(h) => KeyRef::Bytes(h),
+        DistinctKey::Composite(c) => KeyRef::Bytes(c),
     }
 }
 
@@ -105,37 +107,39 @@ pub(crate) struct SelectorRule {
 }
 
 impl SelectorRule {
-    /// Consume for `key`, or refuse without counting while the client is banned; an empty
-    /// bucket starts the client's next ban. The `u64` is the ban's remaining milliseconds.
-    #[inline]
-    fn consume(
+    /// Consume for `key` under a ban `schedule`: refused without counting while the client is
+    /// banned (`banned` gets the ban's remaining milliseconds); an empty bucket starts the
+    /// client's next ban. Out of line: rules without a ban never come here.
+    #[inline(never)]
+    fn consume_banning(
         &self,
+        schedule: &BanSchedule,
         table: &KeyTable,
         bans: &BanTable,
         key: &DistinctKey<'_>,
         now: u64,
-    ) -> (Consumed, Option<u64>) {
-        let Some(schedule) = &self.ban else {
-            return (self.bucket.consume(table, key, now), None);
-        };
+        banned: &mut Option<u64>,
+    ) -> Consumed {
         let now_ms = now / 1_000_000;
-        let client = key_ref(key).unwrap_or(KeyRef::Bytes(b""));
+        let client = ban_key(key);
         let id = self.bucket.state_id;
         if let BanCheck::Banned { remaining_ms, .. } = bans.check(id, client, schedule, now_ms) {
-            return (banned(remaining_ms), Some(remaining_ms));
+            *banned = Some(remaining_ms);
+            return refused_for(remaining_ms);
         }
         let c = self.bucket.consume(table, key, now);
         if c.allowed {
-            return (c, None);
+            return c;
         }
         let length_ms = bans.offend(id, client, schedule, now_ms);
-        (banned(length_ms), Some(length_ms))
+        *banned = Some(length_ms);
+        refused_for(length_ms)
     }
 }
 
 /// What a banned client is told: nothing left until the ban ends (seconds rounded up, as
 /// `Retry-After` must not invite it back early).
-fn banned(remaining_ms: u64) -> Consumed {
+fn refused_for(remaining_ms: u64) -> Consumed {
     Consumed {
         allowed: false,
         remaining: 0,
@@ -209,7 +213,8 @@ impl Group {
         {
             return None;
         }
-        let (allowed, context, banned_ms) = self.consume(req, table, bans, now);
+        let mut banned_ms = None;
+        let (allowed, context) = self.consume(req, table, bans, now, &mut banned_ms);
         if allowed {
             GroupCounters::bump(&self.counters.ok);
             return Some(Verdict {
@@ -233,16 +238,16 @@ impl Group {
         })
     }
 
-    /// Whether the request may pass, the bucket for `x-ratelimit-*`, and a ban's remaining
-    /// milliseconds.
-    #[allow(clippy::type_complexity)]
+    /// Whether the request may pass and the bucket for `x-ratelimit-*`; a ban in force puts
+    /// its remaining milliseconds in `banned`.
     fn consume(
         &self,
         req: &RequestAttrs<'_>,
         table: &KeyTable,
         bans: &BanTable,
         now: u64,
-    ) -> (bool, Option<(&LimitBucket, Consumed)>, Option<u64>) {
+        banned: &mut Option<u64>,
+    ) -> (bool, Option<(&LimitBucket, Consumed)>) {
         let mut first: Option<(&LimitBucket, Consumed)> = None;
         let mut matched_any = false;
         match &self.rules {
@@ -252,9 +257,12 @@ impl Group {
                         continue;
                     };
                     matched_any = true;
-                    let (c, banned_ms) = rule.consume(table, bans, &key, now);
+                    let c = match &rule.ban {
+                        None => rule.bucket.consume(table, &key, now),
+                        Some(s) => rule.consume_banning(s, table, bans, &key, now, banned),
+                    };
                     if !c.allowed {
-                        return (false, Some((&rule.bucket, c)), banned_ms);
+                        return (false, Some((&rule.bucket, c)));
                     }
                     first.get_or_insert((&rule.bucket, c));
                 }
@@ -294,7 +302,7 @@ impl Group {
                     };
                     let c = d.bucket.consume(table, &key, now);
                     if !c.allowed {
-                        return (false, Some((&d.bucket, c)), None);
+                        return (false, Some((&d.bucket, c)));
                     }
                     first.get_or_insert((&d.bucket, c));
                 }
@@ -304,12 +312,12 @@ impl Group {
             if let Some(default) = &self.default {
                 let c = default.consume(table, &DistinctKey::Shared, now);
                 if !c.allowed {
-                    return (false, Some((default, c)), None);
+                    return (false, Some((default, c)));
                 }
                 first.get_or_insert((default, c));
             }
         }
-        (true, first, None)
+        (true, first)
     }
 }
 
