@@ -758,7 +758,7 @@ impl<'a> Translator<'a> {
                 }
             }
         }
-        if refs.iter().any(|_| true) {
+        if !refs.is_empty() {
             let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
             self.warn(
                 doc,
@@ -1230,39 +1230,21 @@ impl<'a> Translator<'a> {
             });
         }
         let http = std::mem::take(&mut self.http);
-        for ((g, port, host), mut entries) in http {
-            entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
+        for ((g, port, host), entries) in http {
             let gw = self.gateways[g].doc;
-            let ns = gw.metadata.namespace_or_default();
             let mut vs =
                 self.generated_vs(gw, &format!("{port}-{}", host.replace('*', "wildcard")));
             vs.spec.hosts = vec![host];
-            let mut pendings = Vec::new();
-            for (_, routes, pending) in entries {
-                let first = vs.spec.http.len();
-                for p in pending {
-                    pendings.push((first + p.route, p.destination, p.host));
-                }
-                vs.spec.http.extend(routes);
-            }
-            for (route, d, host) in pendings {
-                let field = FieldPath::parse(&format!("spec.http[{route}].route[{d}].destination"));
-                self.out
-                    .dangling
-                    .push(DanglingRef::new(&vs, &field, &host, DanglingReason::Host));
-            }
-            let _ = ns;
-            self.out.virtual_services.push(vs);
+            self.push_http(vs, entries);
         }
         let mesh = std::mem::take(&mut self.mesh);
-        for (host, mut entries) in mesh {
-            entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
+        for (host, entries) in mesh {
             let (name, ns) = host
                 .strip_suffix(".svc.cluster.local")
                 .and_then(|h| h.split_once('.'))
                 .unwrap_or((host.as_str(), "default"));
             let vs_name = format!("{name}-mesh");
-            let mut vs = Doc {
+            let vs = Doc {
                 file: PathBuf::from(format!("gateway-api#mesh/{ns}/{vs_name}")),
                 index: 0,
                 api_version: "networking.istio.io/v1".into(),
@@ -1277,21 +1259,7 @@ impl<'a> Translator<'a> {
                     ..VirtualService::default()
                 },
             };
-            let mut pendings = Vec::new();
-            for (_, routes, pending) in entries {
-                let first = vs.spec.http.len();
-                for p in pending {
-                    pendings.push((first + p.route, p.destination, p.host));
-                }
-                vs.spec.http.extend(routes);
-            }
-            for (route, d, host) in pendings {
-                let field = FieldPath::parse(&format!("spec.http[{route}].route[{d}].destination"));
-                self.out
-                    .dangling
-                    .push(DanglingRef::new(&vs, &field, &host, DanglingReason::Host));
-            }
-            self.out.virtual_services.push(vs);
+            self.push_http(vs, entries);
         }
         let l4 = std::mem::take(&mut self.l4);
         for ((g, port), routes) in l4 {
@@ -1305,6 +1273,27 @@ impl<'a> Translator<'a> {
         self.out.gateways = generated_gateways;
         gateway_status.append(&mut self.out.status);
         self.out.status = gateway_status;
+    }
+
+    /// `vs` with the HTTP routes of `entries` in precedence order, its unresolved backends
+    /// recorded as dangling destinations (no upstream), added to the output.
+    fn push_http(&mut self, mut vs: Doc<VirtualService>, mut entries: Vec<Ranked>) {
+        entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
+        let mut pendings = Vec::new();
+        for (_, routes, pending) in entries {
+            let first = vs.spec.http.len();
+            for p in pending {
+                pendings.push((first + p.route, p.destination, p.host));
+            }
+            vs.spec.http.extend(routes);
+        }
+        for (route, d, host) in pendings {
+            let field = FieldPath::parse(&format!("spec.http[{route}].route[{d}].destination"));
+            self.out
+                .dangling
+                .push(DanglingRef::new(&vs, &field, &host, DanglingReason::Host));
+        }
+        self.out.virtual_services.push(vs);
     }
 
     /// An empty generated VirtualService of Gateway `gw`, bound to its generated Gateway. Its
