@@ -5,8 +5,7 @@
 //! limit service and listed on its debug port (`docs/ratelimit-bans.md`).
 
 use crate::filters::local_rate_limit::LocalRateLimitFilter;
-use std::net::IpAddr;
-use warden_ratelimit::ban::authorization_policy::{render, PolicyTarget};
+use warden_ratelimit::ban::authorization_policy::{ip_blocks, render, PolicyTarget};
 
 /// `GET /ratelimit/bans`.
 pub fn list(limiter: Option<&LocalRateLimitFilter>) -> serde_json::Value {
@@ -41,12 +40,6 @@ pub fn authorization_policy(limiter: Option<&LocalRateLimitFilter>) -> String {
     )
 }
 
-/// The banned clients that are addresses, once each, sorted.
-fn ip_blocks<'a>(clients: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let set: std::collections::BTreeSet<IpAddr> = clients.filter_map(|c| c.parse().ok()).collect();
-    set.into_iter().map(|ip| ip.to_string()).collect()
-}
-
 /// The `client` parameter of a query string, decoded as a form value.
 fn client_of(query: Option<&str>) -> Option<String> {
     query?
@@ -79,20 +72,5 @@ mod tests {
         for (query, want) in rows {
             assert_eq!(client_of(query).as_deref(), want, "{query:?}");
         }
-    }
-
-    #[test]
-    fn only_addresses_become_blocks() {
-        let blocks = ip_blocks(
-            [
-                "203.0.113.9",
-                "user-1",
-                "203.0.113.9",
-                "2001:db8::1",
-                "10.0.0.1",
-            ]
-            .into_iter(),
-        );
-        assert_eq!(blocks, ["10.0.0.1", "203.0.113.9", "2001:db8::1"]);
     }
 }

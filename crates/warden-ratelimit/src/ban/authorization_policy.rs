@@ -26,10 +26,16 @@ impl Default for PolicyTarget {
 
 /// The addresses to deny: each banned `remote_address` that is an IP address, once, sorted.
 pub fn remote_ip_blocks<'a>(bans: impl IntoIterator<Item = &'a BanRecord>) -> Vec<String> {
-    let set: BTreeSet<IpAddr> = bans
-        .into_iter()
-        .filter_map(|b| b.subject.as_ref()?.remote_address()?.parse().ok())
-        .collect();
+    ip_blocks(
+        bans.into_iter()
+            .filter_map(|b| b.subject.as_ref()?.remote_address()),
+    )
+}
+
+/// The clients that are IP addresses, once each, sorted (the proxy's local bans name clients
+/// by address or by distinct value).
+pub fn ip_blocks<'a>(clients: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let set: BTreeSet<IpAddr> = clients.into_iter().filter_map(|c| c.parse().ok()).collect();
     set.into_iter().map(|ip| ip.to_string()).collect()
 }
 
@@ -60,6 +66,18 @@ pub fn render(target: &PolicyTarget, blocks: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_addresses_become_blocks() {
+        let blocks = ip_blocks([
+            "203.0.113.9",
+            "user-1",
+            "203.0.113.9",
+            "2001:db8::1",
+            "10.0.0.1",
+        ]);
+        assert_eq!(blocks, ["10.0.0.1", "203.0.113.9", "2001:db8::1"]);
+    }
     use crate::ban::record::BanSubject;
     use crate::ban::schedule::BanState;
 
