@@ -38,6 +38,14 @@ pub(crate) fn replace_reapplied(
     out.kind(&mut set.endpoint_slices);
     out.kind(&mut set.endpoints);
     out.kind(&mut set.pods);
+    let api = &mut set.gateway_api;
+    out.kind(&mut api.gateway_classes);
+    out.kind(&mut api.gateways);
+    out.kind(&mut api.http_routes);
+    out.kind(&mut api.grpc_routes);
+    out.kind(&mut api.tcp_routes);
+    out.kind(&mut api.tls_routes);
+    out.kind(&mut api.reference_grants);
     set.source_lines = lines;
 }
 

@@ -545,7 +545,6 @@ impl Loader {
         let set = &mut self.loaded.set;
         set.gateways.extend(translated.gateways);
         set.virtual_services.extend(translated.virtual_services);
-        set.dangling.extend(translated.dangling);
         set.gateway_api.status = translated.status;
         self.errors.extend(translated.errors);
         self.loaded.warnings.extend(translated.warnings);

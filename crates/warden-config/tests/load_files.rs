@@ -168,3 +168,72 @@ fn reverse_proxy_example_routes_to_a_static_endpoint() {
         warden_config::LbPolicy::RoundRobin
     );
 }
+
+/// A Gateway API object applied again by a later file replaces the earlier one, as
+/// `kubectl apply` does: one route (the later one's), and a warning located at the later
+/// document naming the earlier one. Twice in one file is an error.
+#[test]
+fn gateway_api_objects_applied_again_by_a_later_file_replace_the_earlier() {
+    let dir = TempDir::new();
+    let route = |backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r}}\n\
+             spec:\n  parentRefs: [{{name: gw}}]\n  rules:\n  - backendRefs: [{{name: {backend}, port: 80}}]\n"
+        )
+    };
+    let service = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\n\
+             spec:\n  ports: [{{name: http, port: 80}}]\n"
+        )
+    };
+    let first = dir.write(
+        "a.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\n\
+             spec:\n  gatewayClassName: istio\n  listeners: [{{name: http, port: 80, protocol: HTTP}}]\n\
+             ---\n{}---\n{}---\n{}",
+            route("first"),
+            service("first"),
+            service("second")
+        ),
+    );
+    let second = dir.write("b.yaml", &route("second"));
+    let loaded = load_paths(&[first.clone(), second]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.set.gateway_api.http_routes.len(), 1);
+    let hosts: Vec<&str> = loaded
+        .set
+        .virtual_services
+        .iter()
+        .flat_map(|vs| &vs.spec.http)
+        .flat_map(|r| &r.route)
+        .map(|d| d.destination.host.as_str())
+        .collect();
+    assert_eq!(hosts, ["second.default.svc.cluster.local"]);
+    let replaced: Vec<String> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("replaces"))
+        .map(|w| {
+            format!(
+                "{}:{} {}",
+                w.location.file.display(),
+                w.location.line.unwrap_or(0),
+                w.message
+            )
+        })
+        .collect();
+    assert_eq!(replaced.len(), 1, "{:?}", loaded.warnings);
+    assert!(
+        replaced[0].contains("b.yaml:3 HTTPRoute default/r replaces the one at")
+            && replaced[0].contains("a.yaml:8 (document 2)"),
+        "{replaced:?}"
+    );
+
+    let twice = dir.write("twice.yaml", &format!("{}---\n{}", route("a"), route("b")));
+    let err = load_paths(&[twice]).expect_err("one file defines an object once");
+    assert!(
+        err.to_string().contains("duplicate HTTPRoute default/r"),
+        "{err}"
+    );
+}

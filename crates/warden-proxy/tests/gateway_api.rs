@@ -6,16 +6,13 @@
 
 mod common;
 
+use common::kube_dump::service;
 use common::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 fn fixture(name: &str) -> String {
-    let path = format!(
-        "{}/tests/fixtures/gateway-api/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    common::kube_dump::fixture("gateway-api", name)
 }
 
 /// Listener ports of the Gateways in `yaml` made 0, so the proxy binds free ones (the only
@@ -48,33 +45,6 @@ fn attached(route: &str, gw: &str) -> String {
         "spec:\n",
         &format!("spec:\n  parentRefs:\n  - name: {gw}\n"),
         1,
-    )
-}
-
-/// A Service `name` in `ns` on `port`, its endpoint the echo at `at`.
-fn service(ns: &str, name: &str, port: u16, at: SocketAddr) -> String {
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  ports: [{{name: http, port: {port}, protocol: TCP, targetPort: {target}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-abcde
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-endpoints:
-- addresses: [\"{ip}\"]
-  conditions: {{ready: true}}
-ports: [{{name: http, port: {target}, protocol: TCP}}]
-",
-        target = at.port(),
-        ip = at.ip(),
     )
 }
 
@@ -361,6 +331,58 @@ spec:
 
     let granted = start(&format!("{gw}{be}---\n{grant}"));
     assert_eq!(who(&c, addr(&granted, 0), "any", "/", &[]).await, "api");
+}
+
+/// A rule whose backends partly do not resolve: the share of requests that would have gone
+/// to the missing Service gets 500, the rest reach the one that exists (the spec: "500 for
+/// the portion of requests that would have gone to the invalid backend"); its status says
+/// BackendNotFound.
+#[tokio::test]
+async fn an_unresolved_backend_answers_500_for_its_share() {
+    let yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: 0, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: split}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - backendRefs:
+    - {{name: api, port: 8080, weight: 3}}
+    - {{name: gone, port: 8080, weight: 1}}
+{}",
+        backends("default", 8080, &["api"]).await
+    );
+    let proxy = start(&yaml);
+    let c = client();
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let n = 400;
+    for _ in 0..n {
+        *seen
+            .entry(who(&c, addr(&proxy, 0), "any", "/", &[]).await)
+            .or_default() += 1;
+    }
+    let failed = seen.get("500").copied().unwrap_or(0);
+    assert_eq!(
+        failed + seen.get("api").copied().unwrap_or(0),
+        n,
+        "{seen:?}"
+    );
+    // 25% of 400: within 5 standard deviations (±43) of 100.
+    assert!((57..=143).contains(&failed), "{seen:?}");
+    let status = check(&yaml);
+    assert!(
+        status.contains(
+            "parent default/gw: Accepted=True (Accepted), ResolvedRefs=False (BackendNotFound"
+        ),
+        "{status}"
+    );
 }
 
 /// user-guides/cross-namespace-routing's routes on an HTTP listener (its HTTPS listener is

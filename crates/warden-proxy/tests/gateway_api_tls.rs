@@ -14,33 +14,12 @@ use warden_testkit::pki::Pki;
 use warden_testkit::TempDir;
 
 fn fixture(name: &str) -> String {
-    let path = format!(
-        "{}/tests/fixtures/gateway-api/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    common::kube_dump::fixture("gateway-api", name)
 }
 
-/// A Service `name` of `ns` on `port`, its endpoint `at`.
+/// A Service `name` of `ns` on `port` (a TCP port), its endpoint `at`.
 fn service(ns: &str, name: &str, port: u16, at: std::net::SocketAddr) -> String {
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  ports: [{{name: p, port: {port}, targetPort: {target}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}
-addressType: IPv4
-endpoints: [{{addresses: [\"{ip}\"], conditions: {{ready: true}}}}]
-ports: [{{name: p, port: {target}}}]
-",
-        target = at.port(),
-        ip = at.ip(),
-    )
+    common::kube_dump::service_with_port_name(ns, name, "tcp", port, at)
 }
 
 /// The credentials folder `name` (tls.crt, tls.key) for a certificate of `host`.

@@ -5,11 +5,13 @@
 //!
 //! The pure decisions have their own modules and table tests: `precedence` (which match wins),
 //! `hostnames` (listener and route hostnames), `attach` (which listeners a route attaches to),
-//! `reference_grant` (cross-namespace references). docs/gateway-api.md is the user's guide.
+//! `reference_grant` (cross-namespace references), `listener_tls` (a listener's
+//! termination mode from Istio's `tls.options`). docs/gateway-api.md is the user's guide.
 
 pub mod attach;
 pub mod hostnames;
 pub mod kinds;
+pub mod listener_tls;
 pub mod precedence;
 pub mod reference_grant;
 pub mod selection;

@@ -8,22 +8,21 @@
 
 use super::attach::{self, RouteInfo, GROUP};
 use super::kinds::*;
+use super::listener_tls;
 use super::precedence::{self, MatchRank};
 use super::reference_grant::{self, From, To};
 use super::status::{
     self, Condition, ListenerFindings, ObjectStatus, RefProblem, Refusal, SectionStatus,
 };
 use super::GatewayApiSet;
-use crate::dangling::{DanglingReason, DanglingRef};
 use crate::document::{Doc, Metadata};
 use crate::error::Problem;
-use crate::field_path::FieldPath;
 use crate::kinds::gateway::{Gateway, Port, Server, ServerTls};
 use crate::kinds::virtual_service::{
-    Destination, HeaderOperations, Headers, HttpMatchRequest, HttpMirrorPolicy, HttpRedirect,
-    HttpRewrite, HttpRoute, HttpRouteDestination, L4MatchAttributes, Percent, PortSelector,
-    RegexRewrite, Retries, RouteDestination, StringMatch, TcpRoute, TlsMatchAttributes, TlsRoute,
-    VirtualService,
+    Destination, FaultAbort, HeaderOperations, Headers, HttpFault, HttpMatchRequest,
+    HttpMirrorPolicy, HttpRedirect, HttpRewrite, HttpRoute, HttpRouteDestination,
+    L4MatchAttributes, Percent, PortSelector, RegexRewrite, Retries, RouteDestination, StringMatch,
+    TcpRoute, TlsMatchAttributes, TlsRoute, VirtualService,
 };
 use crate::ConfigSet;
 use std::collections::BTreeMap;
@@ -43,7 +42,6 @@ const BUILTIN_CLASS: &str = "istio";
 pub struct Translated {
     pub gateways: Vec<Doc<Gateway>>,
     pub virtual_services: Vec<Doc<VirtualService>>,
-    pub dangling: Vec<DanglingRef>,
     pub status: Vec<ObjectStatus>,
     pub errors: Vec<Problem>,
     pub warnings: Vec<Problem>,
@@ -78,8 +76,8 @@ struct OurGateway<'a> {
 
 /// The HTTP routes of one generated VirtualService: (gateway index, port, hostname).
 type HttpKey = (usize, u16, String);
-/// One match's generated routes with its precedence, and its unresolved backends.
-type Ranked = (MatchRank, Vec<HttpRoute>, Vec<Pending>);
+/// One match's generated routes with its precedence.
+type Ranked = (MatchRank, Vec<HttpRoute>);
 /// The TCP and TLS routes of one generated VirtualService: (gateway index, port).
 type L4Key = (usize, u16);
 
@@ -98,16 +96,6 @@ struct Translator<'a> {
     mesh: BTreeMap<String, Vec<Ranked>>,
     l4: BTreeMap<L4Key, L4Routes>,
     gateways: Vec<OurGateway<'a>>,
-}
-
-/// A backend that resolved to nothing: its slot in a generated route answers as a dangling
-/// destination does (no upstream).
-#[derive(Clone)]
-struct Pending {
-    /// Index of the generated route within its (rank) group, and of the destination.
-    route: usize,
-    destination: usize,
-    host: String,
 }
 
 /// A resolved `backendRef`: the Istio destination, and whether it resolves.
@@ -252,6 +240,18 @@ impl<'a> Translator<'a> {
                         ),
                         Some(tls) if !passthrough => {
                             f.unresolved = self.certificate_problem(gw, ns, &at, tls);
+                            match listener_tls::terminate_mode(&tls.options) {
+                                Ok(m) => {
+                                    for (key, why) in m.ignored {
+                                        self.warn(
+                                            gw,
+                                            &format!("{at}.tls.options.{key}"),
+                                            format!("not used: {why}"),
+                                        );
+                                    }
+                                }
+                                Err(e) => self.error(gw, &format!("{at}.tls.options"), e),
+                            }
                         }
                         Some(_) => {}
                     }
@@ -681,7 +681,7 @@ impl<'a> Translator<'a> {
                 });
                 if attached.is_ok() {
                     let entry = self.mesh.entry(service).or_default();
-                    for (rank, routes, pending) in &built {
+                    for (rank, routes) in &built {
                         let with_port = routes
                             .iter()
                             .cloned()
@@ -690,7 +690,7 @@ impl<'a> Translator<'a> {
                                 r
                             })
                             .collect();
-                        entry.push((rank.clone(), with_port, pending.clone()));
+                        entry.push((rank.clone(), with_port));
                     }
                 }
                 continue;
@@ -744,7 +744,7 @@ impl<'a> Translator<'a> {
                 let port = self.gateways[g].doc.spec.listeners[a.listener].port;
                 for host in a.hostnames {
                     let entry = self.http.entry((g, port, host)).or_default();
-                    for (rank, routes, pending) in &built {
+                    for (rank, routes) in &built {
                         let with_port = routes
                             .iter()
                             .cloned()
@@ -753,7 +753,7 @@ impl<'a> Translator<'a> {
                                 r
                             })
                             .collect();
-                        entry.push((rank.clone(), with_port, pending.clone()));
+                        entry.push((rank.clone(), with_port));
                     }
                 }
             }
@@ -970,28 +970,25 @@ impl<'a> Translator<'a> {
             }
         }
         let backends = self.backends(kind, ns, rule.backend_refs, refs);
-        let weight_sum: u32 = backends.iter().map(|b| b.weight).sum();
-        let mut pending = Vec::new();
         if base.redirect.is_none() {
-            if weight_sum == 0 || backends.iter().all(|b| !b.found) {
-                // The spec: no backend with weight, or none that resolves: 500.
-                base.direct_response = Some(crate::kinds::virtual_service::DirectResponse {
-                    status: 500,
-                    body: None,
-                });
-            } else {
-                for (d, b) in backends.into_iter().filter(|b| b.weight > 0).enumerate() {
-                    if !b.found {
-                        pending.push(Pending {
-                            route: 0,
-                            destination: d,
-                            host: b.destination.host.clone(),
-                        });
-                    }
-                    base.route.push(HttpRouteDestination {
-                        destination: b.destination,
-                        weight: Some(b.weight),
-                        headers: None,
+            match backend_plan(backends) {
+                BackendPlan::Fail => {
+                    base.direct_response = Some(crate::kinds::virtual_service::DirectResponse {
+                        status: 500,
+                        body: None,
+                    })
+                }
+                BackendPlan::Route { to, fail_percent } => {
+                    base.route = to;
+                    // The unresolved backends' share answers 500 (the spec), drawn per
+                    // request as Envoy's fault filter draws an abort.
+                    base.fault = fail_percent.map(|value| HttpFault {
+                        delay: None,
+                        abort: Some(FaultAbort {
+                            http_status: Some(500),
+                            percentage: Some(Percent { value }),
+                            ..FaultAbort::default()
+                        }),
                     });
                 }
             }
@@ -1011,17 +1008,7 @@ impl<'a> Translator<'a> {
                         rewrite_prefix.as_deref(),
                         redirect_prefix.as_deref(),
                     );
-                    let pend = routes
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(k, _)| {
-                            pending.iter().map(move |p| Pending {
-                                route: k,
-                                ..p.clone()
-                            })
-                        })
-                        .collect();
-                    out.push((rank, routes, pend));
+                    out.push((rank, routes));
                 }
                 Err((field, e)) => self.error(doc, &format!("{at}.matches[{j}]{field}"), e),
             }
@@ -1172,7 +1159,12 @@ impl<'a> Translator<'a> {
                         ..ServerTls::default()
                     },
                     _ => ServerTls {
-                        mode: Some("SIMPLE".into()),
+                        // Refused at load when the options name a mode warden cannot serve.
+                        mode: Some(
+                            listener_tls::terminate_mode(&t.options)
+                                .map_or("SIMPLE", |m| m.mode)
+                                .into(),
+                        ),
                         credential_name: t
                             .certificate_refs
                             .first()
@@ -1275,23 +1267,11 @@ impl<'a> Translator<'a> {
         self.out.status = gateway_status;
     }
 
-    /// `vs` with the HTTP routes of `entries` in precedence order, its unresolved backends
-    /// recorded as dangling destinations (no upstream), added to the output.
+    /// `vs` with the HTTP routes of `entries` in precedence order, added to the output.
     fn push_http(&mut self, mut vs: Doc<VirtualService>, mut entries: Vec<Ranked>) {
         entries.sort_by(|a, b| precedence::order(&a.0, &b.0));
-        let mut pendings = Vec::new();
-        for (_, routes, pending) in entries {
-            let first = vs.spec.http.len();
-            for p in pending {
-                pendings.push((first + p.route, p.destination, p.host));
-            }
+        for (_, routes) in entries {
             vs.spec.http.extend(routes);
-        }
-        for (route, d, host) in pendings {
-            let field = FieldPath::parse(&format!("spec.http[{route}].route[{d}].destination"));
-            self.out
-                .dangling
-                .push(DanglingRef::new(&vs, &field, &host, DanglingReason::Host));
         }
         self.out.virtual_services.push(vs);
     }
@@ -1327,6 +1307,40 @@ enum ClassVerdict {
     Ours,
     Other(String),
     Undefined,
+}
+
+/// Where a rule's requests go, from its backends.
+#[derive(Debug, PartialEq)]
+enum BackendPlan {
+    /// No backend with weight, or none that resolves: every request gets 500 (the spec).
+    Fail,
+    /// The resolved backends with their weights; `fail_percent`: the share of requests that
+    /// would have gone to unresolved ones, which get 500 instead.
+    Route {
+        to: Vec<HttpRouteDestination>,
+        fail_percent: Option<f64>,
+    },
+}
+
+fn backend_plan(backends: Vec<Backend>) -> BackendPlan {
+    let total: u32 = backends.iter().map(|b| b.weight).sum();
+    let lost: u32 = backends.iter().filter(|b| !b.found).map(|b| b.weight).sum();
+    if total == 0 || lost == total {
+        return BackendPlan::Fail;
+    }
+    let to = backends
+        .into_iter()
+        .filter(|b| b.found && b.weight > 0)
+        .map(|b| HttpRouteDestination {
+            destination: b.destination,
+            weight: Some(b.weight),
+            headers: None,
+        })
+        .collect();
+    BackendPlan::Route {
+        to,
+        fail_percent: (lost > 0).then(|| 100.0 * f64::from(lost) / f64::from(total)),
+    }
 }
 
 /// The Istio Gateway standing for Gateway API Gateway `name` (Istio's own naming; the
@@ -1634,6 +1648,57 @@ fn grpc_match(m: &GrpcRouteMatch) -> Result<HttpRouteMatch, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unresolved_backends_fail_their_share_of_requests() {
+        let backend = |host: &str, weight: u32, found: bool| Backend {
+            destination: Destination {
+                host: host.into(),
+                subset: None,
+                port: None,
+            },
+            weight,
+            found,
+        };
+        // (backends as (host, weight, found), resolved hosts routed to, percent that get 500)
+        type Case = (
+            &'static [(&'static str, u32, bool)],
+            &'static [&'static str],
+            Option<f64>,
+        );
+        let cases: [Case; 6] = [
+            (&[("a", 1, true)], &["a"], None),
+            (&[("a", 3, true), ("b", 1, false)], &["a"], Some(25.0)),
+            (&[("a", 1, true), ("b", 0, false)], &["a"], None),
+            (&[("a", 0, true), ("b", 1, true)], &["b"], None),
+            (
+                &[("a", 1, false), ("b", 1, true), ("c", 2, false)],
+                &["b"],
+                Some(75.0),
+            ),
+            (&[("a", 1, true), ("b", 1, true)], &["a", "b"], None),
+        ];
+        for (given, hosts, fail) in cases {
+            let plan = backend_plan(given.iter().map(|(h, w, f)| backend(h, *w, *f)).collect());
+            let BackendPlan::Route { to, fail_percent } = plan else {
+                panic!("{given:?}: {plan:?}");
+            };
+            let routed: Vec<&str> = to.iter().map(|d| d.destination.host.as_str()).collect();
+            assert_eq!(
+                (routed.as_slice(), fail_percent),
+                (hosts, fail),
+                "{given:?}"
+            );
+        }
+        for fails in [
+            vec![backend("a", 1, false)],
+            vec![backend("a", 0, true)],
+            vec![backend("a", 2, false), backend("b", 0, true)],
+            vec![],
+        ] {
+            assert_eq!(backend_plan(fails), BackendPlan::Fail);
+        }
+    }
 
     fn prefix_match(v: &str) -> HttpRouteMatch {
         HttpRouteMatch {

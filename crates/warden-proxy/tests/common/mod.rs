@@ -2,6 +2,8 @@
 //! started in-process on loopback.
 #![allow(dead_code)]
 
+pub mod kube_dump;
+
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Empty};
