@@ -695,54 +695,15 @@ impl<'a> Translator<'a> {
                 }
                 continue;
             }
-            let attached = match self.parent_gateway(ns, parent) {
-                Ok(None) => continue,
-                Ok(Some(g)) => {
-                    let gw = &self.gateways[g];
-                    let labels = self.namespace_labels();
-                    attach::attach(
-                        &gw.doc.spec.listeners,
-                        &gw.usable,
-                        gw.doc.metadata.namespace_or_default(),
-                        parent,
-                        RouteInfo {
-                            kind,
-                            namespace: ns,
-                            hostnames,
-                        },
-                        &labels,
-                    )
-                    .map(|a| (g, a))
-                }
-                Err(r) => Err(r),
-            };
-            let attached = match (&unsupported, attached) {
-                (Some(u), Ok(_)) => Err(u.clone()),
-                (_, a) => a,
-            };
-            if let Err(r) = &attached {
-                self.warn(
-                    doc,
-                    &format!("spec.parentRefs[{p}]"),
-                    format!(
-                        "not attached to {}: {} ({})",
-                        parent_label(parent, ns),
-                        r.message(),
-                        r.reason()
-                    ),
-                );
-            }
-            sections.push(SectionStatus {
-                name: format!("parent {}", parent_label(parent, ns)),
-                conditions: status::route_parent(attached.as_ref().map(|_| ()), &refs),
-            });
-            let Ok((g, attached)) = attached else {
-                continue;
-            };
-            for a in attached {
-                self.gateways[g].listeners[a.listener].attached_routes += 1;
-                let port = self.gateways[g].doc.spec.listeners[a.listener].port;
-                for host in a.hostnames {
+            let attached = self.attach_to_gateway(
+                doc,
+                (kind, hostnames),
+                (p, parent),
+                (unsupported.as_ref(), &refs),
+                &mut sections,
+            );
+            for (g, port, hostnames) in attached {
+                for host in hostnames {
                     let entry = self.http.entry((g, port, host)).or_default();
                     for (rank, routes) in &built {
                         let with_port = routes
@@ -758,27 +719,7 @@ impl<'a> Translator<'a> {
                 }
             }
         }
-        if !refs.is_empty() {
-            let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
-            self.warn(
-                doc,
-                "spec.rules",
-                format!(
-                    "unresolved references ({}): {}",
-                    refs[0].reason(),
-                    all.join("; ")
-                ),
-            );
-        }
-        self.out.status.push(ObjectStatus {
-            kind: kind.into(),
-            namespace: ns.into(),
-            name: doc.metadata.name.clone(),
-            file: doc.file.clone(),
-            document: doc.index,
-            conditions: Vec::new(),
-            sections,
-        });
+        self.route_status(doc, kind, ("spec.rules", &refs), sections);
     }
 
     /// The Istio routes of one rule, each with its precedence rank (one per match; a path
@@ -1016,6 +957,108 @@ impl<'a> Translator<'a> {
         Ok(out)
     }
 
+    /// Attach route `doc` (its kind and hostnames in `route`) through its Gateway parent
+    /// `parent`, its `parentRefs[p]` (`refused`: why none of its rules can be served; `refs`:
+    /// its unresolved references): the parent's status section goes to `sections` (none for a
+    /// Gateway of another controller: Istio reports nothing for it), a refusal is also a
+    /// located warning, and each listener it attached to counts it. Returns, per listener,
+    /// (Gateway index, port, the route's hostnames there).
+    fn attach_to_gateway<T>(
+        &mut self,
+        doc: &Doc<T>,
+        route: (&'static str, &[String]),
+        (p, parent): (usize, &ParentRef),
+        (refused, refs): (Option<&Refusal>, &[RefProblem]),
+        sections: &mut Vec<SectionStatus>,
+    ) -> Vec<(usize, u16, Vec<String>)> {
+        let (kind, hostnames) = route;
+        let ns = doc.metadata.namespace_or_default();
+        let attached = match self.parent_gateway(ns, parent) {
+            Ok(None) => return Vec::new(),
+            Ok(Some(g)) => {
+                let gw = &self.gateways[g];
+                let labels = self.namespace_labels();
+                attach::attach(
+                    &gw.doc.spec.listeners,
+                    &gw.usable,
+                    gw.doc.metadata.namespace_or_default(),
+                    parent,
+                    RouteInfo {
+                        kind,
+                        namespace: ns,
+                        hostnames,
+                    },
+                    &labels,
+                )
+                .map(|a| (g, a))
+            }
+            Err(r) => Err(r),
+        };
+        let attached = match (refused, attached) {
+            (Some(u), Ok(_)) => Err(u.clone()),
+            (_, a) => a,
+        };
+        if let Err(r) = &attached {
+            self.warn(
+                doc,
+                &format!("spec.parentRefs[{p}]"),
+                format!(
+                    "not attached to {}: {} ({})",
+                    parent_label(parent, ns),
+                    r.message(),
+                    r.reason()
+                ),
+            );
+        }
+        sections.push(SectionStatus {
+            name: format!("parent {}", parent_label(parent, ns)),
+            conditions: status::route_parent(attached.as_ref().map(|_| ()), refs),
+        });
+        let Ok((g, attached)) = attached else {
+            return Vec::new();
+        };
+        attached
+            .into_iter()
+            .map(|a| {
+                self.gateways[g].listeners[a.listener].attached_routes += 1;
+                let port = self.gateways[g].doc.spec.listeners[a.listener].port;
+                (g, port, a.hostnames)
+            })
+            .collect()
+    }
+
+    /// Route `doc`'s status (a section per parent), and one located warning listing its
+    /// unresolved references (`refs`, found under `field`), if any.
+    fn route_status<T>(
+        &mut self,
+        doc: &Doc<T>,
+        kind: &str,
+        (field, refs): (&str, &[RefProblem]),
+        sections: Vec<SectionStatus>,
+    ) {
+        if let Some(first) = refs.first() {
+            let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
+            self.warn(
+                doc,
+                field,
+                format!(
+                    "unresolved references ({}): {}",
+                    first.reason(),
+                    all.join("; ")
+                ),
+            );
+        }
+        self.out.status.push(ObjectStatus {
+            kind: kind.into(),
+            namespace: doc.metadata.namespace_or_default().into(),
+            name: doc.metadata.name.clone(),
+            file: doc.file.clone(),
+            document: doc.index,
+            conditions: Vec::new(),
+            sections,
+        });
+    }
+
     fn created_of<T>(&self, doc: &Doc<T>) -> Option<String> {
         doc.metadata.creation_timestamp.clone()
     }
@@ -1055,54 +1098,19 @@ impl<'a> Translator<'a> {
             .collect();
         let mut sections = Vec::new();
         for (p, parent) in doc.spec.parent_refs.iter().enumerate() {
-            let attached = match self.parent_gateway(ns, parent) {
-                Ok(None) => continue,
-                Ok(Some(g)) => {
-                    let gw = &self.gateways[g];
-                    let labels = self.namespace_labels();
-                    attach::attach(
-                        &gw.doc.spec.listeners,
-                        &gw.usable,
-                        gw.doc.metadata.namespace_or_default(),
-                        parent,
-                        RouteInfo {
-                            kind,
-                            namespace: ns,
-                            hostnames: &doc.spec.hostnames,
-                        },
-                        &labels,
-                    )
-                    .map(|a| (g, a))
-                }
-                Err(r) => Err(r),
-            };
-            if let Err(r) = &attached {
-                self.warn(
-                    doc,
-                    &format!("spec.parentRefs[{p}]"),
-                    format!(
-                        "not attached to {}: {} ({})",
-                        parent_label(parent, ns),
-                        r.message(),
-                        r.reason()
-                    ),
-                );
-            }
-            sections.push(SectionStatus {
-                name: format!("parent {}", parent_label(parent, ns)),
-                conditions: status::route_parent(attached.as_ref().map(|_| ()), &refs),
-            });
-            let Ok((g, attached)) = attached else {
-                continue;
-            };
-            for a in attached {
-                self.gateways[g].listeners[a.listener].attached_routes += 1;
-                let port = self.gateways[g].doc.spec.listeners[a.listener].port;
+            let attached = self.attach_to_gateway(
+                doc,
+                (kind, &doc.spec.hostnames),
+                (p, parent),
+                (None, &refs),
+                &mut sections,
+            );
+            for (g, port, hostnames) in attached {
                 let entry = self.l4.entry((g, port)).or_default();
                 match kind {
                     "TLSRoute" => entry.tls.push(TlsRoute {
                         matches: vec![TlsMatchAttributes {
-                            sni_hosts: a.hostnames.clone(),
+                            sni_hosts: hostnames,
                             port: Some(port),
                             gateways: Vec::new(),
                         }],
@@ -1118,27 +1126,7 @@ impl<'a> Translator<'a> {
                 }
             }
         }
-        if !refs.is_empty() {
-            let all: Vec<&str> = refs.iter().map(RefProblem::message).collect();
-            self.warn(
-                doc,
-                "spec.rules[0].backendRefs",
-                format!(
-                    "unresolved references ({}): {}",
-                    refs[0].reason(),
-                    all.join("; ")
-                ),
-            );
-        }
-        self.out.status.push(ObjectStatus {
-            kind: kind.into(),
-            namespace: ns.into(),
-            name: doc.metadata.name.clone(),
-            file: doc.file.clone(),
-            document: doc.index,
-            conditions: Vec::new(),
-            sections,
-        });
+        self.route_status(doc, kind, ("spec.rules[0].backendRefs", &refs), sections);
     }
 
     /// The generated Istio documents, and the Gateways' statuses.
