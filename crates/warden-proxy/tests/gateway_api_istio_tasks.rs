@@ -282,7 +282,7 @@ mod secure_ingress {
     }
 
     /// The Istio Gateway's port 443 and the Gateway API listener's made 0.
-    fn free_port(yaml: &str) -> String {
+    fn on_a_free_port(yaml: &str) -> String {
         yaml.replace("number: 443\n", "number: 0\n")
             .replace("port: 443\n", "port: 0\n")
     }
@@ -310,11 +310,11 @@ mod secure_ingress {
         let proxies = start_pair(
             &format!(
                 "{}\n---\n{be}",
-                free_port(&task("secure-ingress-single-host-istio-apis.yaml"))
+                on_a_free_port(&task("secure-ingress-single-host-istio-apis.yaml"))
             ),
             &format!(
                 "{}\n---\n{be}",
-                free_port(&task("secure-ingress-single-host-gateway-api.yaml"))
+                on_a_free_port(&task("secure-ingress-single-host-gateway-api.yaml"))
             ),
             creds.path(),
         );
@@ -369,7 +369,7 @@ mod secure_ingress {
         // route of the single-host step.
         let istio = format!(
             "{}\n---\n{}{be}",
-            free_port(&task("secure-ingress-multiple-hosts-istio-apis.yaml")),
+            on_a_free_port(&task("secure-ingress-multiple-hosts-istio-apis.yaml")),
             documents(
                 &task("secure-ingress-single-host-istio-apis.yaml"),
                 "VirtualService"
@@ -377,7 +377,7 @@ mod secure_ingress {
         );
         let gateway_api = format!(
             "{}\n---\n{}{be}",
-            free_port(&task("secure-ingress-multiple-hosts-gateway-api.yaml")),
+            on_a_free_port(&task("secure-ingress-multiple-hosts-gateway-api.yaml")),
             documents(
                 &task("secure-ingress-single-host-gateway-api.yaml"),
                 "HTTPRoute"
@@ -421,7 +421,7 @@ mod secure_ingress {
         let be = backends().await;
         let istio = format!(
             "{}\n---\n{}{be}",
-            free_port(&task("secure-ingress-mutual-istio-apis.yaml")),
+            on_a_free_port(&task("secure-ingress-mutual-istio-apis.yaml")),
             documents(
                 &task("secure-ingress-single-host-istio-apis.yaml"),
                 "VirtualService"
@@ -429,7 +429,7 @@ mod secure_ingress {
         );
         let gateway_api = format!(
             "{}\n---\n{}{be}",
-            free_port(&task("secure-ingress-mutual-gateway-api.yaml")),
+            on_a_free_port(&task("secure-ingress-mutual-gateway-api.yaml")),
             documents(
                 &task("secure-ingress-single-host-gateway-api.yaml"),
                 "HTTPRoute"
