@@ -19,6 +19,8 @@ command -v nginx >/dev/null 2>&1 || missing+=(nginx)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The TLS tests use `openssl s_client` as a client (certificates are made with rcgen).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The JWT tests mint tokens with PyJWT (Debian's python3-jwt, with cryptography for RSA/EC/EdDSA).
+/usr/bin/python3 -c 'import jwt, cryptography' >/dev/null 2>&1 || missing+=(python3-jwt python3-cryptography)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

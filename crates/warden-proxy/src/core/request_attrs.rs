@@ -5,6 +5,7 @@ use crate::core::destination::Side;
 use crate::core::tls_info::TlsInfo;
 use http::{header, HeaderMap, HeaderValue, Method};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use warden_http1::request_head::visible_str;
 use warden_http1::request_lines::RequestLines;
 
@@ -35,6 +36,9 @@ pub struct RequestAttrs<'a> {
     pub vhost: u32,
     /// TLS terminated here: the SNI and the client certificate's identity.
     pub tls: Option<&'a TlsInfo>,
+    /// The end user's verified token (jwt_authn ran before): `request.auth.*`,
+    /// `requestPrincipals`, claims for rate limits.
+    pub request_auth: Option<Arc<warden_jwt::Verified>>,
 }
 
 impl RequestAttrs<'_> {

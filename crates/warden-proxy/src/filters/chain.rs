@@ -4,7 +4,7 @@
 //! route pays for no filter it does not use and no request allocates for the chain; filters
 //! added through [`ChainExtensions`] (a test's, an embedder's) are trait objects.
 //!
-//! Order (Istio's, see `DEFAULT_ORDER`): RBAC, local rate limit, CORS, global rate limit,
+//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, RBAC, local rate limit, CORS, global rate limit,
 //! fault, then the router. EnvoyFilter-style positions ([`Position`]) place added filters
 //! against these names.
 
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use warden_local_ratelimit::RateLimitHeaders;
 
 /// Envoy's names of the built-in filters and the router.
+pub const JWT_AUTHN: &str = "envoy.filters.http.jwt_authn";
 pub const RBAC: &str = "envoy.filters.http.rbac";
 pub const LOCAL_RATE_LIMIT: &str = "envoy.filters.http.local_ratelimit";
 pub const CORS: &str = "envoy.filters.http.cors";
@@ -36,6 +37,19 @@ pub enum Flow {
     /// The filter must wait (a remote call, a delay): the pipeline moves the request into its
     /// future and calls [`HttpFilter::on_request_waiting`].
     Wait,
+    /// Continue once the pipeline has applied [`FilterState::request_edits`] to the request:
+    /// the filters after this one see the edited request.
+    Edited,
+}
+
+/// Changes a filter makes to the request (jwt_authn: the token removed, claim headers added),
+/// applied by the pipeline before the next filter runs.
+#[derive(Debug, Default)]
+pub struct RequestEdits {
+    pub remove_headers: Vec<http::HeaderName>,
+    pub add_headers: Vec<(http::HeaderName, HeaderValue)>,
+    /// Query parameters removed, every occurrence.
+    pub remove_params: Vec<String>,
 }
 
 /// What a waiting request phase decided.
@@ -84,6 +98,11 @@ pub struct FilterState {
     pub response_headers: Option<Box<HeaderMap>>,
     /// An allowed cross-origin request's `origin`: its response gets the route's CORS headers.
     pub cors_origin: Option<Box<HeaderValue>>,
+    /// The verified end-user token (jwt_authn), for the filters after it (the pipeline puts it
+    /// in their `RequestAttrs`).
+    pub request_auth: Option<Arc<warden_jwt::Verified>>,
+    /// Edits a filter asked for with [`Flow::Edited`], taken by the pipeline.
+    pub request_edits: Option<Box<RequestEdits>>,
 }
 
 impl FilterState {
@@ -181,6 +200,7 @@ pub struct ChainExtensions(pub Vec<(Position, Arc<dyn HttpFilter>)>);
 /// One step of a chain: a built-in filter of the snapshot, or an added one.
 #[derive(Debug, Clone)]
 pub enum Stage {
+    JwtAuthn,
     Rbac,
     LocalRateLimit,
     Cors,
@@ -192,6 +212,7 @@ pub enum Stage {
 impl Stage {
     pub fn name(&self) -> &str {
         match self {
+            Stage::JwtAuthn => JWT_AUTHN,
             Stage::Rbac => RBAC,
             Stage::LocalRateLimit => LOCAL_RATE_LIMIT,
             Stage::Cors => CORS,
@@ -236,7 +257,7 @@ mod tests {
             (Position::After(GLOBAL_RATE_LIMIT.into()), Some(4)),
             (Position::After(FAULT.into()), Some(5)),
             (Position::Before("envoy.filters.http.lua".into()), None),
-            (Position::After("envoy.filters.http.jwt_authn".into()), None),
+            (Position::After("envoy.filters.http.ext_authz".into()), None),
         ];
         for (position, want) in cases {
             assert_eq!(place(&BUILTIN, position), *want, "{position:?}");

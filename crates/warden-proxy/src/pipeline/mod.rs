@@ -259,6 +259,55 @@ fn request_attrs<'a>(
         side: conn.side,
         vhost: u32::MAX,
         tls: conn.tls.as_deref(),
+        request_auth: None,
+    }
+}
+
+/// Apply the edits a filter asked for ([`crate::filters::chain::Flow::Edited`]) to the request
+/// that goes on: headers removed, then added; query parameters removed.
+fn apply_request_edits(
+    parts: &mut http::request::Parts,
+    lines: &mut Option<RequestLines>,
+    state: &mut FilterState,
+) {
+    let Some(edits) = state.request_edits.take() else {
+        return;
+    };
+    if let Some(l) = lines.take() {
+        l.read_into(&mut parts.headers, forwarding_headers::ADDED);
+    }
+    for h in &edits.remove_headers {
+        parts.headers.remove(h);
+    }
+    for (k, v) in edits.add_headers {
+        parts.headers.append(k, v);
+    }
+    if edits.remove_params.is_empty() {
+        return;
+    }
+    let Some(mut query) = parts.uri.query().map(str::to_owned) else {
+        return;
+    };
+    let mut left = Some(());
+    for p in &edits.remove_params {
+        match warden_jwt::extract::remove_param(&query, p) {
+            Some(q) => query = q,
+            None => {
+                left = None;
+                break;
+            }
+        }
+    }
+    let pq = match left {
+        Some(()) => format!("{}?{query}", parts.uri.path()),
+        None => parts.uri.path().to_owned(),
+    };
+    let mut uri = http::uri::Parts::from(parts.uri.clone());
+    if let Ok(pq) = http::uri::PathAndQuery::try_from(pq) {
+        uri.path_and_query = Some(pq);
+        if let Ok(u) = http::Uri::from_parts(uri) {
+            parts.uri = u;
+        }
     }
 }
 
@@ -406,7 +455,18 @@ fn decide(
 
     // 3. the filters that answer at once
     let filters = snapshot.filters_for(conn.side);
-    let resume = match filters.on_request(0, &attrs, &route, state, &shared.metrics) {
+    let mut flow = filters.on_request(0, &attrs, &route, state, &shared.metrics);
+    while let ChainFlow::Edited(at) = flow {
+        // A filter changed the request (jwt_authn): the ones after it see the new one.
+        apply_request_edits(&mut parts, &mut lines, state);
+        let authority = authority_of(&parts, lines.as_ref());
+        attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+        attrs.vhost = vhost;
+        attrs.request_auth = state.request_auth.clone();
+        flow = filters.on_request(at + 1, &attrs, &route, state, &shared.metrics);
+    }
+    let resume = match flow {
+        ChainFlow::Edited(_) => unreachable!("applied above"),
         ChainFlow::Reply(mut response, at) => {
             filters.on_response(at, &route, state, &mut response);
             return Decided::Now(response, state.local_limit_headers.take());
@@ -481,6 +541,7 @@ async fn act(
             let authority = authority_of(&parts, lines.as_ref());
             let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
             attrs.vhost = vhost;
+            attrs.request_auth = state.request_auth.clone();
             // A waiting filter's own replies carry the local limiter's headers too.
             if let Some(h) = state.local_limit_headers.take() {
                 h.apply(state.add_response_headers());
@@ -515,13 +576,25 @@ async fn act(
                         break 'stages response;
                     }
                 }
-                match filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics) {
+                let mut flow =
+                    filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics);
+                while let ChainFlow::Edited(edited) = flow {
+                    apply_request_edits(&mut parts, &mut lines, &mut state);
+                    let authority = authority_of(&parts, lines.as_ref());
+                    attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                    attrs.vhost = vhost;
+                    attrs.request_auth = state.request_auth.clone();
+                    flow =
+                        filters.on_request(edited + 1, &attrs, &route, &mut state, &shared.metrics);
+                }
+                match flow {
                     ChainFlow::Passed => break,
                     ChainFlow::Wait(next) => at = next,
                     ChainFlow::Reply(response, next) => {
                         reached = next;
                         break 'stages response;
                     }
+                    ChainFlow::Edited(_) => unreachable!("applied above"),
                 }
             }
             local_action(&route, &attrs)
