@@ -13,8 +13,8 @@ use http::StatusCode;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use warden_authz::{
-    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, TcpAttrs, DENY_BODY, DENY_STATUS,
-    NONE_POLICY,
+    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, RequestAuth, TcpAttrs, DENY_BODY,
+    DENY_STATUS, NONE_POLICY,
 };
 use warden_config::{ConfigSet, Problem};
 
@@ -101,6 +101,10 @@ impl AuthzFilter {
                 .tls
                 .and_then(|t| t.peer.as_ref())
                 .and_then(|p| p.principal.as_deref()),
+            request_auth: req.request_auth.as_deref().map(|v| RequestAuth {
+                principal: &v.principal,
+                claims: v.claims(),
+            }),
         });
         self.note(decision, metrics)
     }
