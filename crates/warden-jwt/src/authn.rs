@@ -93,6 +93,19 @@ impl Rule {
         }
     }
 
+    /// The current key set's identity (its address; 0 for an unusable inline set).
+    fn keys_id(&self) -> usize {
+        match &self.keys {
+            Keys::Inline(Ok(jwks)) => Arc::as_ptr(jwks) as usize,
+            Keys::Inline(Err(_)) => 0,
+            Keys::Remote(remote) => remote
+                .keys
+                .load()
+                .as_ref()
+                .map_or(0, |j| Arc::as_ptr(j) as usize),
+        }
+    }
+
     fn check_keys(&self, jwt: &Jwt) -> Result<(), Status> {
         match &self.keys {
             Keys::Inline(Ok(jwks)) => jwks.verify(jwt),
@@ -236,7 +249,8 @@ impl Authenticator {
         for &i in rules {
             let rule = &self.rules[i];
             if let Some(v) = rule.cache.get(token, now, self.skew) {
-                if v.jwt.check_time(now, self.skew).is_ok()
+                if v.keys_id == rule.keys_id()
+                    && v.jwt.check_time(now, self.skew).is_ok()
                     && rule.audiences.allow(&v.jwt.audiences)
                 {
                     self.stats
@@ -253,9 +267,12 @@ impl Authenticator {
             if rule.issuer != jwt.iss {
                 continue;
             }
+            let keys_id = rule.keys_id();
             match self.check(rule, &jwt, now) {
                 Ok(()) => {
-                    let verified = Arc::new(Verified::new(jwt));
+                    let mut verified = Verified::new(jwt);
+                    verified.keys_id = keys_id;
+                    let verified = Arc::new(verified);
                     rule.cache.insert(token, verified.clone(), now, self.skew);
                     return Ok((rule, verified));
                 }

@@ -9,12 +9,19 @@ pub struct Verified {
     pub jwt: Jwt,
     /// `iss/sub`.
     pub principal: String,
+    /// Which key set verified it (its address): a cached token is verified again once its
+    /// rule's keys change, as a new config would in Envoy.
+    pub keys_id: usize,
 }
 
 impl Verified {
     pub fn new(jwt: Jwt) -> Verified {
         let principal = format!("{}/{}", jwt.iss, jwt.sub);
-        Verified { jwt, principal }
+        Verified {
+            jwt,
+            principal,
+            keys_id: 0,
+        }
     }
 
     pub fn claims(&self) -> &Map<String, Value> {

@@ -35,9 +35,12 @@ pub struct JwtAuthnFilter {
 impl JwtAuthnFilter {
     /// Compile the RequestAuthentication rules that select this proxy; `None` when none do.
     /// Warnings (skipped keys, rules without keys) go to `warnings`.
+    /// jwksUri key sets already fetched by `previous` carry over (a reload does not refuse
+    /// tokens while the new snapshot's are fetched).
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
+        previous: Option<&JwtAuthnFilter>,
         warnings: &mut Vec<Problem>,
     ) -> Result<Option<JwtAuthnFilter>, Vec<Problem>> {
         let compiled =
@@ -46,10 +49,19 @@ impl JwtAuthnFilter {
         if !compiled.errors.is_empty() {
             return Err(compiled.errors);
         }
-        Ok(compiled.authenticator.map(|authn| JwtAuthnFilter {
+        let filter = compiled.authenticator.map(|authn| JwtAuthnFilter {
             authn,
             policies: compiled.policies,
-        }))
+        });
+        if let (Some(f), Some(prev)) = (&filter, previous) {
+            for remote in f.remote_keys() {
+                let old = prev.remote_keys().find(|r| r.uri == remote.uri);
+                if let Some(keys) = old.and_then(|r| r.keys.load_full()) {
+                    remote.keys.store(Some(keys));
+                }
+            }
+        }
+        Ok(filter)
     }
 
     /// The jwksUri key sets this filter reads, to be fetched.

@@ -70,7 +70,13 @@ impl Filters {
     ) -> Result<Filters, Vec<Problem>> {
         let mut problems = Vec::new();
         let mut warnings = Vec::new();
-        let jwt_authn = JwtAuthnFilter::build(set, identity, &mut warnings).unwrap_or_else(|p| {
+        let jwt_authn = JwtAuthnFilter::build(
+            set,
+            identity,
+            previous.and_then(|p| p.jwt_authn.as_ref()),
+            &mut warnings,
+        )
+        .unwrap_or_else(|p| {
             problems.extend(p);
             None
         });
