@@ -1,6 +1,8 @@
 //! jwksUri key sets (RequestAuthentication): fetched off the request path through warden's
 //! upstream TLS client (`upstream::tls_origination`; HTTPS trusts the system's roots and the
-//! mesh CA of `--mesh-credentials`), refreshed every interval (istiod's default: 20 minutes),
+//! mesh CA of `--mesh-credentials`), from the endpoints of the mesh's ServiceEntry for the
+//! URI's host and port when there is one (as Istio points Envoy's fetch at that cluster), else
+//! from the host itself; refreshed every interval (istiod's default: 20 minutes),
 //! retried sooner after a failure, and the last good set kept when a refresh fails, as istiod's
 //! JWKS resolver does. Until a first set arrives, tokens of that issuer are refused with
 //! Envoy's "Jwks remote fetch is failed"; requests without a token pass. A reload's new
@@ -12,9 +14,11 @@ use crate::upstream::tls_origination::UpstreamTls;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use warden_jwt::Jwks;
+use warden_tls::rustls::pki_types::ServerName;
 
 /// How often the refresher looks at the snapshot for new jwksUris and due refreshes.
 const TICK: Duration = Duration::from_millis(200);
@@ -63,7 +67,8 @@ pub async fn run(shared: Arc<Shared>, interval: Duration) {
             if st.due.is_some_and(|d| d > now) {
                 continue;
             }
-            let fetched = fetch(&tls, &plain, &remote.uri, remote.timeout).await;
+            let via = mesh_endpoint(&snapshot.config, &remote.uri);
+            let fetched = fetch(&tls, &plain, &remote.uri, via, remote.timeout).await;
             match fetched {
                 Ok(jwks) => {
                     let jwks = Arc::new(jwks);
@@ -116,22 +121,74 @@ fn tls_client(shared: &Shared) -> Option<UpstreamTls> {
     }
 }
 
+/// The endpoint of a STATIC ServiceEntry that defines the URI's host and port (its first
+/// endpoint, on the port's name or target port), if the mesh has one.
+fn mesh_endpoint(set: &warden_config::ConfigSet, uri: &str) -> Option<SocketAddr> {
+    let parsed: http::Uri = uri.parse().ok()?;
+    let host = parsed.host()?;
+    let port = parsed
+        .port_u16()
+        .unwrap_or(if parsed.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    set.service_entries.iter().find_map(|se| {
+        if !se.spec.hosts.iter().any(|h| h == host) {
+            return None;
+        }
+        let sp = se.spec.ports.iter().find(|p| p.number == port)?;
+        let ep = se.spec.endpoints.first()?;
+        let ip: std::net::IpAddr = ep.address.parse().ok()?;
+        let target = sp
+            .name
+            .as_ref()
+            .and_then(|n| ep.ports.get(n).copied())
+            .or(sp.target_port)
+            .unwrap_or(port);
+        Some(SocketAddr::new(ip, target))
+    })
+}
+
 async fn fetch(
     tls: &Option<UpstreamTls>,
     plain: &PlainClient,
     uri: &str,
+    via: Option<SocketAddr>,
     timeout: Duration,
 ) -> Result<Jwks, String> {
     let parsed: http::Uri = uri.parse().map_err(|e| format!("bad uri: {e}"))?;
-    let request = http::Request::get(parsed.clone())
+    let host = parsed.host().unwrap_or_default().to_owned();
+    // To a mesh endpoint: connect there, with the URI's host as SNI and Host.
+    let target = match via {
+        Some(addr) => {
+            let pq = parsed.path_and_query().map_or("/", |p| p.as_str());
+            format!("{}://{addr}{pq}", parsed.scheme_str().unwrap_or("http"))
+                .parse::<http::Uri>()
+                .map_err(|e| e.to_string())?
+        }
+        None => parsed.clone(),
+    };
+    let request = http::Request::get(target)
         .header(http::header::ACCEPT, "application/json")
+        .header(
+            http::header::HOST,
+            parsed.authority().map_or(host.as_str(), |a| a.as_str()),
+        )
         .body(ProxyBody::from(Bytes::new()))
         .map_err(|e| e.to_string())?;
+    let sni_client = match (tls, via) {
+        (Some(t), Some(_)) => ServerName::try_from(host.clone())
+            .ok()
+            .map(|name| UpstreamTls::new(t.config.clone(), Some(name), false)),
+        _ => None,
+    };
     let call = async {
         let response = match parsed.scheme_str() {
-            Some("https") => match tls {
-                Some(t) => t.client(timeout).request(request).await,
-                None => return Err("no TLS client".to_owned()),
+            Some("https") => match (&sni_client, tls) {
+                (Some(c), _) => c.client(timeout).request(request).await,
+                (None, Some(t)) => t.client(timeout).request(request).await,
+                (None, None) => return Err("no TLS client".to_owned()),
             },
             _ => plain.request(request).await,
         }
