@@ -60,6 +60,7 @@ fn attrs<'a>(ip: IpAddr, headers: &'a http::HeaderMap) -> RequestAttrs<'a> {
         scheme: "http",
         route_local: &[],
         route_rate_limits: None,
+        jwt_payload: None,
     }
 }
 

@@ -31,4 +31,7 @@ pub struct RequestAttrs<'a> {
     /// [`crate::envoy::EnvoyRateLimitPatches::route_rate_limits`]) feed descriptors here, as
     /// the proxy resolved them for this request's route; None: all of them.
     pub route_rate_limits: Option<&'a [u32]>,
+    /// The verified JWT's payload (jwt_authn ran before): Envoy's
+    /// `envoy.filters.http.jwt_authn` dynamic metadata under `payload`, as Istio configures it.
+    pub jwt_payload: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }

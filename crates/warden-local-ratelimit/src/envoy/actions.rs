@@ -71,6 +71,54 @@ pub enum Action {
         #[serde(default, alias = "v6PrefixMaskLen")]
         v6_prefix_mask_len: Option<Uint>,
     },
+    /// Envoy's `metadata` action on dynamic metadata: the only namespace warden writes is
+    /// jwt_authn's (`envoy.filters.http.jwt_authn`, the verified payload under `payload`).
+    Metadata {
+        #[serde(alias = "descriptorKey")]
+        descriptor_key: String,
+        #[serde(alias = "metadataKey")]
+        metadata_key: MetadataKey,
+        #[serde(default, alias = "defaultValue")]
+        default_value: Option<String>,
+        #[serde(default, alias = "skipIfAbsent")]
+        skip_if_absent: bool,
+        /// DYNAMIC (the default) or ROUTE_ENTRY.
+        #[serde(default)]
+        source: Option<String>,
+    },
+}
+
+/// `envoy.type.metadata.v3.MetadataKey`: a filter namespace and a path of keys in it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct MetadataKey {
+    pub key: String,
+    #[serde(default)]
+    pub path: Vec<PathSegment>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct PathSegment {
+    pub key: String,
+}
+
+/// The dynamic metadata namespace jwt_authn writes, and the key Istio puts the payload under.
+pub const JWT_AUTHN_METADATA: &str = "envoy.filters.http.jwt_authn";
+pub const JWT_PAYLOAD_KEY: &str = "payload";
+
+/// A string value of dynamic metadata (Envoy's `metadata` action reads string values only).
+fn metadata_string(req: &RequestAttrs<'_>, namespace: &str, path: &[String]) -> Option<String> {
+    if namespace != JWT_AUTHN_METADATA {
+        return None;
+    }
+    let (first, rest) = path.split_first()?;
+    if first != JWT_PAYLOAD_KEY {
+        return None;
+    }
+    let (head, tail) = rest.split_first()?;
+    let value = tail
+        .iter()
+        .try_fold(req.jwt_payload?.get(head)?, |v, k| v.get(k))?;
+    value.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
 /// `envoy.config.route.v3.HeaderMatcher` (the common forms).
@@ -302,6 +350,13 @@ enum CompiledAction {
     Path {
         key: String,
     },
+    Metadata {
+        key: String,
+        namespace: String,
+        path: Vec<String>,
+        default: Option<String>,
+        skip_if_absent: bool,
+    },
 }
 
 /// A `rate_limits` entry ready to evaluate.
@@ -377,6 +432,28 @@ impl CompiledEntry {
                 Action::Path { descriptor_key } => CompiledAction::Path {
                     key: descriptor_key.clone().unwrap_or_else(|| "path".into()),
                 },
+                Action::Metadata {
+                    descriptor_key,
+                    metadata_key,
+                    default_value,
+                    skip_if_absent,
+                    source,
+                } => {
+                    if source.as_deref().is_some_and(|s| s != "DYNAMIC") {
+                        return Err(at(
+                            ".metadata.source",
+                            "only DYNAMIC metadata is supported (route entry metadata is not)"
+                                .into(),
+                        ));
+                    }
+                    CompiledAction::Metadata {
+                        key: descriptor_key.clone(),
+                        namespace: metadata_key.key.clone(),
+                        path: metadata_key.path.iter().map(|p| p.key.clone()).collect(),
+                        default: default_value.clone(),
+                        skip_if_absent: *skip_if_absent,
+                    }
+                }
                 Action::MaskedRemoteAddress {
                     v4_prefix_mask_len,
                     v6_prefix_mask_len,
@@ -460,6 +537,17 @@ impl CompiledEntry {
                     let path = req.path.split('?').next().unwrap_or(req.path);
                     out.push((key.clone(), path.to_string()))
                 }
+                CompiledAction::Metadata {
+                    key,
+                    namespace,
+                    path,
+                    default,
+                    skip_if_absent,
+                } => match metadata_string(req, namespace, path).or_else(|| default.clone()) {
+                    Some(v) => out.push((key.clone(), v)),
+                    None if *skip_if_absent => {}
+                    None => return None,
+                },
             }
         }
         (!out.is_empty()).then_some(out)
@@ -502,6 +590,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         };
         assert_eq!(
             e.descriptor(&req, "local"),
@@ -539,6 +628,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         };
         assert_eq!(e.descriptor(&req, "local"), None, "absent header drops it");
         req.headers = &headers;
@@ -573,6 +663,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         };
         assert_eq!(
             e.descriptor(&req, ""),
@@ -609,6 +700,7 @@ mod tests {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         };
         // `:path` carries the query, so the full-match regex no longer matches it.
         let d = e.descriptor(&req, "");
@@ -632,5 +724,71 @@ mod tests {
         let (field, message) = CompiledEntry::compile(&bad).unwrap_err();
         assert_eq!(field, "actions[0].request_headers.header_name");
         assert!(message.contains(":protocol"), "{message}");
+    }
+
+    #[test]
+    fn metadata_reads_the_jwt_payload_as_istio_stores_it() {
+        let jwt = |path: &[&str], extra: serde_json::Value| {
+            let mut a = serde_json::json!({"metadata": {"descriptor_key": "user",
+                "metadata_key": {"key": "envoy.filters.http.jwt_authn",
+                    "path": path.iter().map(|k| serde_json::json!({"key": k})).collect::<Vec<_>>()}}});
+            if let (Some(m), Some(e)) = (a["metadata"].as_object_mut(), extra.as_object()) {
+                m.extend(e.clone());
+            }
+            entry(serde_json::json!({"actions": [a]}))
+        };
+        let payload = serde_json::json!({"sub": "alice", "org": {"id": "acme"}, "n": 7});
+        let payload = payload.as_object().unwrap();
+        let empty = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let mut req = RequestAttrs {
+            client_ip: "127.0.0.2".parse().unwrap(),
+            method: &method,
+            path: "/",
+            headers: &empty,
+            gateway: "gw",
+            virtual_service: None,
+            destination_cluster: None,
+            query: None,
+            authority: "",
+            scheme: "http",
+            route_local: &[],
+            route_rate_limits: None,
+            jwt_payload: Some(payload),
+        };
+        let one = |v: &str| Some(vec![("user".to_string(), v.to_string())]);
+        let cases = [
+            (
+                jwt(&["payload", "sub"], serde_json::json!({})),
+                one("alice"),
+            ),
+            (
+                jwt(&["payload", "org", "id"], serde_json::json!({})),
+                one("acme"),
+            ),
+            // Only strings: a number is absent, as in Envoy.
+            (jwt(&["payload", "n"], serde_json::json!({})), None),
+            (
+                jwt(
+                    &["payload", "missing"],
+                    serde_json::json!({"default_value": "anon"}),
+                ),
+                one("anon"),
+            ),
+            (jwt(&["sub"], serde_json::json!({})), None),
+        ];
+        for (i, (e, want)) in cases.into_iter().enumerate() {
+            assert_eq!(e.descriptor(&req, ""), want, "case {i}");
+        }
+        req.jwt_payload = None;
+        let e = jwt(
+            &["payload", "sub"],
+            serde_json::json!({"default_value": "anonymous"}),
+        );
+        assert_eq!(e.descriptor(&req, ""), one("anonymous"), "no token");
+        let bad: RateLimitEntry = serde_json::from_value(serde_json::json!({"actions": [
+            {"metadata": {"descriptor_key": "k", "metadata_key": {"key": "x"}, "source": "ROUTE_ENTRY"}}
+        ]})).unwrap();
+        assert!(CompiledEntry::compile(&bad).is_err());
     }
 }

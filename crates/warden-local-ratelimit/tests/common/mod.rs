@@ -89,6 +89,7 @@ impl Req {
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         }
     }
 

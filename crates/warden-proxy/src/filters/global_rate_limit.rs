@@ -412,6 +412,7 @@ impl GlobalRateLimit {
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: req.request_auth.as_deref().map(|v| v.claims()),
         };
         let mut out = Vec::new();
         let entries = self.entries_at.get(req, route);

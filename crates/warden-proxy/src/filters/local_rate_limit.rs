@@ -185,6 +185,7 @@ impl LocalRateLimitFilter {
             destination_cluster,
             route_local: self.per_route.get(req, route),
             route_rate_limits: Some(self.rate_limits_at.get(req, route)),
+            jwt_payload: req.request_auth.as_deref().map(|v| v.claims()),
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {

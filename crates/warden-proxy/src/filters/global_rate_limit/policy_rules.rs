@@ -325,6 +325,7 @@ spec:
             scheme: "http",
             route_local: &[],
             route_rate_limits: None,
+            jwt_payload: None,
         };
         let mut descriptors = Vec::new();
         rules.descriptors(&req, &[], &mut descriptors);
