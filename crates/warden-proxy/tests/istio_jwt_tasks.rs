@@ -231,3 +231,48 @@ async fn authorization_with_jwt_task() {
     assert_eq!(code(&p, "/headers", Some(&group)).await, 200);
     assert_eq!(code(&p, "/headers", Some(&demo)).await, 403);
 }
+
+/// `warden check` of the authz-jwt workload: its RequestAuthentication, each issuer and where
+/// its keys come from, and the policies that use identities; a malformed inline JWKS is a
+/// located error, as Istio's webhook refuses it.
+#[test]
+fn check_names_issuers_key_sources_and_identity_users() {
+    let yaml = format!(
+        "{}\n---\n{}\n---\n{}",
+        fixture("authn-policy-gateway.yaml"),
+        fixture("authz-jwt-request-authentication.yaml"),
+        fixture("authz-jwt-require-jwt-groups.yaml")
+    );
+    let identity = warden_proxy::ProxyIdentity {
+        namespace: "foo".into(),
+        labels: [("app".to_string(), "httpbin".to_string())].into(),
+        ..Default::default()
+    };
+    let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
+    let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
+    let text = warden_proxy::runtime::check::describe(&snap);
+    for want in [
+        "request authentication (RequestAuthentication/jwt-example):",
+        "  issuer testing@secure.istio.io: jwksUri https://raw.githubusercontent.com/istio/istio/release-1.8/security/tools/jwt/samples/jwks.json",
+        "tokens of that issuer get 401 \"Jwks remote fetch is failed\"",
+        "identities used by: AuthorizationPolicy/require-jwt (requestPrincipals, request.auth.claims[groups])",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+
+    let bad = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: bad, namespace: foo}\nspec:\n  jwtRules:\n  - issuer: x\n    jwks: '{\"keys\": 3}'\n";
+    let loaded = warden_config::load_str(
+        "bad.yaml",
+        &format!("{}\n---\n{bad}", fixture("authn-policy-gateway.yaml")),
+    )
+    .unwrap();
+    let err = warden_proxy::Snapshot::build(loaded, &identity, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("RequestAuthentication/bad")
+            && err.contains("spec.jwtRules[0].jwks")
+            && err.contains("jwks parse error: [keys] in Jwks is not an array"),
+        "{err}"
+    );
+}

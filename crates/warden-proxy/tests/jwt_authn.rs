@@ -358,6 +358,22 @@ async fn tokens_get_what_envoy_jwt_authn_answers() {
         }
     }
     assert!(seen.lock().unwrap().requests[5].starts_with("GET /headers?a=1 "));
+    // Verification cost and outcomes: the refused tokens by reason; the rs256 token, sent twice,
+    // verified once and then taken from the cache.
+    let text = proxy.metrics_text();
+    for line in [
+        "warden_jwt_authn_denied_total{reason=\"expired\"} 1",
+        "warden_jwt_authn_denied_total{reason=\"not_yet_valid\"} 1",
+        "warden_jwt_authn_denied_total{reason=\"audience_not_allowed\"} 1",
+        "warden_jwt_authn_denied_total{reason=\"unknown_issuer\"} 1",
+        "warden_jwt_authn_denied_total{reason=\"no_matching_key\"} 1",
+        "warden_jwt_authn_denied_total{reason=\"bad_signature\"} 4",
+        "warden_jwt_authn_cache_hits_total 1",
+        "warden_jwt_authn_no_token_total 1",
+        "warden_jwt_authn_allowed_total 7",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
     // Envoy leaves a cookie token in place.
     assert!(seen.lock().unwrap().requests[6].contains("session="));
 }
