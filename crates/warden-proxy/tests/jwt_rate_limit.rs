@@ -225,3 +225,83 @@ spec:
         assert_eq!(r.status(), 200, "{action}: no token, no user descriptor");
     }
 }
+
+/// The same per-user limit through the global limiter: `warden ratelimit` on Redis, the
+/// EnvoyFilter's route `rate_limits` taking the user from jwt_authn's metadata; two users over
+/// 8 connections each get exactly the RLS's 7 per minute (its clock is frozen in one window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_limits_through_warden_ratelimit_and_redis() {
+    use std::sync::Arc;
+    use warden_ratelimit::{Backend, ConfigSource, ManualClock, Server, Settings};
+    let redis = warden_testkit::RedisServer::start().expect("redis-server");
+    let dir = warden_testkit::TempDir::new("jwt-rls").unwrap();
+    let config = dir
+        .write(
+            "config.yaml",
+            "domain: jwt\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 7}\n",
+        )
+        .unwrap();
+    let mut s = Settings::loopback_for_tests(ConfigSource::Paths(vec![config]));
+    s.backend = Backend::Redis;
+    s.redis.socket_type = "tcp".into();
+    s.redis.url = redis.addr();
+    s.redis.timeout = Duration::from_secs(2);
+    let rls = Server::start_with_clock(s, Arc::new(ManualClock::new(1_700_000_010_000)))
+        .await
+        .expect("rls starts");
+    let t = tokens(&["erin", "frank"]);
+    let up = echo_http("app").await;
+    let policies = format!(
+        r#"---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {{name: users}}
+spec:
+  jwtRules:
+  - issuer: "https://auth.example.com"
+    jwks: '{{"keys":[{{"kty":"oct","kid":"demo","k":"ZGVtby1zZWNyZXQtb2YtdGhpcnR5LXR3by1ieXRlcyEh"}}]}}'
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: per-user-global}}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match: {{context: GATEWAY, listener: {{filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager, subFilter: {{name: envoy.filters.http.router}}}}}}}}}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.ratelimit
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+          domain: jwt
+          failure_mode_deny: true
+          timeout: 2s
+          rate_limit_service:
+            grpc_service: {{envoy_grpc: {{cluster_name: "outbound|{port}||127.0.0.1"}}}}
+            transport_api_version: V3
+  - applyTo: VIRTUAL_HOST
+    match: {{context: GATEWAY, routeConfiguration: {{vhost: {{name: "", route: {{action: ANY}}}}}}}}
+    patch:
+      operation: MERGE
+      value:
+        rate_limits:
+        - actions:
+          - metadata: {{descriptor_key: user, metadata_key: {{key: envoy.filters.http.jwt_authn, path: [{{key: payload}}, {{key: sub}}]}}}}
+"#,
+        port = rls.grpc_addr().port()
+    );
+    let proxy = start(&http_config(up.addr, "", &policies));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let (erin, frank) = tokio::join!(
+        send(&url, "127.0.0.1", 20, 8, Some(&t[0])),
+        send(&url, "127.0.0.1", 12, 8, Some(&t[1])),
+    );
+    assert_eq!(erin, codes(&[(200, 7), (429, 13)]), "erin");
+    assert_eq!(frank, codes(&[(200, 7), (429, 5)]), "frank");
+    // Without a token no descriptor is made: the request is not limited.
+    let anon = send(&url, "127.0.0.1", 10, 4, None).await;
+    assert_eq!(anon, codes(&[(200, 10)]));
+    proxy.shutdown(Duration::from_secs(1));
+    rls.shutdown().await;
+}
