@@ -93,16 +93,12 @@ impl Rule {
         }
     }
 
-    /// The current key set's identity (its address; 0 for an unusable inline set).
-    fn keys_id(&self) -> usize {
+    /// The current key set's id (0 for an unusable inline set or none fetched yet).
+    fn keys_id(&self) -> u64 {
         match &self.keys {
-            Keys::Inline(Ok(jwks)) => Arc::as_ptr(jwks) as usize,
+            Keys::Inline(Ok(jwks)) => jwks.id,
             Keys::Inline(Err(_)) => 0,
-            Keys::Remote(remote) => remote
-                .keys
-                .load()
-                .as_ref()
-                .map_or(0, |j| Arc::as_ptr(j) as usize),
+            Keys::Remote(remote) => remote.keys.load().as_ref().map_or(0, |j| j.id),
         }
     }
 

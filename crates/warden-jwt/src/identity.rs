@@ -9,9 +9,9 @@ pub struct Verified {
     pub jwt: Jwt,
     /// `iss/sub`.
     pub principal: String,
-    /// Which key set verified it (its address): a cached token is verified again once its
-    /// rule's keys change, as a new config would in Envoy.
-    pub keys_id: usize,
+    /// Which key set verified it ([`crate::Jwks::id`]): a cached token is verified again once
+    /// its rule's keys change, as a new config would in Envoy.
+    pub keys_id: u64,
 }
 
 impl Verified {

@@ -11,6 +11,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One usable key.
 #[derive(Clone)]
@@ -46,6 +47,8 @@ pub enum KeyKind {
 /// A parsed key set.
 #[derive(Debug, Clone, Default)]
 pub struct Jwks {
+    /// Unique per parse (from 1): tokens cached as verified by another set are verified again.
+    pub id: u64,
     pub keys: Vec<Key>,
     /// Keys left out, by index in `keys` of the document, and why.
     pub skipped: Vec<(usize, Status)>,
@@ -63,7 +66,11 @@ impl Jwks {
             Some(Value::Array(keys)) => keys,
             Some(_) => return Err(Status::JwksBadKeys),
         };
-        let mut out = Jwks::default();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let mut out = Jwks {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ..Jwks::default()
+        };
         for (i, k) in keys.iter().enumerate() {
             match k.as_object().ok_or(Status::JwksBadKeys).and_then(parse_key) {
                 Ok(key) => out.keys.push(key),

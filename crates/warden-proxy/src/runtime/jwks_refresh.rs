@@ -31,7 +31,7 @@ pub fn next_attempt(ok: bool, failures: u32, interval: Duration) -> Duration {
     if ok {
         return interval;
     }
-    let backoff = Duration::from_secs(1u64 << failures.min(10));
+    let backoff = Duration::from_secs(1u64 << failures.min(32));
     backoff.min(interval)
 }
 
