@@ -169,6 +169,7 @@ fn decision(c: &mut Criterion) {
         headers: &headers,
         sni: None,
         principal: None,
+        request_auth: None,
     };
     // Misses: loopback clients, as in seed 001 (the whole list is searched, then 403).
     let mut rng = Rng(7);

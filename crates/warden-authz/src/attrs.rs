@@ -24,6 +24,17 @@ pub struct HttpAttrs<'a> {
     /// The mTLS peer's identity, Istio's principal (`cluster.local/ns/default/sa/client`, the
     /// SPIFFE URI without `spiffe://`); `None` without a verified client certificate.
     pub principal: Option<&'a str>,
+    /// The end user's verified JWT (RequestAuthentication); `None` without one.
+    pub request_auth: Option<RequestAuth<'a>>,
+}
+
+/// What `requestPrincipals` and the `request.auth.*` conditions read of a verified JWT.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestAuth<'a> {
+    /// `iss/sub`.
+    pub principal: &'a str,
+    /// The token's payload.
+    pub claims: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 /// One TCP connection (checked on its first byte).
@@ -46,6 +57,7 @@ pub(crate) struct HttpPart<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub headers: &'a http::HeaderMap,
+    pub auth: Option<RequestAuth<'a>>,
 }
 
 /// The unified view the rules are evaluated against.
@@ -74,6 +86,7 @@ impl<'a> From<&HttpAttrs<'a>> for Request<'a> {
                 method: a.method,
                 path: a.path,
                 headers: a.headers,
+                auth: a.request_auth,
             }),
         }
     }

@@ -218,16 +218,6 @@ fn source(
             "notServiceAccounts",
             "mTLS peer identities by service account (use notPrincipals)",
         ),
-        (
-            &src.request_principals,
-            "requestPrincipals",
-            "JWT authentication (RequestAuthentication)",
-        ),
-        (
-            &src.not_request_principals,
-            "notRequestPrincipals",
-            "JWT authentication (RequestAuthentication)",
-        ),
     ];
     let mut empty = true;
     for (values, field, needs) in unsupported {
@@ -248,7 +238,11 @@ fn source(
         values: patterns(&src.namespaces),
         not_values: patterns(&src.not_namespaces),
     };
-    empty &= principals.is_empty() && namespaces.is_empty();
+    let request_principals = Pair {
+        values: patterns(&src.request_principals),
+        not_values: patterns(&src.not_request_principals),
+    };
+    empty &= principals.is_empty() && namespaces.is_empty() && request_principals.is_empty();
     let lists = [
         &src.ip_blocks,
         &src.not_ip_blocks,
@@ -291,6 +285,7 @@ fn source(
         remote,
         principals,
         namespaces,
+        request_principals,
     })
 }
 
@@ -404,6 +399,34 @@ fn ports(values: &[String], path: &str, problems: &mut Problems<'_>) -> Vec<u16>
         .collect()
 }
 
+/// Claims whose string values Istio also matches word by word (`spaceDelimitedClaims`'
+/// defaults).
+const SPACE_DELIMITED_CLAIMS: [&str; 2] = ["scope", "permission"];
+
+/// The claim path of a `request.auth.*` key other than `principal`: `audiences` is `aud`,
+/// `presenter` is `azp`, `claims[a][b]` is `a` then `b`. `None` for anything else.
+pub(crate) fn auth_claim_path(key: &str) -> Option<Box<[Box<str>]>> {
+    let rest = key.strip_prefix("request.auth.")?;
+    match rest {
+        "audiences" => return Some(Box::new(["aud".into()])),
+        "presenter" => return Some(Box::new(["azp".into()])),
+        _ => {}
+    }
+    let mut rest = rest.strip_prefix("claims")?;
+    let mut path = Vec::new();
+    while !rest.is_empty() {
+        let inner = rest.strip_prefix('[')?;
+        let end = inner.find(']')?;
+        let name = &inner[..end];
+        if name.is_empty() {
+            return None;
+        }
+        path.push(name.into());
+        rest = &inner[end + 1..];
+    }
+    (!path.is_empty()).then(|| path.into_boxed_slice())
+}
+
 fn condition(
     cond: &Condition,
     path: &str,
@@ -460,12 +483,31 @@ fn condition(
             );
             None
         }
+        "request.auth.principal" => Some(ConditionMatch::RequestPrincipal(Pair {
+            values: strings(&cond.values),
+            not_values: strings(&cond.not_values),
+        })),
         k if k.starts_with("request.auth.") => {
-            problems.push(
-                format!("{path}.key"),
-                format!("{key} needs JWT authentication, which warden does not support yet"),
-            );
-            None
+            let Some(path) = auth_claim_path(k) else {
+                problems.push(
+                    format!("{path}.key"),
+                    format!(
+                        "unknown key {key:?} (request.auth.principal, request.auth.audiences, \
+                         request.auth.presenter, request.auth.claims[NAME] or \
+                         request.auth.claims[NAME][NESTED])"
+                    ),
+                );
+                return None;
+            };
+            let split = path.len() == 1 && SPACE_DELIMITED_CLAIMS.contains(&&*path[0]);
+            Some(ConditionMatch::Claim {
+                path,
+                split,
+                pair: Pair {
+                    values: strings(&cond.values),
+                    not_values: strings(&cond.not_values),
+                },
+            })
         }
         k if k.starts_with("request.headers[") => {
             let Some(name) = k
@@ -500,7 +542,9 @@ fn condition(
                 format!("{path}.key"),
                 format!(
                     "unknown condition key {other:?} (supported: source.ip, remote.ip, destination.ip, \
-                     destination.port, connection.sni, source.principal, source.namespace, request.headers[NAME])"
+                     destination.port, connection.sni, source.principal, source.namespace, request.headers[NAME], \
+                     request.auth.principal, request.auth.audiences, request.auth.presenter, \
+                     request.auth.claims[NAME])"
                 ),
             );
             None

@@ -6,7 +6,8 @@
 //! let authz = Authorizer::compile_set(&loaded.set, &scope)?;     // Err(Vec<Problem>)
 //! // HTTP, after the route match:
 //! let d = authz.check_http(&HttpAttrs { direct_peer, client_ip, dest_ip, dest_port,
-//!                                        host, method, path, headers, sni, principal });
+//!                                        host, method, path, headers, sni, principal,
+//!                                        request_auth });
 //! if !d.allow { reply DENY_STATUS, DENY_BODY, DENY_CONTENT_TYPE; log d.details() }
 //! // metrics: allowed / denied{policy = d.policy_label()} / shadow_denied{policy} per d.shadow_denied
 //! // TCP, on the first byte: if !authz.check_tcp(&TcpAttrs{..}).allow, close writing nothing.
@@ -35,7 +36,7 @@ mod scope;
 mod string_match;
 mod tcp_notes;
 
-pub use attrs::{HttpAttrs, TcpAttrs};
+pub use attrs::{HttpAttrs, RequestAuth, TcpAttrs};
 pub use authorizer::{Authorizer, AuthorizerStats};
 pub use cidr_index::{canonical, canonical_net};
 pub use compile::DRY_RUN_ANNOTATION;

@@ -49,15 +49,54 @@ pub(crate) struct SourceMatch {
     pub principals: Pair<Pattern>,
     /// `namespaces` / `notNamespaces`: the namespace in the peer's identity.
     pub namespaces: Pair<Pattern>,
+    /// `requestPrincipals` / `notRequestPrincipals`: the JWT's `iss/sub` (HTTP only).
+    pub request_principals: Pair<Pattern>,
 }
 
 impl SourceMatch {
+    pub(crate) fn uses_http(&self) -> bool {
+        !self.request_principals.is_empty()
+    }
+
     fn matches(&self, req: &Request<'_>, hits: &AddrHits<'_>) -> bool {
         self.direct.matches(&hits[AddrKind::Direct as usize])
             && self.remote.matches(&hits[AddrKind::Remote as usize])
             && principal_matches(&self.principals, req.principal)
             && principal_matches(&self.namespaces, req.principal.and_then(namespace_of))
+            && match &req.http {
+                Some(http) => {
+                    principal_matches(&self.request_principals, http.auth.map(|a| a.principal))
+                }
+                None => true,
+            }
     }
+}
+
+/// A JWT claim's value against patterns, as Envoy's metadata matcher sees it: a string is
+/// matched, a list matches when one of its strings does; `split` also matches each
+/// space-separated word of a string (Istio's space-delimited claims, `scope` and `permission`).
+fn claim_hit(patterns: &[Pattern], value: &serde_json::Value, split: bool) -> bool {
+    match value {
+        serde_json::Value::String(s) => {
+            any_match(patterns, s.as_bytes())
+                || (split && s.split(' ').any(|w| any_match(patterns, w.as_bytes())))
+        }
+        serde_json::Value::Array(items) => items.iter().any(|v| {
+            v.as_str()
+                .is_some_and(|s| any_match(patterns, s.as_bytes()))
+        }),
+        _ => false,
+    }
+}
+
+/// A claim by path in the payload.
+fn claim_at<'a>(
+    claims: &'a serde_json::Map<String, serde_json::Value>,
+    path: &[Box<str>],
+) -> Option<&'a serde_json::Value> {
+    let (first, rest) = path.split_first()?;
+    rest.iter()
+        .try_fold(claims.get(&**first)?, |v, k| v.get(&**k))
 }
 
 /// As Envoy's `authenticated` matcher: no peer identity matches no value (so it satisfies a
@@ -145,11 +184,25 @@ pub(crate) enum ConditionMatch {
     Principal(Pair<Pattern>),
     /// `source.namespace`.
     Namespace(Pair<Pattern>),
+    /// `request.auth.principal`: the JWT's `iss/sub`.
+    RequestPrincipal(Pair<Pattern>),
+    /// `request.auth.audiences` (`aud`), `request.auth.presenter` (`azp`),
+    /// `request.auth.claims[a][b]`: a claim by path; `split` for space-delimited claims.
+    Claim {
+        path: Box<[Box<str>]>,
+        split: bool,
+        pair: Pair<Pattern>,
+    },
 }
 
 impl ConditionMatch {
     pub(crate) fn uses_http(&self) -> bool {
-        matches!(self, ConditionMatch::Header(..))
+        matches!(
+            self,
+            ConditionMatch::Header(..)
+                | ConditionMatch::RequestPrincipal(..)
+                | ConditionMatch::Claim { .. }
+        )
     }
 
     fn matches(&self, req: &Request<'_>, hits: &AddrHits<'_>) -> bool {
@@ -166,6 +219,17 @@ impl ConditionMatch {
             }
             ConditionMatch::Header(name, pair) => match &req.http {
                 Some(http) => header_matches(http, name, pair),
+                None => true,
+            },
+            ConditionMatch::RequestPrincipal(pair) => match &req.http {
+                Some(http) => principal_matches(pair, http.auth.map(|a| a.principal)),
+                None => true,
+            },
+            ConditionMatch::Claim { path, split, pair } => match &req.http {
+                Some(http) => {
+                    let value = http.auth.and_then(|a| claim_at(a.claims, path));
+                    pair.check(|ps| value.is_some_and(|v| claim_hit(ps, v, *split)))
+                }
                 None => true,
             },
         }
@@ -204,7 +268,8 @@ pub(crate) struct Rule {
 
 impl Rule {
     pub(crate) fn uses_http(&self) -> bool {
-        self.to.iter().any(OperationMatch::uses_http)
+        self.from.iter().any(SourceMatch::uses_http)
+            || self.to.iter().any(OperationMatch::uses_http)
             || self.when.iter().any(ConditionMatch::uses_http)
     }
 

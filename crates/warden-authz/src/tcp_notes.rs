@@ -75,6 +75,16 @@ fn http_fields(rule: &Rule) -> Vec<String> {
             out.push(name.to_string());
         }
     };
+    for src in rule.from.iter().filter_map(|f| f.source.as_ref()) {
+        for (values, name) in [
+            (&src.request_principals, "requestPrincipals"),
+            (&src.not_request_principals, "notRequestPrincipals"),
+        ] {
+            if !values.is_empty() {
+                add(name);
+            }
+        }
+    }
     for op in rule.to.iter().filter_map(|t| t.operation.as_ref()) {
         for (values, name) in [
             (&op.hosts, "hosts"),

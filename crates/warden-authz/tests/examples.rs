@@ -37,6 +37,7 @@ fn allowed(a: &Authorizer, peer: &str, path: &str, headers: &HeaderMap) -> bool 
         headers,
         sni: None,
         principal: None,
+        request_auth: None,
     })
     .allow
 }
@@ -70,6 +71,7 @@ fn deny_and_dry_run() {
         headers: &h,
         sni: None,
         principal: None,
+        request_auth: None,
     });
     assert!(d.allow);
     assert_eq!(d.shadow_denied.len(), 1);

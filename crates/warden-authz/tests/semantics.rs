@@ -59,6 +59,8 @@ struct Req {
     headers: Vec<(&'static str, &'static str)>,
     sni: Option<&'static str>,
     principal: Option<&'static str>,
+    /// A verified JWT's payload (`iss/sub` is its principal).
+    jwt: Option<serde_json::Value>,
 }
 
 fn req() -> Req {
@@ -73,6 +75,7 @@ fn req() -> Req {
         headers: vec![],
         sni: None,
         principal: None,
+        jwt: None,
     }
 }
 
@@ -113,6 +116,10 @@ impl Req {
         self.principal = Some(p);
         self
     }
+    fn jwt(mut self, claims: serde_json::Value) -> Self {
+        self.jwt = Some(claims);
+        self
+    }
     fn dest(mut self, d: &'static str) -> Self {
         self.dest = d;
         self
@@ -130,6 +137,16 @@ impl Req {
                 v.parse().unwrap(),
             );
         }
+        let claims = self
+            .jwt
+            .as_ref()
+            .and_then(|j| j.as_object().cloned())
+            .unwrap_or_default();
+        let principal = format!(
+            "{}/{}",
+            claims.get("iss").and_then(|v| v.as_str()).unwrap_or(""),
+            claims.get("sub").and_then(|v| v.as_str()).unwrap_or("")
+        );
         a.check_http(&HttpAttrs {
             direct_peer: Self::ip(self.peer),
             client_ip: Self::ip(self.client.unwrap_or(self.peer)),
@@ -141,6 +158,10 @@ impl Req {
             headers: &headers,
             sni: self.sni,
             principal: self.principal,
+            request_auth: self.jwt.as_ref().map(|_| warden_authz::RequestAuth {
+                principal: &principal,
+                claims: &claims,
+            }),
         })
     }
 
@@ -757,20 +778,20 @@ fn invalid_and_unsupported_input_is_a_located_error() {
                 "j",
                 "default",
                 "ALLOW",
-                "  - from: [{source: {requestPrincipals: [\"*\"]}}]",
+                "  - when: [{key: \"request.auth.claim[iss]\", values: [a]}]",
             ),
-            "requestPrincipals",
-            "JWT",
+            "when[0].key",
+            "request.auth.claims[NAME]",
         ),
         (
             policy(
                 "w",
                 "default",
                 "ALLOW",
-                "  - when: [{key: \"request.auth.claims[iss]\", values: [a]}]",
+                "  - when: [{key: \"request.auth.claims[]\", values: [a]}]",
             ),
             "when[0].key",
-            "JWT",
+            "unknown key",
         ),
         (
             policy(
@@ -1033,4 +1054,136 @@ fn principals_and_namespaces_match_the_peer_identity() {
     ));
     assert!(req().principal(client).tcp(&a).allow);
     assert!(!req().tcp(&a).allow);
+}
+
+/// istio.io's "Authorization with JWT" task (authz-jwt) and the "JWT authentication" task's
+/// ingress policy, their rules as published: `requestPrincipals`, `notRequestPrincipals: ["*"]`,
+/// the `groups` claim (a list), plus the other `request.auth.*` keys.
+#[test]
+fn jwt_identities_match_as_istio_documents() {
+    let istio =
+        serde_json::json!({"iss": "testing@secure.istio.io", "sub": "testing@secure.istio.io"});
+    let groups = serde_json::json!({"iss": "testing@secure.istio.io", "sub": "testing@secure.istio.io",
+        "groups": ["group1", "group2"], "scope": "scope1 scope2", "aud": ["a1", "a2"], "azp": "web",
+        "nested": {"key": {"leaf": "v"}}});
+    let other = serde_json::json!({"iss": "other", "sub": "x", "groups": "group1"});
+
+    let require_jwt = policy(
+        "require-jwt",
+        "default",
+        "ALLOW",
+        "  - from:\n    - source:\n        requestPrincipals: [\"testing@secure.istio.io/testing@secure.istio.io\"]",
+    );
+    check_table(
+        &require_jwt,
+        &[
+            (req(), MISS),
+            (req().jwt(istio.clone()), ALLOW),
+            (req().jwt(other.clone()), MISS),
+        ],
+    );
+    let group = policy(
+        "require-jwt",
+        "default",
+        "ALLOW",
+        "  - from:\n    - source:\n        requestPrincipals: [\"testing@secure.istio.io/testing@secure.istio.io\"]\n    when:\n    - key: request.auth.claims[groups]\n      values: [\"group1\"]",
+    );
+    check_table(
+        &group,
+        &[
+            (req().jwt(istio.clone()), MISS),
+            (req().jwt(groups.clone()), ALLOW),
+        ],
+    );
+    let deny_anonymous = policy(
+        "frontend-ingress",
+        "default",
+        "DENY",
+        "  - from:\n    - source:\n        notRequestPrincipals: [\"*\"]",
+    );
+    let denied = (false, "ns[default]-policy[frontend-ingress]-rule[0]");
+    check_table(
+        &deny_anonymous,
+        &[(req(), denied), (req().jwt(istio.clone()), ALLOW)],
+    );
+    let when = |key: &str, values: &str| {
+        policy(
+            "w",
+            "default",
+            "ALLOW",
+            &format!("  - when: [{{key: \"{key}\", {values}}}]"),
+        )
+    };
+    let cases = [
+        (
+            "request.auth.principal",
+            "values: [\"testing@*\"]",
+            &groups,
+            true,
+        ),
+        ("request.auth.principal", "values: [\"*\"]", &other, true),
+        ("request.auth.audiences", "values: [a2]", &groups, true),
+        ("request.auth.audiences", "values: [a3]", &groups, false),
+        ("request.auth.presenter", "values: [web]", &groups, true),
+        (
+            "request.auth.claims[scope]",
+            "values: [scope2]",
+            &groups,
+            true,
+        ),
+        (
+            "request.auth.claims[nested][key][leaf]",
+            "values: [v]",
+            &groups,
+            true,
+        ),
+        (
+            "request.auth.claims[nested][key]",
+            "values: [v]",
+            &groups,
+            false,
+        ),
+        (
+            "request.auth.claims[groups]",
+            "values: [group1]",
+            &other,
+            true,
+        ),
+        (
+            "request.auth.claims[groups]",
+            "notValues: [group1]",
+            &groups,
+            false,
+        ),
+        (
+            "request.auth.claims[groups]",
+            "notValues: [group3]",
+            &groups,
+            true,
+        ),
+        (
+            "request.auth.claims[missing]",
+            "notValues: [x]",
+            &groups,
+            true,
+        ),
+        (
+            "request.auth.claims[missing]",
+            "values: [\"*\"]",
+            &groups,
+            false,
+        ),
+    ];
+    for (key, values, claims, allowed) in cases {
+        let a = compile(&when(key, values));
+        assert_eq!(
+            req().jwt(claims.clone()).http(&a).allow,
+            allowed,
+            "{key} {values} {claims}"
+        );
+        assert!(
+            !req().http(&a).allow || values.starts_with("not"),
+            "{key} without a token"
+        );
+    }
 }

@@ -30,6 +30,7 @@ pub(crate) fn replace_reapplied(
     out.kind(&mut set.destination_rules);
     out.kind(&mut set.authorization_policies);
     out.kind(&mut set.peer_authentications);
+    out.kind(&mut set.request_authentications);
     out.kind(&mut set.rate_limit_policies);
     out.kind(&mut set.envoy_filters);
     out.kind(&mut set.sidecars);

@@ -21,6 +21,11 @@ pub(crate) const READ_KINDS: &[(&str, &str, &[&str])] = &[
         "security.istio.io",
         &["v1beta1", "v1"],
     ),
+    (
+        "RequestAuthentication",
+        "security.istio.io",
+        &["v1beta1", "v1"],
+    ),
     ("Sidecar", "networking.istio.io", ISTIO_NET_VERSIONS),
     ("WorkloadEntry", "networking.istio.io", ISTIO_NET_VERSIONS),
     // The warden group's versions are owned by the RateLimitPolicy kind; any is accepted here.
@@ -38,12 +43,6 @@ const ISTIO_NET_VERSIONS: &[&str] = &["v1alpha3", "v1beta1", "v1"];
 /// them would serve requests differently from Istio, so they are errors unless skipped
 /// explicitly. `Telemetry` is here only for the fields in [`TELEMETRY_BEHAVIOUR_FIELDS`].
 const REFUSED_KINDS: &[(&str, &str, &str)] = &[
-    (
-        "RequestAuthentication",
-        "security.istio.io",
-        "JWT authentication is not implemented by warden yet; without it a request with a \
-         forged or invalid token would get what a valid one gets (Istio answers 401)",
-    ),
     (
         "WasmPlugin",
         "extensions.istio.io",
@@ -265,7 +264,7 @@ mod tests {
         let cases = [
             ("VirtualService", "networking.istio.io", "read"),
             ("Service", "", "read"),
-            ("RequestAuthentication", "security.istio.io", "refused: JWT"),
+            ("RequestAuthentication", "security.istio.io", "read"),
             ("WasmPlugin", "extensions.istio.io", "refused: Wasm"),
             ("Telemetry", "telemetry.istio.io", "refused: Telemetry `tracing`"),
             ("HTTPRoute", "gateway.networking.k8s.io", "read"),
@@ -347,25 +346,19 @@ mod tests {
             "gateway.networking.k8s.io"
         ));
         for ok in [
-            "RequestAuthentication",
             "WasmPlugin",
             "Telemetry",
             "HTTPRoute",
             "Gateway.gateway.networking.k8s.io",
-            "RequestAuthentication.security.istio.io",
+            "WasmPlugin.extensions.istio.io",
         ] {
             assert_eq!(check_skip_kind(ok), Ok(()), "{ok}");
         }
-        let err = check_skip_kind("RequestAuthentcation").unwrap_err();
-        assert!(
-            err.ends_with("did you mean RequestAuthentication?"),
-            "{err}"
-        );
-        let err = check_skip_kind("requestauthentication").unwrap_err();
-        assert!(
-            err.ends_with("did you mean RequestAuthentication?"),
-            "{err}"
-        );
+        let err = check_skip_kind("WasmPlugn").unwrap_err();
+        assert!(err.ends_with("did you mean WasmPlugin?"), "{err}");
+        let err = check_skip_kind("wasmplugin").unwrap_err();
+        assert!(err.ends_with("did you mean WasmPlugin?"), "{err}");
+        assert!(check_skip_kind("RequestAuthentication").is_err());
         assert!(check_skip_kind("VirtualService").is_err());
     }
 }

@@ -39,6 +39,10 @@ pub fn warden_schema(kind: &str) -> Option<&'static Schema> {
                     "PeerAuthentication",
                     Schema::of::<kinds::peer_authentication::PeerAuthentication>(),
                 ),
+                (
+                    "RequestAuthentication",
+                    Schema::of::<kinds::request_authentication::RequestAuthentication>(),
+                ),
                 ("Sidecar", Schema::of::<kinds::sidecar::Sidecar>()),
                 (
                     "WorkloadEntry",

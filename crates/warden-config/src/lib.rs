@@ -68,6 +68,7 @@ pub struct ConfigSet {
     pub destination_rules: Vec<Doc<DestinationRule>>,
     pub authorization_policies: Vec<Doc<AuthorizationPolicy>>,
     pub peer_authentications: Vec<Doc<kinds::peer_authentication::PeerAuthentication>>,
+    pub request_authentications: Vec<Doc<kinds::request_authentication::RequestAuthentication>>,
     pub rate_limit_policies: Vec<Doc<RateLimitPolicy>>,
     pub envoy_filters: Vec<Doc<EnvoyFilter>>,
     pub sidecars: Vec<Doc<kinds::sidecar::Sidecar>>,

@@ -30,8 +30,8 @@ pub struct Loaded {
 /// Choices of the operator about a load.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Kinds warden refuses (they change what requests get: `RequestAuthentication`,
-    /// `WasmPlugin`, Gateway API kinds...) that the operator accepts to skip: each is then a
+    /// Kinds warden refuses (they change what requests get: `WasmPlugin`, Gateway API
+    /// kinds...) that the operator accepts to skip: each is then a
     /// warning at every load instead of an error. `Kind` or `Kind.group`
     /// (`Gateway.gateway.networking.k8s.io`); see [`crate::check_skip_kind`].
     pub skip_kinds: Vec<String>,
@@ -394,6 +394,7 @@ impl Loader {
             "EnvoyFilter" => typed!(envoy_filters),
             "AuthorizationPolicy" => typed!(authorization_policies),
             "PeerAuthentication" => typed!(peer_authentications),
+            "RequestAuthentication" => typed!(request_authentications),
             "RateLimitPolicy" => typed!(rate_limit_policies),
             "Sidecar" => typed!(sidecars),
             "WorkloadEntry" => typed!(workload_entries),
@@ -588,7 +589,9 @@ fn changes_behaviour(kind: &str, path: &FieldPath) -> bool {
         "DestinationRule" => matches!(*top, "trafficPolicy" | "subsets" | "workloadSelector"),
         "Gateway" => matches!(*top, "servers" | "selector"),
         "ServiceEntry" => matches!(*top, "ports" | "endpoints" | "resolution"),
-        "AuthorizationPolicy" | "Sidecar" | "PeerAuthentication" => *top != "exportTo",
+        "AuthorizationPolicy" | "Sidecar" | "PeerAuthentication" | "RequestAuthentication" => {
+            *top != "exportTo"
+        }
         // Gateway API kinds: every field they have is read, so an unknown one is a mistake
         // or a newer field warden does not implement.
         k if k.starts_with(GATEWAY_API_SCHEMA) => true,

@@ -161,10 +161,19 @@ spec:
 ";
 
 #[test]
+fn request_authentication_is_read() {
+    let loaded = load_str_with("t.yaml", REQUEST_AUTHN, &LoadOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let docs = &loaded.set.request_authentications;
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].spec.jwt_rules[0].issuer, "testing@secure.istio.io");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
 fn kinds_that_change_requests_are_refused_unless_skipped() {
     let none = LoadOptions::default();
     let cases = [
-        (REQUEST_AUTHN, "2 kind: kind RequestAuthentication (security.istio.io/v1) is not supported: JWT authentication is not implemented by warden yet"),
         (WASM, "2 kind: kind WasmPlugin (extensions.istio.io/v1alpha1) is not supported: Wasm plugins"),
         (UDP_ROUTE, "2 kind: kind UDPRoute (gateway.networking.k8s.io/v1alpha2) is not supported: UDPRoute of the Kubernetes Gateway API"),
     ];

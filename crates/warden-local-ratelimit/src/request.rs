@@ -39,3 +39,18 @@ pub struct RequestAttrs<'a> {
 /// Dynamic metadata: namespace -> fields, as Envoy's `filter_metadata` holds it.
 pub type DynamicMetadata =
     std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>;
+
+/// The namespace Envoy's jwt_authn writes and the field Istio puts the verified payload in
+/// (`payload_in_metadata: payload`).
+pub const JWT_AUTHN_METADATA: &str = "envoy.filters.http.jwt_authn";
+pub const JWT_PAYLOAD_FIELD: &str = "payload";
+
+/// The verified JWT's payload, when jwt_authn ran before and wrote it.
+pub fn jwt_payload(
+    metadata: &DynamicMetadata,
+) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    metadata
+        .get(JWT_AUTHN_METADATA)?
+        .get(JWT_PAYLOAD_FIELD)?
+        .as_object()
+}

@@ -5,7 +5,7 @@
 //! header value gets its own bucket.
 
 use crate::problem::DocSite;
-use crate::request::RequestAttrs;
+use crate::request::{jwt_payload, RequestAttrs};
 use ipnet::IpNet;
 use regex::Regex;
 use std::net::IpAddr;
@@ -18,6 +18,8 @@ use warden_config::Problem;
 pub struct CompiledSelector {
     source: Option<SourceCondition>,
     headers: Vec<HeaderCondition>,
+    /// JWT claims, by path; matched as headers are.
+    claims: Vec<(Vec<String>, HeaderKind, bool)>,
     /// ORed; empty = any method.
     methods: Vec<http::Method>,
     methods_invert: bool,
@@ -68,6 +70,17 @@ pub enum DistinctKey<'r> {
     Header(&'r [u8]),
     /// Several distinct values, joined with length prefixes so tuples cannot collide.
     Composite(Vec<u8>),
+}
+
+/// A string claim of the request's JWT by path; `None` without a token or such a claim.
+fn claim_bytes<'r>(req: &RequestAttrs<'r>, path: &[String]) -> Option<&'r [u8]> {
+    let (first, rest) = path.split_first()?;
+    let v = rest
+        .iter()
+        .try_fold(jwt_payload(req.dynamic_metadata?)?.get(first)?, |v, k| {
+            v.get(k)
+        })?;
+    v.as_str().map(str::as_bytes)
 }
 
 /// Regexes are anchored: Envoy Gateway matches the whole value (RE2 full match).
@@ -167,6 +180,45 @@ impl CompiledSelector {
                 invert: h.invert,
             });
         }
+        let mut claims = Vec::new();
+        for (i, c) in sel.claims.iter().enumerate() {
+            let cf = format!("{field}.claims[{i}]");
+            if c.name.is_empty() || c.name.split('.').any(str::is_empty) {
+                problems.push(site.problem(format!("{cf}.name"), "a claim name is required"));
+                continue;
+            }
+            let kind = match (c.match_type, &c.value) {
+                (HeaderMatchType::Distinct, None) if !c.invert => HeaderKind::Distinct,
+                (HeaderMatchType::Distinct, _) => {
+                    problems.push(
+                        site.problem(cf, "a Distinct claim match takes no value and no invert"),
+                    );
+                    continue;
+                }
+                (_, None) => {
+                    problems.push(site.problem(
+                        format!("{cf}.value"),
+                        "value is required for Exact and RegularExpression claim matches",
+                    ));
+                    continue;
+                }
+                (HeaderMatchType::Exact, Some(v)) => HeaderKind::Exact(v.clone()),
+                (HeaderMatchType::RegularExpression, Some(v)) => match full_regex(v) {
+                    Ok(r) => HeaderKind::Regex(r),
+                    Err(e) => {
+                        problems.push(
+                            site.problem(format!("{cf}.value"), format!("invalid regex: {e}")),
+                        );
+                        continue;
+                    }
+                },
+            };
+            claims.push((
+                c.name.split('.').map(str::to_owned).collect(),
+                kind,
+                c.invert,
+            ));
+        }
         let mut methods = Vec::new();
         let mut methods_invert = false;
         for (i, m) in sel.methods.iter().enumerate() {
@@ -213,11 +265,17 @@ impl CompiledSelector {
                 invert: p.invert,
             })
         });
-        if source.is_none() && headers.is_empty() && methods.is_empty() && path.is_none() {
+        if source.is_none()
+            && headers.is_empty()
+            && claims.is_empty()
+            && methods.is_empty()
+            && path.is_none()
+        {
             if problems.len() == start {
                 problems.push(site.problem(
                     field.to_string(),
-                    "a client selector needs at least one of sourceCIDR, headers, methods, path",
+                    "a client selector needs at least one of sourceCIDR, headers, claims, \
+                     methods, path",
                 ));
             }
             return None;
@@ -225,6 +283,7 @@ impl CompiledSelector {
         (problems.len() == start).then_some(Self {
             source,
             headers,
+            claims,
             methods,
             methods_invert,
             path,
@@ -262,11 +321,21 @@ impl CompiledSelector {
         // Distinct header values without allocating in the common one-value case.
         let mut first_header: Option<&'r [u8]> = None;
         let mut composite: Option<Vec<u8>> = None;
-        for h in &self.headers {
-            let value = req.headers.get(&h.name);
-            match &h.kind {
+        let headers = self.headers.iter().map(|h| {
+            (
+                req.headers.get(&h.name).map(|v| v.as_bytes()),
+                &h.kind,
+                h.invert,
+            )
+        });
+        let claims = self
+            .claims
+            .iter()
+            .map(|(path, kind, invert)| (claim_bytes(req, path), kind, *invert));
+        for (value, kind, invert) in headers.chain(claims) {
+            match kind {
                 HeaderKind::Distinct => {
-                    let v = value?.as_bytes();
+                    let v = value?;
                     match (&mut composite, first_header) {
                         (Some(buf), _) => push_part(buf, v),
                         (None, None) => first_header = Some(v),
@@ -279,16 +348,16 @@ impl CompiledSelector {
                     }
                 }
                 HeaderKind::Exact(want) => {
-                    let hit = value.is_some_and(|v| v.as_bytes() == want.as_bytes());
-                    if hit == h.invert {
+                    let hit = value.is_some_and(|v| v == want.as_bytes());
+                    if hit == invert {
                         return None;
                     }
                 }
                 HeaderKind::Regex(r) => {
                     let hit = value
-                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| std::str::from_utf8(v).ok())
                         .is_some_and(|v| r.is_match(v));
-                    if hit == h.invert {
+                    if hit == invert {
                         return None;
                     }
                 }

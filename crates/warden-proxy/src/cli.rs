@@ -76,6 +76,10 @@ pub struct ProxyArgs {
     /// closed at accept. Off by default (clients behind one NAT share an address).
     #[arg(long)]
     pub max_connections_per_ip: Option<usize>,
+    /// How often RequestAuthentication `jwksUri` key sets are fetched again (istiod's
+    /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL`; default 20m).
+    #[arg(long, value_parser = parse_duration)]
+    pub jwks_refresh_interval: Option<Duration>,
     /// A request head must be complete this long after its first byte (else 408 and close);
     /// `0s` turns it off. Envoy's `request_headers_timeout` (default 10s).
     #[arg(long, value_parser = parse_duration)]
@@ -459,6 +463,9 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.allow_empty_config = args.allow_empty_config;
     if let Some(t) = mesh.connect_timeout {
         opts.connect_timeout = t;
+    }
+    if let Some(t) = args.jwks_refresh_interval.filter(|t| !t.is_zero()) {
+        opts.jwks_refresh = t;
     }
     let limits = &mesh.warden;
     opts.max_connections = args.max_connections.or(limits.max_connections);

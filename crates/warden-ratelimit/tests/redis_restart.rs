@@ -76,14 +76,27 @@ fn redis_count(redis: &RedisServer, key: &str) -> Option<u64> {
     conn.get(key).unwrap()
 }
 
-/// The counts a window's successful calls saw are exactly 1..=n: none lost, none twice.
-fn assert_counted_once(what: &str, mut counts: Vec<u32>) {
+/// The counts a window's successful calls saw are distinct and, but for `unanswered` counted
+/// calls that failed, exactly 1..=n: none lost, none twice.
+fn assert_counted_once(what: &str, mut counts: Vec<u32>, unanswered: usize) {
     counts.sort_unstable();
     let n = counts.len() as u32;
+    let twice: Vec<u32> = counts
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    let top = n + unanswered as u32;
+    let missing: Vec<u32> = (1..=top)
+        .filter(|c| counts.binary_search(c).is_err())
+        .collect();
     assert!(
-        counts.iter().copied().eq(1..=n),
-        "{what}: {n} successful calls did not see the counts 1..={n} (first few: {:?})",
-        &counts[..counts.len().min(20)]
+        twice.is_empty() && counts.last().is_none_or(|&l| l <= top) && missing.len() == unanswered,
+        "{what}: {n} successful calls ({unanswered} counted calls unanswered) did not see the \
+         counts 1..={top} (seen twice: {:?}, missing: {:?}, last: {:?})",
+        &twice[..twice.len().min(10)],
+        &missing[..missing.len().min(10)],
+        counts.last()
     );
 }
 
@@ -103,14 +116,14 @@ async fn a_restart_under_load_fails_no_call_after_the_first_good_probe() {
     let clients = clients(&h, 4).await;
     let outcomes = Arc::new(std::sync::Mutex::new(Vec::<Outcome>::new()));
 
-    // 1,000 calls/s, each on its own task, until told to stop (bounded: 20 s at most).
+    // 1,000 calls/s, each on its own task, until told to stop (bounded: 30 s at most).
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let load = {
         let outcomes = outcomes.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             let mut calls = Vec::new();
-            for i in 0..20_000usize {
+            for i in 0..30_000usize {
                 tick.tick().await;
                 if *stop_rx.borrow() {
                     break;
@@ -144,6 +157,7 @@ async fn a_restart_under_load_fails_no_call_after_the_first_good_probe() {
     })
     .await
     .unwrap();
+    let restarted_at = Instant::now();
     // The probe runs every 100 ms; /healthcheck says 200 once one has answered.
     let deadline = Instant::now() + Duration::from_secs(5);
     while healthcheck(&h).await != Some(200) {
@@ -151,7 +165,19 @@ async fn a_restart_under_load_fails_no_call_after_the_first_good_probe() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let healthy_at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // 500 calls after the restart, however slow the machine is (bounded: 15 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline
+        && outcomes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|o| o.started >= healthy_at)
+            .count()
+            < 500
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop_tx.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(10), load)
         .await
@@ -193,12 +219,25 @@ async fn a_restart_under_load_fails_no_call_after_the_first_good_probe() {
     let after_restart = window(58);
     assert!(before_kill.len() >= 300, "{}", before_kill.len());
     let counted_after = after_restart.len() as u64;
-    assert_counted_once("before the kill", before_kill);
-    assert_counted_once("after the restart", after_restart);
-    assert_eq!(
-        redis_count(&redis, "restart_k_v_1700000100"),
-        Some(counted_after),
-        "the new server's counter is the number of calls it answered"
+    assert_counted_once("before the kill", before_kill, 0);
+    // Between the restart and the first good probe a call may reach the new server and still
+    // fail (its answer lost while the connection is re-made, or past the client's timeout):
+    // counted without being answered. Such calls over-count; no answered call is lost or
+    // counted twice.
+    let failed_after_restart = outcomes
+        .iter()
+        .filter(|o| o.started >= restarted_at && o.started < healthy_at && o.result.is_err())
+        .count() as u64;
+    let in_redis = redis_count(&redis, "restart_k_v_1700000100").unwrap_or(0);
+    assert!(
+        (counted_after..=counted_after + failed_after_restart).contains(&in_redis),
+        "the new server counted {in_redis}: the {counted_after} calls it answered and at most \
+         the {failed_after_restart} that failed before the first good probe"
+    );
+    assert_counted_once(
+        "after the restart",
+        after_restart,
+        (in_redis - counted_after) as usize,
     );
     assert_eq!(
         redis_count(&redis, "restart_k_v_1700000040"),
@@ -250,7 +289,7 @@ async fn idle_connections_do_not_fail_their_first_call_after_a_restart() {
             }
         }
     }
-    assert_counted_once("after the restart", counts);
+    assert_counted_once("after the restart", counts, 0);
 }
 
 /// The server closes the connections (`CLIENT KILL`, as an idle `timeout` or a proxy would);
@@ -292,7 +331,7 @@ async fn connections_the_server_closed_do_not_fail_the_next_call() {
             }
         }
     }
-    assert_counted_once("across the kills", counts);
+    assert_counted_once("across the kills", counts, 0);
 }
 
 /// A TCP forwarder whose connections can be frozen: bytes are swallowed and nothing is closed,
@@ -400,7 +439,7 @@ async fn a_failed_probe_replaces_half_open_connections() {
             }
         }
     }
-    assert_counted_once("across the freeze", counts);
+    assert_counted_once("across the freeze", counts, 0);
 }
 
 /// A forwarder that passes the first `INCRBY` it sees to Redis and then closes that connection

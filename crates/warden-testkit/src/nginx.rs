@@ -40,7 +40,20 @@ impl Nginx {
         worker_connections: usize,
     ) -> Result<Self, NginxError> {
         let port = crate::free_port()?;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        Self::start_at(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            servers,
+            worker_connections,
+        )
+    }
+
+    /// [`Nginx::start_with_connections`] on a given address: a server brought back where it
+    /// was (a restart after an outage).
+    pub fn start_at(
+        addr: SocketAddr,
+        servers: &str,
+        worker_connections: usize,
+    ) -> Result<Self, NginxError> {
         let dir = TempDir::new("nginx")?;
         let d = dir.path().display();
         let conf = format!(

@@ -22,6 +22,8 @@ pub struct ClientSpec {
     pub cert_key: Option<(PathBuf, PathBuf)>,
     /// Trust anchors; `None`: the system's.
     pub ca: Option<PathBuf>,
+    /// Trust the system's anchors as well as `ca` (a jwksUri: public issuers or the mesh's).
+    pub system_roots_too: bool,
     /// When not empty, the server certificate must carry one of these SANs (URI or DNS); the
     /// host name is not checked then.
     pub subject_alt_names: Vec<String>,
@@ -57,7 +59,15 @@ pub fn client_config(
     let roots = match &spec.ca {
         Some(ca) => pem_files::read_roots(ca, now)
             .map_err(|e| errors.push(SpecError::new("caCertificates", e.to_string())))
-            .ok(),
+            .ok()
+            .map(|roots| {
+                if !spec.system_roots_too {
+                    return roots;
+                }
+                let mut all = (*system_roots()).clone();
+                all.roots.extend(roots.roots.iter().cloned());
+                Arc::new(all)
+            }),
         None => Some(system_roots()),
     };
     let key = match &spec.cert_key {

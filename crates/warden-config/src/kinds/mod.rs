@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod kubernetes;
 pub mod peer_authentication;
 pub mod rate_limit_policy;
+pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod virtual_service;

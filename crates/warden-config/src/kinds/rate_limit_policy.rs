@@ -129,6 +129,11 @@ pub struct ClientSelector {
     pub methods: Vec<MethodMatch>,
     #[serde(default)]
     pub path: Option<PathMatch>,
+    /// warden extension: claims of the request's verified JWT (RequestAuthentication), matched
+    /// like headers; `name` is the claim, nested ones by dots (`org.id`). A request without a
+    /// token has none of them.
+    #[serde(default)]
+    pub claims: Vec<HeaderMatch>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]

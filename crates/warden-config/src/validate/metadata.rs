@@ -23,6 +23,7 @@ pub(super) fn check(set: &ConfigSet, report: &mut Report) {
     check_docs(&set.destination_rules, report);
     check_docs(&set.authorization_policies, report);
     check_docs(&set.peer_authentications, report);
+    check_docs(&set.request_authentications, report);
     check_docs(&set.rate_limit_policies, report);
     check_docs(&set.envoy_filters, report);
 }

@@ -10,6 +10,7 @@
 mod destination_rule;
 mod gateway;
 mod metadata;
+mod request_authentication;
 mod service_entry;
 mod virtual_service;
 
@@ -129,6 +130,9 @@ pub(crate) fn validate(set: &ConfigSet, failed_kinds: &BTreeSet<String>, report:
     destination_rule::check_duplicate_hosts(&set.destination_rules, report);
     for doc in &set.peer_authentications {
         check_peer_authentication(doc, report);
+    }
+    for doc in &set.request_authentications {
+        request_authentication::check(doc, report);
     }
 }
 

@@ -13,8 +13,8 @@ use http::StatusCode;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use warden_authz::{
-    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, TcpAttrs, DENY_BODY, DENY_STATUS,
-    NONE_POLICY,
+    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, RequestAuth, TcpAttrs, DENY_BODY,
+    DENY_STATUS, NONE_POLICY,
 };
 use warden_config::{ConfigSet, Problem};
 
@@ -90,8 +90,14 @@ impl AuthzFilter {
         self.authorizer.stats()
     }
 
-    /// Decide an HTTP request (after the route match) and count the decision.
-    pub fn check_http(&self, req: &RequestAttrs<'_>, metrics: &Metrics) -> AuthzNote {
+    /// Decide an HTTP request (after the route match and jwt_authn's `auth`) and count the
+    /// decision.
+    pub fn check_http(
+        &self,
+        req: &RequestAttrs<'_>,
+        auth: Option<&warden_jwt::Verified>,
+        metrics: &Metrics,
+    ) -> AuthzNote {
         let decision = self.authorizer.check_http(&HttpAttrs {
             direct_peer: req.peer_ip,
             client_ip: req.client_ip,
@@ -107,6 +113,10 @@ impl AuthzFilter {
                 .tls
                 .and_then(|t| t.peer.as_ref())
                 .and_then(|p| p.principal.as_deref()),
+            request_auth: auth.map(|v| RequestAuth {
+                principal: &v.principal,
+                claims: v.claims(),
+            }),
         });
         self.note(decision, metrics)
     }
@@ -211,7 +221,7 @@ impl HttpFilter for AuthzFilter {
         state: &mut FilterState,
         metrics: &Metrics,
     ) -> Flow {
-        let note = self.check_http(req, metrics);
+        let note = self.check_http(req, state.request_auth.as_deref(), metrics);
         state.notes.shadow_policy = note.shadow_denied_by;
         match note.denied_by {
             None => Flow::Continue,

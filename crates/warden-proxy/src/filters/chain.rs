@@ -4,7 +4,7 @@
 //! route pays for no filter it does not use and no request allocates for the chain; filters
 //! added through [`ChainExtensions`] (a test's, an embedder's) are trait objects.
 //!
-//! Order (Istio's, see `DEFAULT_ORDER`): RBAC, local rate limit, CORS, global rate limit,
+//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, RBAC, local rate limit, CORS, global rate limit,
 //! fault, then the router. EnvoyFilter-style positions ([`Position`]) place added filters
 //! against these names.
 
@@ -22,6 +22,7 @@ use std::sync::Arc;
 use warden_local_ratelimit::RateLimitHeaders;
 
 /// Envoy's names of the built-in filters and the router.
+pub const JWT_AUTHN: &str = "envoy.filters.http.jwt_authn";
 pub const RBAC: &str = "envoy.filters.http.rbac";
 pub const LOCAL_RATE_LIMIT: &str = "envoy.filters.http.local_ratelimit";
 pub const CORS: &str = "envoy.filters.http.cors";
@@ -37,6 +38,10 @@ pub enum Flow {
     /// The filter must wait (a remote call, a delay): the pipeline moves the request into its
     /// future and calls [`HttpFilter::on_request_waiting`].
     Wait,
+    /// Continue once the pipeline has applied [`FilterState::request_edit`] to the request:
+    /// the filters after this one see the edited request (a filter that does not wait; a
+    /// waiting one's edit is applied when its waiting phase ends).
+    Edited,
 }
 
 /// What a waiting request phase decided.
@@ -96,6 +101,9 @@ pub struct FilterState {
     /// run ([`HttpFilter::reads_request_body`]): such a filter may buffer it and put back
     /// what the upstream gets.
     pub request_body: Option<Box<ProxyBody>>,
+    /// The verified end-user token (jwt_authn), for the filters after it: `requestPrincipals`
+    /// and `request.auth.*` in RBAC.
+    pub request_auth: Option<Arc<warden_jwt::Verified>>,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
@@ -104,7 +112,10 @@ pub struct FilterState {
 pub struct RequestEdit {
     /// The request's headers as the filter left them, `host` included; None: unchanged.
     pub headers: Option<HeaderMap>,
-    /// Headers the filter only added (when `headers` is None): appended to the request's.
+    /// Headers the filter only removed (when `headers` is None), every value.
+    pub remove: Vec<http::HeaderName>,
+    /// Headers the filter only added (when `headers` is None): appended to the request's
+    /// after `remove`.
     pub append: Vec<(http::HeaderName, HeaderValue)>,
     pub method: Option<http::Method>,
     /// A new `:path` (with its query).
@@ -216,6 +227,7 @@ pub struct ChainExtensions(pub Vec<(Position, Arc<dyn HttpFilter>)>);
 /// One step of a chain: a built-in filter of the snapshot, or an added one.
 #[derive(Debug, Clone)]
 pub enum Stage {
+    JwtAuthn,
     Rbac,
     LocalRateLimit,
     Cors,
@@ -227,6 +239,7 @@ pub enum Stage {
 impl Stage {
     pub fn name(&self) -> &str {
         match self {
+            Stage::JwtAuthn => JWT_AUTHN,
             Stage::Rbac => RBAC,
             Stage::LocalRateLimit => LOCAL_RATE_LIMIT,
             Stage::Cors => CORS,
@@ -271,7 +284,7 @@ mod tests {
             (Position::After(GLOBAL_RATE_LIMIT.into()), Some(4)),
             (Position::After(FAULT.into()), Some(5)),
             (Position::Before("envoy.filters.http.lua".into()), None),
-            (Position::After("envoy.filters.http.jwt_authn".into()), None),
+            (Position::After("envoy.filters.http.ext_authz".into()), None),
         ];
         for (position, want) in cases {
             assert_eq!(place(&BUILTIN, position), *want, "{position:?}");

@@ -1,6 +1,7 @@
 //! Stage 4, local rate limit: [`warden_local_ratelimit::LocalLimiter`] per request after authz,
 //! and its L4 connection limit when a TCP listener accepts.
 
+use crate::core::dynamic_metadata::DynamicMetadata;
 use crate::core::identity::ProxyIdentity;
 use crate::core::local_reply::ResponseFlag;
 use crate::core::metrics::{GroupResultLabels, Metrics};
@@ -156,8 +157,14 @@ impl LocalRateLimitFilter {
         self.limiter.reads_request_headers()
     }
 
-    /// Decide one routed request (after authz).
-    pub fn check_http(&self, req: &RequestAttrs<'_>, route: &Route) -> LimitVerdict<'_> {
+    /// Decide one routed request (after authz), with the dynamic metadata filters before it
+    /// wrote (jwt_authn's payload for `claims` selectors, Lua's for `metadata` actions).
+    pub fn check_http(
+        &self,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        metadata: Option<&DynamicMetadata>,
+    ) -> LimitVerdict<'_> {
         if self.limiter.is_empty() {
             return LimitVerdict::Pass {
                 response_headers: None,
@@ -185,7 +192,7 @@ impl LocalRateLimitFilter {
             destination_cluster,
             route_local: self.per_route.get(req, route),
             route_rate_limits: Some(self.rate_limits_at.get(req, route)),
-            dynamic_metadata: None,
+            dynamic_metadata: metadata,
         });
         let rule = outcome.decided_by.map(|d| d.rule);
         match outcome.response {
@@ -254,7 +261,7 @@ impl HttpFilter for LocalRateLimitFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
-        match self.check_http(req, route) {
+        match self.check_http(req, route, state.dynamic_metadata.as_deref()) {
             LimitVerdict::Pass {
                 response_headers,
                 request_headers,

@@ -1,6 +1,6 @@
 //! The HTTP filters and their chain (`chain`: the trait, the order, EnvoyFilter positions), one
-//! file per filter: `authz` (RBAC), `local_rate_limit`, `cors`, `global_rate_limit/`, `fault`,
-//! `lua` (Envoy's Lua filter, from EnvoyFilter patches);
+//! file per filter: `jwt_authn` (RequestAuthentication), `authz` (RBAC), `local_rate_limit`,
+//! `cors`, `global_rate_limit/`, `fault`, `lua` (Envoy's Lua filter, from EnvoyFilter patches);
 //! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
 //! limits). `route_sites` names every route the way EnvoyFilter patches do.
 //!
@@ -12,6 +12,7 @@ pub mod chain;
 pub mod cors;
 pub mod fault;
 pub mod global_rate_limit;
+pub mod jwt_authn;
 pub mod l4;
 pub mod local_rate_limit;
 pub mod lua;
@@ -28,12 +29,14 @@ use cors::CorsFilter;
 use fault::FaultFilter;
 use global_rate_limit::GlobalRateLimit;
 use http::Response;
+use jwt_authn::JwtAuthnFilter;
 use local_rate_limit::LocalRateLimitFilter;
 use warden_config::{ConfigSet, Problem};
 
 /// The compiled filters of one side of a snapshot and the order they run in.
 #[derive(Debug, Default)]
 pub struct Filters {
+    pub jwt_authn: Option<JwtAuthnFilter>,
     pub authz: Option<AuthzFilter>,
     pub local_rate_limit: Option<LocalRateLimitFilter>,
     pub global_rate_limit: Option<GlobalRateLimit>,
@@ -42,6 +45,8 @@ pub struct Filters {
     chain: Box<[Stage]>,
     /// Some filter of the chain reads the request body.
     reads_body: bool,
+    /// What building found that does not stop the config (a JWKS key skipped...).
+    pub warnings: Vec<Problem>,
 }
 
 /// What a chain's request phases decided, up to the first that did not just continue.
@@ -52,6 +57,9 @@ pub enum ChainFlow {
     Reply(Response<ProxyBody>, usize),
     /// The filter at this index waits: resume there with [`Filters::on_request_waiting`].
     Wait(usize),
+    /// The filter at this index edited the request ([`chain::Flow::Edited`]): apply the edits,
+    /// then resume after it.
+    Edited(usize),
 }
 
 impl Filters {
@@ -67,6 +75,17 @@ impl Filters {
         extensions: &ChainExtensions,
     ) -> Result<Filters, Vec<Problem>> {
         let mut problems = Vec::new();
+        let mut warnings = Vec::new();
+        let jwt_authn = JwtAuthnFilter::build(
+            set,
+            identity,
+            previous.and_then(|p| p.jwt_authn.as_ref()),
+            &mut warnings,
+        )
+        .unwrap_or_else(|p| {
+            problems.extend(p);
+            None
+        });
         let authz = AuthzFilter::build(set, identity).unwrap_or_else(|p| {
             problems.extend(p);
             None
@@ -97,7 +116,10 @@ impl Filters {
             problems.retain(|p| seen.insert(p.to_string()));
             return Err(problems.into_iter().map(|p| set.with_line(p)).collect());
         }
-        let mut builtins = Vec::with_capacity(5);
+        let mut builtins = Vec::with_capacity(6);
+        if jwt_authn.is_some() {
+            builtins.push(Stage::JwtAuthn);
+        }
         if authz.is_some() {
             builtins.push(Stage::Rbac);
         }
@@ -132,12 +154,14 @@ impl Filters {
             tracing::warn!("HTTP filter {s} not added: its position names no filter of the chain");
         }
         Ok(Filters {
+            jwt_authn,
             authz,
             local_rate_limit,
             global_rate_limit,
             lua: lua_filters,
             reads_body: reads_body(&chain),
             chain: chain.into(),
+            warnings: warnings.into_iter().map(|p| set.with_line(p)).collect(),
         })
     }
 
@@ -163,7 +187,7 @@ impl Filters {
     /// counted as readers whatever their rules say.
     pub fn reads_request_headers(&self) -> bool {
         self.chain.iter().any(|s| match s {
-            Stage::Rbac | Stage::GlobalRateLimit => true,
+            Stage::JwtAuthn | Stage::Rbac | Stage::GlobalRateLimit => true,
             Stage::LocalRateLimit => self
                 .local_rate_limit
                 .as_ref()
@@ -176,6 +200,9 @@ impl Filters {
     /// The policy filters configured (for `warden check` and the start-up log).
     pub fn stage_names(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
+        if self.jwt_authn.is_some() {
+            v.push("jwt_authn");
+        }
         if self.authz.is_some() {
             v.push("authz");
         }
@@ -214,6 +241,7 @@ impl Filters {
                 Flow::Continue => {}
                 Flow::Reply(response) => return ChainFlow::Reply(response, i),
                 Flow::Wait => return ChainFlow::Wait(i),
+                Flow::Edited => return ChainFlow::Edited(i),
             }
         }
         ChainFlow::Passed
@@ -229,6 +257,10 @@ impl Filters {
         metrics: &Metrics,
     ) -> Flow {
         match stage {
+            Stage::JwtAuthn => match &self.jwt_authn {
+                Some(f) => f.on_request(req, route, state, metrics),
+                None => Flow::Continue,
+            },
             Stage::Rbac => match &self.authz {
                 Some(f) => f.on_request(req, route, state, metrics),
                 None => Flow::Continue,
@@ -281,7 +313,11 @@ impl Filters {
             match stage {
                 Stage::Cors => CorsFilter.on_response(route, state, response),
                 Stage::Added(f) => f.on_response(route, state, response),
-                Stage::Rbac | Stage::LocalRateLimit | Stage::GlobalRateLimit | Stage::Fault => {}
+                Stage::JwtAuthn
+                | Stage::Rbac
+                | Stage::LocalRateLimit
+                | Stage::GlobalRateLimit
+                | Stage::Fault => {}
             }
         }
     }
@@ -293,6 +329,9 @@ impl Filters {
         }
         if !self.lua.is_empty() {
             lua::register_metrics(registry, &self.lua);
+        }
+        if let Some(jwt) = &self.jwt_authn {
+            jwt_authn::register_metrics(registry, jwt);
         }
     }
 

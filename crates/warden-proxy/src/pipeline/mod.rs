@@ -413,16 +413,37 @@ fn decide(
     }
 
     // 2. route
-    let Some((vhost, route)) = find_route(snapshot, conn, &attrs) else {
+    let Some((mut vhost, route)) = find_route(snapshot, conn, &attrs) else {
         return Decided::Now(local(LocalReply::no_route(), state), None);
     };
     attrs.vhost = vhost;
     outcome.route = Some(route.clone());
-    let route = route.clone();
+    let mut route = route.clone();
 
     // 3. the filters that answer at once
     let filters = snapshot.filters_for(conn.side);
-    let resume = match filters.on_request(0, &attrs, &route, state, &shared.metrics) {
+    let mut flow = filters.on_request(0, &attrs, &route, state, &shared.metrics);
+    // A filter that does not wait changed the request (jwt_authn): the ones after it see it.
+    while let ChainFlow::Edited(at) = flow {
+        if let Some(edit) = state.request_edit.take() {
+            let routed = apply_filter_edit(
+                *edit,
+                (&mut parts, &mut lines),
+                (conn, snapshot, client_ip),
+                (&mut vhost, &mut route),
+                outcome,
+            );
+            if routed.is_err() {
+                return Decided::Now(local(LocalReply::no_route(), state), None);
+            }
+        }
+        let authority = authority_of(&parts, lines.as_ref());
+        attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+        attrs.vhost = vhost;
+        flow = filters.on_request(at + 1, &attrs, &route, state, &shared.metrics);
+    }
+    let resume = match flow {
+        ChainFlow::Edited(_) => unreachable!("edits are applied above"),
         ChainFlow::Reply(mut response, at) => {
             filters.on_response(at, &route, state, &mut response);
             return Decided::Now(response, state.local_limit_headers.take());
@@ -486,7 +507,7 @@ async fn act(
         mut body,
         client_ip,
         mut route,
-        vhost,
+        mut vhost,
         resume,
     } = waiting;
     let mut reached = filters.len();
@@ -535,25 +556,32 @@ async fn act(
                         break 'stages response;
                     }
                 }
-                // A filter changed the request: the next one sees the change.
-                if let Some(edit) = state.request_edit.take() {
-                    let reroute = edit.reroute;
-                    apply_edit(&mut parts, &mut lines, *edit);
-                    authority = authority_of(&parts, lines.as_ref());
-                    attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
-                    attrs.vhost = vhost;
-                    // `clearRouteCache()`: the changed request is routed again.
-                    if reroute {
-                        let Some((v, r)) = find_route(&snapshot, conn, &attrs) else {
-                            reached = at + 1;
+                // A filter changed the request (its waiting phase, or one after it that does
+                // not wait): the next one sees the change.
+                let mut next = at + 1;
+                let flow = loop {
+                    if let Some(edit) = state.request_edit.take() {
+                        let routed = apply_filter_edit(
+                            *edit,
+                            (&mut parts, &mut lines),
+                            (conn, &snapshot, client_ip),
+                            (&mut vhost, &mut route),
+                            &mut outcome,
+                        );
+                        if routed.is_err() {
+                            reached = next;
                             break 'stages local(LocalReply::no_route(), &mut state);
-                        };
-                        attrs.vhost = v;
-                        route = r.clone();
-                        outcome.route = Some(route.clone());
+                        }
+                        authority = authority_of(&parts, lines.as_ref());
+                        attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                        attrs.vhost = vhost;
                     }
-                }
-                match filters.on_request(at + 1, &attrs, &route, &mut state, &shared.metrics) {
+                    match filters.on_request(next, &attrs, &route, &mut state, &shared.metrics) {
+                        ChainFlow::Edited(edited) => next = edited + 1,
+                        flow => break flow,
+                    }
+                };
+                match flow {
                     ChainFlow::Passed => {
                         if let Some(b) = state.request_body.take() {
                             body = *b;
@@ -565,6 +593,7 @@ async fn act(
                         reached = next;
                         break 'stages response;
                     }
+                    ChainFlow::Edited(_) => unreachable!("edits are applied in the loop above"),
                 }
             }
             local_action(&route, &attrs)
@@ -685,6 +714,28 @@ async fn act(
     )
 }
 
+/// Apply the edit a filter left ([`crate::filters::chain::FilterState::request_edit`]); after
+/// `clearRouteCache()` the changed request is routed again (`Err`: no route matches it).
+fn apply_filter_edit(
+    edit: crate::filters::chain::RequestEdit,
+    (parts, lines): (&mut http::request::Parts, &mut Option<RequestLines>),
+    (conn, snapshot, client_ip): (&ConnCtx, &Snapshot, IpAddr),
+    (vhost, route): (&mut u32, &mut Arc<Route>),
+    outcome: &mut Outcome,
+) -> Result<(), ()> {
+    let reroute = edit.reroute;
+    apply_edit(parts, lines, edit);
+    if reroute {
+        let authority = authority_of(parts, lines.as_ref());
+        let attrs = request_attrs(conn, parts, lines.as_ref(), authority, client_ip);
+        let (v, r) = find_route(snapshot, conn, &attrs).ok_or(())?;
+        *vhost = v;
+        *route = r.clone();
+        outcome.route = Some(route.clone());
+    }
+    Ok(())
+}
+
 /// A filter's change to the request, made to the request itself: headers (the lines kept as
 /// read are dropped: the filter's map holds every header), method, `:path` and `:authority`.
 fn apply_edit(
@@ -696,9 +747,12 @@ fn apply_edit(
         *lines = None;
         parts.headers = headers;
     }
-    if !edit.append.is_empty() {
+    if !edit.remove.is_empty() || !edit.append.is_empty() {
         if let Some(l) = lines.take() {
             l.read_into(&mut parts.headers, forwarding_headers::ADDED);
+        }
+        for name in &edit.remove {
+            parts.headers.remove(name);
         }
         for (name, value) in edit.append {
             parts.headers.append(name, value);

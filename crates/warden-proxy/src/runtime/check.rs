@@ -147,6 +147,7 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         s.config.envoy_filters.len(),
         s.filters.stage_names().join(", ")
     );
+    describe_jwt(&mut out, s);
     describe_rate_limits(&mut out, s);
     let api = &s.config.gateway_api;
     if !api.status.is_empty() {
@@ -159,6 +160,83 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         let _ = writeln!(out, "warnings ({}):", s.warnings.len());
         for w in &s.warnings {
             let _ = writeln!(out, "  {w}");
+        }
+    }
+    out
+}
+
+/// RequestAuthentication of this workload: the policies, each issuer and where its keys come
+/// from; and the policies that key on identities (request principals, `request.auth.*`,
+/// claims, jwt_authn metadata).
+fn describe_jwt(out: &mut String, s: &Snapshot) {
+    if let Some(f) = &s.filters.jwt_authn {
+        let _ = writeln!(out, "request authentication ({}):", f.policies.join(", "));
+        for line in f.authn.describe() {
+            let _ = writeln!(out, "  issuer {line}");
+        }
+        if f.remote_keys().next().is_some() {
+            let _ = writeln!(
+                out,
+                "  jwksUri keys are fetched at start and refreshed; until a first set arrives, \
+                 tokens of that issuer get 401 \"{}\" (requests without a token pass)",
+                warden_jwt::Status::JwksFetchFail.message()
+            );
+        }
+    }
+    let users = identity_users(s);
+    if !users.is_empty() {
+        let _ = writeln!(out, "identities used by: {}", users.join("; "));
+        if s.filters.jwt_authn.is_none() {
+            let _ = writeln!(
+                out,
+                "  no RequestAuthentication selects this workload: no request has a principal \
+                 or claims"
+            );
+        }
+    }
+}
+
+/// The policies of this workload that read the request's JWT identity, with what they read.
+fn identity_users(s: &Snapshot) -> Vec<String> {
+    let set = &s.config;
+    let scope = crate::filters::authz::proxy_scope(set, &s.identity);
+    let mut out = Vec::new();
+    for doc in set
+        .authorization_policies
+        .iter()
+        .filter(|d| scope.selects(d))
+    {
+        let mut what: Vec<String> = Vec::new();
+        for rule in &doc.spec.rules {
+            for src in rule.from.iter().filter_map(|f| f.source.as_ref()) {
+                if !src.request_principals.is_empty() {
+                    what.push("requestPrincipals".into());
+                }
+                if !src.not_request_principals.is_empty() {
+                    what.push("notRequestPrincipals".into());
+                }
+            }
+            for c in &rule.when {
+                if c.key.trim().starts_with("request.auth.") {
+                    what.push(c.key.trim().to_owned());
+                }
+            }
+        }
+        what.dedup();
+        if !what.is_empty() {
+            out.push(format!("{} ({})", doc.id(), what.join(", ")));
+        }
+    }
+    for doc in &set.rate_limit_policies {
+        let spec = serde_json::to_string(&doc.spec).unwrap_or_default();
+        if spec.contains("\"claims\":[{") {
+            out.push(format!("{} (claims)", doc.id()));
+        }
+    }
+    for doc in &set.envoy_filters {
+        let spec = serde_json::to_string(&doc.spec).unwrap_or_default();
+        if spec.contains(warden_local_ratelimit::request::JWT_AUTHN_METADATA) {
+            out.push(format!("{} (jwt_authn metadata)", doc.id()));
         }
     }
     out

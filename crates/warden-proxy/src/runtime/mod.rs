@@ -7,6 +7,7 @@ pub mod check;
 mod config_settle;
 pub(crate) mod config_source;
 pub mod gateway_topology;
+mod jwks_refresh;
 pub mod options;
 pub mod proxy;
 pub mod reload_guard;

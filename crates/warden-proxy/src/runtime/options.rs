@@ -43,6 +43,9 @@ pub struct ProxyOptions {
     pub allow_empty_config: bool,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
+    /// How often RequestAuthentication jwksUri key sets are fetched again (istiod's
+    /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL`, 20 minutes by default).
+    pub jwks_refresh: Duration,
     /// A sidecar's pod addresses and service account (`--pod-ip`, `--service-account`).
     pub pod_ips: Vec<IpAddr>,
     pub service_account: Option<String>,
@@ -104,6 +107,7 @@ impl ProxyOptions {
             watch_config: true,
             allow_empty_config: false,
             connect_timeout: Duration::from_secs(10),
+            jwks_refresh: Duration::from_secs(20 * 60),
             pod_ips: Vec::new(),
             service_account: None,
             sidecar: None,

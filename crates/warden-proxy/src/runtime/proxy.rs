@@ -179,6 +179,7 @@ impl Proxy {
         }
         let (admin_stop_tx, admin_stop_rx) = oneshot::channel::<()>();
         let watch_certs = opts.watch_config;
+        let jwks_refresh = opts.jwks_refresh;
         let admin_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("warden-admin".into())
@@ -189,6 +190,7 @@ impl Proxy {
                     changes_rx,
                     admin_stop_rx,
                     watch_certs,
+                    jwks_refresh,
                 )
             })
             .map_err(|source| ProxyError::Thread {
@@ -207,6 +209,7 @@ fn admin_thread(
     mut changes: mpsc::UnboundedReceiver<()>,
     stop: oneshot::Receiver<()>,
     watch_certs: bool,
+    jwks_refresh: std::time::Duration,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -243,8 +246,9 @@ fn admin_thread(
             startup_pages::release_logged("start");
             std::future::pending::<()>().await;
         };
+        let jwks = super::jwks_refresh::run(shared.shared.clone(), jwks_refresh);
         let reloads = async move {
-            tokio::join!(reloads, certs, settled);
+            tokio::join!(reloads, certs, settled, jwks);
         };
         let stop = async {
             let _ = stop.await;

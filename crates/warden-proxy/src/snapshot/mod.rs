@@ -173,6 +173,7 @@ impl Snapshot {
                 Filters::default()
             }
         };
+        b.warnings.extend(filters.warnings.iter().cloned());
         if filters.authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
