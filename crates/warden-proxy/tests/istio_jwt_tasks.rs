@@ -1,6 +1,7 @@
-//! istio.io's "JWT authentication" (authn-policy, end-user part) and "Authorization with JWT"
-//! (authz-jwt) tasks on the gateway, their YAML as published (`fixtures/istio-jwt/`, see its
-//! NOTICE) but for the Gateway's port 80, moved to a free port. The jwksUri host,
+//! istio.io's "JWT authentication" (authn-policy, end-user part, in its Istio APIs and Gateway
+//! API forms side by side) and "Authorization with JWT" (authz-jwt) tasks on the gateway, their
+//! YAML as published (`fixtures/istio-jwt/`, see its NOTICE) but for the Gateway's port 80,
+//! moved to a free port. The jwksUri host,
 //! raw.githubusercontent.com, is a ServiceEntry of the mesh whose endpoint is a local nginx
 //! serving Istio's published `jwks.json` over HTTPS (a test CA, the proxy's mesh CA), as Istio
 //! points Envoy's JWKS fetch at the mesh's cluster for that host; the tokens are Istio's
@@ -59,6 +60,8 @@ struct Env {
     mesh: warden_testkit::TempDir,
     _www: warden_testkit::TempDir,
     base_yaml: String,
+    /// The same cluster exposed by the Gateway API form of the task's gateway.
+    gateway_api_yaml: String,
 }
 
 async fn env() -> Env {
@@ -96,19 +99,42 @@ async fn env() -> Env {
         "{gateway}\n---\n{}",
         cluster(echo.addr, nginx.addr().port())
     );
+    // The task applies the sample with `-n foo`; its port 80 is moved to a free one too.
+    let gateway_api = fixture("samples-httpbin-gateway-api-httpbin-gateway.yaml")
+        .replace(
+            "metadata:\n  name: ",
+            "metadata:\n  namespace: foo\n  name: ",
+        )
+        .replace("port: 80\n", &format!("port: {port}\n"));
+    let gateway_api_yaml = format!(
+        "{gateway_api}\n---\n{}",
+        cluster(echo.addr, nginx.addr().port())
+    );
     Env {
         _pki: pki,
         _nginx: nginx,
         mesh,
         _www: www,
         base_yaml,
+        gateway_api_yaml,
     }
 }
 
 /// The ingress gateway (istio-system, `istio=ingressgateway`) or, for authz-jwt, a proxy for
 /// httpbin's workload (`foo`, `app=httpbin`), with `docs` applied.
 fn proxy(env: &Env, namespace: &str, label: (&str, &str), docs: &[&str]) -> RunningProxy {
-    let mut yaml = env.base_yaml.clone();
+    proxy_over(env, &env.base_yaml, namespace, label, docs)
+}
+
+/// [`proxy`] over `base` (the cluster and a form of the task's gateway).
+fn proxy_over(
+    env: &Env,
+    base: &str,
+    namespace: &str,
+    label: (&str, &str),
+    docs: &[&str],
+) -> RunningProxy {
+    let mut yaml = base.to_string();
     for d in docs {
         yaml.push_str("\n---\n");
         yaml.push_str(&fixture(d));
@@ -140,54 +166,84 @@ async fn ready(p: &RunningProxy, token: &str) {
     }
 }
 
+/// One form of the authn-policy task's gateway: the proxy's namespace and label, and the
+/// files of its RequestAuthentication, "require a valid token" and "per path" steps.
+struct GatewayForm {
+    base: String,
+    namespace: &'static str,
+    label: (&'static str, &'static str),
+    steps: [&'static str; 3],
+}
+
+/// The task's answers on one form of its gateway, step by step: before any policy; with the
+/// RequestAuthentication (no token, a bad one, demo.jwt); requiring a valid token (none,
+/// demo.jwt); per path (/headers, /ip without a token).
+async fn end_user_answers(env: &Env, form: &GatewayForm) -> Vec<u16> {
+    let demo = fixture("demo.jwt");
+    let [authn, require, per_path] = form.steps;
+    let start = |docs: &[&str]| proxy_over(env, &form.base, form.namespace, form.label, docs);
+    let mut out = Vec::new();
+    let p = start(&[]);
+    out.push(code(&p, "/headers", None).await);
+    drop(p);
+
+    let p = start(&[authn]);
+    ready(&p, &demo).await;
+    out.push(code(&p, "/headers", None).await);
+    out.push(code(&p, "/headers", Some("deadbeef")).await);
+    out.push(code(&p, "/headers", Some(&demo)).await);
+    drop(p);
+
+    let p = start(&[authn, require]);
+    ready(&p, &demo).await;
+    out.push(code(&p, "/headers", None).await);
+    out.push(code(&p, "/headers", Some(&demo)).await);
+    drop(p);
+
+    let p = start(&[authn, per_path]);
+    ready(&p, &demo).await;
+    out.push(code(&p, "/headers", None).await);
+    out.push(code(&p, "/ip", None).await);
+    out
+}
+
+/// The authn-policy task's end-user steps on the ingress gateway in both of the task's forms:
+/// the Istio APIs' (policies in istio-system selecting `istio: ingressgateway`) and the
+/// Gateway API's (a Gateway in foo, and policies whose `targetRef` names it, served by the
+/// proxy Istio deploys for it, labelled with its name): the same answers, the task's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwt_authentication_task_on_the_gateway() {
     let env = env().await;
-    let demo = fixture("demo.jwt");
-    let gw = ("istio", "ingressgateway");
-    let ns = "istio-system";
-
-    // Before any policy: 200.
-    let p = proxy(&env, ns, gw, &[]);
-    assert_eq!(code(&p, "/headers", None).await, 200);
-    drop(p);
-
-    // RequestAuthentication: no token 200, an invalid one 401, demo.jwt 200.
-    let p = proxy(&env, ns, gw, &["authn-policy-request-authentication.yaml"]);
-    ready(&p, &demo).await;
-    assert_eq!(code(&p, "/headers", None).await, 200);
-    assert_eq!(code(&p, "/headers", Some("deadbeef")).await, 401);
-    assert_eq!(code(&p, "/headers", Some(&demo)).await, 200);
-    drop(p);
-
-    // Require a valid token: without one 403.
-    let p = proxy(
-        &env,
-        ns,
-        gw,
-        &[
+    let istio = GatewayForm {
+        base: env.base_yaml.clone(),
+        namespace: "istio-system",
+        label: ("istio", "ingressgateway"),
+        steps: [
             "authn-policy-request-authentication.yaml",
             "authn-policy-require-token.yaml",
-        ],
-    );
-    ready(&p, &demo).await;
-    assert_eq!(code(&p, "/headers", None).await, 403);
-    assert_eq!(code(&p, "/headers", Some(&demo)).await, 200);
-    drop(p);
-
-    // Per path: /headers needs one, /ip does not.
-    let p = proxy(
-        &env,
-        ns,
-        gw,
-        &[
-            "authn-policy-request-authentication.yaml",
             "authn-policy-require-token-per-path.yaml",
         ],
+    };
+    let gateway_api = GatewayForm {
+        base: env.gateway_api_yaml.clone(),
+        namespace: "foo",
+        label: (
+            warden_config::gateway_api::selection::GATEWAY_NAME_LABEL,
+            "httpbin-gateway",
+        ),
+        steps: [
+            "authn-policy-request-authentication-gateway-api.yaml",
+            "authn-policy-require-token-gateway-api.yaml",
+            "authn-policy-require-token-per-path-gateway-api.yaml",
+        ],
+    };
+    let answers = end_user_answers(&env, &istio).await;
+    assert_eq!(
+        answers,
+        end_user_answers(&env, &gateway_api).await,
+        "Istio APIs vs Gateway API"
     );
-    ready(&p, &demo).await;
-    assert_eq!(code(&p, "/headers", None).await, 403);
-    assert_eq!(code(&p, "/ip", None).await, 200);
+    assert_eq!(answers, [200, 200, 401, 200, 403, 200, 403, 200]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
