@@ -287,6 +287,25 @@ mod secure_ingress {
             .replace("port: 443\n", "port: 0\n")
     }
 
+    /// Both forms of secure-ingress step `step` (`secure-ingress-{step}-*.yaml`, on a free
+    /// port), next to the httpbin route the single-host step applied before it, and `be`.
+    fn after_single_host(step: &str, be: &str) -> [String; 2] {
+        [
+            ("istio-apis", "VirtualService"),
+            ("gateway-api", "HTTPRoute"),
+        ]
+        .map(|(form, route)| {
+            format!(
+                "{}\n---\n{}{be}",
+                on_a_free_port(&task(&format!("secure-ingress-{step}-{form}.yaml"))),
+                documents(
+                    &task(&format!("secure-ingress-single-host-{form}.yaml")),
+                    route
+                ),
+            )
+        })
+    }
+
     async fn backends() -> String {
         // samples/httpbin (port 8000) and samples/helloworld (port 5000), as a dump has them.
         let httpbin = echo_http("httpbin").await;
@@ -364,25 +383,8 @@ mod secure_ingress {
             "helloworld-credential",
             "helloworld.example.com",
         );
-        let be = backends().await;
-        // The step applies the two-host Gateway and the helloworld route next to the httpbin
-        // route of the single-host step.
-        let istio = format!(
-            "{}\n---\n{}{be}",
-            on_a_free_port(&task("secure-ingress-multiple-hosts-istio-apis.yaml")),
-            documents(
-                &task("secure-ingress-single-host-istio-apis.yaml"),
-                "VirtualService"
-            ),
-        );
-        let gateway_api = format!(
-            "{}\n---\n{}{be}",
-            on_a_free_port(&task("secure-ingress-multiple-hosts-gateway-api.yaml")),
-            documents(
-                &task("secure-ingress-single-host-gateway-api.yaml"),
-                "HTTPRoute"
-            ),
-        );
+        // The step applies the two-host Gateway and the helloworld route.
+        let [istio, gateway_api] = after_single_host("multiple-hosts", &backends().await);
         let proxies = start_pair(&istio, &gateway_api, creds.path());
         let ca = &certs1.ca_path;
         let cases = [
@@ -418,23 +420,7 @@ mod secure_ingress {
         let (cert, key) = certs1.issue_pem(&leaf("client.example.com"));
         client.write("client.crt", &cert).unwrap();
         client.write("client.key", &key).unwrap();
-        let be = backends().await;
-        let istio = format!(
-            "{}\n---\n{}{be}",
-            on_a_free_port(&task("secure-ingress-mutual-istio-apis.yaml")),
-            documents(
-                &task("secure-ingress-single-host-istio-apis.yaml"),
-                "VirtualService"
-            ),
-        );
-        let gateway_api = format!(
-            "{}\n---\n{}{be}",
-            on_a_free_port(&task("secure-ingress-mutual-gateway-api.yaml")),
-            documents(
-                &task("secure-ingress-single-host-gateway-api.yaml"),
-                "HTTPRoute"
-            ),
-        );
+        let [istio, gateway_api] = after_single_host("mutual", &backends().await);
         let proxies = start_pair(&istio, &gateway_api, creds.path());
         let (host, ca) = ("httpbin.example.com", &certs1.ca_path);
         assert_eq!(
