@@ -27,6 +27,9 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
+# The test image of Redis gets busybox's sh (redis:alpine has one): redis-sentinel.yaml's
+# containers pick their role with it.
+command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
