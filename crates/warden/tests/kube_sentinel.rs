@@ -25,10 +25,9 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
         eprintln!("skipped: busybox is not installed (apt-get install busybox-static)");
         return;
     }
-    let rls_yaml = std::fs::read_to_string(
-        podman::repo_root().join("deploy/kubernetes/ratelimit.yaml"),
-    )
-    .expect("ratelimit.yaml");
+    let rls_yaml =
+        std::fs::read_to_string(podman::repo_root().join("deploy/kubernetes/ratelimit.yaml"))
+            .expect("ratelimit.yaml");
     assert!(
         rls_yaml.contains(SENTINEL_URL),
         "ratelimit.yaml tells users the REDIS_URL this test uses"
@@ -61,7 +60,10 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
     // The StatefulSet's pods in order, as its controller starts them.
     let set = kube_play::find(&docs, "StatefulSet", "redis-sentinel");
     for pod in kube_play::stateful_pods(&set) {
-        let name = pod["metadata"]["name"].as_str().expect("a name").to_string();
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_string();
         cluster.play(&name, &[], pod);
     }
     let sentinel_master = |pod: &str| -> String {
@@ -107,7 +109,11 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
             .iter()
             .all(|p| sentinel_master(p) == "redis-sentinel-0.redis-sentinel" && replicas_known(p))
     });
-    assert!(formed, "the sentinels never saw both replicas:\n{}", cluster.logs());
+    assert!(
+        formed,
+        "the sentinels never saw both replicas:\n{}",
+        cluster.logs()
+    );
 
     let mut rls = kube_play::find(&docs, "Deployment", "ratelimit");
     let container = &mut rls["spec"]["template"]["spec"]["containers"][0];
@@ -130,8 +136,16 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
         wait_until(Duration::from_secs(90), || {
             probe += 1;
             let url = format!("{gateway}/{phase}-probe-{probe}");
-            cluster.curl(&["-s", "-m", "2", "-o", "/dev/null", "-w", "%{http_code}", &url])
-                == "200"
+            cluster.curl(&[
+                "-s",
+                "-m",
+                "2",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &url,
+            ]) == "200"
         })
     };
     assert!(
@@ -183,7 +197,13 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
         .hub()
         .exec(
             "redis-cli",
-            &["-h", cluster.addr(pod), "--scan", "--pattern", "*after-failover*"],
+            &[
+                "-h",
+                cluster.addr(pod),
+                "--scan",
+                "--pattern",
+                "*after-failover*",
+            ],
         )
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
