@@ -142,7 +142,7 @@ pub struct ProxyConfig {
     pub proxy_headers: ProxyHeaders,
     /// How long SIGTERM lets requests finish (`--drain-timeout` wins).
     pub termination_drain_duration: Option<std::time::Duration>,
-    /// Worker threads (`--concurrency` wins); Istio's 0 (a core each) is `None`.
+    /// Worker threads (`--concurrency` wins); Istio's 0 is a worker per core.
     pub concurrency: Option<usize>,
     /// Top-level fields a running proxy does not take (istiod's, tracing, ...).
     pub unused: Vec<String>,
@@ -263,16 +263,13 @@ pub fn parse_annotation(text: &str) -> Result<ProxyConfig, String> {
                 })?,
         ),
     };
-    // Istio's 0: one worker per core, as when it is not set.
     let concurrency = match value.get("concurrency") {
         None => None,
-        Some(v) => {
-            let n = v
-                .as_u64()
+        Some(v) => Some(
+            v.as_u64()
                 .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| format!("concurrency must be a count, not {v}"))?;
-            (n != 0).then_some(n)
-        }
+                .ok_or_else(|| format!("concurrency must be a count, not {v}"))?,
+        ),
     };
     let unused = value
         .as_object()
@@ -311,7 +308,7 @@ mod tests {
         let json =
             parse_annotation(r#"{"concurrency": 0, "gatewayTopology": {"numTrustedProxies": 1}}"#)
                 .unwrap();
-        assert_eq!(json.concurrency, None, "0 is a worker per core");
+        assert_eq!(json.concurrency, Some(0), "a worker per core");
         assert_eq!(json.num_trusted_proxies, Some(1));
         assert!(json.unused.is_empty());
         for (bad, why) in [

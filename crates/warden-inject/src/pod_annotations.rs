@@ -62,6 +62,7 @@ pub struct FromAnnotations {
     pub image: Option<String>,
     pub resources: Resources,
     pub readiness: Readiness,
+    /// `Some(0)`: a worker per core (no `--concurrency`).
     pub concurrency: Option<u64>,
 }
 

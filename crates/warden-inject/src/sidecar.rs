@@ -122,12 +122,14 @@ impl SidecarSettings {
             s("--config=/etc/warden/config"),
             s("--pod-info=/etc/istio/pod"),
             s("--pod-ip=$(INSTANCE_IP)"),
-            s(format!(
-                "--concurrency={}",
-                pod.annotations.concurrency.unwrap_or(2)
-            )),
             s(format!("--status-port={HEALTH_PORT}")),
         ];
+        // Two workers unless the pod's proxy.istio.io/config says (0: one per core, the
+        // proxy's default), as Istio's template passes its concurrency.
+        match pod.annotations.concurrency {
+            Some(0) => {}
+            n => args.push(s(format!("--concurrency={}", n.unwrap_or(2)))),
+        }
         if let Some(port) = pod.status_port.filter(|p| *p != HEALTH_PORT) {
             args.push(s(format!("--status-port={port}")));
         }

@@ -478,9 +478,10 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
         .or(mesh.default_config.termination_drain_duration)
         .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
     let mut opts = ProxyOptions::new(ConfigSource::Paths(args.config));
+    // Istio's concurrency 0 is a worker per core, the default.
     if let Some(n) = args
         .concurrency
-        .or(own.as_ref().and_then(|c| c.concurrency))
+        .or(own.as_ref().and_then(|c| c.concurrency).filter(|n| *n != 0))
     {
         opts.concurrency = n.max(1);
     }

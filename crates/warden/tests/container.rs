@@ -296,12 +296,13 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
     ]);
     let config_maps: Vec<&serde_json::Value> =
         docs.iter().filter(|d| d["kind"] == "ConfigMap").collect();
+    let mut probes = Vec::new();
     for name in pods {
-        cluster.play(
+        probes.extend(cluster.play(
             name,
             &config_maps,
             kube_play::find(&docs, "Deployment", name),
-        );
+        ));
     }
 
     let gateway = format!("http://{}:8080", cluster.addr("warden-ingressgateway"));
@@ -320,6 +321,24 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
         ]) == "200"
     });
     assert!(ready, "the gateway never answered 200:\n{}", cluster.logs());
+    // The manifests' httpGet probes answer as the kubelet wants once everything is up.
+    assert!(
+        probes.iter().any(|p| p.ends_with(":15021/healthz/ready")),
+        "{probes:?}"
+    );
+    for url in &probes {
+        let code = cluster.curl(&[
+            "-s",
+            "-m",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            url,
+        ]);
+        assert_eq!(code, "200", "probe {url}\n{}", cluster.logs());
+    }
 
     // 301 requests of one client in one minute: 300 answered by the backend, the 301st 429.
     let codes = cluster.statuses_in_one_minute(&format!("{gateway}/login"), 301);

@@ -119,13 +119,13 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
     let container = &mut rls["spec"]["template"]["spec"]["containers"][0];
     kube_play::set_env(container, "REDIS_TYPE", "sentinel");
     kube_play::set_env(container, "REDIS_URL", SENTINEL_URL);
-    cluster.play("ratelimit", &config_maps, rls);
+    let mut probes = cluster.play("ratelimit", &config_maps, rls);
     for name in ["echo", "warden-ingressgateway"] {
-        cluster.play(
+        probes.extend(cluster.play(
             name,
             &config_maps,
             kube_play::find(&docs, "Deployment", name),
-        );
+        ));
     }
 
     let gateway = format!("http://{}:8080", cluster.addr("warden-ingressgateway"));
@@ -153,6 +153,21 @@ fn seed_000_on_redis_sentinel_carries_on_after_the_master_is_killed() {
         "the gateway never answered 200:\n{}",
         cluster.logs()
     );
+    // The rate limit service's readiness (/healthcheck) says Redis is reachable through the
+    // sentinels; the gateway's is 15021.
+    for url in &probes {
+        let code = cluster.curl(&[
+            "-s",
+            "-m",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            url,
+        ]);
+        assert_eq!(code, "200", "probe {url}\n{}", cluster.logs());
+    }
     let codes = cluster.statuses_in_one_minute(&format!("{gateway}/login"), 301);
     assert_eq!(codes.len(), 301, "{codes:?}");
     assert_eq!(

@@ -194,6 +194,8 @@ pub async fn serve(
         accepting.spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
+                    // Out of descriptors, most likely: the admin thread's other work goes on.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 };
                 let (shared, settings, draining) =

@@ -93,13 +93,16 @@ impl KubeCluster {
     }
 
     /// `podman kube play` of `workload` (a Deployment or a Pod, as the manifests have it) in
-    /// pod `name`'s namespace, after the `config_maps` it mounts; stood in for first.
-    pub fn play(&self, name: &str, config_maps: &[&Value], mut workload: Value) {
+    /// pod `name`'s namespace, after the `config_maps` it mounts; stood in for first. The
+    /// URLs its httpGet probes ask for at the pod's address, which podman does not probe (see
+    /// [`for_podman`]): the test asks them itself.
+    pub fn play(&self, name: &str, config_maps: &[&Value], mut workload: Value) -> Vec<String> {
         let template = if workload["kind"] == "Pod" {
             &mut workload
         } else {
             &mut workload["spec"]["template"]
         };
+        let probes = http_probes(template, self.addr(name));
         for_podman(template, name, self.podman.dir(), &self.hosts);
         let mut play = String::new();
         for cm in config_maps {
@@ -131,6 +134,7 @@ impl KubeCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        probes
     }
 
     /// `curl ARGS` from the hub: its stdout ("" when curl could not run).
@@ -176,6 +180,31 @@ impl KubeCluster {
         }
         codes
     }
+}
+
+/// `http://ADDR:PORT/PATH` of every httpGet readiness and liveness probe of `pod`'s
+/// containers (a named port resolved through the container's ports).
+fn http_probes(pod: &Value, addr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        for probe in ["readinessProbe", "livenessProbe"] {
+            let get = &c[probe]["httpGet"];
+            let port = match &get["port"] {
+                Value::Number(n) => n.as_u64(),
+                Value::String(name) => c["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|p| p["name"] == name.as_str())
+                    .and_then(|p| p["containerPort"].as_u64()),
+                _ => None,
+            };
+            if let (Some(port), Some(path)) = (port, get["path"].as_str()) {
+                out.push(format!("http://{addr}:{port}{path}"));
+            }
+        }
+    }
+    out
 }
 
 /// The documents of `files` under deploy/kubernetes, as committed.
