@@ -144,7 +144,9 @@ pub struct ProxyConfig {
     pub termination_drain_duration: Option<std::time::Duration>,
     /// Worker threads (`--concurrency` wins); Istio's 0 is a worker per core.
     pub concurrency: Option<usize>,
-    /// Top-level fields a running proxy does not take (istiod's, tracing, ...).
+    /// `warden inject` starts the app containers once the sidecar is ready.
+    pub hold_application_until_proxy_starts: Option<bool>,
+    /// Top-level fields warden does not take (istiod's, tracing, ...).
     pub unused: Vec<String>,
     /// The pod it came from (`namespace/name`), for logs.
     pub source: Option<String>,
@@ -197,13 +199,15 @@ impl ConfigSet {
     }
 }
 
-/// The ProxyConfig fields a running proxy takes from its pod's annotation; every other field
-/// is listed in [`ProxyConfig::unused`] (the proxy warns about each).
+/// The ProxyConfig fields warden takes from a pod's annotation (the running proxy, or
+/// `warden inject` for `holdApplicationUntilProxyStarts`); every other field is listed in
+/// [`ProxyConfig::unused`] (the proxy warns about each).
 const READ_FIELDS: &[&str] = &[
     "gatewayTopology",
     "proxyHeaders",
     "terminationDrainDuration",
     "concurrency",
+    "holdApplicationUntilProxyStarts",
 ];
 
 /// The annotation's text (ProxyConfig in YAML or JSON) as a proxy takes it; why not, when it
@@ -271,7 +275,13 @@ pub fn parse_annotation(text: &str) -> Result<ProxyConfig, String> {
                 .ok_or_else(|| format!("concurrency must be a count, not {v}"))?,
         ),
     };
-    let unused = value
+    let hold_application_until_proxy_starts = match value.get("holdApplicationUntilProxyStarts") {
+        None => None,
+        Some(v) => Some(v.as_bool().ok_or_else(|| {
+            format!("holdApplicationUntilProxyStarts must be true or false, not {v}")
+        })?),
+    };
+    let mut unused: Vec<String> = value
         .as_object()
         .map(|o| {
             o.keys()
@@ -280,12 +290,14 @@ pub fn parse_annotation(text: &str) -> Result<ProxyConfig, String> {
                 .collect()
         })
         .unwrap_or_default();
+    unused.sort();
     Ok(ProxyConfig {
         num_trusted_proxies,
         forward_client_cert_details,
         proxy_headers,
         termination_drain_duration,
         concurrency,
+        hold_application_until_proxy_starts,
         unused,
         source: None,
     })
@@ -299,12 +311,13 @@ mod tests {
     fn what_a_proxy_takes_from_the_annotation() {
         use std::time::Duration;
         let c = parse_annotation(
-            "terminationDrainDuration: 45s\nconcurrency: 4\nholdApplicationUntilProxyStarts: true\ntracing: {zipkin: {address: z:9411}}\n",
+            "terminationDrainDuration: 45s\nconcurrency: 4\nholdApplicationUntilProxyStarts: true\ntracing: {zipkin: {address: z:9411}}\nproxyMetadata: {A: b}\n",
         )
         .unwrap();
         assert_eq!(c.termination_drain_duration, Some(Duration::from_secs(45)));
         assert_eq!(c.concurrency, Some(4));
-        assert_eq!(c.unused, ["holdApplicationUntilProxyStarts", "tracing"]);
+        assert_eq!(c.hold_application_until_proxy_starts, Some(true));
+        assert_eq!(c.unused, ["proxyMetadata", "tracing"]);
         let json =
             parse_annotation(r#"{"concurrency": 0, "gatewayTopology": {"numTrustedProxies": 1}}"#)
                 .unwrap();
@@ -313,6 +326,10 @@ mod tests {
         assert!(json.unused.is_empty());
         for (bad, why) in [
             ("concurrency: -1", "concurrency"),
+            (
+                "holdApplicationUntilProxyStarts: yes please",
+                "holdApplicationUntilProxyStarts",
+            ),
             ("terminationDrainDuration: 5", "terminationDrainDuration"),
             ("terminationDrainDuration: soon", "terminationDrainDuration"),
             ("[1, 2]", "not a ProxyConfig"),

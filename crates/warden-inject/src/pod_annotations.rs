@@ -64,6 +64,8 @@ pub struct FromAnnotations {
     pub readiness: Readiness,
     /// `Some(0)`: a worker per core (no `--concurrency`).
     pub concurrency: Option<u64>,
+    /// `holdApplicationUntilProxyStarts`: the sidecar's postStart hook waits until it is ready.
+    pub hold_application: bool,
 }
 
 /// Reads `annotations`; a value that is not what the annotation takes is refused.
@@ -120,6 +122,7 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<FromAnnotations, U
             }
         })?;
         out.concurrency = config.concurrency.map(|n| n as u64);
+        out.hold_application = config.hold_application_until_proxy_starts == Some(true);
     }
     Ok(out)
 }
@@ -162,7 +165,7 @@ mod tests {
             (READINESS_FAILURE_THRESHOLD, "3"),
             (
                 "proxy.istio.io/config",
-                "concurrency: 4\nterminationDrainDuration: 30s",
+                "concurrency: 4\nterminationDrainDuration: 30s\nholdApplicationUntilProxyStarts: true",
             ),
         ])
         .unwrap();
@@ -179,6 +182,7 @@ mod tests {
             }
         );
         assert_eq!(got.concurrency, Some(4));
+        assert!(got.hold_application);
     }
 
     #[test]

@@ -158,7 +158,7 @@ impl SidecarSettings {
         }
         let readiness = pod.annotations.readiness;
         let r = &pod.annotations.resources;
-        map(vec![
+        let mut container = map(vec![
             ("name", s(PROXY_CONTAINER)),
             (
                 "image",
@@ -214,7 +214,27 @@ impl SidecarSettings {
                 ]),
             ),
             ("volumeMounts", seq(mounts)),
-        ])
+        ]);
+        if pod.annotations.hold_application {
+            // The kubelet starts the app containers (after this first one) only once this
+            // hook has returned: when the sidecar is ready, as Istio's `pilot-agent wait`.
+            if let Y::Map(entries) = &mut container {
+                entries.push((
+                    "lifecycle".into(),
+                    map(vec![(
+                        "postStart",
+                        map(vec![(
+                            "exec",
+                            map(vec![(
+                                "command",
+                                seq(vec![s("/usr/local/bin/warden"), s("wait")]),
+                            )]),
+                        )]),
+                    )]),
+                ));
+            }
+        }
+        container
     }
 
     /// The volumes the two containers mount; `service_account` names the credentials Secret.

@@ -416,6 +416,41 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     warden_config::parse_duration(text)
 }
 
+/// `warden wait`: Istio's `pilot-agent wait`, a sidecar's postStart hook.
+#[derive(clap::Args, Debug)]
+pub struct WaitArgs {
+    /// The readiness URL: `http://HOST:PORT/PATH` (an address, not a name).
+    #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready")]
+    pub url: String,
+    /// Give up (exit 1) after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Time between attempts.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub period: Duration,
+}
+
+pub fn run_wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
+    let rest = args
+        .url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("--url {}: http:// only", args.url))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let addr: SocketAddr = authority
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--url {}: {authority}: {e}", args.url))?;
+    match crate::runtime::wait_ready::wait_ready(addr, path, args.timeout, args.period) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(why) => {
+            eprintln!("warden wait: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// Config file or directory (repeatable).

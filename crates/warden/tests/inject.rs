@@ -239,7 +239,7 @@ fn inject_with(args: &[&str], input: &str) -> (String, String) {
 fn probes_and_sidecar_annotations_are_injected_as_istio_does() {
     let app = include_str!("fixtures/probes/web.yaml").replace(
         "    metadata:\n      labels:\n        app: web\n",
-        "    metadata:\n      annotations:\n        sidecar.istio.io/proxyCPU: 250m\n        sidecar.istio.io/proxyMemoryLimit: 512Mi\n        readiness.status.sidecar.istio.io/periodSeconds: \"5\"\n        proxy.istio.io/config: |\n          concurrency: 4\n          terminationDrainDuration: 45s\n        sidecar.istio.io/statsInclusionPrefixes: cluster.outbound\n      labels:\n        app: web\n",
+        "    metadata:\n      annotations:\n        sidecar.istio.io/proxyCPU: 250m\n        sidecar.istio.io/proxyMemoryLimit: 512Mi\n        readiness.status.sidecar.istio.io/periodSeconds: \"5\"\n        proxy.istio.io/config: |\n          concurrency: 4\n          terminationDrainDuration: 45s\n          holdApplicationUntilProxyStarts: true\n        sidecar.istio.io/statsInclusionPrefixes: cluster.outbound\n      labels:\n        app: web\n",
     );
     let (out, stderr) = inject_with(&[], &app);
     assert!(
@@ -262,6 +262,15 @@ fn probes_and_sidecar_annotations_are_injected_as_istio_does() {
         .filter_map(|a| a.as_str())
         .collect();
     assert!(args.contains(&"--concurrency=4"), "{args:?}");
+    assert_eq!(
+        proxy["lifecycle"]["postStart"]["exec"]["command"],
+        serde_json::json!(["/usr/local/bin/warden", "wait"]),
+        "holdApplicationUntilProxyStarts"
+    );
+    assert_eq!(
+        spec["containers"][0]["name"], "warden-proxy",
+        "the sidecar starts first"
+    );
     let web = &spec["containers"][1];
     assert_eq!(
         web["livenessProbe"]["httpGet"],

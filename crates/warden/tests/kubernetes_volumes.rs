@@ -247,7 +247,7 @@ fn the_pods_proxy_config_annotation_sets_the_workers_and_the_drain() {
         &[
             (
                 "annotations",
-                "proxy.istio.io/config=\"concurrency: 3\\nterminationDrainDuration: 2s\\nholdApplicationUntilProxyStarts: true\\n\"\nsidecar.istio.io/userVolume=\"[]\"\n",
+                "proxy.istio.io/config=\"concurrency: 3\\nterminationDrainDuration: 2s\\ntracing: {sampling: 1}\\n\"\nsidecar.istio.io/userVolume=\"[]\"\n",
             ),
             ("namespace", "default"),
             ("name", "web-abc"),
@@ -294,7 +294,7 @@ fn the_pods_proxy_config_annotation_sets_the_workers_and_the_drain() {
     assert!(exited, "warden proxy did not stop");
     let text = std::fs::read_to_string(&log).expect("log");
     for line in [
-        "proxy.istio.io/config: holdApplicationUntilProxyStarts is not supported by warden: ignored",
+        "proxy.istio.io/config: tracing is not supported by warden: ignored",
         "pod annotation sidecar.istio.io/userVolume is not supported by warden: ignored",
         "draining deadline=2s",
     ] {

@@ -173,6 +173,22 @@ fn the_kubelet_probes_the_app_through_the_sidecar_and_the_sidecar_on_15021() {
         "the sidecar never got ready"
     );
     assert_eq!(curl(&format!("http://{POD_IP}:15020/healthz/ready")), "200");
+    // The postStart hook of holdApplicationUntilProxyStarts returns at once now.
+    let wait = |timeout: &str| {
+        pod.command(WARDEN)
+            .args([
+                "wait",
+                "--url",
+                &ready_url,
+                "--timeout",
+                timeout,
+                "--period",
+                "100ms",
+            ])
+            .status()
+            .expect("warden wait")
+    };
+    assert!(wait("10s").success(), "warden wait on a ready sidecar");
 
     // The app container's probes, as the kubelet sends them after injection.
     let mut probed = Vec::new();
@@ -220,5 +236,9 @@ fn the_kubelet_probes_the_app_through_the_sidecar_and_the_sidecar_on_15021() {
     assert!(
         wait_until(Duration::from_secs(10), || curl(&ready_url) == "503"),
         "the draining sidecar still says it is ready"
+    );
+    assert!(
+        !wait("1s").success(),
+        "warden wait gives up on a draining sidecar"
     );
 }

@@ -16,3 +16,4 @@ pub mod reload_guard;
 pub(crate) mod startup_pages;
 pub mod state;
 pub mod status_port;
+pub mod wait_ready;
