@@ -29,6 +29,9 @@ command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
 # The JWT tests mint tokens with PyJWT (Debian's python3-jwt, with cryptography for RSA/EC/EdDSA).
 /usr/bin/python3 -c 'import jwt, cryptography' >/dev/null 2>&1 || missing+=(python3-jwt python3-cryptography)
+# The test image of Redis gets busybox's sh (redis:alpine has one): redis-sentinel.yaml's
+# containers pick their role with it.
+command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -5,9 +5,9 @@
 #
 # warden (default): the image of every warden subcommand. WARDEN_BIN names the binary to put in
 #   it (default: `cargo build --release -p warden`, target/release/warden); it is stripped.
-# redis: Debian's redis-server in the same FROM-scratch layout, for running the manifests
-#   offline (`podman kube play` in crates/warden/tests/container.rs); clusters use their own
-#   registry's Redis image.
+# redis: Debian's redis-server (and busybox's sh, when installed) in the same FROM-scratch
+#   layout, for running the manifests offline (`podman kube play` in crates/warden/tests/
+#   container.rs and kube_sentinel.rs); clusters use their own registry's Redis image.
 #
 # IMAGE names the result (default localhost/warden:VERSION, localhost/warden-redis:VERSION).
 # buildah's storage is its default unless CONTAINERS_STORAGE_CONF says otherwise (the tests
@@ -89,6 +89,13 @@ redis)
   copy_file "$(command -v redis-server)" /usr/bin/redis-server
   copy_libs "$(command -v redis-server)"
   ln -s redis-server "$ROOTFS/usr/bin/redis-sentinel"
+  # redis:alpine, the image the manifests name, has a shell: redis-sentinel.yaml's containers
+  # pick their role and write sentinel.conf with it. Debian's static busybox stands in for
+  # Alpine's (without it the image runs redis.yaml only).
+  if command -v busybox >/dev/null; then
+    copy_file "$(command -v busybox)" /bin/busybox
+    for applet in sh cat; do ln -s busybox "$ROOTFS/bin/$applet"; done
+  fi
   mkdir -p "$ROOTFS/data"
   chmod 0777 "$ROOTFS/data"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nredis:x:999:999:redis:/data:/sbin/nologin\n' >"$ROOTFS/etc/passwd"

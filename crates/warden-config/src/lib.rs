@@ -22,6 +22,7 @@ pub mod field_path;
 pub mod gateway_api;
 pub mod gateway_ref;
 pub mod hosts;
+pub mod istio_annotations;
 mod kind_policy;
 pub mod kind_schema;
 pub mod kinds;

@@ -140,6 +140,14 @@ pub struct ProxyConfig {
     pub forward_client_cert_details: Option<ForwardClientCertDetails>,
     /// `proxyHeaders.forwardedClientCert` and `setCurrentClientCertDetails`.
     pub proxy_headers: ProxyHeaders,
+    /// How long SIGTERM lets requests finish (`--drain-timeout` wins).
+    pub termination_drain_duration: Option<std::time::Duration>,
+    /// Worker threads (`--concurrency` wins); Istio's 0 is a worker per core.
+    pub concurrency: Option<usize>,
+    /// `warden inject` starts the app containers once the sidecar is ready.
+    pub hold_application_until_proxy_starts: Option<bool>,
+    /// Top-level fields warden does not take (istiod's, tracing, ...).
+    pub unused: Vec<String>,
     /// The pod it came from (`namespace/name`), for logs.
     pub source: Option<String>,
 }
@@ -177,69 +185,160 @@ impl ConfigSet {
             return Ok(ProxyConfig::default());
         };
         let text = &pod.metadata.annotations[ANNOTATION];
-        let problem = |message: String| Problem {
+        let mut config = parse_annotation(text).map_err(|message| Problem {
             location: self.locate(pod, &format!("metadata.annotations[\"{ANNOTATION}\"]")),
             message,
             code: None,
-        };
-        let value: serde_json::Value = serde_saphyr::from_str(text)
-            .map_err(|e| problem(format!("{ANNOTATION} is not YAML or JSON: {e}")))?;
-        let trusted = value
-            .get("gatewayTopology")
-            .and_then(|g| g.get("numTrustedProxies"));
-        let num_trusted_proxies =
-            match trusted {
-                None => None,
-                Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
-                    || {
-                        problem(format!(
-                            "gatewayTopology.numTrustedProxies must be a count, not {v}"
-                        ))
-                    },
-                )?),
-            };
-        let forward_client_cert_details = match value
-            .get("gatewayTopology")
-            .and_then(|g| g.get("forwardClientCertDetails"))
-        {
-            None => None,
-            Some(v) => Some(
-                serde_json::from_value::<ForwardClientCertDetails>(v.clone()).map_err(|e| {
-                    problem(format!(
-                        "gatewayTopology.forwardClientCertDetails: {e} (one of SANITIZE, \
-                         FORWARD_ONLY, APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY)"
-                    ))
-                })?,
-            ),
-        };
-        let proxy_headers = match value.get("proxyHeaders") {
-            None => ProxyHeaders::default(),
-            // Only the XFCC fields are read; the other proxyHeaders fields, like the rest of
-            // the annotation, are not (a pod's annotation carries many fields for istiod).
-            Some(v) => serde_json::from_value::<ProxyHeaders>(v.clone()).map_err(|e| {
-                problem(format!(
-                    "proxyHeaders: {e} (forwardedClientCert is one of SANITIZE, FORWARD_ONLY, \
-                     APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY; setCurrentClientCertDetails \
-                     holds booleans subject, cert, chain, dns, uri)"
-                ))
-            })?,
-        };
-        Ok(ProxyConfig {
-            num_trusted_proxies,
-            forward_client_cert_details,
-            proxy_headers,
-            source: Some(format!(
-                "{}/{}",
-                pod.metadata.namespace_or_default(),
-                pod.metadata.name
-            )),
-        })
+        })?;
+        config.source = Some(format!(
+            "{}/{}",
+            pod.metadata.namespace_or_default(),
+            pod.metadata.name
+        ));
+        Ok(config)
     }
+}
+
+/// The ProxyConfig fields warden takes from a pod's annotation (the running proxy, or
+/// `warden inject` for `holdApplicationUntilProxyStarts`); every other field is listed in
+/// [`ProxyConfig::unused`] (the proxy warns about each).
+const READ_FIELDS: &[&str] = &[
+    "gatewayTopology",
+    "proxyHeaders",
+    "terminationDrainDuration",
+    "concurrency",
+    "holdApplicationUntilProxyStarts",
+];
+
+/// The annotation's text (ProxyConfig in YAML or JSON) as a proxy takes it; why not, when it
+/// cannot be read.
+pub fn parse_annotation(text: &str) -> Result<ProxyConfig, String> {
+    let value: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| format!("{ANNOTATION} is not YAML or JSON: {e}"))?;
+    if !value.is_object() && !value.is_null() {
+        return Err(format!("{ANNOTATION} is not a ProxyConfig mapping"));
+    }
+    let trusted = value
+        .get("gatewayTopology")
+        .and_then(|g| g.get("numTrustedProxies"));
+    let num_trusted_proxies = match trusted {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!("gatewayTopology.numTrustedProxies must be a count, not {v}")
+                })?,
+        ),
+    };
+    let forward_client_cert_details = match value
+        .get("gatewayTopology")
+        .and_then(|g| g.get("forwardClientCertDetails"))
+    {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_value::<ForwardClientCertDetails>(v.clone()).map_err(|e| {
+                format!(
+                    "gatewayTopology.forwardClientCertDetails: {e} (one of SANITIZE, \
+                     FORWARD_ONLY, APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY)"
+                )
+            })?,
+        ),
+    };
+    let proxy_headers = match value.get("proxyHeaders") {
+        None => ProxyHeaders::default(),
+        // Only the XFCC fields are read; the other proxyHeaders fields are not.
+        Some(v) => serde_json::from_value::<ProxyHeaders>(v.clone()).map_err(|e| {
+            format!(
+                "proxyHeaders: {e} (forwardedClientCert is one of SANITIZE, FORWARD_ONLY, \
+                 APPEND_FORWARD, SANITIZE_SET, ALWAYS_FORWARD_ONLY; setCurrentClientCertDetails \
+                 holds booleans subject, cert, chain, dns, uri)"
+            )
+        })?,
+    };
+    let termination_drain_duration = match value.get("terminationDrainDuration") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .ok_or_else(|| format!("terminationDrainDuration must be a duration, not {v}"))
+                .and_then(|t| {
+                    crate::duration::parse_duration(t)
+                        .map_err(|e| format!("terminationDrainDuration: {e}"))
+                })?,
+        ),
+    };
+    let concurrency = match value.get("concurrency") {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| format!("concurrency must be a count, not {v}"))?,
+        ),
+    };
+    let hold_application_until_proxy_starts = match value.get("holdApplicationUntilProxyStarts") {
+        None => None,
+        Some(v) => Some(v.as_bool().ok_or_else(|| {
+            format!("holdApplicationUntilProxyStarts must be true or false, not {v}")
+        })?),
+    };
+    let mut unused: Vec<String> = value
+        .as_object()
+        .map(|o| {
+            o.keys()
+                .filter(|k| !READ_FIELDS.contains(&k.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    unused.sort();
+    Ok(ProxyConfig {
+        num_trusted_proxies,
+        forward_client_cert_details,
+        proxy_headers,
+        termination_drain_duration,
+        concurrency,
+        hold_application_until_proxy_starts,
+        unused,
+        source: None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_proxy_takes_from_the_annotation() {
+        use std::time::Duration;
+        let c = parse_annotation(
+            "terminationDrainDuration: 45s\nconcurrency: 4\nholdApplicationUntilProxyStarts: true\ntracing: {zipkin: {address: z:9411}}\nproxyMetadata: {A: b}\n",
+        )
+        .unwrap();
+        assert_eq!(c.termination_drain_duration, Some(Duration::from_secs(45)));
+        assert_eq!(c.concurrency, Some(4));
+        assert_eq!(c.hold_application_until_proxy_starts, Some(true));
+        assert_eq!(c.unused, ["proxyMetadata", "tracing"]);
+        let json =
+            parse_annotation(r#"{"concurrency": 0, "gatewayTopology": {"numTrustedProxies": 1}}"#)
+                .unwrap();
+        assert_eq!(json.concurrency, Some(0), "a worker per core");
+        assert_eq!(json.num_trusted_proxies, Some(1));
+        assert!(json.unused.is_empty());
+        for (bad, why) in [
+            ("concurrency: -1", "concurrency"),
+            (
+                "holdApplicationUntilProxyStarts: yes please",
+                "holdApplicationUntilProxyStarts",
+            ),
+            ("terminationDrainDuration: 5", "terminationDrainDuration"),
+            ("terminationDrainDuration: soon", "terminationDrainDuration"),
+            ("[1, 2]", "not a ProxyConfig"),
+            ("{", "not YAML"),
+        ] {
+            let e = parse_annotation(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     const PODS: &str = r#"
 apiVersion: v1

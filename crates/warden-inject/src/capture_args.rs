@@ -26,6 +26,22 @@ pub struct Unsupported {
     pub message: String,
 }
 
+/// The sidecar's status port (Istio's agent port, where the apps' rewritten probes go):
+/// `status.sidecar.istio.io/port`, default 15020; `"0"` turns it off, as in Istio.
+pub fn status_port(annotations: &BTreeMap<String, String>) -> Result<Option<u16>, Unsupported> {
+    let Some(text) = annotations.get(STATUS_PORT).map(|v| v.trim()) else {
+        return Ok(DEFAULT_STATUS_PORT.parse().ok());
+    };
+    match text.parse::<u16>() {
+        Ok(0) => Ok(None),
+        Ok(p) => Ok(Some(p)),
+        Err(_) => Err(Unsupported {
+            annotation: STATUS_PORT,
+            message: format!("{text:?} is not a port"),
+        }),
+    }
+}
+
 /// `capture` and its flags for a pod with `annotations`, the proxy running as `proxy_uid`.
 pub fn capture_args(
     annotations: &BTreeMap<String, String>,
@@ -49,7 +65,9 @@ pub fn capture_args(
         }
     }
     let mut excluded: Vec<String> = ALWAYS_EXCLUDED_INBOUND.map(String::from).to_vec();
-    excluded.push(get(STATUS_PORT).unwrap_or_else(|| DEFAULT_STATUS_PORT.into()));
+    if let Some(port) = status_port(annotations)? {
+        excluded.push(port.to_string());
+    }
     if let Some(more) = get(EXCLUDE_INBOUND_PORTS) {
         excluded.extend(
             more.split(',')
@@ -157,6 +175,27 @@ mod tests {
         ];
         for (annotations, want) in cases {
             assert_eq!(args(annotations).unwrap(), want.to_vec(), "{annotations:?}");
+        }
+    }
+
+    #[test]
+    fn the_status_port() {
+        let cases = [
+            (None, Ok(Some(15020))),
+            (Some("15999"), Ok(Some(15999))),
+            (Some("0"), Ok(None)),
+            (Some("port"), Err(STATUS_PORT)),
+        ];
+        for (value, want) in cases {
+            let annotations = value
+                .map(|v| (STATUS_PORT.to_string(), v.to_string()))
+                .into_iter()
+                .collect();
+            assert_eq!(
+                status_port(&annotations).map_err(|e| e.annotation),
+                want,
+                "{value:?}"
+            );
         }
     }
 

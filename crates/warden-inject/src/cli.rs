@@ -49,6 +49,9 @@ pub fn run(args: InjectArgs) -> anyhow::Result<ExitCode> {
     for (object, why) in &out.left {
         eprintln!("{object}: left as it is ({why})");
     }
+    for (object, note) in &out.notes {
+        eprintln!("{object}: {note}");
+    }
     match &args.output {
         Some(path) => std::fs::write(path, &out.text)?,
         None => std::io::stdout().write_all(out.text.as_bytes())?,

@@ -1,9 +1,10 @@
 //! Splicing the sidecar into each workload document of a YAML stream.
 
-use crate::capture_args::{capture_args, Unsupported};
+use crate::capture_args::{capture_args, status_port, Unsupported};
 use crate::emit::{self, s, Y};
+use crate::probes::{self, Change};
 use crate::sidecar::{
-    SidecarSettings, CONFIG_VOLUME, CREDENTIALS_VOLUME, DEFAULT_CONTAINER_ANNOTATION,
+    PodSidecar, SidecarSettings, CONFIG_VOLUME, CREDENTIALS_VOLUME, DEFAULT_CONTAINER_ANNOTATION,
     INIT_CONTAINER, INJECT_ANNOTATION, PODINFO_VOLUME, PROXY_CONTAINER, STATUS_ANNOTATION,
 };
 use serde_json::Value;
@@ -40,6 +41,9 @@ pub struct Injected {
     pub injected: Vec<String>,
     /// `Kind/name` and why each other workload was left as it was.
     pub left: Vec<(String, String)>,
+    /// `Kind/name` and what of an injected workload was left as it was (a probe not
+    /// rewritten).
+    pub notes: Vec<(String, String)>,
 }
 
 /// What to do with one pod template.
@@ -109,10 +113,22 @@ fn at<'a>(value: &'a Value, path: &FieldPath) -> &'a Value {
     v
 }
 
-/// Lines to insert before a line of the input (1-based).
+/// Lines to insert before a line of the input (1-based), in place of the `remove` lines that
+/// start there.
 struct Splice {
     line: usize,
     lines: Vec<String>,
+    remove: usize,
+}
+
+impl Splice {
+    fn insert(line: usize, lines: Vec<String>) -> Splice {
+        Splice {
+            line,
+            lines,
+            remove: 0,
+        }
+    }
 }
 
 /// Inject every workload of `text`.
@@ -127,6 +143,7 @@ pub fn inject(text: &str, settings: &SidecarSettings) -> Result<Injected, Inject
         text: String::new(),
         injected: Vec::new(),
         left: Vec::new(),
+        notes: Vec::new(),
     };
     let mut expected = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
@@ -159,19 +176,56 @@ pub fn inject(text: &str, settings: &SidecarSettings) -> Result<Injected, Inject
                     .collect()
             })
             .unwrap_or_default();
-        let capture = capture_args(&annotations, settings.proxy_uid).map_err(|source| {
-            InjectError::Annotation {
-                document: i + 1,
-                object: object.clone(),
-                source,
-            }
+        let annotation_error = |source| InjectError::Annotation {
+            document: i + 1,
+            object: object.clone(),
+            source,
+        };
+        let capture = capture_args(&annotations, settings.proxy_uid).map_err(annotation_error)?;
+        let status_port = status_port(&annotations).map_err(annotation_error)?;
+        let rewrite = probes::rewrite(template, &annotations, status_port);
+        let pod = PodSidecar {
+            status_port,
+            app_probers: rewrite.probers,
+            annotations: crate::pod_annotations::read(&annotations).map_err(annotation_error)?,
+        };
+        for name in warden_config::istio_annotations::unused(&annotations) {
+            out.notes.push((
+                object.clone(),
+                format!("annotation {name} is not supported: ignored"),
+            ));
+        }
+        let mut doc_splices = splices_for(
+            &source,
+            &doc.lines,
+            template,
+            &path,
+            settings,
+            &capture,
+            &pod,
+        )
+        .ok_or_else(|| {
+            shape("a pod template written in flow style ({...}) or with empty lists cannot be spliced; write it in block style")
         })?;
-        let mut doc_splices = splices_for(&source, &doc.lines, template, &path, settings, &capture)
-            .ok_or_else(|| {
-                shape("a pod template written in flow style ({...}) or with empty lists cannot be spliced; write it in block style")
-            })?;
+        for change in &rewrite.changes {
+            doc_splices.push(probe_splice(&source, &doc.lines, &path, change).ok_or_else(
+                || {
+                    shape(&format!(
+                        "the {} of container {} cannot be rewritten in place; write it in block style",
+                        change.probe, change.container
+                    ))
+                },
+            )?);
+        }
         splices.append(&mut doc_splices);
-        expected.push((i, object.clone(), doc.value.clone()));
+        let mut want = doc.value.clone();
+        if let Some(t) = at_mut(&mut want, &path) {
+            probes::apply(t, &rewrite.changes);
+        }
+        expected.push((i, object.clone(), want));
+        for note in rewrite.left {
+            out.notes.push((object.clone(), note));
+        }
         out.injected.push(object);
     }
     out.text = apply(&source, splices);
@@ -191,6 +245,70 @@ pub fn inject(text: &str, settings: &SidecarSettings) -> Result<Injected, Inject
         }
     }
     Ok(out)
+}
+
+fn at_mut<'a>(value: &'a mut Value, path: &FieldPath) -> Option<&'a mut Value> {
+    use warden_config::field_path::Segment;
+    let mut v = value;
+    for seg in path.segments() {
+        v = match seg {
+            Segment::Key(k) => v.get_mut(k.as_str())?,
+            Segment::Index(i) => v.get_mut(*i)?,
+        };
+    }
+    Some(v)
+}
+
+/// The splice that replaces a probe's handler (`httpGet:` or `tcpSocket:` and everything under
+/// it, block or one-line flow style) by the rewritten `httpGet`, at the handler key's indent.
+fn probe_splice(
+    source: &[&str],
+    lines: &LineIndex,
+    template: &FieldPath,
+    change: &Change,
+) -> Option<Splice> {
+    let handler = template
+        .key("spec")
+        .key("containers")
+        .index(change.container)
+        .key(change.probe)
+        .key(change.handler);
+    let value_line = line_of(lines, &handler)?;
+    let key = format!("{}:", change.handler);
+    // The key's line: the value's own (flow style) or the nearest line above that starts with it.
+    let key_line = (1..=value_line)
+        .rev()
+        .take_while(|l| *l == value_line || source.get(l - 1).is_some_and(|t| !t.trim().is_empty()))
+        .find(|l| {
+            source
+                .get(l - 1)
+                .is_some_and(|t| t.trim_start().starts_with(&key))
+        })?;
+    let indent = indent_of(source.get(key_line - 1)?);
+    // The handler runs to its last line indented deeper than its key.
+    let mut last = key_line;
+    for (i, text) in source.iter().enumerate().skip(key_line) {
+        let trimmed = text.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if indent_of(text) <= indent {
+            break;
+        }
+        last = i + 1;
+    }
+    if last < value_line {
+        return None;
+    }
+    let new = emit::Y::Map(vec![
+        ("path".to_string(), s(&change.path)),
+        ("port".to_string(), emit::Y::Int(i64::from(change.port))),
+    ]);
+    Some(Splice {
+        line: key_line,
+        lines: emit::entry("httpGet", &new, indent),
+        remove: last - key_line + 1,
+    })
 }
 
 fn line_of(lines: &LineIndex, path: &FieldPath) -> Option<usize> {
@@ -228,6 +346,7 @@ fn splices_for(
     path: &FieldPath,
     settings: &SidecarSettings,
     capture: &[String],
+    pod: &PodSidecar,
 ) -> Option<Vec<Splice>> {
     let mut out = Vec::new();
     let spec = &template["spec"];
@@ -250,35 +369,29 @@ fn splices_for(
     match (&meta["annotations"], meta) {
         (Value::Object(a), _) if !a.is_empty() => {
             let (line, indent) = block_map_start(source, lines, &meta_path.key("annotations"))?;
-            out.push(Splice {
-                line,
-                lines: emit::lines(&entries, indent),
-            });
+            out.push(Splice::insert(line, emit::lines(&entries, indent)));
         }
         (Value::Null, Value::Object(m)) if !m.is_empty() && !m.contains_key("annotations") => {
             let (line, indent) = block_map_start(source, lines, &meta_path)?;
-            out.push(Splice {
+            out.push(Splice::insert(
                 line,
-                lines: emit::entry("annotations", &entries, indent),
-            });
+                emit::entry("annotations", &entries, indent),
+            ));
         }
         (Value::Null, Value::Null) => {
             let (line, indent) = block_map_start(source, lines, path)?;
             let meta = Y::Map(vec![("annotations".to_string(), entries)]);
-            out.push(Splice {
-                line,
-                lines: emit::entry("metadata", &meta, indent),
-            });
+            out.push(Splice::insert(line, emit::entry("metadata", &meta, indent)));
         }
         _ => return None,
     }
 
     // The proxy first among the containers.
     let (line, dash) = block_seq_start(source, lines, &spec_path.key("containers"))?;
-    out.push(Splice {
+    out.push(Splice::insert(
         line,
-        lines: emit::item(&settings.proxy_container(), dash),
-    });
+        emit::item(&settings.proxy_container(pod), dash),
+    ));
 
     // New keys go before the pod spec's first key; existing lists get a first item.
     let (spec_line, spec_indent) = block_map_start(source, lines, &spec_path)?;
@@ -292,10 +405,7 @@ fn splices_for(
         )),
         Value::Array(items) if !items.is_empty() => {
             let (line, dash) = block_seq_start(source, lines, &spec_path.key("initContainers"))?;
-            out.push(Splice {
-                line,
-                lines: emit::item(&init, dash),
-            });
+            out.push(Splice::insert(line, emit::item(&init, dash)));
         }
         _ => return None,
     }
@@ -308,18 +418,15 @@ fn splices_for(
         Value::Null => new_keys.extend(emit::entry("volumes", &Y::Seq(volumes), spec_indent)),
         Value::Array(items) if !items.is_empty() => {
             let (line, dash) = block_seq_start(source, lines, &spec_path.key("volumes"))?;
-            out.push(Splice {
+            out.push(Splice::insert(
                 line,
-                lines: volumes.iter().flat_map(|v| emit::item(v, dash)).collect(),
-            });
+                volumes.iter().flat_map(|v| emit::item(v, dash)).collect(),
+            ));
         }
         _ => return None,
     }
     if !new_keys.is_empty() {
-        out.push(Splice {
-            line: spec_line,
-            lines: new_keys,
-        });
+        out.push(Splice::insert(spec_line, new_keys));
     }
     Some(out)
 }
@@ -329,12 +436,18 @@ fn apply(source: &[&str], mut splices: Vec<Splice>) -> String {
     splices.sort_by_key(|s| s.line);
     let mut out = String::new();
     let mut next = splices.into_iter().peekable();
+    let mut skip = 0;
     for (i, line) in source.iter().enumerate() {
         while let Some(s) = next.next_if(|s| s.line == i + 1) {
             for l in s.lines {
                 out.push_str(&l);
                 out.push('\n');
             }
+            skip = skip.max(s.remove);
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
         }
         out.push_str(line);
     }
@@ -493,6 +606,60 @@ mod tests {
         assert_eq!(
             without_injection(v),
             parse_documents(text).unwrap()[0].value
+        );
+    }
+
+    #[test]
+    fn probe_handlers_are_replaced_in_place_and_nothing_else_changes() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: web\n    ports:\n    - {name: http, containerPort: 8080}\n    livenessProbe:\n      httpGet:\n        path: /live   # the app's\n        port: http\n        httpHeaders:\n        - name: X\n          value: \"1\"\n\n      periodSeconds: 10\n    readinessProbe:\n      httpGet: {path: /ready, port: 8080}\n      timeoutSeconds: 2\n    startupProbe:\n      # kept\n      tcpSocket:\n        port: 8080\n    # after the probe\n    image: web\n";
+        let out = inject(text, &SidecarSettings::default()).unwrap();
+        let docs = parse_documents(&out.text).unwrap();
+        let web = &docs[0].value["spec"]["containers"][1];
+        for (probe, path) in [
+            ("livenessProbe", "/app-health/web/livez"),
+            ("readinessProbe", "/app-health/web/readyz"),
+            ("startupProbe", "/app-health/web/startupz"),
+        ] {
+            assert_eq!(
+                web[probe]["httpGet"],
+                json!({"path": path, "port": 15020}),
+                "{probe}:\n{}",
+                out.text
+            );
+        }
+        assert_eq!(web["livenessProbe"]["periodSeconds"], 10);
+        assert_eq!(web["readinessProbe"]["timeoutSeconds"], 2);
+        assert_eq!(web["image"], "web");
+        for kept in [
+            "      # kept\n",
+            "    # after the probe\n",
+            "    - {name: http, containerPort: 8080}\n",
+        ] {
+            assert!(out.text.contains(kept), "{kept:?} lost:\n{}", out.text);
+        }
+        let proxy = &docs[0].value["spec"]["containers"][0];
+        let probers: Value = serde_json::from_str(
+            proxy["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "ISTIO_KUBE_APP_PROBERS")
+                .and_then(|e| e["value"].as_str())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            probers["/app-health/web/livez"]["httpGet"],
+            json!({"path": "/live", "port": 8080, "httpHeaders": [{"name": "X", "value": "1"}]})
+        );
+        assert_eq!(
+            probers["/app-health/web/startupz"]["tcpSocket"],
+            json!({"port": 8080})
+        );
+        // Twice is once.
+        assert_eq!(
+            inject(&out.text, &SidecarSettings::default()).unwrap().text,
+            out.text
         );
     }
 

@@ -15,6 +15,8 @@ pub mod capture_args;
 pub mod cli;
 mod emit;
 pub mod inject;
+pub mod pod_annotations;
+pub mod probes;
 pub mod sidecar;
 
 pub use inject::{inject, InjectError, Injected};

@@ -12,6 +12,22 @@ pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-co
 pub const CONFIG_VOLUME: &str = "warden-config";
 pub const PODINFO_VOLUME: &str = "istio-podinfo";
 pub const CREDENTIALS_VOLUME: &str = "warden-mesh-credentials";
+/// The sidecar's variable holding the app probes (as `warden proxy --app-probers`).
+pub const APP_PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";
+
+/// Istio's health port: the sidecar's own readiness (`/healthz/ready`), always served.
+pub const HEALTH_PORT: u16 = 15021;
+
+/// What one pod's sidecar gets from that pod (its annotations and app containers).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodSidecar {
+    /// The agent's status port (`status.sidecar.istio.io/port`); `None`: off.
+    pub status_port: Option<u16>,
+    /// `ISTIO_KUBE_APP_PROBERS`: the app probes the sidecar runs.
+    pub app_probers: serde_json::Map<String, serde_json::Value>,
+    /// Image, resources, readiness timing and worker count from the pod's annotations.
+    pub annotations: crate::pod_annotations::FromAnnotations,
+}
 
 /// How the sidecar is set up; `warden inject`'s flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +111,10 @@ impl SidecarSettings {
     }
 
     /// The sidecar: `warden proxy --mode sidecar` as uid 1337, who it is from the downward
-    /// API (env and the podinfo files), its config from the mesh ConfigMap.
-    pub fn proxy_container(&self) -> Y {
+    /// API (env and the podinfo files), its config from the mesh ConfigMap, its readiness on
+    /// the health port as Istio's (`/healthz/ready`; timing from the pod's annotations), and
+    /// the pod's app probes on the status port.
+    pub fn proxy_container(&self, pod: &PodSidecar) -> Y {
         let uid = i64::from(self.proxy_uid);
         let mut args = vec![
             s("proxy"),
@@ -104,8 +122,17 @@ impl SidecarSettings {
             s("--config=/etc/warden/config"),
             s("--pod-info=/etc/istio/pod"),
             s("--pod-ip=$(INSTANCE_IP)"),
-            s("--concurrency=2"),
+            s(format!("--status-port={HEALTH_PORT}")),
         ];
+        // Two workers unless the pod's proxy.istio.io/config says (0: one per core, the
+        // proxy's default), as Istio's template passes its concurrency.
+        match pod.annotations.concurrency {
+            Some(0) => {}
+            n => args.push(s(format!("--concurrency={}", n.unwrap_or(2)))),
+        }
+        if let Some(port) = pod.status_port.filter(|p| *p != HEALTH_PORT) {
+            args.push(s(format!("--status-port={port}")));
+        }
         let mut mounts = vec![
             mount(CONFIG_VOLUME, "/etc/warden/config"),
             mount(PODINFO_VOLUME, "/etc/istio/pod"),
@@ -114,21 +141,67 @@ impl SidecarSettings {
             args.push(s("--mesh-credentials=/etc/istio/mesh-credentials"));
             mounts.push(mount(CREDENTIALS_VOLUME, "/etc/istio/mesh-credentials"));
         }
-        map(vec![
+        let mut env = vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("INSTANCE_IP", "status.podIP"),
+            field_env("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+        ];
+        if !pod.app_probers.is_empty() {
+            env.push(map(vec![
+                ("name", s(APP_PROBERS_ENV)),
+                (
+                    "value",
+                    s(serde_json::Value::Object(pod.app_probers.clone()).to_string()),
+                ),
+            ]));
+        }
+        let readiness = pod.annotations.readiness;
+        let r = &pod.annotations.resources;
+        let mut container = map(vec![
             ("name", s(PROXY_CONTAINER)),
-            ("image", s(&self.image)),
+            (
+                "image",
+                s(pod.annotations.image.as_ref().unwrap_or(&self.image)),
+            ),
             ("imagePullPolicy", s("IfNotPresent")),
             ("args", seq(args)),
+            ("env", seq(env)),
             (
-                "env",
-                seq(vec![
-                    field_env("POD_NAME", "metadata.name"),
-                    field_env("POD_NAMESPACE", "metadata.namespace"),
-                    field_env("INSTANCE_IP", "status.podIP"),
-                    field_env("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+                "readinessProbe",
+                map(vec![
+                    (
+                        "httpGet",
+                        map(vec![
+                            ("path", s("/healthz/ready")),
+                            ("port", Y::Int(i64::from(HEALTH_PORT))),
+                        ]),
+                    ),
+                    (
+                        "initialDelaySeconds",
+                        Y::Int(readiness.initial_delay_seconds),
+                    ),
+                    ("periodSeconds", Y::Int(readiness.period_seconds)),
+                    ("timeoutSeconds", Y::Int(3)),
+                    ("failureThreshold", Y::Int(readiness.failure_threshold)),
                 ]),
             ),
-            ("resources", resources("100m", "128Mi")),
+            (
+                "resources",
+                map(vec![
+                    (
+                        "requests",
+                        map(vec![("cpu", s(&r.cpu)), ("memory", s(&r.memory))]),
+                    ),
+                    (
+                        "limits",
+                        map(vec![
+                            ("cpu", s(&r.cpu_limit)),
+                            ("memory", s(&r.memory_limit)),
+                        ]),
+                    ),
+                ]),
+            ),
             (
                 "securityContext",
                 map(vec![
@@ -141,7 +214,27 @@ impl SidecarSettings {
                 ]),
             ),
             ("volumeMounts", seq(mounts)),
-        ])
+        ]);
+        if pod.annotations.hold_application {
+            // The kubelet starts the app containers (after this first one) only once this
+            // hook has returned: when the sidecar is ready, as Istio's `pilot-agent wait`.
+            if let Y::Map(entries) = &mut container {
+                entries.push((
+                    "lifecycle".into(),
+                    map(vec![(
+                        "postStart",
+                        map(vec![(
+                            "exec",
+                            map(vec![(
+                                "command",
+                                seq(vec![s("/usr/local/bin/warden"), s("wait")]),
+                            )]),
+                        )]),
+                    )]),
+                ));
+            }
+        }
+        container
     }
 
     /// The volumes the two containers mount; `service_account` names the credentials Secret.

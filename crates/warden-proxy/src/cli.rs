@@ -97,6 +97,17 @@ pub struct ProxyArgs {
     /// Envoy's `stream_idle_timeout` (default 5m).
     #[arg(long, value_parser = parse_duration)]
     pub stream_idle_timeout: Option<Duration>,
+    /// Istio's status ports, on --listen-host (repeatable; `warden inject` sets 15021 and
+    /// 15020): `/healthz/ready` (200 once the config is loaded and the listeners are bound,
+    /// 503 while draining), the app probes of --app-probers under `/app-health/`, and
+    /// `/stats/prometheus`.
+    #[arg(long = "status-port")]
+    pub status_ports: Vec<u16>,
+    /// The app containers' original probes, by the `/app-health/...` path their rewritten
+    /// probes ask for (JSON, as Istio's injector writes it); run against the app on the first
+    /// --pod-ip, else 127.0.0.1.
+    #[arg(long, env = crate::runtime::app_probers::ENV, hide_env_values = true)]
+    pub app_probers: Option<String>,
     #[command(flatten)]
     pub role: RoleArgs,
     #[command(flatten)]
@@ -259,11 +270,15 @@ impl RoleArgs {
         namespace: Option<String>,
         labels: Vec<(String, String)>,
     ) -> anyhow::Result<(String, BTreeMap<String, String>)> {
-        let info = match &self.pod_info {
+        Ok(self.pod_info()?.identity(namespace, labels))
+    }
+
+    /// The --pod-info files (empty without the flag).
+    pub fn pod_info(&self) -> anyhow::Result<warden_config::pod_info::PodInfo> {
+        Ok(match &self.pod_info {
             Some(dir) => warden_config::pod_info::PodInfo::read(dir)?,
             None => Default::default(),
-        };
-        Ok(info.identity(namespace, labels))
+        })
     }
 
     /// `--mesh-credentials` with the trust domain read from its certificate's SPIFFE URI.
@@ -306,6 +321,38 @@ impl RoleArgs {
             detection_timeout: self.protocol_detection_timeout.and_then(nonzero),
         })
     }
+}
+
+/// The `proxy.istio.io/config` annotation of the proxy's pod, from its downward-API files;
+/// warns about each of its fields and each of the pod's Istio annotations that nothing in
+/// warden acts on. An annotation that does not parse stops the start.
+fn own_proxy_config(
+    info: &warden_config::pod_info::PodInfo,
+) -> anyhow::Result<Option<warden_config::proxy_config::ProxyConfig>> {
+    use warden_config::proxy_config::{parse_annotation, ANNOTATION};
+    let Some(annotations) = &info.annotations else {
+        return Ok(None);
+    };
+    for name in warden_config::istio_annotations::unused(annotations) {
+        tracing::warn!("pod annotation {name} is not supported by warden: ignored");
+    }
+    let Some(text) = annotations.get(ANNOTATION) else {
+        return Ok(None);
+    };
+    let mut config = parse_annotation(text).map_err(|e| anyhow::anyhow!("--pod-info: {e}"))?;
+    for field in &config.unused {
+        tracing::warn!("{ANNOTATION}: {field} is not supported by warden: ignored");
+    }
+    config.source = Some(match (&info.namespace, &info.name) {
+        (Some(ns), Some(name)) => format!("{ns}/{name} (--pod-info)"),
+        _ => "--pod-info".into(),
+    });
+    tracing::info!(
+        drain = ?config.termination_drain_duration,
+        concurrency = ?config.concurrency,
+        "{ANNOTATION} of this pod"
+    );
+    Ok(Some(config))
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,6 +420,41 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     warden_config::parse_duration(text)
 }
 
+/// `warden wait`: Istio's `pilot-agent wait`, a sidecar's postStart hook.
+#[derive(clap::Args, Debug)]
+pub struct WaitArgs {
+    /// The readiness URL: `http://HOST:PORT/PATH` (an address, not a name).
+    #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready")]
+    pub url: String,
+    /// Give up (exit 1) after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Time between attempts.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub period: Duration,
+}
+
+pub fn run_wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
+    let rest = args
+        .url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("--url {}: http:// only", args.url))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let addr: SocketAddr = authority
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--url {}: {authority}: {e}", args.url))?;
+    match crate::runtime::wait_ready::wait_ready(addr, path, args.timeout, args.period) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(why) => {
+            eprintln!("warden wait: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// Config file or directory (repeatable).
@@ -425,19 +507,29 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
         .protocol_detection_timeout
         .or(mesh.protocol_detection_timeout);
     let timeouts = downstream_timeouts(&args, &mesh);
+    let info = args.role.pod_info()?;
+    let own = own_proxy_config(&info)?;
+    // A flag wins over the pod's annotation, which wins over the mesh config (as Istio merges
+    // a pod's ProxyConfig over the mesh's defaultConfig).
     let drain_timeout = args
         .drain_timeout
+        .or(own.as_ref().and_then(|c| c.termination_drain_duration))
         .or(mesh.default_config.termination_drain_duration)
         .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
     let mut opts = ProxyOptions::new(ConfigSource::Paths(args.config));
-    if let Some(n) = args.concurrency {
+    // Istio's concurrency 0 is a worker per core, the default.
+    if let Some(n) = args
+        .concurrency
+        .or(own.as_ref().and_then(|c| c.concurrency).filter(|n| *n != 0))
+    {
         opts.concurrency = n.max(1);
     }
+    opts.pod_proxy_config = own;
     opts.admin = Some(args.admin);
     opts.listen_host = args.listen_host;
     opts.num_trusted_proxies = args.num_trusted_proxies;
     opts.mesh_defaults = mesh.default_config.clone();
-    let (namespace, labels) = args.role.identity(args.namespace, args.labels)?;
+    let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
     opts.labels = labels;
@@ -453,6 +545,30 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.sidecar = args.role.sidecar();
     opts.mesh = args.role.mesh_credentials()?;
     let mut accel = args.accel.start(&args.role)?;
+    let probers =
+        crate::runtime::app_probers::AppProbers::parse(args.app_probers.as_deref().unwrap_or(""))?;
+    if !probers.is_empty() && args.status_ports.is_empty() {
+        anyhow::bail!(
+            "{} is set but no --status-port serves the probes",
+            crate::runtime::app_probers::ENV
+        );
+    }
+    if !args.status_ports.is_empty() {
+        opts.status = Some(crate::runtime::status_port::StatusSettings {
+            addrs: args
+                .status_ports
+                .iter()
+                .map(|p| SocketAddr::new(args.listen_host, *p))
+                .collect(),
+            probers,
+            app_ip: args
+                .role
+                .pod_ips
+                .first()
+                .copied()
+                .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+        });
+    }
     opts.pod_ips = args.role.pod_ips;
     opts.extra_metrics = accel
         .as_ref()
@@ -496,6 +612,9 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(a) = proxy.admin_addr() {
         tracing::info!(addr = %a, "admin endpoint");
+    }
+    for a in proxy.status_addrs() {
+        tracing::info!(addr = %a, "status port");
     }
     // Signals are handled on a tiny runtime of their own; the proxy runs on its own threads.
     let runtime = tokio::runtime::Builder::new_current_thread()

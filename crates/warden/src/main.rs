@@ -67,6 +67,8 @@ enum Command {
     Lab(warden_lab::cli::LabArgs),
     /// Add the sidecar and its capture init container to Kubernetes workloads (istioctl kube-inject)
     Inject(warden_inject::cli::InjectArgs),
+    /// Wait until the sidecar is ready (pilot-agent wait): a postStart hook
+    Wait(warden_proxy::cli::WaitArgs),
 }
 
 /// Logging to stderr. `RUST_LOG` wins; otherwise envoyproxy/ratelimit's `LOG_LEVEL` and
@@ -131,6 +133,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => warden_lab::cli::run(args),
         Command::Ca(args) => warden_tls::ca_cli::run(args),
         Command::Inject(args) => warden_inject::cli::run(args),
+        Command::Wait(args) => warden_proxy::cli::run_wait(args),
     };
     match result {
         Ok(code) => code,

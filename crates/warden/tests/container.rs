@@ -6,6 +6,7 @@
 mod common;
 
 use common::atomic_writer::AtomicWriterDir;
+use common::kube_play::{self, KubeCluster};
 use common::podman::{self, Podman};
 use std::time::Duration;
 use warden_testkit::{free_port, wait_until};
@@ -268,113 +269,47 @@ async fn should_rate_limit(
 
 /// Seed 000 on the manifests of deploy/kubernetes as they are committed, under `podman kube
 /// play`: each Deployment a pod in a network namespace of its own, routed through a hub
-/// namespace where the client runs. What a cluster would provide and podman does not is
-/// stood in for by [`for_podman`]; the manifests' images are the ones this test builds.
+/// namespace where the client runs (`common::kube_play`); the manifests' images are the ones
+/// this test builds.
 #[test]
 fn the_manifests_serve_seed_000_under_podman_kube_play() {
     if let Some(why) = podman::unavailable() {
         eprintln!("skipped: {why}");
         return;
     }
-    // Namespaces first: dropped last, after the pods in them are gone.
-    let hub = warden_testkit::NetNs::new("kube-hub").expect("hub namespace");
-    hub.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
-        .expect("forwarding in the hub");
     let pods = ["redis", "ratelimit", "echo", "warden-ingressgateway"];
-    let mut netns = Vec::new();
-    let mut hosts = String::from("127.0.0.1 localhost\n");
-    for (i, name) in pods.iter().enumerate() {
-        let ns = warden_testkit::NetNs::new("kube-pod").expect("pod namespace");
-        let net = 200 + i;
-        warden_testkit::netns::veth_pair(
-            &hub,
-            &format!("10.244.{net}.1/24"),
-            &ns,
-            &format!("10.244.{net}.2/24"),
-        )
-        .expect("veth");
-        ns.ip(&["route", "add", "default", "via", &format!("10.244.{net}.1")])
-            .expect("route");
-        hosts.push_str(&format!(
-            "10.244.{net}.2 {name} {name}.default {name}.default.svc.cluster.local\n"
-        ));
-        netns.push(ns);
-    }
-    let podman = Podman::new();
+    let cluster = KubeCluster::new(&pods.map(|p| (p, &[][..])));
+    let podman = cluster.podman();
     let (image, _) = podman.build_image("warden");
     let (redis, _) = podman.build_image("redis");
     assert_eq!(image, "localhost/warden:0.1.0", "the manifests' image");
     // The manifests' Redis image, served from this storage: nothing is pulled.
     podman.ok(&["tag", &redis, "docker.io/library/redis:alpine"]);
 
-    let dir = podman.dir().to_path_buf();
-    let hosts_file = dir.join("cluster-hosts");
-    std::fs::write(&hosts_file, &hosts).expect("hosts file");
-    let manifests = podman::repo_root().join("deploy/kubernetes");
-    let mut docs = Vec::new();
-    for file in [
+    let docs = kube_play::manifests(&[
         "gateway.yaml",
         "gateway-config.yaml",
         "ratelimit.yaml",
         "ratelimit-config.yaml",
         "redis.yaml",
         "echo.yaml",
-    ] {
-        let text = std::fs::read_to_string(manifests.join(file)).expect("manifest");
-        for d in warden_config::yaml_source::parse_documents(&text).expect("manifest parses") {
-            docs.push(d.value);
-        }
-    }
+    ]);
     let config_maps: Vec<&serde_json::Value> =
         docs.iter().filter(|d| d["kind"] == "ConfigMap").collect();
-    for (name, ns) in pods.iter().zip(&netns) {
-        let mut deployment = docs
-            .iter()
-            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == *name)
-            .cloned()
-            .unwrap_or_else(|| panic!("Deployment {name}"));
-        for_podman(&mut deployment, &dir, &hosts_file);
-        let mut play = String::new();
-        for cm in &config_maps {
-            play.push_str(&serde_json::to_string(cm).expect("json"));
-            play.push_str("\n---\n");
-        }
-        play.push_str(&serde_json::to_string(&deployment).expect("json"));
-        let file = dir.join(format!("{name}.play.yaml"));
-        std::fs::write(&file, play).expect("play file");
-        let out = podman
-            .command("nsenter")
-            .arg(format!("--net={}", ns.path().display()))
-            .args([
-                "--",
-                "podman",
-                "kube",
-                "play",
-                "--network",
-                "host",
-                "--no-hosts",
-            ])
-            .arg(&file)
-            .output()
-            .expect("podman kube play");
-        assert!(
-            out.status.success(),
-            "kube play {name}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let mut probes = Vec::new();
+    for name in pods {
+        probes.extend(cluster.play(
+            name,
+            &config_maps,
+            kube_play::find(&docs, "Deployment", name),
+        ));
     }
 
-    let gateway = "http://10.244.203.2:8080";
-    let curl_in_hub = |args: &[&str]| -> String {
-        hub.exec("curl", args)
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    };
+    let gateway = format!("http://{}:8080", cluster.addr("warden-ingressgateway"));
     // Ready once a request goes through the gateway, the rate limit service and Redis to the
     // echo backend (another path: a limit key of its own).
     let ready = wait_until(Duration::from_secs(60), || {
-        curl_in_hub(&[
+        cluster.curl(&[
             "-s",
             "-m",
             "2",
@@ -385,120 +320,30 @@ fn the_manifests_serve_seed_000_under_podman_kube_play() {
             &format!("{gateway}/ready"),
         ]) == "200"
     });
-    let all_logs = || {
-        let names = podman.ok(&["ps", "-a", "--format", "{{.Names}}"]);
-        names
-            .lines()
-            .filter(|n| !n.ends_with("-infra"))
-            .map(|n| format!("--- {n}\n{}", podman.logs(n)))
-            .collect::<String>()
-    };
-    assert!(ready, "the gateway never answered 200:\n{}", all_logs());
+    assert!(ready, "the gateway never answered 200:\n{}", cluster.logs());
+    // The manifests' httpGet probes answer as the kubelet wants once everything is up.
+    assert!(
+        probes.iter().any(|p| p.ends_with(":15021/healthz/ready")),
+        "{probes:?}"
+    );
+    for url in &probes {
+        let code = cluster.curl(&[
+            "-s",
+            "-m",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            url,
+        ]);
+        assert_eq!(code, "200", "probe {url}\n{}", cluster.logs());
+    }
 
     // 301 requests of one client in one minute: 300 answered by the backend, the 301st 429.
-    let mut codes = Vec::new();
-    for attempt in 0..2 {
-        let minute = || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() / 60)
-                .unwrap_or(0)
-        };
-        let before = minute();
-        let url = format!("{gateway}/login-{attempt}");
-        // One curl, keep-alive, each answer's status on a line.
-        let mut args: Vec<&str> = vec!["-s", "-m", "60", "-w", "%{http_code}\\n"];
-        for _ in 0..301 {
-            args.extend(["-o", "/dev/null", url.as_str()]);
-        }
-        let out = curl_in_hub(&args);
-        codes = out.lines().map(str::to_string).collect();
-        // A fixed window that turned over during the run counts the requests in two windows.
-        if minute() == before {
-            break;
-        }
-    }
+    let codes = cluster.statuses_in_one_minute(&format!("{gateway}/login"), 301);
     assert_eq!(codes.len(), 301, "{codes:?}");
     let ok = codes.iter().filter(|c| *c == "200").count();
-    assert_eq!(ok, 300, "{codes:?}\n{}", all_logs());
+    assert_eq!(ok, 300, "{codes:?}\n{}", cluster.logs());
     assert_eq!(codes[300], "429", "the 301st request is refused");
-}
-
-/// What a cluster gives a pod and podman 4.3's `kube play` does not, stood in for:
-/// - cluster DNS: a hosts file naming every Service by its pod's address, mounted at /etc/hosts;
-/// - `fieldRef: metadata.namespace` in env (not resolved by podman 4.3): the value `default`;
-/// - downward-API volumes: a folder written as the kubelet writes them (`labels`, ...);
-/// - projected (optional Secret) volumes: an empty folder, as when the Secret is absent;
-/// - probes: podman runs an httpGet probe as curl inside the container, which a FROM-scratch
-///   image has not; the test waits for the gateway's answers instead;
-/// - `ports`: podman 4.3 publishes containerPorts, which it refuses on the pod's own network
-///   (every port of the pod is reachable there anyway).
-fn for_podman(deployment: &mut serde_json::Value, dir: &std::path::Path, hosts: &std::path::Path) {
-    use serde_json::json;
-    let pod = &mut deployment["spec"]["template"];
-    let labels = pod["metadata"]["labels"].clone();
-    let annotations = pod["metadata"]["annotations"].clone();
-    let spec = &mut pod["spec"];
-    let name = deployment_name(spec);
-    let mut volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
-    for v in volumes.iter_mut() {
-        let vname = v["name"].as_str().unwrap_or_default().to_string();
-        if v.get("downwardAPI").is_some() {
-            let quoted = |m: &serde_json::Value| {
-                m.as_object()
-                    .map(|o| {
-                        o.iter()
-                            .map(|(k, v)| format!("{k}={:?}\n", v.as_str().unwrap_or_default()))
-                            .collect::<String>()
-                    })
-                    .unwrap_or_default()
-            };
-            let info = AtomicWriterDir::new(
-                &dir.join(format!("{name}-{vname}")),
-                &[
-                    ("labels", &quoted(&labels)),
-                    ("annotations", &quoted(&annotations)),
-                    ("namespace", "default"),
-                    ("name", &format!("{name}-pod")),
-                ],
-            );
-            *v = json!({"name": vname, "hostPath": {"path": info.path(), "type": "Directory"}});
-        } else if v.get("projected").is_some() {
-            let empty = dir.join(format!("{name}-{vname}"));
-            std::fs::create_dir_all(&empty).expect("empty volume");
-            *v = json!({"name": vname, "hostPath": {"path": empty, "type": "Directory"}});
-        }
-    }
-    volumes.push(json!({"name": "cluster-dns", "hostPath": {"path": hosts, "type": "File"}}));
-    spec["volumes"] = json!(volumes);
-    for c in spec["containers"].as_array_mut().into_iter().flatten() {
-        let obj = c.as_object_mut().expect("a container");
-        obj.remove("readinessProbe");
-        obj.remove("livenessProbe");
-        obj.remove("ports");
-        let mut mounts = obj
-            .get("volumeMounts")
-            .and_then(|m| m.as_array().cloned())
-            .unwrap_or_default();
-        mounts.push(json!({"name": "cluster-dns", "mountPath": "/etc/hosts", "readOnly": true}));
-        obj.insert("volumeMounts".into(), json!(mounts));
-        for e in obj
-            .get_mut("env")
-            .and_then(|e| e.as_array_mut())
-            .into_iter()
-            .flatten()
-        {
-            if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
-                let n = e["name"].clone();
-                *e = json!({"name": n, "value": "default"});
-            }
-        }
-    }
-}
-
-fn deployment_name(spec: &serde_json::Value) -> String {
-    spec["containers"][0]["name"]
-        .as_str()
-        .unwrap_or("pod")
-        .to_string()
 }

@@ -212,3 +212,108 @@ fn istio_annotations_change_the_capture_rules_as_in_istio() {
     assert!(rules.contains("--dport 15999 -j RETURN"), "{rules}");
     assert!(rules.contains("--dport 8080 -j RETURN"), "{rules}");
 }
+
+/// `warden inject` with `args` and `input` on stdin: stdout and stderr.
+fn inject_with(args: &[&str], input: &str) -> (String, String) {
+    let mut child = Command::new(WARDEN)
+        .args(["inject", "-f", "-"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("warden inject runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("input written");
+    let out = child.wait_with_output().expect("warden inject ends");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8(out.stdout).expect("UTF-8"), stderr)
+}
+
+#[test]
+fn probes_and_sidecar_annotations_are_injected_as_istio_does() {
+    let app = include_str!("fixtures/probes/web.yaml").replace(
+        "    metadata:\n      labels:\n        app: web\n",
+        "    metadata:\n      annotations:\n        sidecar.istio.io/proxyCPU: 250m\n        sidecar.istio.io/proxyMemoryLimit: 512Mi\n        readiness.status.sidecar.istio.io/periodSeconds: \"5\"\n        proxy.istio.io/config: |\n          concurrency: 4\n          terminationDrainDuration: 45s\n          holdApplicationUntilProxyStarts: true\n        sidecar.istio.io/statsInclusionPrefixes: cluster.outbound\n      labels:\n        app: web\n",
+    );
+    let (out, stderr) = inject_with(&[], &app);
+    assert!(
+        stderr.contains("annotation sidecar.istio.io/statsInclusionPrefixes is not supported"),
+        "{stderr}"
+    );
+    let spec = docs(&out)[0]["spec"]["template"]["spec"].clone();
+    let proxy = &spec["containers"][0];
+    assert_eq!(proxy["resources"]["requests"]["cpu"], "250m");
+    assert_eq!(proxy["resources"]["limits"]["memory"], "512Mi");
+    assert_eq!(proxy["readinessProbe"]["periodSeconds"], 5);
+    assert_eq!(
+        proxy["readinessProbe"]["httpGet"],
+        serde_json::json!({"path": "/healthz/ready", "port": 15021})
+    );
+    let args: Vec<&str> = proxy["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--concurrency=4"), "{args:?}");
+    assert_eq!(
+        proxy["lifecycle"]["postStart"]["exec"]["command"],
+        serde_json::json!(["/usr/local/bin/warden", "wait"]),
+        "holdApplicationUntilProxyStarts"
+    );
+    assert_eq!(
+        spec["containers"][0]["name"], "warden-proxy",
+        "the sidecar starts first"
+    );
+    let web = &spec["containers"][1];
+    assert_eq!(
+        web["livenessProbe"]["httpGet"],
+        serde_json::json!({"path": "/app-health/web/livez", "port": 15020})
+    );
+    assert_eq!(inject(&out), out, "a second injection changes nothing");
+
+    // Off: the probes stay as written.
+    let off = app.replace(
+        "      annotations:\n",
+        "      annotations:\n        sidecar.istio.io/rewriteAppHTTPProbers: \"false\"\n",
+    );
+    let (out_off, _) = inject_with(&[], &off);
+    assert_eq!(
+        docs(&out_off)[0]["spec"]["template"]["spec"]["containers"][1]["livenessProbe"],
+        docs(&off)[0]["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+    );
+
+    // A value the annotation does not take stops injection, naming it.
+    let bad = Command::new(WARDEN)
+        .args(["inject", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(app.replace("250m", "a lot").as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("warden inject");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("sidecar.istio.io/proxyCPU"));
+
+    if let Some(why) = schema::unavailable() {
+        eprintln!("schema validation skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("inject-probes").expect("temp dir");
+    let file = dir.write("web-injected.yaml", &out).expect("written");
+    if let Err(report) = schema::validate(&file) {
+        panic!("the injected app does not validate:\n{report}");
+    }
+}

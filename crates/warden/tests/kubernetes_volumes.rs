@@ -233,3 +233,71 @@ fn a_secret_volume_rotation_is_served_with_no_failed_request() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn the_pods_proxy_config_annotation_sets_the_workers_and_the_drain() {
+    let dir = TempDir::new("podinfo-config").expect("temp dir");
+    let port = free_port().expect("a free port");
+    let config = dir
+        .write("gw.yaml", &gateway(port, "hello"))
+        .expect("config");
+    // As the kubelet writes annotations: Go-quoted values, a YAML ProxyConfig with newlines.
+    let _podinfo = AtomicWriterDir::new(
+        &dir.path().join("podinfo"),
+        &[
+            (
+                "annotations",
+                "proxy.istio.io/config=\"concurrency: 3\\nterminationDrainDuration: 2s\\ntracing: {sampling: 1}\\n\"\nsidecar.istio.io/userVolume=\"[]\"\n",
+            ),
+            ("namespace", "default"),
+            ("name", "web-abc"),
+        ],
+    );
+    let admin = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port().expect("a free port")));
+    let log = dir.path().join("stderr.log");
+    let mut c = Command::new(WARDEN);
+    c.arg("proxy")
+        .arg("-c")
+        .arg(&config)
+        .arg("--pod-info")
+        .arg(dir.path().join("podinfo"))
+        .args(["--listen-host", "127.0.0.1", "--no-watch"])
+        .arg(format!("--admin={admin}"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).expect("log file"));
+    let mut child = KillOnDrop::spawn(c).expect("warden proxy starts");
+    let ready = wait_until(Duration::from_secs(20), || {
+        get(admin, "/ready").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    assert!(ready, "warden proxy did not get ready");
+    let pid = child.0.id();
+    let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|t| t.ok())
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("warden-worker"))
+        })
+        .count();
+    assert_eq!(
+        workers, 3,
+        "concurrency: 3 of the pod's proxy.istio.io/config"
+    );
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let exited = wait_until(Duration::from_secs(20), || {
+        matches!(child.0.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "warden proxy did not stop");
+    let text = std::fs::read_to_string(&log).expect("log");
+    for line in [
+        "proxy.istio.io/config: tracing is not supported by warden: ignored",
+        "pod annotation sidecar.istio.io/userVolume is not supported by warden: ignored",
+        "draining deadline=2s",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}

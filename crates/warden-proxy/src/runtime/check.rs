@@ -74,7 +74,7 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
             }
         }
     }
-    if let Ok(t) = crate::runtime::gateway_topology::resolve(s, mesh, None) {
+    if let Ok(t) = crate::runtime::gateway_topology::resolve(s, mesh, None, None) {
         out.push_str(&t.describe(s.sidecar.is_some()));
     }
     let _ = writeln!(out, "routes:");

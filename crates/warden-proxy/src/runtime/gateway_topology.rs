@@ -23,17 +23,22 @@ pub struct Topology {
 }
 
 /// Resolve the settings of the proxy `snapshot` describes; `mesh` is the mesh config's
-/// `defaultConfig`, `flag` `--num-trusted-proxies`. An annotation that does not parse is an
-/// error naming the pod.
+/// `defaultConfig`, `flag` `--num-trusted-proxies`, `own` the annotation of the proxy's pod
+/// from its downward-API files (it wins over a Pod of the config). An annotation that does not
+/// parse is an error naming the pod.
 // A located problem is large, and this runs once at start.
 #[allow(clippy::result_large_err)]
 pub fn resolve(
     snapshot: &Snapshot,
     mesh: &MeshDefaults,
     flag: Option<u32>,
+    own: Option<&warden_config::proxy_config::ProxyConfig>,
 ) -> Result<Topology, Problem> {
     let id = &snapshot.identity;
-    let pc = snapshot.config.proxy_config(&id.namespace, &id.labels)?;
+    let pc = match own {
+        Some(pc) => pc.clone(),
+        None => snapshot.config.proxy_config(&id.namespace, &id.labels)?,
+    };
     let pod = warden_config::proxy_config::GatewayTopology {
         num_trusted_proxies: pc.num_trusted_proxies,
         forward_client_cert_details: pc.forward_client_cert_details,

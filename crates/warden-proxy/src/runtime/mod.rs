@@ -3,6 +3,7 @@
 
 pub mod admin;
 mod admin_bans;
+pub mod app_probers;
 pub mod check;
 mod config_settle;
 pub(crate) mod config_source;
@@ -15,3 +16,5 @@ pub mod reload_guard;
 #[allow(unsafe_code)]
 pub(crate) mod startup_pages;
 pub mod state;
+pub mod status_port;
+pub mod wait_ready;

@@ -73,6 +73,11 @@ pub struct ProxyOptions {
     /// This proxy's mesh certificate (`--mesh-credentials`): ISTIO_MUTUAL upstreams and the
     /// sidecar's mTLS inbound.
     pub mesh: Option<crate::core::identity::MeshCredentials>,
+    /// Istio's status ports (15021, 15020): readiness and the apps' rewritten probes.
+    pub status: Option<crate::runtime::status_port::StatusSettings>,
+    /// The `proxy.istio.io/config` annotation of the proxy's own pod (`--pod-info`); wins
+    /// over a Pod of the config for `gatewayTopology` and `proxyHeaders`.
+    pub pod_proxy_config: Option<warden_config::proxy_config::ProxyConfig>,
 }
 
 impl ProxyOptions {
@@ -120,6 +125,8 @@ impl ProxyOptions {
             http_filters: Default::default(),
             credentials_dir: None,
             mesh: None,
+            status: None,
+            pod_proxy_config: None,
         }
     }
 

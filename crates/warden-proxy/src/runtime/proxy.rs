@@ -19,6 +19,7 @@ use crate::runtime::config_source;
 use crate::runtime::options::{ConfigSource, ProxyOptions};
 use crate::runtime::startup_pages;
 use crate::runtime::state::{Control, ListenerControl, ListenerInfo, RunningListener};
+use crate::runtime::status_port;
 use crate::snapshot::Snapshot;
 use notify::Watcher;
 use std::net::SocketAddr;
@@ -41,6 +42,7 @@ fn topology_of(
         snapshot,
         &opts.mesh_defaults,
         opts.num_trusted_proxies,
+        opts.pod_proxy_config.as_ref(),
     )
     .map_err(|p| ProxyError::Config(ConfigErrors::new(vec![p])))?;
     if snapshot.sidecar.is_none() {
@@ -109,6 +111,20 @@ impl Proxy {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let mut status_listeners = Vec::new();
+        for &addr in opts.status.iter().flat_map(|s| &s.addrs) {
+            status_listeners.push(listen::bind_one(addr, false).map_err(|source| {
+                ProxyError::Bind {
+                    what: "status port".into(),
+                    addr,
+                    source,
+                }
+            })?);
+        }
+        let status_addrs = status_listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
         let access_log = opts.access_log.as_ref().map(AccessLog::open).transpose()?;
         let serving = Arc::new(Shared::new(
             snapshot,
@@ -154,6 +170,7 @@ impl Proxy {
             admin_thread: None,
             admin_stop: None,
             admin_addr,
+            status_addrs,
             _watcher: None,
         };
         for (id, (listeners, added)) in per_worker.into_iter().zip(add_rxs).enumerate() {
@@ -181,6 +198,9 @@ impl Proxy {
         let watch_certs = opts.watch_config;
         let jwks_refresh = opts.jwks_refresh;
         let admin_shared = shared.clone();
+        let status = opts
+            .status
+            .map(|s| (status_listeners, Arc::new(s), stop_rx.clone()));
         let handle = std::thread::Builder::new()
             .name("warden-admin".into())
             .spawn(move || {
@@ -191,6 +211,7 @@ impl Proxy {
                     admin_stop_rx,
                     watch_certs,
                     jwks_refresh,
+                    status,
                 )
             })
             .map_err(|source| ProxyError::Thread {
@@ -203,6 +224,13 @@ impl Proxy {
     }
 }
 
+/// The status ports' listeners, settings and the drain signal, served on the admin thread.
+type StatusPorts = (
+    Vec<std::net::TcpListener>,
+    Arc<crate::runtime::status_port::StatusSettings>,
+    watch::Receiver<Option<Instant>>,
+);
+
 fn admin_thread(
     listener: Option<std::net::TcpListener>,
     shared: Arc<Control>,
@@ -210,6 +238,7 @@ fn admin_thread(
     stop: oneshot::Receiver<()>,
     watch_certs: bool,
     jwks_refresh: std::time::Duration,
+    status: Option<StatusPorts>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -253,17 +282,26 @@ fn admin_thread(
         let stop = async {
             let _ = stop.await;
         };
+        let status_shared = shared.clone();
+        let status = async move {
+            if let Some((listeners, settings, draining)) = status {
+                status_port::serve(listeners, status_shared, settings, draining).await;
+            }
+            std::future::pending::<()>().await;
+        };
         match listener {
             Some(l) => {
                 tokio::select! {
                     _ = admin::serve(l, shared, stop) => {}
                     _ = reloads => {}
+                    _ = status => {}
                 }
             }
             None => {
                 tokio::select! {
                     _ = stop => {}
                     _ = reloads => {}
+                    _ = status => {}
                 }
             }
         }
@@ -362,6 +400,7 @@ pub struct RunningProxy {
     admin_thread: Option<JoinHandle<()>>,
     admin_stop: Option<oneshot::Sender<()>>,
     admin_addr: Option<SocketAddr>,
+    status_addrs: Vec<SocketAddr>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -384,6 +423,11 @@ impl RunningProxy {
 
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// The bound status ports (`ProxyOptions::status`), in the order given.
+    pub fn status_addrs(&self) -> &[SocketAddr] {
+        &self.status_addrs
     }
 
     /// Re-read the config source, swap the snapshot and make the listeners follow the Gateway

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod atomic_writer;
+pub mod kube_play;
 pub mod podman;
 pub mod pods;
 pub mod schema;
