@@ -116,6 +116,9 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
                 p.consecutive_5xx, p.consecutive_gateway, p.base_ejection, p.max_ejection_percent
             );
         }
+        if c.missing {
+            limit.push_str(", not defined by the config (its routes answer 503, response flag NC)");
+        }
         if c.original_dst {
             // Only a sidecar's captured connections have one.
             let _ = write!(
@@ -162,6 +165,14 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         }
     }
     out
+}
+
+/// Whether warning `w` fails `warden check --strict` (Istio's `--failure-threshold Warning`):
+/// every warning does but the two that report a choice rather than a problem, kinds the
+/// operator skipped on the command line and objects warden does not read.
+pub fn fails_strict(w: &warden_config::Problem) -> bool {
+    use warden_config::Code;
+    !matches!(w.code, Some(Code::KindSkipped | Code::KindIgnored))
 }
 
 /// Where the global limiter's RLS is (the address each reference resolves to) and which
@@ -277,4 +288,36 @@ fn describe_sidecar(out: &mut String, s: &SidecarRoutes) {
         "  inbound: to the app on the original port from 127.0.0.6; declared ports [{}], others detected",
         declared.join(", ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_config::{Code, Location, Problem};
+
+    #[test]
+    fn which_warnings_fail_strict() {
+        let rows = [
+            (None, true),
+            (Some(Code::ReferencedResourceNotFound), true),
+            (
+                Some(Code::VirtualServiceDestinationPortSelectorRequired),
+                true,
+            ),
+            (Some(Code::DocumentReplaced), true),
+            (Some(Code::FieldNotSupported), true),
+            (Some(Code::EnvoyFilterPatchUnmatched), true),
+            (Some(Code::DanglingSymlink), true),
+            (Some(Code::KindSkipped), false),
+            (Some(Code::KindIgnored), false),
+        ];
+        for (code, want) in rows {
+            let w = Problem {
+                code,
+                location: Location::default(),
+                message: String::new(),
+            };
+            assert_eq!(fails_strict(&w), want, "{code:?}");
+        }
+    }
 }

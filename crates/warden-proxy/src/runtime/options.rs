@@ -41,6 +41,8 @@ pub struct ProxyOptions {
     /// Let a reload through that comes from an empty file or leaves no listener, or a
     /// listener without routes (refused by default: `control::reload_guard`).
     pub allow_empty_config: bool,
+    /// How every load reads the config (`--skip-kind`: refused kinds the operator skips).
+    pub load: warden_config::LoadOptions,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
     /// A sidecar's pod addresses and service account (`--pod-ip`, `--service-account`).
@@ -103,6 +105,7 @@ impl ProxyOptions {
             access_log: None,
             watch_config: true,
             allow_empty_config: false,
+            load: Default::default(),
             connect_timeout: Duration::from_secs(10),
             pod_ips: Vec::new(),
             service_account: None,

@@ -955,7 +955,8 @@ impl Builder<'_> {
         // A destination nothing defines (host, subset, port) loaded with Istio's analyzer
         // warning (IST0101/IST0112); as in Envoy, only its route fails: 503, no upstream.
         if set.dangling_destination(vs, &field).is_some() {
-            return Some(self.empty_cluster(host, port.unwrap_or(80)));
+            let subset = dest.subset.as_deref().unwrap_or("");
+            return Some(self.missing_cluster(host, port.unwrap_or(80), subset));
         }
         let Some(se) = set.service_in(host, ns) else {
             self.warn(
@@ -1021,6 +1022,15 @@ impl Builder<'_> {
         let cluster = Arc::new(self.build_cluster(se, name.clone(), host, svc_port, subset)?);
         self.clusters.insert(name, cluster.clone());
         Some(cluster)
+    }
+
+    /// `outbound|PORT|SUBSET|HOST` for a destination nothing defines: requests get 503 `NC`.
+    fn missing_cluster(&mut self, host: &str, port: u16, subset: &str) -> Arc<Cluster> {
+        let name = format!("outbound|{port}|{subset}|{host}");
+        self.clusters
+            .entry(name.clone())
+            .or_insert_with(|| Arc::new(Cluster::missing(name)))
+            .clone()
     }
 
     fn empty_cluster(&mut self, host: &str, port: u16) -> Arc<Cluster> {
