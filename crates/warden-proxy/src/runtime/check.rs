@@ -74,6 +74,7 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
             }
         }
     }
+    describe_gateways(&mut out, s);
     if let Ok(t) = crate::runtime::gateway_topology::resolve(s, mesh, None) {
         out.push_str(&t.describe(s.sidecar.is_some()));
     }
@@ -165,6 +166,43 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         }
     }
     out
+}
+
+/// Which Gateways this proxy serves and which it skips, and why (their `selector`).
+fn describe_gateways(out: &mut String, s: &Snapshot) {
+    if s.sidecar.is_some() || (s.config.gateways.is_empty() && s.skipped_gateways.is_empty()) {
+        return;
+    }
+    let served: Vec<String> = s
+        .config
+        .gateways
+        .iter()
+        .map(|g| format!("{}/{}", g.metadata.namespace_or_default(), g.metadata.name))
+        .collect();
+    let labels: Vec<String> = s
+        .identity
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let whose = if labels.is_empty() {
+        "no labels: every Gateway".to_owned()
+    } else {
+        format!("labels {{{}}}", labels.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "gateways served ({}, this proxy has {whose}): {}",
+        served.len(),
+        if served.is_empty() {
+            "none".to_owned()
+        } else {
+            served.join(", ")
+        }
+    );
+    for (id, why) in &s.skipped_gateways {
+        let _ = writeln!(out, "  skipped {id}: {why}");
+    }
 }
 
 /// Whether warning `w` fails `warden check --strict` (Istio's `--failure-threshold Warning`):

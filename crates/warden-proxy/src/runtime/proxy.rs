@@ -71,6 +71,9 @@ impl Proxy {
         for w in &snapshot.warnings {
             tracing::warn!("{w}");
         }
+        for (gateway, why) in &snapshot.skipped_gateways {
+            tracing::info!(%gateway, "Gateway not served by this proxy: {why}");
+        }
         let topology = topology_of(&snapshot, &opts)?;
         let workers = opts.concurrency.max(1);
         let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();

@@ -43,6 +43,9 @@ pub struct Snapshot {
     pub filters: Filters,
     pub config: ConfigSet,
     pub warnings: Vec<Problem>,
+    /// The Gateways this gateway proxy does not serve (`namespace/name`) and why: their
+    /// `selector` picks other proxies ([`warden_config::gateway_api::selection`]).
+    pub skipped_gateways: Vec<(String, String)>,
     pub identity: ProxyIdentity,
     /// A sidecar's outbound and inbound routes (its `listeners` are its two ports).
     pub sidecar: Option<SidecarRoutes>,
@@ -116,13 +119,27 @@ impl Snapshot {
         extensions: &ChainExtensions,
     ) -> Result<Snapshot, ConfigErrors> {
         let mut loaded = loaded;
+        let mut skipped_gateways = Vec::new();
         if identity.sidecar.is_none() {
-            // A proxy deployed for one Gateway API Gateway serves its listeners only.
+            // Istio's Gateway selection: by `selector` against this proxy's labels.
             let (ns, labels) = (&identity.namespace, &identity.labels);
             loaded
                 .set
                 .gateways
-                .retain(|g| warden_config::gateway_api::selection::serves(g, ns, labels));
+                .retain(|g| {
+                    match warden_config::gateway_api::selection::selection(g, ns, labels) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            let id = format!(
+                                "{}/{}",
+                                g.metadata.namespace_or_default(),
+                                g.metadata.name
+                            );
+                            skipped_gateways.push((id, why));
+                            false
+                        }
+                    }
+                });
         }
         let mut b = Builder {
             set: &loaded.set,
@@ -173,6 +190,7 @@ impl Snapshot {
                 Filters::default()
             }
         };
+        b.warnings.extend(routes.take_unmatched());
         if filters.authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
@@ -205,6 +223,7 @@ impl Snapshot {
             filters,
             config: loaded.set,
             warnings,
+            skipped_gateways,
             identity: identity.clone(),
             sidecar,
             inbound_tls,
