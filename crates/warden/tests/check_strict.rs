@@ -37,7 +37,10 @@ fn strict_fails_on_a_dangling_reference_that_plain_check_accepts() {
     let (config, _) = write_config(&dir, "", &format!("{DANGLING}{DIRECT_200}"));
     let (code, text) = check(&config, &[]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("IST0101") && text.contains("config OK"), "{text}");
+    assert!(
+        text.contains("IST0101") && text.contains("config OK"),
+        "{text}"
+    );
     let (code, text) = check(&config, &["--strict"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("IST0101"), "{text}");
@@ -91,11 +94,7 @@ fn proxy_starts_with_a_refused_kind_only_when_skipped() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--skip-kind WasmPlugin"), "{stderr}");
 
-    let w = Warden::start(
-        WASM,
-        DIRECT_200,
-        &["--skip-kind", "WasmPlugin"],
-    );
+    let w = Warden::start(WASM, DIRECT_200, &["--skip-kind", "WasmPlugin"]);
     let answer = get(w.listener, "/").expect("an answer");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

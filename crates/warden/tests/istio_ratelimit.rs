@@ -432,13 +432,20 @@ fn unresolvable_patches_are_warned_or_refused_in_check() {
     assert_eq!(hits.len(), 1, "{out}");
     assert!(hits[0].contains("config.yaml:"), "file:line: {out}");
     assert!(hits[0].contains("*:8080"), "names what exists: {out}");
-    assert!(hits[0].contains("WDN0011") && hits[0].contains("not applied"), "{out}");
+    assert!(
+        hits[0].contains("WDN0011") && hits[0].contains("not applied"),
+        "{out}"
+    );
     let strict = Command::new(WARDEN)
         .args(["check", "--strict", "--label", "istio=ingressgateway", "-c"])
         .arg(path.parent().expect("dir"))
         .output()
         .expect("warden check --strict");
-    assert_eq!(strict.status.code(), Some(1), "--strict fails on the warning");
+    assert_eq!(
+        strict.status.code(),
+        Some(1),
+        "--strict fails on the warning"
+    );
 
     let bad_header = applied(&[
         "samples-bookinfo-gateway.yaml",
