@@ -57,6 +57,12 @@ pub struct ProxyArgs {
     /// without routes (refused and counted by default; the running config stays).
     #[arg(long)]
     pub allow_empty_config: bool,
+    /// Load without the documents of a kind warden refuses (`RequestAuthentication`,
+    /// `WasmPlugin`, Gateway API kinds it does not implement...), `Kind` or `Kind.group`
+    /// (repeatable): requests then do not get what those documents would do to them. Each load
+    /// logs what it skipped.
+    #[arg(long = "skip-kind", value_parser = parse_skip_kind)]
+    pub skip_kinds: Vec<String>,
     /// Timeouts and connection limits in Istio's MeshConfig shape (`connectTimeout`,
     /// `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`, and a `warden:`
     /// section with Envoy's names: `requestHeadersTimeout`, `idleTimeout`,
@@ -410,6 +416,10 @@ fn parse_gateway(text: &str) -> Result<(String, String), String> {
     }
 }
 
+fn parse_skip_kind(text: &str) -> Result<String, String> {
+    warden_config::check_skip_kind(text).map(|()| text.to_owned())
+}
+
 fn parse_label(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -471,6 +481,16 @@ pub struct CheckArgs {
     /// which of its settings (`defaultConfig.gatewayTopology`) the proxy would take.
     #[arg(long)]
     pub mesh_config: Option<PathBuf>,
+    /// Fail (exit 1) when the config loads with warnings, as `istioctl analyze
+    /// --failure-threshold Warning` does: dangling references (IST0101...), replaced
+    /// documents, unsupported fields... Kinds skipped with --skip-kind and objects warden does
+    /// not read (Deployments...) do not fail it.
+    #[arg(long)]
+    pub strict: bool,
+    /// As `warden proxy --skip-kind`: check the config without the documents of this refused
+    /// kind (repeatable); they are reported as skipped.
+    #[arg(long = "skip-kind", value_parser = parse_skip_kind)]
+    pub skip_kinds: Vec<String>,
     #[command(flatten)]
     pub role: RoleArgs,
 }
@@ -577,6 +597,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.service_account = args.role.service_account;
     opts.credentials_dir = args.role.credentials_dir.clone();
     opts.allow_empty_config = args.allow_empty_config;
+    opts.load.skip_kinds = args.skip_kinds;
     if let Some(t) = mesh.connect_timeout {
         opts.connect_timeout = t;
     }
@@ -675,7 +696,10 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
     };
-    let built = crate::runtime::config_source::load(&source)
+    let options = warden_config::LoadOptions {
+        skip_kinds: args.skip_kinds,
+    };
+    let built = crate::runtime::config_source::load_with(&source, &options)
         .and_then(|l| Snapshot::build(l, &identity, None));
     match built {
         Ok(snapshot) => {
@@ -683,6 +707,19 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             use std::io::Write;
             let mut out = std::io::stdout().lock();
             let text = check::describe_with(&snapshot, &mesh_defaults);
+            let failing = snapshot
+                .warnings
+                .iter()
+                .filter(|w| check::fails_strict(w))
+                .count();
+            if args.strict && failing > 0 {
+                let _ = write!(out, "{text}");
+                eprintln!(
+                    "config has {failing} warning(s) that fail --strict (listed under \
+                     warnings above)"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             let _ = writeln!(out, "{text}config OK");
             Ok(ExitCode::SUCCESS)
         }

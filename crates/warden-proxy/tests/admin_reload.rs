@@ -305,6 +305,8 @@ fn check_describes_config_and_fails_on_errors() {
         namespace: None,
         labels: vec![],
         mesh_config: None,
+        strict: false,
+        skip_kinds: vec![],
         role: Default::default(),
     })
     .unwrap();

@@ -320,7 +320,7 @@ impl RateLimiter {
             let ban = limit
                 .ban
                 .as_ref()
-                .map(|config| self.ban_op(domain, descriptor, &limit, config, &key, now_millis));
+                .map(|config| self.ban_op(index, &limit, config, &key, now_millis));
             // A banned client is answered by its ban, not by the over-limit cache.
             let cached_over = ban.is_none()
                 && self
@@ -373,7 +373,14 @@ impl RateLimiter {
         let results = if ops.is_empty() {
             Vec::new()
         } else {
-            self.store.apply(&ops, now_millis).await?
+            let subject_of = |descriptor: usize| {
+                let rule = checks
+                    .iter()
+                    .find(|c| c.index == descriptor)
+                    .map(|c| c.limit.full_key.as_str());
+                ban_subject(domain, request.descriptors.get(descriptor), rule)
+            };
+            self.store.apply(&ops, now_millis, &subject_of).await?
         };
 
         // 5. Statuses (of the call's own request: a reservation is taken off the counts). The
@@ -629,11 +636,10 @@ impl RateLimiter {
     }
 
     /// The ban part of a call's op: the client's ban key (the counter key's stem, without its
-    /// window) and who it is (listed with the ban).
+    /// window). Who it is for is written only when a ban starts ([`ban_subject`]).
     fn ban_op(
         &self,
-        domain: &str,
-        descriptor: &RateLimitDescriptor,
+        index: usize,
         limit: &Limit,
         config: &Arc<crate::config::BanConfig>,
         counter_key: &str,
@@ -644,20 +650,11 @@ impl RateLimiter {
             .trim_end_matches(|c: char| c.is_ascii_digit())
             .strip_prefix(prefix.as_str())
             .unwrap_or(counter_key);
-        let subject = BanSubject {
-            domain: domain.to_owned(),
-            entries: descriptor
-                .entries
-                .iter()
-                .map(|e| (e.key.clone(), e.value.clone()))
-                .collect(),
-            rule: limit.full_key.clone(),
-        };
         BanOp {
             key: format!("{prefix}{BAN_KEY_PREFIX}{stem}"),
             config: config.clone(),
             limit: limit.requests_per_unit,
-            subject_json: subject.to_json(),
+            descriptor: index,
             now_ms: now_millis,
         }
     }
@@ -765,6 +762,25 @@ impl RateLimiter {
             header(&names.reset, reset.to_string()),
         ]
     }
+}
+
+/// Who a ban is for, as stored with it and listed: the descriptor and the rule it broke.
+fn ban_subject(
+    domain: &str,
+    descriptor: Option<&RateLimitDescriptor>,
+    rule: Option<&str>,
+) -> String {
+    BanSubject {
+        domain: domain.to_owned(),
+        entries: descriptor.map_or_else(Vec::new, |d| {
+            d.entries
+                .iter()
+                .map(|e| (e.key.clone(), e.value.clone()))
+                .collect()
+        }),
+        rule: rule.unwrap_or_default().to_owned(),
+    }
+    .to_json()
 }
 
 /// Whole seconds, rounded up: a client told to come back after this is not banned then.

@@ -352,6 +352,65 @@ async fn two_services_sharing_redis_ban_together() {
     assert_eq!(again.status(), 404);
 }
 
+/// Two services count the same client over its limit at the same moment: the offence script
+/// starts one ban (one strike, one `ban_started`), every other call of the burst is refused with
+/// it and taken back off the count, so the window holds the limit plus the one offence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_racing_on_one_offence_start_one_ban() {
+    let redis = RedisServer::start().expect("redis");
+    let clock = ManualClock::new(T0);
+    let a = start_with(
+        &[("config.yaml", CONFIG)],
+        Some(&redis),
+        |_| {},
+        Some(Arc::new(clock.clone())),
+    )
+    .await;
+    let b = start_with(
+        &[("config.yaml", CONFIG)],
+        Some(&redis),
+        |_| {},
+        Some(Arc::new(clock.clone())),
+    )
+    .await;
+    let (la, lb) = (a.server.limiter().clone(), b.server.limiter().clone());
+    for i in 0..LIMIT {
+        let r = la.decide(&login(ATTACKER)).await.expect("decide");
+        assert_eq!(r.overall_code, OK, "call {i}");
+    }
+    const BURST: usize = 40;
+    let calls = (0..BURST).map(|i| {
+        let limiter = if i % 2 == 0 { la.clone() } else { lb.clone() };
+        tokio::spawn(async move { limiter.decide(&login(ATTACKER)).await })
+    });
+    for call in futures_util::future::join_all(calls).await {
+        let r = call.expect("task").expect("decide");
+        assert_eq!((r.overall_code, reset_secs(&r)), (OVER, 120));
+    }
+    let stat = |l: &warden_ratelimit::RateLimiter| {
+        l.stats()
+            .limit_stats("ratelimit", "ratelimit.remote_address.PATH_/login")
+            .ban_started
+            .get()
+    };
+    assert_eq!(stat(&la) + stat(&lb), 1, "one offence, one ban");
+    let bans = la.bans().await.expect("bans");
+    assert_eq!(bans.len(), 1);
+    assert_eq!(bans[0].state.strikes, 1);
+    let mut conn = redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    let counter = format!(
+        "ratelimit_remote_address_{ATTACKER}_PATH_/login_{}",
+        T0 / 1000
+    );
+    let count: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query(&mut conn)
+        .expect("get");
+    assert_eq!(count, LIMIT + 1, "refused calls are not counted");
+}
+
 /// Redis restarted mid-ban (no persistence, as in these tests and Redis's default for a cache):
 /// the ban and the strikes are lost with the counters; the client is admitted again and earns
 /// a new first-period ban. No call fails once Redis is back and healthy.

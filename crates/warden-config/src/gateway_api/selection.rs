@@ -23,19 +23,62 @@ pub fn source_gateway_name(istio_gateway: &str) -> Option<&str> {
 /// Whether a proxy in `namespace` with `labels` serves the Istio Gateway `gw` (generated from
 /// a Gateway API Gateway, or written as one).
 pub fn serves(gw: &Doc<Gateway>, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+    selection(gw, namespace, labels).is_ok()
+}
+
+/// [`serves`], with the reason when not. Istio's rule: a Gateway whose `selector` is empty
+/// applies to every gateway proxy, else to the proxies whose labels include the selector's,
+/// in any namespace. A proxy given no labels at all serves every Gateway (warden's standalone
+/// default: one process for the whole config); a proxy deployed for one Gateway API Gateway
+/// serves that Gateway and the Istio Gateways that select it.
+pub fn selection(
+    gw: &Doc<Gateway>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let selector = &gw.spec.selector;
+    let selected = selector.iter().all(|(k, v)| labels.get(k) == Some(v));
     let Some(name) = labels.get(GATEWAY_NAME_LABEL) else {
-        return true;
+        if labels.is_empty() || selected {
+            return Ok(());
+        }
+        return Err(format!(
+            "its selector {} does not match this proxy's labels {}",
+            show(selector),
+            show(labels)
+        ));
     };
-    if source_gateway_name(&gw.metadata.name).is_some() {
-        return gw.metadata.name == generated_gateway_name(name)
-            && gw.metadata.namespace_or_default() == namespace;
+    if let Some(source) = source_gateway_name(&gw.metadata.name) {
+        if gw.metadata.name == generated_gateway_name(name)
+            && gw.metadata.namespace_or_default() == namespace
+        {
+            return Ok(());
+        }
+        return Err(format!(
+            "it stands for the Gateway API Gateway {}/{source}; this proxy serves {namespace}/{name}",
+            gw.metadata.namespace_or_default()
+        ));
     }
-    !gw.spec.selector.is_empty()
-        && gw
-            .spec
-            .selector
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
+    if selector.is_empty() {
+        return Err(format!(
+            "it has no selector; this proxy serves the Gateway API Gateway {namespace}/{name} \
+             and the Istio Gateways that select its labels"
+        ));
+    }
+    if selected {
+        return Ok(());
+    }
+    Err(format!(
+        "its selector {} does not match this proxy's labels {}",
+        show(selector),
+        show(labels)
+    ))
+}
+
+/// `{istio=ingressgateway, app=x}`.
+fn show(labels: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(", "))
 }
 
 #[cfg(test)]
@@ -90,6 +133,65 @@ mod tests {
             assert_eq!(serves(g, ns, l), want, "{} in {ns}", g.metadata.name);
         }
         assert_eq!(source_gateway_name(&web.metadata.name), Some("web"));
+    }
+
+    #[test]
+    fn selectors_pick_the_proxies_as_in_istio() {
+        let labels = |v: &[(&str, &str)]| -> BTreeMap<String, String> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ingress_proxy = labels(&[("istio", "ingressgateway"), ("app", "gw")]);
+        let egress_proxy = labels(&[("istio", "egressgateway")]);
+        let unlabelled = labels(&[]);
+        let ingress = gw("istio-system", "ingress", &[("istio", "ingressgateway")]);
+        let egress = gw("istio-system", "egress", &[("istio", "egressgateway")]);
+        let both = gw("app", "both", &[("istio", "ingressgateway"), ("app", "gw")]);
+        let anyone = gw("app", "anyone", &[]);
+        let cases = [
+            (&ingress, &ingress_proxy, None),
+            (
+                &egress,
+                &ingress_proxy,
+                Some(
+                    "its selector {istio=egressgateway} does not match this proxy's labels \
+                     {app=gw, istio=ingressgateway}",
+                ),
+            ),
+            (&egress, &egress_proxy, None),
+            (
+                &ingress,
+                &egress_proxy,
+                Some(
+                    "its selector {istio=ingressgateway} does not match this proxy's labels \
+                     {istio=egressgateway}",
+                ),
+            ),
+            // every label of the selector, in any namespace
+            (&both, &ingress_proxy, None),
+            (
+                &both,
+                &egress_proxy,
+                Some(
+                    "its selector {app=gw, istio=ingressgateway} does not match this proxy's \
+                     labels {istio=egressgateway}",
+                ),
+            ),
+            // no selector: every gateway proxy
+            (&anyone, &egress_proxy, None),
+            // no labels: warden's standalone default serves everything
+            (&egress, &unlabelled, None),
+            (&ingress, &unlabelled, None),
+        ];
+        for (g, l, want) in cases {
+            assert_eq!(
+                selection(g, "default", l).err().as_deref(),
+                want,
+                "{} for {l:?}",
+                g.metadata.name
+            );
+        }
         assert_eq!(source_gateway_name("legacy"), None);
     }
 }

@@ -11,6 +11,8 @@ pub enum ResponseFlag {
     NoRoute,
     /// No healthy upstream (`UH`).
     NoHealthyUpstream,
+    /// The route's cluster does not exist (`NC`).
+    NoClusterFound,
     /// Upstream connection failure (`UF`).
     UpstreamConnectFailure,
     /// Upstream request timeout (`UT`).
@@ -40,6 +42,7 @@ impl ResponseFlag {
         match self {
             ResponseFlag::NoRoute => "NR",
             ResponseFlag::NoHealthyUpstream => "UH",
+            ResponseFlag::NoClusterFound => "NC",
             ResponseFlag::UpstreamConnectFailure => "UF",
             ResponseFlag::UpstreamTimeout => "UT",
             ResponseFlag::UpstreamOverflow => "UO",
@@ -83,6 +86,16 @@ impl LocalReply {
 
     pub fn no_route() -> Self {
         Self::new(StatusCode::NOT_FOUND, "", Some(ResponseFlag::NoRoute))
+    }
+
+    /// A route whose cluster does not exist: Envoy's router answers its
+    /// `cluster_not_found_response_code` (503) with no body.
+    pub fn no_cluster() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            Some(ResponseFlag::NoClusterFound),
+        )
     }
 
     pub fn no_healthy_upstream() -> Self {

@@ -233,7 +233,7 @@ impl Metrics {
         );
         registry.register(
             "upstream_errors",
-            "Upstream failures by kind (connect, timeout, reset, overflow, no_healthy)",
+            "Upstream failures by kind (connect, timeout, reset, overflow, no_healthy, no_cluster)",
             upstream_errors.clone(),
         );
         registry.register(

@@ -6,8 +6,9 @@
 //! `<host>:<port>` per VirtualService host bound to the server on that port, whose routes are
 //! named by `http[].name` (plus `.<match name>`); a sidecar's inbound route configuration
 //! `inbound|<port>||` holds the virtual host `inbound|http|<port>` with the route `default`.
-//! A patch that applies to this proxy (context, workload selector) but lands nowhere is an
-//! error: Istio would silently drop it, which is how a rate limit ends up limiting nothing.
+//! A patch that applies to this proxy (context, workload selector) but lands nowhere is not
+//! applied, as in Istio, and is a located warning (`WDN0011`, `warden check --strict` fails on
+//! it): Istio drops it silently, which is how a rate limit ends up limiting nothing.
 
 use crate::core::destination::Side;
 use crate::core::request_attrs::RequestAttrs;
@@ -74,6 +75,18 @@ struct Site {
 pub struct RouteCatalog {
     sites: Vec<Site>,
     sidecar: bool,
+    /// The warnings for patches that landed nowhere, once each (several filters place the
+    /// same `rate_limits` patches); the snapshot takes them ([`RouteCatalog::take_unmatched`]).
+    unmatched: std::sync::Mutex<Vec<Problem>>,
+}
+
+/// Why a patch has no landing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotLanded {
+    /// It asks for what warden cannot do (a context, a route action): an error.
+    Invalid(String),
+    /// It applies to this proxy but matches none of its routes: not applied, a warning.
+    Unmatched(String),
 }
 
 /// Where one patch landed.
@@ -139,6 +152,7 @@ impl RouteCatalog {
         let mut catalog = RouteCatalog {
             sites: Vec::new(),
             sidecar: sidecar.is_some(),
+            unmatched: Default::default(),
         };
         if let Some(s) = sidecar {
             let PortRoutes::Http(table) = &s.inbound_http else {
@@ -220,7 +234,7 @@ impl RouteCatalog {
 
     /// Where a VIRTUAL_HOST / HTTP_ROUTE patch lands; `Ok(None)` when its context is another
     /// kind of proxy's. Errors name what the patch asked for and what this proxy has.
-    pub fn resolve(&self, origin: &PatchOrigin) -> Result<Option<Landing>, String> {
+    pub fn resolve(&self, origin: &PatchOrigin) -> Result<Option<Landing>, NotLanded> {
         match origin.context.as_deref().unwrap_or("ANY") {
             "ANY" => {}
             "GATEWAY" if self.sidecar => return Ok(None),
@@ -229,15 +243,16 @@ impl RouteCatalog {
             "SIDECAR_INBOUND" => {}
             "SIDECAR_OUTBOUND" if !self.sidecar => return Ok(None),
             "SIDECAR_OUTBOUND" => {
-                return Err("a sidecar applies rate limits where requests arrive \
-                            (SIDECAR_INBOUND), as Istio applies policies; warden has no \
-                            SIDECAR_OUTBOUND rate limit stage"
-                    .into())
+                return Err(NotLanded::Invalid(
+                    "a sidecar applies rate limits where requests arrive (SIDECAR_INBOUND), as \
+                     Istio applies policies; warden has no SIDECAR_OUTBOUND rate limit stage"
+                        .into(),
+                ))
             }
             other => {
-                return Err(format!(
+                return Err(NotLanded::Invalid(format!(
                     "context {other:?} is not ANY, GATEWAY, SIDECAR_INBOUND or SIDECAR_OUTBOUND"
-                ))
+                )))
             }
         }
         let m = &origin.route_match;
@@ -247,9 +262,9 @@ impl RouteCatalog {
             .and_then(|r| r.action.as_deref())
             .unwrap_or("ANY");
         if on_route && !matches!(action, "ANY" | "ROUTE" | "REDIRECT" | "DIRECT_RESPONSE") {
-            return Err(format!(
+            return Err(NotLanded::Invalid(format!(
                 "route action {action:?} is not ANY, ROUTE, REDIRECT or DIRECT_RESPONSE"
-            ));
+            )));
         }
         let want_route = route_match
             .and_then(|r| r.name.as_deref())
@@ -273,12 +288,12 @@ impl RouteCatalog {
                         continue;
                     }
                     if hits != site.route_names.len() {
-                        return Err(format!(
+                        return Err(NotLanded::Invalid(format!(
                             "route {name:?} is only some matches of the route {} (named {}); \
                              warden applies route rate limits to a whole http[] route",
                             site.label,
                             site.route_names.join(", ")
-                        ));
+                        )));
                     }
                 }
             }
@@ -288,12 +303,12 @@ impl RouteCatalog {
                 .push(format!("vhost {} route {}", site.vhost_name, site.label));
         }
         if landing.keys.is_empty() {
-            return Err(format!(
+            return Err(NotLanded::Unmatched(format!(
                 "{} matches nothing on this proxy (asked: {}; virtual hosts here: {})",
                 origin.apply_to,
                 describe_match(m, on_route),
                 self.vhost_names()
-            ));
+            )));
         }
         landing.everywhere = landing.keys.len() == self.sites.len();
         Ok(Some(landing))
@@ -317,18 +332,38 @@ impl RouteCatalog {
                 Some(landing)
             }
             Ok(None) => None,
-            Err(message) => {
-                problems.push(Problem {
-                    code: None,
-                    location: warden_config::Location {
-                        field: format!("{}.match.routeConfiguration", origin.field),
-                        ..origin.document.clone()
-                    },
-                    message,
-                });
+            Err(not_landed) => {
+                let location = warden_config::Location {
+                    field: format!("{}.match.routeConfiguration", origin.field),
+                    ..origin.document.clone()
+                };
+                match not_landed {
+                    NotLanded::Invalid(message) => problems.push(Problem {
+                        code: None,
+                        location,
+                        message,
+                    }),
+                    NotLanded::Unmatched(message) => {
+                        let warning = Problem {
+                            code: Some(warden_config::Code::EnvoyFilterPatchUnmatched),
+                            location,
+                            message: format!("{message}; not applied (Istio ignores it too)"),
+                        };
+                        let mut unmatched =
+                            self.unmatched.lock().unwrap_or_else(|e| e.into_inner());
+                        if !unmatched.contains(&warning) {
+                            unmatched.push(warning);
+                        }
+                    }
+                }
                 None
             }
         }
+    }
+
+    /// The warnings for patches that landed nowhere (each once), taken.
+    pub fn take_unmatched(&self) -> Vec<Problem> {
+        std::mem::take(&mut *self.unmatched.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Where each selected `rate_limits` patch of `patches` landed.

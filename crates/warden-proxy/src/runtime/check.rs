@@ -74,6 +74,7 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
             }
         }
     }
+    describe_gateways(&mut out, s);
     if let Ok(t) = crate::runtime::gateway_topology::resolve(s, mesh, None, None) {
         out.push_str(&t.describe(s.sidecar.is_some()));
     }
@@ -115,6 +116,9 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
                 ", outlier ejection after {} consecutive 5xx / {} gateway errors for {:?} x times, max {}% out",
                 p.consecutive_5xx, p.consecutive_gateway, p.base_ejection, p.max_ejection_percent
             );
+        }
+        if c.missing {
+            limit.push_str(", not defined by the config (its routes answer 503, response flag NC)");
         }
         if c.original_dst {
             // Only a sidecar's captured connections have one.
@@ -242,6 +246,51 @@ fn identity_users(s: &Snapshot) -> Vec<String> {
     out
 }
 
+/// Which Gateways this proxy serves and which it skips, and why (their `selector`).
+fn describe_gateways(out: &mut String, s: &Snapshot) {
+    if s.sidecar.is_some() || (s.config.gateways.is_empty() && s.skipped_gateways.is_empty()) {
+        return;
+    }
+    let served: Vec<String> = s
+        .config
+        .gateways
+        .iter()
+        .map(|g| format!("{}/{}", g.metadata.namespace_or_default(), g.metadata.name))
+        .collect();
+    let labels: Vec<String> = s
+        .identity
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let whose = if labels.is_empty() {
+        "no labels: every Gateway".to_owned()
+    } else {
+        format!("labels {{{}}}", labels.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "gateways served ({}, this proxy has {whose}): {}",
+        served.len(),
+        if served.is_empty() {
+            "none".to_owned()
+        } else {
+            served.join(", ")
+        }
+    );
+    for (id, why) in &s.skipped_gateways {
+        let _ = writeln!(out, "  skipped {id}: {why}");
+    }
+}
+
+/// Whether warning `w` fails `warden check --strict` (Istio's `--failure-threshold Warning`):
+/// every warning does but the two that report a choice rather than a problem, kinds the
+/// operator skipped on the command line and objects warden does not read.
+pub fn fails_strict(w: &warden_config::Problem) -> bool {
+    use warden_config::Code;
+    !matches!(w.code, Some(Code::KindSkipped | Code::KindIgnored))
+}
+
 /// Where the global limiter's RLS is (the address each reference resolves to) and which
 /// routes the EnvoyFilter route patches landed on.
 fn describe_rate_limits(out: &mut String, s: &Snapshot) {
@@ -355,4 +404,36 @@ fn describe_sidecar(out: &mut String, s: &SidecarRoutes) {
         "  inbound: to the app on the original port from 127.0.0.6; declared ports [{}], others detected",
         declared.join(", ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_config::{Code, Location, Problem};
+
+    #[test]
+    fn which_warnings_fail_strict() {
+        let rows = [
+            (None, true),
+            (Some(Code::ReferencedResourceNotFound), true),
+            (
+                Some(Code::VirtualServiceDestinationPortSelectorRequired),
+                true,
+            ),
+            (Some(Code::DocumentReplaced), true),
+            (Some(Code::FieldNotSupported), true),
+            (Some(Code::EnvoyFilterPatchUnmatched), true),
+            (Some(Code::DanglingSymlink), true),
+            (Some(Code::KindSkipped), false),
+            (Some(Code::KindIgnored), false),
+        ];
+        for (code, want) in rows {
+            let w = Problem {
+                code,
+                location: Location::default(),
+                message: String::new(),
+            };
+            assert_eq!(fails_strict(&w), want, "{code:?}");
+        }
+    }
 }

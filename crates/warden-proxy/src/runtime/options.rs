@@ -41,6 +41,8 @@ pub struct ProxyOptions {
     /// Let a reload through that comes from an empty file or leaves no listener, or a
     /// listener without routes (refused by default: `control::reload_guard`).
     pub allow_empty_config: bool,
+    /// How every load reads the config (`--skip-kind`: refused kinds the operator skips).
+    pub load: warden_config::LoadOptions,
     /// Upstream connect timeout (Istio's default is 10s).
     pub connect_timeout: Duration,
     /// How often RequestAuthentication jwksUri key sets are fetched again (istiod's
@@ -111,6 +113,7 @@ impl ProxyOptions {
             access_log: None,
             watch_config: true,
             allow_empty_config: false,
+            load: Default::default(),
             connect_timeout: Duration::from_secs(10),
             jwks_refresh: Duration::from_secs(20 * 60),
             pod_ips: Vec::new(),

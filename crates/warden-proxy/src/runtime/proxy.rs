@@ -67,11 +67,14 @@ impl Proxy {
     /// Load and compile the config, bind every listener and the admin endpoint, and start the
     /// worker threads. Errors (bad config, port in use) are reported before anything runs.
     pub fn start(opts: ProxyOptions) -> Result<RunningProxy, ProxyError> {
-        let loaded = config_source::load(&opts.config)?;
+        let loaded = config_source::load_with(&opts.config, &opts.load)?;
         let identity = opts.identity();
         let snapshot = Snapshot::build_with(loaded, &identity, None, &opts.http_filters)?;
         for w in &snapshot.warnings {
             tracing::warn!("{w}");
+        }
+        for (gateway, why) in &snapshot.skipped_gateways {
+            tracing::info!(%gateway, "Gateway not served by this proxy: {why}");
         }
         let topology = topology_of(&snapshot, &opts)?;
         let workers = opts.concurrency.max(1);
@@ -147,6 +150,7 @@ impl Proxy {
         let shared = Arc::new(Control::new(
             serving,
             opts.config.clone(),
+            opts.load.clone(),
             opts.allow_empty_config,
             ListenerControl {
                 host: opts.listen_host,

@@ -88,6 +88,8 @@ const LISTENER_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Control {
     pub shared: Arc<Shared>,
     pub source: ConfigSource,
+    /// How each reload reads `source` (`--skip-kind`).
+    load_options: warden_config::LoadOptions,
     /// `--allow-empty-config`: skip the reload guard.
     allow_empty_config: bool,
     pub listeners: Listeners,
@@ -109,6 +111,7 @@ impl Control {
     pub(crate) fn new(
         shared: Arc<Shared>,
         source: ConfigSource,
+        load_options: warden_config::LoadOptions,
         allow_empty_config: bool,
         control: ListenerControl,
         downstream: Arc<DownstreamLimits>,
@@ -117,6 +120,7 @@ impl Control {
         Control {
             shared,
             source,
+            load_options,
             allow_empty_config,
             listeners: Listeners(ArcSwap::from_pointee(infos)),
             downstream,
@@ -134,9 +138,10 @@ impl Control {
             reload_guard::check_source(&self.source).map_err(|r| self.refuse(r))?;
         }
         let previous = self.snapshot.load();
-        let result = crate::runtime::config_source::load(&self.source).and_then(|loaded| {
-            Snapshot::build_with(loaded, &self.identity, Some(&previous), &self.extensions)
-        });
+        let result = crate::runtime::config_source::load_with(&self.source, &self.load_options)
+            .and_then(|loaded| {
+                Snapshot::build_with(loaded, &self.identity, Some(&previous), &self.extensions)
+            });
         let snapshot = match result {
             Ok(snapshot) if guard => {
                 reload_guard::check_snapshot(&previous, &snapshot).map_err(|r| self.refuse(r))?;
@@ -151,6 +156,10 @@ impl Control {
         match result {
             Ok(()) => {
                 self.metrics.config_reloads.inc();
+                // As at start: every load says what it skipped (`--skip-kind`) or warns about.
+                for w in &self.snapshot.load().warnings {
+                    tracing::warn!("{w}");
+                }
                 tracing::info!("config reloaded");
                 Ok(())
             }

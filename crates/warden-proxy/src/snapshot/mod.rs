@@ -43,6 +43,9 @@ pub struct Snapshot {
     pub filters: Filters,
     pub config: ConfigSet,
     pub warnings: Vec<Problem>,
+    /// The Gateways this gateway proxy does not serve (`namespace/name`) and why: their
+    /// `selector` picks other proxies ([`warden_config::gateway_api::selection`]).
+    pub skipped_gateways: Vec<(String, String)>,
     pub identity: ProxyIdentity,
     /// A sidecar's outbound and inbound routes (its `listeners` are its two ports).
     pub sidecar: Option<SidecarRoutes>,
@@ -116,13 +119,27 @@ impl Snapshot {
         extensions: &ChainExtensions,
     ) -> Result<Snapshot, ConfigErrors> {
         let mut loaded = loaded;
+        let mut skipped_gateways = Vec::new();
         if identity.sidecar.is_none() {
-            // A proxy deployed for one Gateway API Gateway serves its listeners only.
+            // Istio's Gateway selection: by `selector` against this proxy's labels.
             let (ns, labels) = (&identity.namespace, &identity.labels);
             loaded
                 .set
                 .gateways
-                .retain(|g| warden_config::gateway_api::selection::serves(g, ns, labels));
+                .retain(|g| {
+                    match warden_config::gateway_api::selection::selection(g, ns, labels) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            let id = format!(
+                                "{}/{}",
+                                g.metadata.namespace_or_default(),
+                                g.metadata.name
+                            );
+                            skipped_gateways.push((id, why));
+                            false
+                        }
+                    }
+                });
         }
         let mut b = Builder {
             set: &loaded.set,
@@ -174,6 +191,7 @@ impl Snapshot {
             }
         };
         b.warnings.extend(filters.warnings.iter().cloned());
+        b.warnings.extend(routes.take_unmatched());
         if filters.authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
@@ -206,6 +224,7 @@ impl Snapshot {
             filters,
             config: loaded.set,
             warnings,
+            skipped_gateways,
             identity: identity.clone(),
             sidecar,
             inbound_tls,
@@ -956,7 +975,8 @@ impl Builder<'_> {
         // A destination nothing defines (host, subset, port) loaded with Istio's analyzer
         // warning (IST0101/IST0112); as in Envoy, only its route fails: 503, no upstream.
         if set.dangling_destination(vs, &field).is_some() {
-            return Some(self.empty_cluster(host, port.unwrap_or(80)));
+            let subset = dest.subset.as_deref().unwrap_or("");
+            return Some(self.missing_cluster(host, port.unwrap_or(80), subset));
         }
         let Some(se) = set.service_in(host, ns) else {
             self.warn(
@@ -1022,6 +1042,15 @@ impl Builder<'_> {
         let cluster = Arc::new(self.build_cluster(se, name.clone(), host, svc_port, subset)?);
         self.clusters.insert(name, cluster.clone());
         Some(cluster)
+    }
+
+    /// `outbound|PORT|SUBSET|HOST` for a destination nothing defines: requests get 503 `NC`.
+    fn missing_cluster(&mut self, host: &str, port: u16, subset: &str) -> Arc<Cluster> {
+        let name = format!("outbound|{port}|{subset}|{host}");
+        self.clusters
+            .entry(name.clone())
+            .or_insert_with(|| Arc::new(Cluster::missing(name)))
+            .clone()
     }
 
     fn empty_cluster(&mut self, host: &str, port: u16) -> Arc<Cluster> {

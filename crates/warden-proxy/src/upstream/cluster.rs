@@ -73,6 +73,10 @@ pub struct Cluster {
     pub outlier: Option<Box<OutlierDetector>>,
     /// DestinationRule `tls`: connections to the endpoints are TLS.
     pub tls: Option<Arc<crate::upstream::tls_origination::UpstreamTls>>,
+    /// A cluster Envoy would not have: the route's destination (host, port or subset) is
+    /// defined by nothing in the config, so requests get 503 with the `NC` flag (see
+    /// `warden_config::dangling`).
+    pub missing: bool,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -125,8 +129,23 @@ impl Cluster {
             source: None,
             outlier: None,
             tls: None,
+            missing: false,
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
+        }
+    }
+
+    /// The stand-in for a cluster nothing defines ([`Cluster::missing`]).
+    pub fn missing(name: String) -> Self {
+        Cluster {
+            missing: true,
+            ..Cluster::new(
+                name,
+                Vec::new(),
+                LbPolicy::RoundRobin,
+                UpstreamProtocol::Http1,
+                u32::MAX,
+            )
         }
     }
 

@@ -168,6 +168,11 @@ async fn forward(
     timeout: Option<Duration>,
     retries: &RetryPolicy,
 ) -> Result<Upstreamed, ForwardFailure> {
+    if target.missing {
+        // As Envoy's router: no cluster, no try and no retry.
+        metrics.upstream_error("no_cluster");
+        return Err(fail(LocalReply::no_cluster(), None));
+    }
     let Outgoing {
         parts,
         lines,

@@ -1,8 +1,8 @@
 //! Escalating bans (warden extension `ban` on a descriptor, see [`crate::config::BanConfig`]):
 //! the decisions ([`schedule`]), how a ban is stored and listed ([`record`]) and its export as
 //! an Istio AuthorizationPolicy ([`authorization_policy`]). The stores keep the state
-//! (`store::memory_bans`, `store::redis::ban_script`); the limiter asks for the check in the
-//! same round trip as the counter.
+//! (`store::memory_bans`, `store::redis::ban_script`); the check rides in the counter's round
+//! trip (one lookup in memory, one `GET` in the Redis pipeline).
 
 pub mod authorization_policy;
 pub mod record;

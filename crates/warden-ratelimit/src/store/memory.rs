@@ -1,7 +1,7 @@
 //! In-process counters: sharded, exact (a mutex per shard), bounded in keys.
 
 use super::memory_bans::MemoryBans;
-use super::{BanOutcome, CounterOp, CounterResult};
+use super::{BanOutcome, CounterOp, CounterResult, SubjectOf};
 use crate::ban::BanCheck;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -43,8 +43,8 @@ impl MemoryStore {
     }
 
     /// One op: the ban check first (a banned call is not counted), then the counter, then an
-    /// offence when it went over.
-    fn apply_one(&self, op: &CounterOp, now: u64) -> CounterResult {
+    /// offence when it went over. A ban costs the decision one lookup in [`MemoryBans`].
+    fn apply_one(&self, op: &CounterOp, now: u64, subject_of: SubjectOf<'_>) -> CounterResult {
         let Some(ban) = &op.ban else {
             return self.count(op, now);
         };
@@ -72,7 +72,7 @@ impl MemoryStore {
                 &ban.key,
                 &ban.config,
                 strikes,
-                &ban.subject_json,
+                &subject_of(ban.descriptor),
                 ban.now_ms,
             ));
         }
@@ -91,8 +91,15 @@ impl MemoryStore {
         }
     }
 
-    pub fn apply(&self, ops: &[CounterOp], now: u64) -> Vec<CounterResult> {
-        ops.iter().map(|op| self.apply_one(op, now)).collect()
+    pub fn apply(
+        &self,
+        ops: &[CounterOp],
+        now: u64,
+        subject_of: SubjectOf<'_>,
+    ) -> Vec<CounterResult> {
+        ops.iter()
+            .map(|op| self.apply_one(op, now, subject_of))
+            .collect()
     }
 
     fn count(&self, op: &CounterOp, now: u64) -> CounterResult {
@@ -168,6 +175,10 @@ impl MemoryStore {
 mod tests {
     use super::*;
 
+    fn no_subject(_: usize) -> String {
+        String::new()
+    }
+
     fn op(key: &str, hits: u64) -> CounterOp {
         CounterOp {
             key: key.into(),
@@ -182,18 +193,18 @@ mod tests {
     #[test]
     fn counts_and_expires() {
         let store = MemoryStore::new(1000);
-        assert_eq!(store.apply(&[op("a", 1)], 0)[0].after, 1);
-        assert_eq!(store.apply(&[op("a", 2)], 1000)[0].after, 3);
+        assert_eq!(store.apply(&[op("a", 1)], 0, &no_subject)[0].after, 1);
+        assert_eq!(store.apply(&[op("a", 2)], 1000, &no_subject)[0].after, 3);
         assert_eq!(store.get(&[op("a", 0)], 1000), vec![3]);
         // TTL is refreshed on every hit (EXPIRE re-sent), so expiry is 60 s after the last hit.
-        assert_eq!(store.apply(&[op("a", 1)], 61_001)[0].after, 1);
+        assert_eq!(store.apply(&[op("a", 1)], 61_001, &no_subject)[0].after, 1);
     }
 
     #[test]
     fn bounded_in_keys() {
         let store = MemoryStore::new(SHARDS * 2);
         for i in 0..10_000 {
-            store.apply(&[op(&format!("k{i}"), 1)], 0);
+            store.apply(&[op(&format!("k{i}"), 1)], 0, &no_subject);
         }
         assert!(store.len() <= SHARDS * 2, "len {}", store.len());
     }

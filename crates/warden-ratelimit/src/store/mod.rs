@@ -23,8 +23,8 @@ pub struct CounterOp {
     pub prev_key: Option<String>,
     /// SECOND-unit keys go to the per-second Redis when one is configured.
     pub per_second: bool,
-    /// The limit has a ban schedule: the ban is checked before counting (a banned call is not
-    /// counted) and an offence starts the next ban, in the same round trip.
+    /// The limit has a ban schedule: the ban state is read with the count (a call found banned
+    /// is refused and not counted) and a count over the limit starts the next ban.
     pub ban: Option<BanOp>,
 }
 
@@ -36,11 +36,15 @@ pub struct BanOp {
     pub config: Arc<BanConfig>,
     /// Over this count (after the call's hits) is an offence.
     pub limit: u32,
-    /// Who it is for ([`crate::ban::BanSubject`] as JSON), stored with the state for listing.
-    pub subject_json: String,
+    /// The call's descriptor index: who the ban is for, as [`SubjectOf`] writes it.
+    pub descriptor: usize,
     /// The limiter's clock.
     pub now_ms: u64,
 }
+
+/// Who a ban is for ([`crate::ban::BanSubject`] as JSON, stored with the state for listing),
+/// by [`BanOp::descriptor`]: written only when an offence stores a ban, not on every decision.
+pub type SubjectOf<'a> = &'a (dyn Fn(usize) -> String + Sync);
 
 /// What a ban did to a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,10 +92,11 @@ impl Store {
         &self,
         ops: &[CounterOp],
         now_millis: u64,
+        subject_of: SubjectOf<'_>,
     ) -> Result<Vec<CounterResult>, StoreError> {
         match self {
-            Store::Memory(m) => Ok(m.apply(ops, now_millis)),
-            Store::Redis(r) => Box::pin(r.apply(ops)).await,
+            Store::Memory(m) => Ok(m.apply(ops, now_millis, subject_of)),
+            Store::Redis(r) => Box::pin(r.apply(ops, subject_of)).await,
         }
     }
 

@@ -6,6 +6,7 @@
 //! warden's dialer; cluster mode uses redis-rs's cluster client and sends each key's commands
 //! to its node concurrently.
 
+mod ban_followup;
 mod ban_script;
 mod conn_slot;
 mod dial;
@@ -15,9 +16,10 @@ mod tls;
 
 pub use self::settings::{RedisSettings, RedisTls, RedisType};
 
+use self::ban_followup::FollowUp;
 use self::lane::{Lane, LaneFactory};
-use super::{BanOutcome, CounterOp, CounterResult, StoreError};
-use crate::ban::BanRecord;
+use super::{BanOutcome, CounterOp, CounterResult, StoreError, SubjectOf};
+use crate::ban::{BanRecord, BanState};
 use crate::serving_thread;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -106,111 +108,183 @@ impl RedisPool {
         ok
     }
 
-    async fn apply(&self, ops: &[&CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
+    async fn apply(
+        &self,
+        ops: &[&CounterOp],
+        subject_of: SubjectOf<'_>,
+    ) -> Result<Vec<CounterResult>, StoreError> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        match &self.factory {
-            LaneFactory::Single { .. } => self.apply_pipeline(ops).await,
+        let counted = match &self.factory {
+            LaneFactory::Single { .. } => self.count_pipeline(ops).await?,
             LaneFactory::Cluster { .. } => {
                 // Keys live on different nodes: one pipeline per key, all in flight at once.
-                let futures = ops.iter().map(|op| async move {
-                    match &op.ban {
-                        None => self.apply_pipeline(std::slice::from_ref(op)).await,
-                        Some(_) => Ok(vec![self.apply_banned_in_cluster(op).await?]),
-                    }
-                });
-                let results = futures_util::future::try_join_all(futures).await?;
-                Ok(results.into_iter().flatten().collect())
+                let futures = ops.iter().map(|op| self.count_in_cluster(op));
+                futures_util::future::try_join_all(futures).await?
             }
-        }
-    }
-
-    /// One pipeline for `ops`: `INCRBY` + `EXPIRE` (+ `GET` of the previous window) per op, or
-    /// the ban script ([`ban_script::CHECK_COUNT_OFFEND`]) for an op with a ban.
-    async fn apply_pipeline(&self, ops: &[&CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
-        let mut pipe = redis::pipe();
-        for op in ops {
-            if let Some(ban) = &op.ban {
-                ban_script::add_check_count_offend(&mut pipe, op, ban);
-                continue;
-            }
-            pipe.cmd("INCRBY").arg(&op.key).arg(op.hits);
-            pipe.cmd("EXPIRE").arg(&op.key).arg(op.ttl_secs).ignore();
-            if let Some(prev) = &op.prev_key {
-                pipe.cmd("GET").arg(prev);
-            }
-        }
-        let values: Vec<redis::Value> = self.run(&pipe).await?;
-        let mut values = values.into_iter();
-        let mut results = Vec::with_capacity(ops.len());
-        for op in ops {
-            if op.ban.is_some() {
-                let (after, ban) = values
-                    .next()
-                    .map_or((0, None), |v| ban_script::parse_check_count_offend(&v));
-                results.push(CounterResult {
-                    after,
-                    prev: 0,
-                    ban,
-                });
-                continue;
-            }
-            let after = values.next().map_or(0, |v| int_of(&v));
-            let prev = if op.prev_key.is_some() {
-                values.next().map_or(0, |v| int_of(&v))
-            } else {
-                0
-            };
-            results.push(CounterResult {
-                after,
-                prev,
-                ban: None,
-            });
-        }
+        };
+        let (mut results, stored): (Vec<CounterResult>, Vec<Option<BanState>>) =
+            counted.into_iter().unzip();
+        self.settle_bans(ops, &mut results, &stored, subject_of)
+            .await?;
         Ok(results)
     }
 
-    /// Cluster mode: the counter and the ban key are on different slots, so the check (`GET`),
-    /// the count and the offence ([`ban_script::OFFEND`]) are three round trips.
-    async fn apply_banned_in_cluster(&self, op: &CounterOp) -> Result<CounterResult, StoreError> {
-        let Some(ban) = &op.ban else {
-            return Ok(CounterResult::default());
-        };
-        let mut get = redis::pipe();
-        get.cmd("GET").arg(&ban.key);
-        let (stored,): (redis::Value,) = self.run(&get).await?;
-        let state = ban_script::stored_state(&stored);
-        if let crate::ban::BanCheck::Banned {
-            remaining_ms,
-            strikes,
-        } = crate::ban::schedule::check(state, ban.config.forget_after_ms, ban.now_ms)
-        {
-            return Ok(CounterResult {
-                ban: Some(BanOutcome::Refused {
-                    remaining_ms,
-                    strikes,
-                }),
-                ..CounterResult::default()
-            });
+    /// One pipeline for `ops`: per op the ban state's `GET` (ops with a ban), `INCRBY` +
+    /// `EXPIRE`, and the previous window's `GET` (sliding window).
+    async fn count_pipeline(
+        &self,
+        ops: &[&CounterOp],
+    ) -> Result<Vec<(CounterResult, Option<BanState>)>, StoreError> {
+        let mut pipe = redis::pipe();
+        for op in ops {
+            if let Some(ban) = &op.ban {
+                pipe.cmd("GET").arg(&ban.key);
+            }
+            add_count(&mut pipe, op);
         }
-        let counted = CounterOp {
+        let values: Vec<redis::Value> = self.run(&pipe).await?;
+        let mut values = values.into_iter();
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            let stored = op.ban.as_ref().map(|_| {
+                values
+                    .next()
+                    .map_or_else(BanState::default, |v| ban_script::stored_state(&v))
+            });
+            out.push((parse_count(&mut values, op), stored));
+        }
+        Ok(out)
+    }
+
+    /// Cluster mode, one op: the counter and the ban key hash to different slots, so their
+    /// pipelines go out at once.
+    async fn count_in_cluster(
+        &self,
+        op: &CounterOp,
+    ) -> Result<(CounterResult, Option<BanState>), StoreError> {
+        let Some(ban) = &op.ban else {
+            let mut pipe = redis::pipe();
+            add_count(&mut pipe, op);
+            let values: Vec<redis::Value> = self.run(&pipe).await?;
+            return Ok((parse_count(&mut values.into_iter(), op), None));
+        };
+        let counter = CounterOp {
             ban: None,
             ..op.clone()
         };
-        let mut result = self
-            .apply_pipeline(&[&counted])
-            .await?
-            .into_iter()
-            .next()
-            .unwrap_or_default();
-        if op.hits > 0 && result.after > u64::from(ban.limit) {
-            let mut offend = redis::pipe();
-            ban_script::add_offend(&mut offend, ban);
-            let (answer,): (redis::Value,) = self.run(&offend).await?;
-            result.ban = ban_script::parse_offend(&answer);
+        let mut get = redis::pipe();
+        get.cmd("GET").arg(&ban.key);
+        let (stored, counted) = tokio::try_join!(
+            self.run::<(redis::Value,)>(&get),
+            self.count_in_cluster_plain(&counter)
+        )?;
+        Ok((counted, Some(ban_script::stored_state(&stored.0))))
+    }
+
+    async fn count_in_cluster_plain(&self, op: &CounterOp) -> Result<CounterResult, StoreError> {
+        let mut pipe = redis::pipe();
+        add_count(&mut pipe, op);
+        let values: Vec<redis::Value> = self.run(&pipe).await?;
+        Ok(parse_count(&mut values.into_iter(), op))
+    }
+
+    /// The bans' second round trip, for the calls that need one ([`ban_followup`]): offences
+    /// recorded by the script, banned calls' counts taken back. A call whose offence another
+    /// service recorded first (the script reports its ban) is taken back in a third.
+    async fn settle_bans(
+        &self,
+        ops: &[&CounterOp],
+        results: &mut [CounterResult],
+        stored: &[Option<BanState>],
+        subject_of: SubjectOf<'_>,
+    ) -> Result<(), StoreError> {
+        let mut offences = Vec::new();
+        let mut uncount = Vec::new();
+        for (i, (op, state)) in ops.iter().zip(stored).enumerate() {
+            let (Some(ban), Some(state), Some(result)) = (&op.ban, state, results.get_mut(i))
+            else {
+                continue;
+            };
+            match ban_followup::follow_up(
+                *state,
+                ban.config.forget_after_ms,
+                ban.now_ms,
+                ban.limit,
+                op.hits,
+                result.after,
+            ) {
+                FollowUp::Done => {}
+                FollowUp::Uncount {
+                    remaining_ms,
+                    strikes,
+                } => {
+                    result.ban = Some(BanOutcome::Refused {
+                        remaining_ms,
+                        strikes,
+                    });
+                    uncount.push(i);
+                }
+                FollowUp::Offend => offences.push(i),
+            }
         }
-        Ok(result)
+        if offences.is_empty() && uncount.is_empty() {
+            return Ok(());
+        }
+        let mut cmds: Vec<redis::Cmd> = offences
+            .iter()
+            .filter_map(|&i| {
+                let ban = ops.get(i)?.ban.as_ref()?;
+                Some(ban_script::offend(ban, &subject_of(ban.descriptor)))
+            })
+            .collect();
+        cmds.extend(
+            uncount
+                .iter()
+                .filter_map(|&i| ops.get(i).map(|op| uncount_cmd(op))),
+        );
+        let answers = self.run_each(cmds).await?;
+        let mut raced = Vec::new();
+        for (&i, answer) in offences.iter().zip(&answers) {
+            let outcome = ban_script::parse_offend(answer);
+            if matches!(outcome, Some(BanOutcome::Refused { .. })) {
+                raced.push(i);
+            }
+            if let Some(result) = results.get_mut(i) {
+                result.ban = outcome;
+            }
+        }
+        if !raced.is_empty() {
+            let cmds = raced
+                .iter()
+                .filter_map(|&i| ops.get(i).map(|op| uncount_cmd(op)));
+            self.run_each(cmds.collect()).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs commands that touch one key each: one pipeline on a single server; on a cluster,
+    /// one pipeline per command (each to its key's node), all at once. Answers in order.
+    async fn run_each(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<redis::Value>, StoreError> {
+        match &self.factory {
+            LaneFactory::Single { .. } => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                self.run(&pipe).await
+            }
+            LaneFactory::Cluster { .. } => {
+                let futures = cmds.into_iter().map(|cmd| async move {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(cmd);
+                    let (value,): (redis::Value,) = self.run(&pipe).await?;
+                    Ok::<_, StoreError>(value)
+                });
+                futures_util::future::try_join_all(futures).await
+            }
+        }
     }
 
     /// Ban states whose key starts with `pattern`'s prefix (`SCAN`, bounded), in force at
@@ -294,6 +368,36 @@ pub struct RedisStore {
     per_second: Option<RedisPool>,
     /// Where ban keys start (`CACHE_KEY_PREFIX` + `warden_ban:`), for listing them.
     ban_prefix: String,
+}
+
+/// `INCRBY key hits` + `EXPIRE key ttl` (+ `GET` of the previous window) for `op`.
+fn add_count(pipe: &mut redis::Pipeline, op: &CounterOp) {
+    pipe.cmd("INCRBY").arg(&op.key).arg(op.hits);
+    pipe.cmd("EXPIRE").arg(&op.key).arg(op.ttl_secs).ignore();
+    if let Some(prev) = &op.prev_key {
+        pipe.cmd("GET").arg(prev);
+    }
+}
+
+/// [`add_count`]'s answers for `op`, taken from `values`.
+fn parse_count(values: &mut impl Iterator<Item = redis::Value>, op: &CounterOp) -> CounterResult {
+    let after = values.next().map_or(0, |v| int_of(&v));
+    let prev = match op.prev_key {
+        Some(_) => values.next().map_or(0, |v| int_of(&v)),
+        None => 0,
+    };
+    CounterResult {
+        after,
+        prev,
+        ban: None,
+    }
+}
+
+/// Takes a refused call's hits back off its counter.
+fn uncount_cmd(op: &CounterOp) -> redis::Cmd {
+    let mut cmd = redis::cmd("DECRBY");
+    cmd.arg(&op.key).arg(op.hits);
+    cmd
 }
 
 /// A counter's value (`INCRBY`, `GET`): 0 when absent or not a number.
@@ -391,9 +495,25 @@ impl RedisStore {
         Ok(Self::merge(ops, self.per_second.is_some(), main, second))
     }
 
-    pub async fn apply(&self, ops: &[CounterOp]) -> Result<Vec<CounterResult>, StoreError> {
-        self.on_pools(ops, async |pool, ops| pool.apply(ops).await)
-            .await
+    pub async fn apply(
+        &self,
+        ops: &[CounterOp],
+        subject_of: SubjectOf<'_>,
+    ) -> Result<Vec<CounterResult>, StoreError> {
+        // Written out rather than through `on_pools`: an async closure capturing `subject_of`
+        // makes rustc lose the future's `Send` (a higher-ranked lifetime it cannot prove).
+        let (main_ops, second_ops) = self.split(ops);
+        let (main, second) = match &self.per_second {
+            None => (self.main.apply(&main_ops, subject_of).await?, Vec::new()),
+            Some(ps) => {
+                let (a, b) = tokio::join!(
+                    self.main.apply(&main_ops, subject_of),
+                    ps.apply(&second_ops, subject_of)
+                );
+                (a?, b?)
+            }
+        };
+        Ok(Self::merge(ops, self.per_second.is_some(), main, second))
     }
 
     pub async fn get(&self, ops: &[CounterOp]) -> Result<Vec<u64>, StoreError> {
