@@ -142,6 +142,9 @@ fn proxy_over(
     let mut opts = ProxyOptions::loopback(inline(&yaml));
     opts.namespace = namespace.into();
     opts.labels.insert(label.0.into(), label.1.into());
+    // httpbin's policies are served by a gateway-mode proxy carrying its labels too (the
+    // Gateway's selector must pick the proxy; the sidecar form is crates/warden's sidecar_jwt).
+    opts.labels.insert("istio".into(), "ingressgateway".into());
     opts.mesh = Some(warden_proxy::core::identity::MeshCredentials {
         dir: env.mesh.path().to_path_buf(),
         trust_domain: "cluster.local".into(),
