@@ -83,6 +83,24 @@ fn claim_bytes<'r>(req: &RequestAttrs<'r>, path: &[String]) -> Option<&'r [u8]> 
     v.as_str().map(str::as_bytes)
 }
 
+/// An Exact or RegularExpression match of a header or claim (`what`) on its value; the error
+/// is the problem at the match's `value`.
+fn value_kind(
+    match_type: HeaderMatchType,
+    value: Option<&str>,
+    what: &str,
+) -> Result<HeaderKind, String> {
+    match (match_type, value) {
+        (HeaderMatchType::Exact, Some(v)) => Ok(HeaderKind::Exact(v.to_owned())),
+        (HeaderMatchType::RegularExpression, Some(v)) => full_regex(v)
+            .map(HeaderKind::Regex)
+            .map_err(|e| format!("invalid regex: {e}")),
+        _ => Err(format!(
+            "value is required for Exact and RegularExpression {what} matches"
+        )),
+    }
+}
+
 /// Regexes are anchored: Envoy Gateway matches the whole value (RE2 full match).
 fn full_regex(pattern: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{pattern})$"))
@@ -149,20 +167,10 @@ impl CompiledSelector {
                     ));
                     continue;
                 }
-                (_, None) => {
-                    problems.push(site.problem(
-                        format!("{hf}.value"),
-                        "value is required for Exact and RegularExpression header matches",
-                    ));
-                    continue;
-                }
-                (HeaderMatchType::Exact, Some(v)) => HeaderKind::Exact(v.clone()),
-                (HeaderMatchType::RegularExpression, Some(v)) => match full_regex(v) {
-                    Ok(r) => HeaderKind::Regex(r),
-                    Err(e) => {
-                        problems.push(
-                            site.problem(format!("{hf}.value"), format!("invalid regex: {e}")),
-                        );
+                (t, v) => match value_kind(t, v.as_deref(), "header") {
+                    Ok(kind) => kind,
+                    Err(message) => {
+                        problems.push(site.problem(format!("{hf}.value"), message));
                         continue;
                     }
                 },
@@ -195,20 +203,10 @@ impl CompiledSelector {
                     );
                     continue;
                 }
-                (_, None) => {
-                    problems.push(site.problem(
-                        format!("{cf}.value"),
-                        "value is required for Exact and RegularExpression claim matches",
-                    ));
-                    continue;
-                }
-                (HeaderMatchType::Exact, Some(v)) => HeaderKind::Exact(v.clone()),
-                (HeaderMatchType::RegularExpression, Some(v)) => match full_regex(v) {
-                    Ok(r) => HeaderKind::Regex(r),
-                    Err(e) => {
-                        problems.push(
-                            site.problem(format!("{cf}.value"), format!("invalid regex: {e}")),
-                        );
+                (t, v) => match value_kind(t, v.as_deref(), "claim") {
+                    Ok(kind) => kind,
+                    Err(message) => {
+                        problems.push(site.problem(format!("{cf}.value"), message));
                         continue;
                     }
                 },
