@@ -32,6 +32,10 @@ command -v strip >/dev/null 2>&1 || missing+=(binutils)
 # The test image of Redis gets busybox's sh (redis:alpine has one): redis-sentinel.yaml's
 # containers pick their role with it.
 command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
+# The metrics tests scrape the proxy with a real Prometheus server, query it with PromQL and
+# check every exposition with `promtool check metrics` (both in Debian's prometheus).
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
   echo "test.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -21,6 +21,9 @@ pub struct ConnCtx {
     pub original_dst: Option<(SocketAddr, http::uri::Authority)>,
     /// Set when the connection was TLS terminated here: SNI and the peer's certificate.
     pub tls: Option<Arc<TlsInfo>>,
+    /// A sidecar inbound connection's Istio metrics edge (its peer), resolved at its first
+    /// request.
+    pub istio: std::sync::OnceLock<Arc<crate::core::istio_metrics::Edge>>,
     framing_violation: Arc<AtomicBool>,
 }
 
@@ -39,6 +42,7 @@ impl ConnCtx {
             side: Side::Gateway,
             original_dst: None,
             tls: None,
+            istio: std::sync::OnceLock::new(),
             framing_violation,
         }
     }

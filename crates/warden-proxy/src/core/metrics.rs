@@ -1,6 +1,7 @@
 //! Prometheus metrics of the proxy (served on the admin `/stats/prometheus`), plus a typed view
 //! of the main counters for tests and embedders.
 
+use crate::core::metrics_exposition::{self, Exposition};
 use prometheus_client::encoding::text;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -150,6 +151,8 @@ impl std::fmt::Debug for ExtraMetrics {
 
 pub struct Metrics {
     registry: Registry,
+    /// Istio's standard metrics.
+    pub istio: crate::core::istio_metrics::IstioMetrics,
     pub authz: AuthzMetrics,
     pub global_rate_limit: GlobalRateLimitMetrics,
     pub requests_by_route: Family<RouteCodeLabels, Counter>,
@@ -287,6 +290,7 @@ impl Metrics {
         authz.register(&mut registry);
         Metrics {
             registry,
+            istio: Default::default(),
             authz,
             global_rate_limit,
             requests_by_route,
@@ -385,7 +389,13 @@ impl Metrics {
     /// [`Self::encode`] plus the counters the current snapshot's engines keep themselves
     /// (`scraped` registers them: local limiter groups, connection limits, key table and
     /// evictions); those survive reloads inside the engines, so they are read at scrape time.
+    /// Text 0.0.4, as a scrape without an OpenMetrics `Accept` gets it.
     pub fn encode_with(&self, scraped: impl FnOnce(&mut Registry)) -> String {
+        self.encode_as(Exposition::Text004, scraped)
+    }
+
+    /// [`Self::encode_with`] in the exposition the scraper asked for.
+    pub fn encode_as(&self, exposition: Exposition, scraped: impl FnOnce(&mut Registry)) -> String {
         let mut out = String::new();
         let mut registry = Registry::with_prefix("warden");
         scraped(&mut registry);
@@ -393,11 +403,17 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = text::encode_registry(&mut out, &self.registry);
         let _ = text::encode_registry(&mut out, &scraped);
+        self.istio.encode(&mut out);
         if let Some(extra) = self.extra.get() {
             (extra.0)(&mut out);
         }
-        let _ = text::encode_eof(&mut out);
-        out
+        match exposition {
+            Exposition::OpenMetrics => {
+                let _ = text::encode_eof(&mut out);
+                out
+            }
+            Exposition::Text004 => metrics_exposition::to_text004(&out),
+        }
     }
 
     pub fn authz_denied(&self, policy: &str) {

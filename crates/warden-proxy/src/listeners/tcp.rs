@@ -3,10 +3,13 @@
 //! through the L4 policies (`filters::l4`), then the route's relay (`upstream::tcp_relay`).
 
 use crate::core::destination::Side;
+use crate::core::istio_metrics::{Edge, TcpSeries};
 use crate::core::tls_info::TlsInfo;
 use crate::filters::l4::{self, L4Target};
 use crate::pipeline::WorkerCtx;
 use crate::routing::ports::{PortRoutes, TcpRoute};
+use crate::snapshot::Snapshot;
+use crate::upstream::cluster::Cluster;
 use crate::upstream::tcp_relay::Relay;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -28,7 +31,16 @@ pub async fn proxy(inbound: TcpStream, port: u16, worker: &WorkerCtx, connect_ti
         local,
         filters: snapshot.filters_for(Side::Gateway),
     };
-    serve(inbound, route, &target, None, worker, connect_timeout).await;
+    serve(
+        inbound,
+        route,
+        &target,
+        None,
+        Side::Gateway,
+        worker,
+        connect_timeout,
+    )
+    .await;
 }
 
 /// A gateway TLS server's connection on `port`: PASSTHROUGH (`inbound` still holds the
@@ -49,7 +61,16 @@ pub async fn proxy_passthrough(
         local,
         filters: snapshot.filters_for(Side::Gateway),
     };
-    serve(inbound, route, &target, None, worker, connect_timeout).await;
+    serve(
+        inbound,
+        route,
+        &target,
+        None,
+        Side::Gateway,
+        worker,
+        connect_timeout,
+    )
+    .await;
 }
 
 /// A connection whose TLS was terminated here (a gateway `protocol: TLS` server, or a
@@ -84,12 +105,14 @@ pub async fn proxy_decrypted<S>(
     let Some(cluster) = route.pick_cluster() else {
         return;
     };
+    let principal = tls.peer.as_ref().and_then(|p| p.principal.as_deref());
     Relay {
         route: &route.name,
         cluster,
         original_dst,
         metrics,
         connect_timeout,
+        istio: tcp_series(worker, &snapshot, side, cluster, principal, port),
     }
     .run(inbound)
     .await;
@@ -111,7 +134,16 @@ pub async fn proxy_route(
         local: dst,
         filters: snapshot.filters_for(side),
     };
-    serve(inbound, route, &target, Some(dst), worker, connect_timeout).await;
+    serve(
+        inbound,
+        route,
+        &target,
+        Some(dst),
+        side,
+        worker,
+        connect_timeout,
+    )
+    .await;
 }
 
 async fn serve(
@@ -119,6 +151,7 @@ async fn serve(
     route: &TcpRoute,
     target: &L4Target<'_>,
     original_dst: Option<SocketAddr>,
+    side: Side,
     worker: &WorkerCtx,
     connect_timeout: Duration,
 ) {
@@ -130,13 +163,38 @@ async fn serve(
     let Some(cluster) = route.pick_cluster() else {
         return;
     };
+    let snapshot = shared.snapshot.load();
+    let istio = tcp_series(worker, &snapshot, side, cluster, None, target.port);
+    drop(snapshot);
     Relay {
         route: &route.name,
         cluster,
         original_dst,
         metrics: &shared.metrics,
         connect_timeout,
+        istio,
     }
     .run_tcp(inbound, shared.splicer.get())
     .await;
+}
+
+/// Istio's TCP series of a connection: per cluster from a gateway or an outbound side, per
+/// peer (`principal` over mTLS) and port on a sidecar's inbound side.
+fn tcp_series(
+    worker: &WorkerCtx,
+    snapshot: &Snapshot,
+    side: Side,
+    cluster: &Cluster,
+    principal: Option<&str>,
+    port: u16,
+) -> TcpSeries {
+    let istio = &worker.shared.metrics.istio;
+    if side == Side::Inbound {
+        return istio.tcp(&snapshot.inbound_edge(principal, port));
+    }
+    istio.tcp(
+        cluster
+            .istio
+            .get_or_init(|| Edge::new(snapshot.outbound_edge_labels(Some(cluster)))),
+    )
 }

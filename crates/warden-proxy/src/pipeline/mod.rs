@@ -18,6 +18,7 @@
 
 #[cfg(test)]
 mod decision_tests;
+mod istio_record;
 mod shared;
 
 pub use shared::{Shared, WorkerCtx};
@@ -55,6 +56,7 @@ use warden_local_ratelimit::RateLimitHeaders;
 struct Outcome {
     route: Option<Arc<Route>>,
     upstream: Option<http::uri::Authority>,
+    istio: istio_record::RequestSide,
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
@@ -143,6 +145,15 @@ fn finish(
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    istio_record::record(
+        shared,
+        conn,
+        start.elapsed(),
+        &response,
+        outcome.route.as_deref(),
+        outcome.istio,
+        notes.flag,
+    );
     record(
         shared,
         conn,
@@ -371,6 +382,7 @@ fn decide(
     log: &mut Option<LogFields>,
 ) -> Decided {
     let (mut parts, body) = req.into_parts();
+    outcome.istio = istio_record::request_side(&parts, &body);
     // Readers of arbitrary headers get the map: the configured filters, the access log
     // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
     if snapshot.reads_request_headers()
@@ -619,6 +631,7 @@ async fn act(
                 let Some(target) = route.pick_cluster() else {
                     break 'stages local(LocalReply::no_healthy_upstream(), &mut state);
                 };
+                outcome.istio.picked = istio_record::picked(&route, target);
                 if parts.version == http::Version::HTTP_2
                     && !parts.headers.contains_key(header::HOST)
                 {

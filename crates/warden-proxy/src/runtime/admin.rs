@@ -1,8 +1,10 @@
 //! The admin endpoint (Envoy's 15000): `/ready`, `/stats/prometheus`, `/config_dump`,
-//! `/listeners`, `/ratelimit/bans` ([`super::admin_bans`]). Served on its own small thread so it answers even when workers are busy.
+//! `/listeners`, `/ratelimit/bans` ([`super::admin_bans`]), `/stats`, `/clusters`, `/server_info`
+//! ([`super::admin_pages`]). Served on its own small thread so it answers even when workers are busy.
 
-use crate::runtime::admin_bans;
+use crate::core::metrics_exposition::Exposition;
 use crate::runtime::state::Control;
+use crate::runtime::{admin_bans, admin_pages};
 use crate::upstream::cluster::{LbPolicy, UpstreamProtocol};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -11,6 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(serde::Serialize)]
 struct ClusterDump<'a> {
@@ -72,6 +75,21 @@ fn config_dump(shared: &Control) -> serde_json::Value {
     })
 }
 
+/// When the admin endpoint started, with the proxy (`/server_info`'s uptime).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// A query parameter's value, percent-decoded.
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| {
+            percent_encoding::percent_decode_str(v)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+    })
+}
+
 fn respond(
     status: StatusCode,
     content_type: &'static str,
@@ -111,19 +129,56 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
             admin_bans::authorization_policy(local),
         ),
         "/ready" => respond(StatusCode::OK, "text/plain", "LIVE\n"),
-        "/stats/prometheus" => respond(
+        "/stats/prometheus" => {
+            let exposition = Exposition::negotiate(
+                req.headers().get(header::ACCEPT).map(HeaderValue::as_bytes),
+            );
+            respond(
+                StatusCode::OK,
+                exposition.content_type(),
+                shared.metrics.encode_as(exposition, |r| {
+                    shared.snapshot.load().filters.register_metrics(r)
+                }),
+            )
+        }
+        "/stats" => {
+            let filter = query_param(req.uri().query(), "filter")
+                .map(|f| regex::Regex::new(&f))
+                .transpose();
+            match filter {
+                Ok(filter) => respond(
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    admin_pages::stats(
+                        &shared
+                            .metrics
+                            .encode_with(|r| shared.snapshot.load().filters.register_metrics(r)),
+                        filter.as_ref(),
+                    ),
+                ),
+                Err(e) => respond(StatusCode::BAD_REQUEST, "text/plain", format!("filter: {e}\n")),
+            }
+        }
+        "/clusters" => respond(
             StatusCode::OK,
-            "text/plain; version=0.0.4",
-            shared
-                .metrics
-                .encode_with(|r| shared.snapshot.load().filters.register_metrics(r)),
+            "text/plain; charset=utf-8",
+            admin_pages::clusters(
+                snapshot.clusters.values().map(|c| &**c),
+                std::time::Instant::now(),
+            ),
         ),
+        "/server_info" => json(admin_pages::server_info(
+            "LIVE",
+            STARTED.get().map_or(Duration::ZERO, |t| t.elapsed()),
+            &std::env::args().collect::<Vec<_>>(),
+            &shared.identity,
+        )),
         "/config_dump" => json(config_dump(shared)),
         "/listeners" => json(serde_json::to_value(&shared.listeners).unwrap_or_default()),
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "admin: /ready /stats/prometheus /config_dump /listeners /ratelimit/bans\n",
+            "admin: /ready /stats /stats/prometheus /clusters /server_info /config_dump /listeners /ratelimit/bans\n",
         ),
     }
 }
@@ -141,6 +196,7 @@ pub async fn serve(
             return;
         }
     };
+    STARTED.get_or_init(std::time::Instant::now);
     tokio::pin!(stop);
     loop {
         tokio::select! {

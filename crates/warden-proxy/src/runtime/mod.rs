@@ -3,6 +3,7 @@
 
 pub mod admin;
 mod admin_bans;
+mod admin_pages;
 pub mod app_probers;
 pub mod check;
 mod config_settle;

@@ -5,6 +5,7 @@
 //! true once the proxy has started, before this serves anything), and the proxy is not
 //! draining (503 from SIGTERM on, so endpoints are taken out while requests finish).
 
+use crate::core::metrics_exposition::Exposition;
 use crate::runtime::app_probers::{self, AppProbers, Probe, Prober};
 use crate::runtime::state::Control;
 use bytes::Bytes;
@@ -148,12 +149,22 @@ async fn handle(
             text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
         }
         Route::Ready => text(StatusCode::OK, ""),
-        Route::Stats => text(
-            StatusCode::OK,
-            shared
-                .metrics
-                .encode_with(|r| shared.snapshot.load().filters.register_metrics(r)),
-        ),
+        Route::Stats => {
+            let exposition = Exposition::negotiate(
+                req.headers().get(header::ACCEPT).map(HeaderValue::as_bytes),
+            );
+            let mut resp = text(
+                StatusCode::OK,
+                shared.metrics.encode_as(exposition, |r| {
+                    shared.snapshot.load().filters.register_metrics(r)
+                }),
+            );
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(exposition.content_type()),
+            );
+            resp
+        }
         Route::AppHealth(path) => match settings.probers.get(path) {
             Some(prober) => {
                 let outcome = run(prober, settings.app_ip).await;

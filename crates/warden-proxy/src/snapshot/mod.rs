@@ -25,6 +25,7 @@ use warden_config::kinds::virtual_service::{HttpFault, HttpRoute, VirtualService
 use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, ServiceEntry};
 
 mod gateway_tls;
+mod istio_edges;
 mod peer_authn;
 mod sidecar;
 mod upstream_tls;
@@ -58,6 +59,8 @@ pub struct Snapshot {
     /// Whether a route or a policy stage reads request headers other than `Host`; see
     /// [`Snapshot::reads_request_headers`].
     reads_request_headers: bool,
+    /// Istio metrics edges resolved against this snapshot's registry as requests meet them.
+    pub istio_edges: crate::core::istio_metrics::EdgeCache,
 }
 
 impl Snapshot {
@@ -230,6 +233,7 @@ impl Snapshot {
             inbound_tls,
             tls_files,
             outbound_filters,
+            istio_edges: Default::default(),
         })
     }
 }

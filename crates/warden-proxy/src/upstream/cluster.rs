@@ -50,6 +50,11 @@ impl Endpoint {
             active: AtomicU32::new(0),
         }
     }
+
+    /// Requests in flight to this endpoint now (the admin `/clusters`' `rq_active`).
+    pub fn active(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Debug)]
@@ -77,6 +82,9 @@ pub struct Cluster {
     /// defined by nothing in the config, so requests get 503 with the `NC` flag (see
     /// `warden_config::dangling`).
     pub missing: bool,
+    /// The Istio metrics edge of requests and connections to this cluster from a gateway or a
+    /// sidecar's outbound side, resolved at the first one.
+    pub istio: std::sync::OnceLock<crate::core::istio_metrics::Edge>,
     rr: AtomicUsize,
     in_flight: AtomicU32,
 }
@@ -130,6 +138,7 @@ impl Cluster {
             outlier: None,
             tls: None,
             missing: false,
+            istio: std::sync::OnceLock::new(),
             rr: AtomicUsize::new(0),
             in_flight: AtomicU32::new(0),
         }

@@ -101,6 +101,16 @@ impl OutlierDetector {
             .count()
     }
 
+    /// Whether endpoint `i` is ejected now, and how many times it has been (the admin
+    /// `/clusters`' health flag).
+    pub fn ejection(&self, i: usize, now: Instant) -> (bool, u32) {
+        let times = self
+            .endpoints
+            .get(i)
+            .map_or(0, |e| e.times_ejected.load(Ordering::Relaxed));
+        (self.ejected_at(i, self.millis(now)), times)
+    }
+
     /// Whether load balancing should skip endpoint `i` now.
     pub fn skips(&self, i: usize, now: Instant) -> bool {
         let now_ms = self.millis(now);

@@ -3,6 +3,7 @@
 //! forwarded as a write shutdown (half-close) to the other. With `--accel`'s splicer and no TLS
 //! upstream, the copy lets same-node apps' sends skip the sidecars (`tcp_splice`).
 
+use crate::core::istio_metrics::TcpSeries;
 use crate::core::metrics::Metrics;
 use crate::upstream::cluster::Cluster;
 use crate::upstream::connect::{connect, ConnectError};
@@ -22,6 +23,8 @@ pub struct Relay<'a> {
     pub original_dst: Option<SocketAddr>,
     pub metrics: &'a Metrics,
     pub connect_timeout: Duration,
+    /// Istio's TCP series of this connection's edge.
+    pub istio: TcpSeries,
 }
 
 /// The connected upstream.
@@ -37,25 +40,44 @@ impl Relay<'_> {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let Some((outbound, upstream)) = self.open().await else {
-            return;
-        };
-        self.copy(&mut inbound, outbound, &upstream).await;
+        self.istio.opened.inc();
+        if let Some((outbound, upstream)) = self.open().await {
+            self.copy(&mut inbound, outbound, &upstream).await;
+        }
+        self.istio.closed.inc();
     }
 
     /// [`Relay::run`] for a plain TCP downstream, spliced when `splicer` is given and the
     /// upstream is not TLS.
     pub async fn run_tcp(&self, mut inbound: TcpStream, splicer: Option<&warden_accel::Splicer>) {
+        self.istio.opened.inc();
         let Some((outbound, upstream)) = self.open().await else {
+            self.istio.closed.inc();
             return;
         };
         if let (None, Some(splicer)) = (&upstream.tls, splicer) {
+            // Spliced bytes are not counted here (the BPF counters have them).
             if let Err(e) = crate::upstream::tcp_splice::copy(inbound, outbound, splicer).await {
                 tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
             }
+            self.istio.closed.inc();
             return;
         }
         self.copy(&mut inbound, outbound, &upstream).await;
+        self.istio.closed.inc();
+    }
+
+    /// Istio's byte counters: `received` from the client, `sent` to it.
+    fn count(&self, copied: std::io::Result<(u64, u64)>) {
+        match copied {
+            Ok((received, sent)) => {
+                self.istio.received.inc_by(received);
+                self.istio.sent.inc_by(sent);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
+            }
+        }
     }
 
     async fn open(&self) -> Option<(TcpStream, Upstream)> {
@@ -112,13 +134,9 @@ impl Relay<'_> {
                     return;
                 }
             };
-            if let Err(e) = tokio::io::copy_bidirectional(inbound, &mut outbound).await {
-                tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
-            }
+            self.count(tokio::io::copy_bidirectional(inbound, &mut outbound).await);
             return;
         }
-        if let Err(e) = tokio::io::copy_bidirectional(inbound, &mut outbound).await {
-            tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
-        }
+        self.count(tokio::io::copy_bidirectional(inbound, &mut outbound).await);
     }
 }

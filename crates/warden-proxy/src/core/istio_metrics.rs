@@ -1,0 +1,575 @@
+//! Istio's standard metrics (istio.io "Istio Standard Metrics"): `istio_requests_total`,
+//! `istio_request_duration_milliseconds`, `istio_request_bytes`, `istio_response_bytes` for
+//! HTTP and gRPC, `istio_tcp_*` for TCP, with Istio's names, labels and Envoy's default
+//! histogram buckets (which Istio keeps).
+//!
+//! Cost: the labels of one edge (reporter, both workloads, the service, mTLS or not) are
+//! resolved once per cluster or peer into an [`Edge`], which keeps the series handles per
+//! response code (and response flag) as it first meets them. A request then costs an index
+//! into that table and atomic adds: one counter and three histograms of two adds each, no
+//! lock, no allocation, no label rendering. Only gRPC requests and flags outside
+//! [`FLAG_CODES`] take the families' lock (rare: errors and gRPC).
+
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Envoy's default histogram buckets, which Istio uses for duration (ms) and sizes (bytes).
+pub const BUCKETS: [f64; 19] = [
+    0.5, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0,
+    60000.0, 300000.0, 600000.0, 1800000.0, 3600000.0,
+];
+
+/// A workload's labels as Istio's metadata exchange gives them; `unknown` where unknown.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct Workload {
+    pub workload: String,
+    pub namespace: String,
+    pub principal: String,
+    pub app: String,
+    pub version: String,
+    pub canonical_service: String,
+    pub canonical_revision: String,
+    pub cluster: String,
+}
+
+impl Workload {
+    pub fn unknown() -> Workload {
+        let u = || UNKNOWN.to_owned();
+        Workload {
+            workload: u(),
+            namespace: u(),
+            principal: u(),
+            app: u(),
+            version: u(),
+            canonical_service: u(),
+            canonical_revision: u(),
+            cluster: u(),
+        }
+    }
+}
+
+pub const UNKNOWN: &str = "unknown";
+
+/// The destination service: its host, short name and namespace.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct Service {
+    pub host: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+impl Service {
+    pub fn unknown() -> Service {
+        Service {
+            host: UNKNOWN.to_owned(),
+            name: UNKNOWN.to_owned(),
+            namespace: UNKNOWN.to_owned(),
+        }
+    }
+}
+
+/// Which proxy reports: the client's side (a gateway, a sidecar's outbound) or the server's.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Reporter {
+    Source,
+    Destination,
+}
+
+/// Everything of a series but the request's own labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct EdgeLabels {
+    pub reporter: Reporter,
+    pub source: Workload,
+    pub destination: Workload,
+    pub service: Service,
+    /// `mutual_tls` or `none` as the destination saw the connection; `unknown` for a source
+    /// reporter, as Istio reports it.
+    pub security: &'static str,
+}
+
+impl EdgeLabels {
+    fn encode(&self, enc: &mut LabelSetEncoder) -> std::fmt::Result {
+        let reporter = match self.reporter {
+            Reporter::Source => "source",
+            Reporter::Destination => "destination",
+        };
+        let (s, d) = (&self.source, &self.destination);
+        let pairs: [(&str, &str); 21] = [
+            ("reporter", reporter),
+            ("source_workload", &s.workload),
+            ("source_canonical_service", &s.canonical_service),
+            ("source_canonical_revision", &s.canonical_revision),
+            ("source_workload_namespace", &s.namespace),
+            ("source_principal", &s.principal),
+            ("source_app", &s.app),
+            ("source_version", &s.version),
+            ("source_cluster", &s.cluster),
+            ("destination_workload", &d.workload),
+            ("destination_workload_namespace", &d.namespace),
+            ("destination_principal", &d.principal),
+            ("destination_app", &d.app),
+            ("destination_version", &d.version),
+            ("destination_service", &self.service.host),
+            ("destination_canonical_service", &d.canonical_service),
+            ("destination_canonical_revision", &d.canonical_revision),
+            ("destination_service_name", &self.service.name),
+            ("destination_service_namespace", &self.service.namespace),
+            ("destination_cluster", &d.cluster),
+            ("connection_security_policy", self.security),
+        ];
+        for pair in pairs {
+            label(enc, pair)?;
+        }
+        Ok(())
+    }
+}
+
+fn label(enc: &mut LabelSetEncoder, pair: (&str, &str)) -> std::fmt::Result {
+    use prometheus_client::encoding::EncodeLabel;
+    pair.encode(enc.encode_label())
+}
+
+/// An HTTP series' labels: the edge's and the request's.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct HttpLabels {
+    pub edge: Arc<EdgeLabels>,
+    /// `http` or `grpc`.
+    pub protocol: &'static str,
+    pub code: u16,
+    /// gRPC's status code for gRPC requests, empty otherwise.
+    pub grpc_status: &'static str,
+    /// Envoy's response flags, `-` for none.
+    pub flags: &'static str,
+}
+
+impl EncodeLabelSet for HttpLabels {
+    fn encode(&self, enc: &mut LabelSetEncoder) -> std::fmt::Result {
+        self.edge.encode(enc)?;
+        // Scrape time only.
+        let code = self.code.to_string();
+        for pair in [
+            ("request_protocol", self.protocol),
+            ("response_code", code.as_str()),
+            ("grpc_response_status", self.grpc_status),
+            ("response_flags", self.flags),
+        ] {
+            label(enc, pair)?;
+        }
+        Ok(())
+    }
+}
+
+/// A TCP series' labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct TcpLabels {
+    pub edge: Arc<EdgeLabels>,
+    pub flags: &'static str,
+}
+
+impl EncodeLabelSet for TcpLabels {
+    fn encode(&self, enc: &mut LabelSetEncoder) -> std::fmt::Result {
+        self.edge.encode(enc)?;
+        label(enc, ("request_protocol", "tcp"))?;
+        label(enc, ("response_flags", self.flags))
+    }
+}
+
+/// A histogram of atomic buckets (prometheus-client's takes a lock per observation).
+/// Values are integers in `1/scale` of the unit (µs for milliseconds, bytes for bytes).
+#[derive(Debug, Clone)]
+pub struct AtomicHistogram(Arc<HistogramInner>);
+
+#[derive(Debug)]
+struct HistogramInner {
+    scale: u64,
+    /// [`BUCKETS`] in `1/scale` units, rounded down (an integer is `<= 0.5` iff `<= 0`).
+    bounds: [u64; BUCKETS.len()],
+    /// Per bucket, not cumulative; the last one is `+Inf`.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum: AtomicU64,
+}
+
+impl AtomicHistogram {
+    pub fn with_scale(scale: u64) -> Self {
+        AtomicHistogram(Arc::new(HistogramInner {
+            scale,
+            bounds: BUCKETS.map(|b| (b * scale as f64) as u64),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum: AtomicU64::new(0),
+        }))
+    }
+
+    /// For milliseconds observed in microseconds.
+    pub fn millis() -> Self {
+        Self::with_scale(1000)
+    }
+
+    pub fn bytes() -> Self {
+        Self::with_scale(1)
+    }
+
+    pub fn observe(&self, value: u64) {
+        let i = self.0.bounds.partition_point(|&b| b < value);
+        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.0.sum.fetch_add(value, Ordering::Relaxed);
+    }
+
+    /// (sum in the unit, count, per-bucket counts with `+Inf` as `f64::MAX`): the encoder
+    /// makes them cumulative.
+    fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
+        let buckets: Vec<(f64, u64)> = BUCKETS
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::MAX))
+            .zip(&self.0.counts)
+            .map(|(bound, c)| (bound, c.load(Ordering::Relaxed)))
+            .collect();
+        let count = buckets.iter().map(|(_, c)| c).sum();
+        let sum = self.0.sum.load(Ordering::Relaxed) as f64 / self.0.scale as f64;
+        (sum, count, buckets)
+    }
+}
+
+impl TypedMetric for AtomicHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for AtomicHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        let (sum, count, buckets) = self.snapshot();
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+type HistFamily = Family<HttpLabels, AtomicHistogram, fn() -> AtomicHistogram>;
+
+/// One HTTP series' handles.
+#[derive(Debug, Clone)]
+pub struct HttpSeries {
+    requests: Counter,
+    duration: AtomicHistogram,
+    request_bytes: AtomicHistogram,
+    response_bytes: AtomicHistogram,
+}
+
+impl HttpSeries {
+    pub fn record(&self, duration_us: u64, request_bytes: u64, response_bytes: u64) {
+        self.requests.inc();
+        self.duration.observe(duration_us);
+        self.request_bytes.observe(request_bytes);
+        self.response_bytes.observe(response_bytes);
+    }
+}
+
+/// One TCP series' handles.
+#[derive(Debug, Clone)]
+pub struct TcpSeries {
+    pub opened: Counter,
+    pub closed: Counter,
+    pub sent: Counter,
+    pub received: Counter,
+}
+
+/// The response flags an [`Edge`] keeps handles for without a lock (the flags warden sets).
+pub const FLAG_CODES: [&str; 15] = [
+    "-", "NR", "UH", "NC", "UF", "UT", "UO", "UC", "DPE", "SI", "RL", "UAEX", "RLSE", "FI", "DI",
+];
+
+/// One response code's series by flag ([`FLAG_CODES`]' order).
+type ByFlag = [OnceLock<HttpSeries>; FLAG_CODES.len()];
+
+/// Series handles of one edge, by response code and flag, made on first use.
+pub struct Edge {
+    pub labels: Arc<EdgeLabels>,
+    by_code: Box<[OnceLock<Box<ByFlag>>]>,
+    tcp: OnceLock<TcpSeries>,
+}
+
+impl std::fmt::Debug for Edge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.labels.fmt(f)
+    }
+}
+
+/// The edges a snapshot resolves as connections meet them: a sidecar's inbound ones by peer
+/// principal and port. Kept with the snapshot, so a reload (a new registry) resolves them
+/// again.
+/// A peer's principal (none: plaintext) and the port it called.
+type PeerKey = (Option<String>, u16);
+
+#[derive(Debug, Default)]
+pub struct EdgeCache {
+    by_peer: std::sync::Mutex<std::collections::HashMap<PeerKey, Arc<Edge>>>,
+}
+
+impl EdgeCache {
+    /// The edge of `peer` (its SPIFFE principal) calling port `port`, made by `make` the
+    /// first time. Once per connection: callers keep the result for its requests.
+    pub fn by_peer(&self, peer: Option<&str>, port: u16, make: impl FnOnce() -> Edge) -> Arc<Edge> {
+        let key = (peer.map(str::to_owned), port);
+        let mut map = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(key).or_insert_with(|| Arc::new(make())).clone()
+    }
+}
+
+/// HTTP status codes an [`Edge`] indexes (100..=599 in practice; anything else goes through
+/// the families).
+const CODES: usize = 600;
+
+impl Edge {
+    pub fn new(labels: EdgeLabels) -> Edge {
+        Edge {
+            labels: Arc::new(labels),
+            by_code: (0..CODES).map(|_| OnceLock::new()).collect(),
+            tcp: OnceLock::new(),
+        }
+    }
+}
+
+/// The families, their registry (no prefix: Istio's names), and what the config turned off.
+pub struct IstioMetrics {
+    registry: Registry,
+    requests: Family<HttpLabels, Counter>,
+    duration: HistFamily,
+    request_bytes: HistFamily,
+    response_bytes: HistFamily,
+    tcp_opened: Family<TcpLabels, Counter>,
+    tcp_closed: Family<TcpLabels, Counter>,
+    tcp_sent: Family<TcpLabels, Counter>,
+    tcp_received: Family<TcpLabels, Counter>,
+    /// The edge of requests a gateway or an outbound side answers without a cluster (no
+    /// route, a direct response): this proxy to `unknown`.
+    pub unrouted: OnceLock<Edge>,
+}
+
+impl Default for IstioMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IstioMetrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = IstioMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(AtomicHistogram::millis),
+            request_bytes: Family::new_with_constructor(AtomicHistogram::bytes),
+            response_bytes: Family::new_with_constructor(AtomicHistogram::bytes),
+            tcp_opened: Family::default(),
+            tcp_closed: Family::default(),
+            tcp_sent: Family::default(),
+            tcp_received: Family::default(),
+            registry: Registry::default(),
+            unrouted: OnceLock::new(),
+        };
+        registry.register(
+            "istio_requests",
+            "Requests (HTTP and gRPC) by source, destination and response",
+            m.requests.clone(),
+        );
+        registry.register(
+            "istio_request_duration_milliseconds",
+            "Time from the request's first byte to the response's headers",
+            m.duration.clone(),
+        );
+        registry.register(
+            "istio_request_bytes",
+            "Request body sizes (declared content-length)",
+            m.request_bytes.clone(),
+        );
+        registry.register(
+            "istio_response_bytes",
+            "Response body sizes (declared content-length)",
+            m.response_bytes.clone(),
+        );
+        registry.register(
+            "istio_tcp_connections_opened",
+            "TCP connections opened",
+            m.tcp_opened.clone(),
+        );
+        registry.register(
+            "istio_tcp_connections_closed",
+            "TCP connections closed",
+            m.tcp_closed.clone(),
+        );
+        registry.register(
+            "istio_tcp_sent_bytes",
+            "Bytes sent to the client on TCP connections",
+            m.tcp_sent.clone(),
+        );
+        registry.register(
+            "istio_tcp_received_bytes",
+            "Bytes received from the client on TCP connections",
+            m.tcp_received.clone(),
+        );
+        IstioMetrics { registry, ..m }
+    }
+
+    /// OpenMetrics text of the Istio families.
+    pub fn encode(&self, out: &mut String) {
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(out, &self.registry);
+    }
+
+    fn http_series(&self, labels: &HttpLabels) -> HttpSeries {
+        HttpSeries {
+            requests: self.requests.get_or_create_owned(labels),
+            duration: self.duration.get_or_create_owned(labels),
+            request_bytes: self.request_bytes.get_or_create_owned(labels),
+            response_bytes: self.response_bytes.get_or_create_owned(labels),
+        }
+    }
+
+    /// The series of a response on `edge`: `flag` is Envoy's code (`None`: no flag),
+    /// `grpc_status` set for gRPC requests.
+    pub fn http(
+        &self,
+        edge: &Edge,
+        code: u16,
+        flag: Option<&'static str>,
+        grpc_status: Option<&'static str>,
+    ) -> HttpSeries {
+        let labels = |flags: &'static str| HttpLabels {
+            edge: edge.labels.clone(),
+            protocol: if grpc_status.is_some() {
+                "grpc"
+            } else {
+                "http"
+            },
+            code,
+            grpc_status: grpc_status.unwrap_or(""),
+            flags,
+        };
+        let flags = flag.unwrap_or("-");
+        let slot = FLAG_CODES.iter().position(|f| *f == flags);
+        match (grpc_status, slot, edge.by_code.get(code as usize)) {
+            (None, Some(slot), Some(by_flag)) => by_flag
+                .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[slot]
+                .get_or_init(|| self.http_series(&labels(flags)))
+                .clone(),
+            _ => self.http_series(&labels(flags)),
+        }
+    }
+
+    /// The TCP series of `edge` (no flag).
+    pub fn tcp(&self, edge: &Edge) -> TcpSeries {
+        edge.tcp
+            .get_or_init(|| {
+                let labels = TcpLabels {
+                    edge: edge.labels.clone(),
+                    flags: "-",
+                };
+                TcpSeries {
+                    opened: self.tcp_opened.get_or_create_owned(&labels),
+                    closed: self.tcp_closed.get_or_create_owned(&labels),
+                    sent: self.tcp_sent.get_or_create_owned(&labels),
+                    received: self.tcp_received.get_or_create_owned(&labels),
+                }
+            })
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge() -> Edge {
+        Edge::new(EdgeLabels {
+            reporter: Reporter::Source,
+            source: Workload::unknown(),
+            destination: Workload::unknown(),
+            service: Service::unknown(),
+            security: UNKNOWN,
+        })
+    }
+
+    #[test]
+    fn buckets_take_values_at_their_bound() {
+        let h = AtomicHistogram::millis();
+        for us in [0, 500, 501, 1000, 3_600_000_000, 3_600_000_001] {
+            h.observe(us);
+        }
+        let (sum, count, b) = h.snapshot();
+        assert_eq!(count, 6);
+        assert_eq!(sum, 7_200_002_002.0 / 1000.0);
+        assert_eq!(b[0], (0.5, 2), "0 and 500µs are <= 0.5ms");
+        assert_eq!(b[1], (1.0, 2));
+        assert_eq!(b[18], (3600000.0, 1));
+        assert_eq!(b[19], (f64::MAX, 1));
+        let bytes = AtomicHistogram::bytes();
+        bytes.observe(0);
+        bytes.observe(1);
+        assert_eq!(
+            bytes.snapshot().2[0],
+            (0.5, 1),
+            "0 bytes <= 0.5, 1 byte is not"
+        );
+    }
+
+    #[test]
+    fn series_are_shared_by_edge_code_and_flag() {
+        let m = IstioMetrics::new();
+        let e = edge();
+        m.http(&e, 200, None, None).record(1000, 0, 10);
+        m.http(&e, 200, None, None).record(1000, 0, 10);
+        m.http(&e, 429, Some("RL"), None).record(1000, 0, 10);
+        m.http(&e, 200, None, Some("0")).record(1000, 0, 10);
+        m.http(&e, 999, Some("XX"), None).record(1000, 0, 10);
+        let mut out = String::new();
+        m.encode(&mut out);
+        let line = |labels: &str| {
+            out.lines()
+                .find(|l| l.starts_with("istio_requests_total{") && l.contains(labels))
+                .unwrap_or_else(|| panic!("{labels} in {out}"))
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(
+            line("request_protocol=\"http\",response_code=\"200\",grpc_response_status=\"\",response_flags=\"-\""),
+            "2"
+        );
+        assert_eq!(
+            line("response_code=\"429\",grpc_response_status=\"\",response_flags=\"RL\""),
+            "1"
+        );
+        assert_eq!(
+            line("request_protocol=\"grpc\",response_code=\"200\",grpc_response_status=\"0\""),
+            "1"
+        );
+        assert_eq!(line("response_flags=\"XX\""), "1");
+        assert!(
+            out.contains(
+                "istio_request_duration_milliseconds_bucket{le=\"0.5\",reporter=\"source\""
+            ),
+            "{out}"
+        );
+        // 1 ms: above the 0.5 bucket, in the 1 bucket.
+        let bucket = |le: &str| {
+            out.lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "istio_request_duration_milliseconds_bucket{{le=\"{le}\""
+                    )) && l.contains("grpc_response_status=\"\",response_flags=\"-\"")
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(bucket("0.5").as_deref(), Some("0"));
+        assert_eq!(bucket("1.0").as_deref(), Some("2"));
+    }
+}

@@ -1,0 +1,122 @@
+//! Istio's standard metrics of one answered request ([`crate::core::istio_metrics`]): the
+//! request's edge, cached on its cluster (a gateway, a sidecar's outbound side) or on its
+//! connection (a sidecar's inbound side: the peer), then atomic adds. Labels are resolved
+//! only the first time an edge is met.
+
+use super::Shared;
+use crate::core::conn::ConnCtx;
+use crate::core::destination::Side;
+use crate::core::istio_metrics::Edge;
+use crate::core::local_reply::ResponseFlag;
+use crate::routing::{Route, RouteAction};
+use crate::upstream::body::ProxyBody;
+use crate::upstream::cluster::Cluster;
+use http::Response;
+use http_body::Body as _;
+use std::time::Duration;
+
+/// What the request itself leaves for its series.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct RequestSide {
+    /// The index of the route's cluster the request went to.
+    pub picked: Option<usize>,
+    /// The body's declared size (content-length).
+    pub bytes: u64,
+    pub grpc: bool,
+}
+
+/// The route's cluster the request went to; a request answered before one was picked
+/// counts toward the route's first (as Envoy's route entry names it).
+fn cluster_of(route: Option<&Route>, picked: Option<usize>) -> Option<&Cluster> {
+    let RouteAction::Forward { clusters, .. } = &route?.action else {
+        return None;
+    };
+    clusters.get(picked.unwrap_or(0)).map(|w| &*w.cluster)
+}
+
+fn edge<'a>(shared: &'a Shared, conn: &'a ConnCtx, cluster: Option<&'a Cluster>) -> &'a Edge {
+    if conn.side == Side::Inbound {
+        return conn.istio.get_or_init(|| {
+            let principal = conn
+                .tls
+                .as_ref()
+                .and_then(|t| t.peer.as_ref())
+                .and_then(|p| p.principal.as_deref());
+            shared.snapshot.load().inbound_edge(principal, conn.port)
+        });
+    }
+    match cluster {
+        Some(c) => c
+            .istio
+            .get_or_init(|| Edge::new(shared.snapshot.load().outbound_edge_labels(Some(c)))),
+        None => shared
+            .metrics
+            .istio
+            .unrouted
+            .get_or_init(|| Edge::new(shared.snapshot.load().outbound_edge_labels(None))),
+    }
+}
+
+/// gRPC's status names, as the `grpc-status` header carries them (a trailers-only answer).
+const GRPC_STATUS: [&str; 17] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+];
+
+fn grpc_status(response: &Response<ProxyBody>) -> &'static str {
+    response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .and_then(|s| GRPC_STATUS.iter().find(|g| **g == s).copied())
+        .unwrap_or("")
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record(
+    shared: &Shared,
+    conn: &ConnCtx,
+    elapsed: Duration,
+    response: &Response<ProxyBody>,
+    route: Option<&Route>,
+    request: RequestSide,
+    flag: Option<ResponseFlag>,
+) {
+    let edge = edge(shared, conn, cluster_of(route, request.picked));
+    let grpc = request.grpc.then(|| grpc_status(response));
+    let response_bytes = response.body().size_hint().exact().unwrap_or(0);
+    shared
+        .metrics
+        .istio
+        .http(
+            edge,
+            response.status().as_u16(),
+            flag.map(ResponseFlag::code),
+            grpc,
+        )
+        .record(elapsed.as_micros() as u64, request.bytes, response_bytes);
+}
+
+/// The index of `target` among `route`'s clusters, when it has several.
+pub(super) fn picked(route: &Route, target: &crate::routing::WeightedCluster) -> Option<usize> {
+    match &route.action {
+        RouteAction::Forward { clusters, .. } if clusters.len() > 1 => {
+            clusters.iter().position(|c| std::ptr::eq(c, target))
+        }
+        _ => None,
+    }
+}
+
+/// What the request's head says of its side: the declared body size and whether it is gRPC
+/// (HTTP/2 only: the fast path's HTTP/1.1 requests are never gRPC, and pay no lookup).
+pub(super) fn request_side(parts: &http::request::Parts, body: &ProxyBody) -> RequestSide {
+    let grpc = parts.version == http::Version::HTTP_2
+        && parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    RequestSide {
+        picked: None,
+        bytes: body.size_hint().exact().unwrap_or(0),
+        grpc,
+    }
+}

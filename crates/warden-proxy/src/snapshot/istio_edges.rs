@@ -1,0 +1,48 @@
+//! The labels of Istio metrics edges against this snapshot's registry
+//! ([`crate::core::istio_peers`]): a gateway's or an outbound side's edge per cluster, a
+//! sidecar inbound side's per peer and port. Run once per edge, never per request.
+
+use super::Snapshot;
+use crate::core::istio_metrics::{Edge, EdgeLabels, Reporter, Service, Workload, UNKNOWN};
+use crate::core::istio_peers;
+use crate::upstream::cluster::Cluster;
+use std::sync::Arc;
+
+impl Snapshot {
+    /// This proxy calling `cluster` (`None`: answered without one), reported as the source.
+    pub fn outbound_edge_labels(&self, cluster: Option<&Cluster>) -> EdgeLabels {
+        let td = istio_peers::trust_domain(&self.identity);
+        let host = cluster.and_then(|c| istio_peers::cluster_host(&c.name));
+        let destination = cluster
+            .and_then(|c| c.endpoints.first())
+            .and_then(|e| istio_peers::at_address(&self.config, e.authority.host(), td))
+            .unwrap_or_else(Workload::unknown);
+        EdgeLabels {
+            reporter: Reporter::Source,
+            source: istio_peers::own(&self.identity, &self.config),
+            destination,
+            service: host.map_or_else(Service::unknown, |h| istio_peers::service(&self.config, h)),
+            security: UNKNOWN,
+        }
+    }
+
+    /// A peer (its SPIFFE principal when it came over mTLS) calling this pod's `port`,
+    /// reported as the destination; cached per snapshot.
+    pub fn inbound_edge(&self, principal: Option<&str>, port: u16) -> Arc<Edge> {
+        self.istio_edges.by_peer(principal, port, || {
+            Edge::new(EdgeLabels {
+                reporter: Reporter::Destination,
+                source: principal.map_or_else(Workload::unknown, |p| {
+                    istio_peers::of_principal(&self.config, p)
+                }),
+                destination: istio_peers::own(&self.identity, &self.config),
+                service: istio_peers::own_service(&self.config, &self.identity.pod_ips, port),
+                security: if principal.is_some() {
+                    "mutual_tls"
+                } else {
+                    "none"
+                },
+            })
+        })
+    }
+}
