@@ -79,6 +79,8 @@ pub struct ConfigSet {
     pub endpoint_slices: Vec<Doc<kinds::kubernetes::EndpointSlice>>,
     pub endpoints: Vec<Doc<kinds::kubernetes::Endpoints>>,
     pub pods: Vec<Doc<kinds::kubernetes::Pod>>,
+    /// Telemetry resources' `metrics` (the rest of the kind is decided by `kind_policy`).
+    pub telemetries: Vec<Doc<kinds::telemetry::Telemetry>>,
     /// Kubernetes Gateway API documents; what they stand for is in `gateways` and
     /// `virtual_services` too (generated, see [`gateway_api::translate`]).
     pub gateway_api: gateway_api::GatewayApiSet,

@@ -241,6 +241,12 @@ impl Loader {
                 Some(f) => refused_at = FieldPath::keys(&["spec", f]),
             }
         }
+        if env.kind == "Telemetry"
+            && verdict == KindVerdict::Ignored
+            && self.add_telemetry_metrics(file, index, &env, &loc, &lines)
+        {
+            return;
+        }
         let gateway_api = crate::gateway_api::GROUPS.contains(&doc_group);
         if gateway_api
             && verdict == KindVerdict::Read
@@ -408,6 +414,88 @@ impl Loader {
             .set
             .source_lines
             .insert(file.to_path_buf(), index, lines);
+    }
+
+    /// A Telemetry's `selector` and `metrics` (`kinds::telemetry`), decoded into the set;
+    /// `tagOverrides` UPSERT is a warning (the series keep their labels). True when the
+    /// document holds nothing else, so it is not also reported as passed by.
+    fn add_telemetry_metrics(
+        &mut self,
+        file: &Path,
+        index: usize,
+        env: &Envelope,
+        loc: &Location,
+        lines: &LineIndex,
+    ) -> bool {
+        let Some(spec) = env.spec.as_object() else {
+            return false;
+        };
+        let read = ["selector", "metrics"];
+        let only_metrics = spec
+            .keys()
+            .all(|k| read.contains(&k.as_str()) || k == "targetRefs");
+        if !spec.contains_key("metrics") {
+            return false;
+        }
+        let part: serde_json::Map<String, serde_json::Value> = spec
+            .iter()
+            .filter(|(k, _)| read.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let decoded = decode::<crate::kinds::telemetry::Telemetry>(
+            &env.kind,
+            serde_json::Value::Object(part),
+            &FieldPath::keys(&["spec"]),
+            loc,
+            lines,
+            &mut self.loaded.warnings,
+            &mut self.errors,
+        );
+        match decoded {
+            Ok(telemetry) => {
+                for (i, m) in telemetry.metrics.iter().enumerate() {
+                    for (j, o) in m.overrides.iter().enumerate() {
+                        for (tag, t) in &o.tag_overrides {
+                            if t.operation.unwrap_or_default()
+                                == crate::kinds::telemetry::TagOperation::Upsert
+                            {
+                                let at = FieldPath::keys(&["spec", "metrics"])
+                                    .index(i)
+                                    .key("overrides")
+                                    .index(j)
+                                    .key("tagOverrides")
+                                    .key(tag.clone());
+                                self.loaded.warnings.push(problem_at(
+                                    loc,
+                                    lines,
+                                    &at,
+                                    "tagOverrides UPSERT is not implemented by warden: the \
+                                     metrics keep their standard labels"
+                                        .into(),
+                                ));
+                            }
+                        }
+                    }
+                }
+                self.loaded.set.telemetries.push(Doc {
+                    file: file.to_path_buf(),
+                    index,
+                    api_version: env.api_version.clone(),
+                    kind: env.kind.clone(),
+                    metadata: env.metadata.clone(),
+                    spec: telemetry,
+                });
+                self.loaded
+                    .set
+                    .source_lines
+                    .insert(file.to_path_buf(), index, lines.clone());
+            }
+            Err(problem) => {
+                self.errors.extend(problem.map(|p| *p));
+                self.failed_kinds.insert(env.kind.clone());
+            }
+        }
+        only_metrics
     }
 
     /// A document of the Gateway API's groups: version checked, spec decoded into

@@ -20,7 +20,8 @@ use warden_testkit::{free_port, wait_until, KillOnDrop, TempDir};
 
 /// reviews (pod `reviews-v1-…` at 127.0.0.1) and ratings (pod `ratings-v1` at 127.0.0.2,
 /// every request delayed 300 ms by a fault) in `bookinfo`, a TCP echo service, and a limit
-/// of 5 requests on `/limited`.
+/// of 5 requests on `/limited`; a mesh-wide Telemetry turns `istio_response_bytes` off for
+/// clients and removes `source_principal`.
 fn config(
     http: u16,
     tcp: u16,
@@ -99,6 +100,17 @@ spec:
     rules:
     - clientSelectors: [{{path: {{type: PathPrefix, value: /limited}}}}]
       limit: {{requests: 5, unit: Day}}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {{name: mesh-default, namespace: istio-system}}
+spec:
+  metrics:
+  - providers: [{{name: prometheus}}]
+    overrides:
+    - match: {{metric: RESPONSE_SIZE, mode: CLIENT}}
+      disabled: true
+    - tagOverrides: {{source_principal: {{operation: REMOVE}}}}
 "#,
         gw = gateway(&[(http, "HTTP"), (tcp, "TCP")]),
         rip = reviews.ip(),
@@ -368,6 +380,10 @@ async fn prometheus_reads_istio_dashboards_queries_from_a_gateway() {
         ] {
             assert_eq!(m[label], want, "{label} of {m}");
         }
+        // The Telemetry's overrides: a label removed, a metric off, the others on.
+        assert!(m.get("source_principal").is_none(), "{m}");
+        assert!(prometheus.query("istio_response_bytes_count").is_empty());
+        assert!(!prometheus.query("istio_request_bytes_count").is_empty());
         // Success rate (non-5xx over all) for the destination workload.
         let q = format!(
             r#"sum(istio_requests_total{{{dest},response_code!~"5.*"}}) / sum(istio_requests_total{{{dest}}})"#

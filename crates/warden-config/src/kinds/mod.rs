@@ -10,4 +10,5 @@ pub mod rate_limit_policy;
 pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
+pub mod telemetry;
 pub mod virtual_service;

@@ -92,7 +92,50 @@ pub struct EdgeLabels {
     /// `mutual_tls` or `none` as the destination saw the connection; `unknown` for a source
     /// reporter, as Istio reports it.
     pub security: &'static str,
+    /// Labels a Telemetry `tagOverrides` REMOVE drops, by index in [`TAGS`].
+    pub removed: u32,
 }
+
+/// Istio's labels in the order series carry them: the edge's, then the request's.
+pub const TAGS: [&str; 25] = [
+    "reporter",
+    "source_workload",
+    "source_canonical_service",
+    "source_canonical_revision",
+    "source_workload_namespace",
+    "source_principal",
+    "source_app",
+    "source_version",
+    "source_cluster",
+    "destination_workload",
+    "destination_workload_namespace",
+    "destination_principal",
+    "destination_app",
+    "destination_version",
+    "destination_service",
+    "destination_canonical_service",
+    "destination_canonical_revision",
+    "destination_service_name",
+    "destination_service_namespace",
+    "destination_cluster",
+    "connection_security_policy",
+    "request_protocol",
+    "response_code",
+    "grpc_response_status",
+    "response_flags",
+];
+
+/// The bit of tag `name` in [`EdgeLabels::removed`]; none for a tag Istio does not have.
+pub fn tag_bit(name: &str) -> Option<u32> {
+    TAGS.iter().position(|t| *t == name).map(|i| 1 << i)
+}
+
+/// The request-level tags' bits (normalized away when removed, so series merge).
+const REQUEST_TAGS: u32 = 0b1111 << 21;
+const REQUEST_PROTOCOL: u32 = 1 << 21;
+const RESPONSE_CODE: u32 = 1 << 22;
+const GRPC_STATUS: u32 = 1 << 23;
+const RESPONSE_FLAGS: u32 = 1 << 24;
 
 impl EdgeLabels {
     fn encode(&self, enc: &mut LabelSetEncoder) -> std::fmt::Result {
@@ -101,33 +144,41 @@ impl EdgeLabels {
             Reporter::Destination => "destination",
         };
         let (s, d) = (&self.source, &self.destination);
-        let pairs: [(&str, &str); 21] = [
-            ("reporter", reporter),
-            ("source_workload", &s.workload),
-            ("source_canonical_service", &s.canonical_service),
-            ("source_canonical_revision", &s.canonical_revision),
-            ("source_workload_namespace", &s.namespace),
-            ("source_principal", &s.principal),
-            ("source_app", &s.app),
-            ("source_version", &s.version),
-            ("source_cluster", &s.cluster),
-            ("destination_workload", &d.workload),
-            ("destination_workload_namespace", &d.namespace),
-            ("destination_principal", &d.principal),
-            ("destination_app", &d.app),
-            ("destination_version", &d.version),
-            ("destination_service", &self.service.host),
-            ("destination_canonical_service", &d.canonical_service),
-            ("destination_canonical_revision", &d.canonical_revision),
-            ("destination_service_name", &self.service.name),
-            ("destination_service_namespace", &self.service.namespace),
-            ("destination_cluster", &d.cluster),
-            ("connection_security_policy", self.security),
+        let values: [&str; 21] = [
+            reporter,
+            &s.workload,
+            &s.canonical_service,
+            &s.canonical_revision,
+            &s.namespace,
+            &s.principal,
+            &s.app,
+            &s.version,
+            &s.cluster,
+            &d.workload,
+            &d.namespace,
+            &d.principal,
+            &d.app,
+            &d.version,
+            &self.service.host,
+            &d.canonical_service,
+            &d.canonical_revision,
+            &self.service.name,
+            &self.service.namespace,
+            &d.cluster,
+            self.security,
         ];
-        for pair in pairs {
-            label(enc, pair)?;
+        for (i, value) in values.into_iter().enumerate() {
+            self.label(enc, i, value)?;
         }
         Ok(())
+    }
+
+    /// Tag `i` of [`TAGS`], unless removed.
+    fn label(&self, enc: &mut LabelSetEncoder, i: usize, value: &str) -> std::fmt::Result {
+        if self.removed & (1 << i) != 0 {
+            return Ok(());
+        }
+        label(enc, (TAGS[i], value))
     }
 }
 
@@ -154,13 +205,11 @@ impl EncodeLabelSet for HttpLabels {
         self.edge.encode(enc)?;
         // Scrape time only.
         let code = self.code.to_string();
-        for pair in [
-            ("request_protocol", self.protocol),
-            ("response_code", code.as_str()),
-            ("grpc_response_status", self.grpc_status),
-            ("response_flags", self.flags),
-        ] {
-            label(enc, pair)?;
+        for (i, value) in [self.protocol, &code, self.grpc_status, self.flags]
+            .into_iter()
+            .enumerate()
+        {
+            self.edge.label(enc, 21 + i, value)?;
         }
         Ok(())
     }
@@ -176,8 +225,8 @@ pub struct TcpLabels {
 impl EncodeLabelSet for TcpLabels {
     fn encode(&self, enc: &mut LabelSetEncoder) -> std::fmt::Result {
         self.edge.encode(enc)?;
-        label(enc, ("request_protocol", "tcp"))?;
-        label(enc, ("response_flags", self.flags))
+        self.edge.label(enc, 21, "tcp")?;
+        self.edge.label(enc, 24, self.flags)
     }
 }
 
@@ -264,21 +313,78 @@ pub struct HttpSeries {
 }
 
 impl HttpSeries {
-    pub fn record(&self, duration_us: u64, request_bytes: u64, response_bytes: u64) {
-        self.requests.inc();
-        self.duration.observe(duration_us);
-        self.request_bytes.observe(request_bytes);
-        self.response_bytes.observe(response_bytes);
+    /// Count one response in the metrics not in `off` (a [`Metric`] mask).
+    fn record(&self, off: u16, duration_us: u64, request_bytes: u64, response_bytes: u64) {
+        if off == 0 {
+            self.requests.inc();
+            self.duration.observe(duration_us);
+            self.request_bytes.observe(request_bytes);
+            self.response_bytes.observe(response_bytes);
+            return;
+        }
+        if off & Metric::REQUEST_COUNT == 0 {
+            self.requests.inc();
+        }
+        if off & Metric::REQUEST_DURATION == 0 {
+            self.duration.observe(duration_us);
+        }
+        if off & Metric::REQUEST_SIZE == 0 {
+            self.request_bytes.observe(request_bytes);
+        }
+        if off & Metric::RESPONSE_SIZE == 0 {
+            self.response_bytes.observe(response_bytes);
+        }
     }
 }
 
-/// One TCP series' handles.
+/// Istio's standard metrics as bits of an [`Edge`]'s `off` mask (Telemetry `disabled`).
+pub struct Metric;
+
+impl Metric {
+    pub const REQUEST_COUNT: u16 = 1;
+    pub const REQUEST_DURATION: u16 = 1 << 1;
+    pub const REQUEST_SIZE: u16 = 1 << 2;
+    pub const RESPONSE_SIZE: u16 = 1 << 3;
+    pub const TCP_OPENED: u16 = 1 << 4;
+    pub const TCP_CLOSED: u16 = 1 << 5;
+    pub const TCP_SENT: u16 = 1 << 6;
+    pub const TCP_RECEIVED: u16 = 1 << 7;
+    pub const HTTP: u16 = 0b1111;
+    pub const ALL: u16 = 0xff;
+}
+
+/// One TCP series' handles, and which of them a Telemetry turned off.
 #[derive(Debug, Clone)]
 pub struct TcpSeries {
-    pub opened: Counter,
-    pub closed: Counter,
-    pub sent: Counter,
-    pub received: Counter,
+    opened: Counter,
+    closed: Counter,
+    sent: Counter,
+    received: Counter,
+    off: u16,
+}
+
+impl TcpSeries {
+    pub fn opened(&self) {
+        if self.off & Metric::TCP_OPENED == 0 {
+            self.opened.inc();
+        }
+    }
+
+    pub fn closed(&self) {
+        if self.off & Metric::TCP_CLOSED == 0 {
+            self.closed.inc();
+        }
+    }
+
+    /// Bytes `received` from the client and `sent` to it.
+    pub fn bytes(&self, received: u64, sent: u64) {
+        if self.off & Metric::TCP_RECEIVED == 0 {
+            self.received.inc_by(received);
+        }
+        if self.off & Metric::TCP_SENT == 0 {
+            self.sent.inc_by(sent);
+        }
+    }
 }
 
 /// The response flags an [`Edge`] keeps handles for without a lock (the flags warden sets).
@@ -292,6 +398,8 @@ type ByFlag = [OnceLock<HttpSeries>; FLAG_CODES.len()];
 /// Series handles of one edge, by response code and flag, made on first use.
 pub struct Edge {
     pub labels: Arc<EdgeLabels>,
+    /// The metrics a Telemetry turned off for this edge ([`Metric`] bits).
+    pub off: u16,
     by_code: Box<[OnceLock<Box<ByFlag>>]>,
     tcp: OnceLock<TcpSeries>,
 }
@@ -328,9 +436,10 @@ impl EdgeCache {
 const CODES: usize = 600;
 
 impl Edge {
-    pub fn new(labels: EdgeLabels) -> Edge {
+    pub fn new(labels: EdgeLabels, off: u16) -> Edge {
         Edge {
             labels: Arc::new(labels),
+            off,
             by_code: (0..CODES).map(|_| OnceLock::new()).collect(),
             tcp: OnceLock::new(),
         }
@@ -423,43 +532,99 @@ impl IstioMetrics {
         let _ = prometheus_client::encoding::text::encode_registry(out, &self.registry);
     }
 
-    fn http_series(&self, labels: &HttpLabels) -> HttpSeries {
+    /// The handles of a series; a metric that is `off` gets one no family holds (never
+    /// counted, never exported).
+    fn http_series(&self, labels: &HttpLabels, off: u16) -> HttpSeries {
+        let hist = |family: &HistFamily, bit: u16, detached: fn() -> AtomicHistogram| {
+            if off & bit == 0 {
+                family.get_or_create_owned(labels)
+            } else {
+                detached()
+            }
+        };
         HttpSeries {
-            requests: self.requests.get_or_create_owned(labels),
-            duration: self.duration.get_or_create_owned(labels),
-            request_bytes: self.request_bytes.get_or_create_owned(labels),
-            response_bytes: self.response_bytes.get_or_create_owned(labels),
+            requests: if off & Metric::REQUEST_COUNT == 0 {
+                self.requests.get_or_create_owned(labels)
+            } else {
+                Counter::default()
+            },
+            duration: hist(
+                &self.duration,
+                Metric::REQUEST_DURATION,
+                AtomicHistogram::millis,
+            ),
+            request_bytes: hist(
+                &self.request_bytes,
+                Metric::REQUEST_SIZE,
+                AtomicHistogram::bytes,
+            ),
+            response_bytes: hist(
+                &self.response_bytes,
+                Metric::RESPONSE_SIZE,
+                AtomicHistogram::bytes,
+            ),
         }
     }
 
-    /// The series of a response on `edge`: `flag` is Envoy's code (`None`: no flag),
-    /// `grpc_status` set for gRPC requests.
-    pub fn http(
+    /// Count a response on `edge`: `flag` is Envoy's code (`None`: no flag), `grpc_status`
+    /// set for gRPC requests; duration in µs, sizes in bytes. The cached handles are used in
+    /// place (no reference-count traffic).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_http(
         &self,
         edge: &Edge,
         code: u16,
         flag: Option<&'static str>,
         grpc_status: Option<&'static str>,
-    ) -> HttpSeries {
+        duration_us: u64,
+        request_bytes: u64,
+        response_bytes: u64,
+    ) {
+        if edge.off & Metric::HTTP == Metric::HTTP {
+            return;
+        }
+        let (mut code, mut flag, mut grpc_status) = (code, flag, grpc_status);
+        let removed = edge.labels.removed;
+        // A removed request tag takes one value, so its series merge.
+        let protocol = match grpc_status {
+            _ if removed & REQUEST_PROTOCOL != 0 => "",
+            Some(_) => "grpc",
+            None => "http",
+        };
+        if removed & REQUEST_TAGS != 0 {
+            if removed & RESPONSE_CODE != 0 {
+                code = 0;
+            }
+            if removed & RESPONSE_FLAGS != 0 {
+                flag = None;
+            }
+            if removed & GRPC_STATUS != 0 && grpc_status.is_some() {
+                grpc_status = Some("");
+            }
+        }
         let labels = |flags: &'static str| HttpLabels {
             edge: edge.labels.clone(),
-            protocol: if grpc_status.is_some() {
-                "grpc"
-            } else {
-                "http"
-            },
+            protocol,
             code,
             grpc_status: grpc_status.unwrap_or(""),
             flags,
         };
         let flags = flag.unwrap_or("-");
-        let slot = FLAG_CODES.iter().position(|f| *f == flags);
+        let slot = match flag {
+            None => Some(0),
+            Some(f) => FLAG_CODES.iter().position(|c| *c == f),
+        };
         match (grpc_status, slot, edge.by_code.get(code as usize)) {
             (None, Some(slot), Some(by_flag)) => by_flag
                 .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[slot]
-                .get_or_init(|| self.http_series(&labels(flags)))
-                .clone(),
-            _ => self.http_series(&labels(flags)),
+                .get_or_init(|| self.http_series(&labels(flags), edge.off))
+                .record(edge.off, duration_us, request_bytes, response_bytes),
+            _ => self.http_series(&labels(flags), edge.off).record(
+                edge.off,
+                duration_us,
+                request_bytes,
+                response_bytes,
+            ),
         }
     }
 
@@ -471,11 +636,19 @@ impl IstioMetrics {
                     edge: edge.labels.clone(),
                     flags: "-",
                 };
+                let counter = |family: &Family<TcpLabels, Counter>, bit: u16| {
+                    if edge.off & bit == 0 {
+                        family.get_or_create_owned(&labels)
+                    } else {
+                        Counter::default()
+                    }
+                };
                 TcpSeries {
-                    opened: self.tcp_opened.get_or_create_owned(&labels),
-                    closed: self.tcp_closed.get_or_create_owned(&labels),
-                    sent: self.tcp_sent.get_or_create_owned(&labels),
-                    received: self.tcp_received.get_or_create_owned(&labels),
+                    opened: counter(&self.tcp_opened, Metric::TCP_OPENED),
+                    closed: counter(&self.tcp_closed, Metric::TCP_CLOSED),
+                    sent: counter(&self.tcp_sent, Metric::TCP_SENT),
+                    received: counter(&self.tcp_received, Metric::TCP_RECEIVED),
+                    off: edge.off,
                 }
             })
             .clone()
@@ -487,13 +660,17 @@ mod tests {
     use super::*;
 
     fn edge() -> Edge {
-        Edge::new(EdgeLabels {
-            reporter: Reporter::Source,
-            source: Workload::unknown(),
-            destination: Workload::unknown(),
-            service: Service::unknown(),
-            security: UNKNOWN,
-        })
+        Edge::new(
+            EdgeLabels {
+                reporter: Reporter::Source,
+                source: Workload::unknown(),
+                destination: Workload::unknown(),
+                service: Service::unknown(),
+                security: UNKNOWN,
+                removed: 0,
+            },
+            0,
+        )
     }
 
     #[test]
@@ -523,11 +700,11 @@ mod tests {
     fn series_are_shared_by_edge_code_and_flag() {
         let m = IstioMetrics::new();
         let e = edge();
-        m.http(&e, 200, None, None).record(1000, 0, 10);
-        m.http(&e, 200, None, None).record(1000, 0, 10);
-        m.http(&e, 429, Some("RL"), None).record(1000, 0, 10);
-        m.http(&e, 200, None, Some("0")).record(1000, 0, 10);
-        m.http(&e, 999, Some("XX"), None).record(1000, 0, 10);
+        m.record_http(&e, 200, None, None, 1000, 0, 10);
+        m.record_http(&e, 200, None, None, 1000, 0, 10);
+        m.record_http(&e, 429, Some("RL"), None, 1000, 0, 10);
+        m.record_http(&e, 200, None, Some("0"), 1000, 0, 10);
+        m.record_http(&e, 999, Some("XX"), None, 1000, 0, 10);
         let mut out = String::new();
         m.encode(&mut out);
         let line = |labels: &str| {

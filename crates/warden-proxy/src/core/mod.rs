@@ -14,6 +14,7 @@ pub mod error;
 pub mod forwarding_headers;
 pub mod identity;
 pub mod istio_metrics;
+pub mod istio_overrides;
 pub mod istio_peers;
 pub mod local_reply;
 pub mod metrics;

@@ -3,7 +3,7 @@
 //! through the L4 policies (`filters::l4`), then the route's relay (`upstream::tcp_relay`).
 
 use crate::core::destination::Side;
-use crate::core::istio_metrics::{Edge, TcpSeries};
+use crate::core::istio_metrics::TcpSeries;
 use crate::core::tls_info::TlsInfo;
 use crate::filters::l4::{self, L4Target};
 use crate::pipeline::WorkerCtx;
@@ -195,6 +195,6 @@ fn tcp_series(
     istio.tcp(
         cluster
             .istio
-            .get_or_init(|| Edge::new(snapshot.outbound_edge_labels(Some(cluster)))),
+            .get_or_init(|| snapshot.outbound_edge(Some(cluster))),
     )
 }

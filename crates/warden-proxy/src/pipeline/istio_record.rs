@@ -48,12 +48,12 @@ fn edge<'a>(shared: &'a Shared, conn: &'a ConnCtx, cluster: Option<&'a Cluster>)
     match cluster {
         Some(c) => c
             .istio
-            .get_or_init(|| Edge::new(shared.snapshot.load().outbound_edge_labels(Some(c)))),
+            .get_or_init(|| shared.snapshot.load().outbound_edge(Some(c))),
         None => shared
             .metrics
             .istio
             .unrouted
-            .get_or_init(|| Edge::new(shared.snapshot.load().outbound_edge_labels(None))),
+            .get_or_init(|| shared.snapshot.load().outbound_edge(None)),
     }
 }
 
@@ -84,16 +84,15 @@ pub(super) fn record(
     let edge = edge(shared, conn, cluster_of(route, request.picked));
     let grpc = request.grpc.then(|| grpc_status(response));
     let response_bytes = response.body().size_hint().exact().unwrap_or(0);
-    shared
-        .metrics
-        .istio
-        .http(
-            edge,
-            response.status().as_u16(),
-            flag.map(ResponseFlag::code),
-            grpc,
-        )
-        .record(elapsed.as_micros() as u64, request.bytes, response_bytes);
+    shared.metrics.istio.record_http(
+        edge,
+        response.status().as_u16(),
+        flag.map(ResponseFlag::code),
+        grpc,
+        elapsed.as_micros() as u64,
+        request.bytes,
+        response_bytes,
+    );
 }
 
 /// The index of `target` among `route`'s clusters, when it has several.

@@ -40,19 +40,19 @@ impl Relay<'_> {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        self.istio.opened.inc();
+        self.istio.opened();
         if let Some((outbound, upstream)) = self.open().await {
             self.copy(&mut inbound, outbound, &upstream).await;
         }
-        self.istio.closed.inc();
+        self.istio.closed();
     }
 
     /// [`Relay::run`] for a plain TCP downstream, spliced when `splicer` is given and the
     /// upstream is not TLS.
     pub async fn run_tcp(&self, mut inbound: TcpStream, splicer: Option<&warden_accel::Splicer>) {
-        self.istio.opened.inc();
+        self.istio.opened();
         let Some((outbound, upstream)) = self.open().await else {
-            self.istio.closed.inc();
+            self.istio.closed();
             return;
         };
         if let (None, Some(splicer)) = (&upstream.tls, splicer) {
@@ -60,20 +60,17 @@ impl Relay<'_> {
             if let Err(e) = crate::upstream::tcp_splice::copy(inbound, outbound, splicer).await {
                 tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
             }
-            self.istio.closed.inc();
+            self.istio.closed();
             return;
         }
         self.copy(&mut inbound, outbound, &upstream).await;
-        self.istio.closed.inc();
+        self.istio.closed();
     }
 
     /// Istio's byte counters: `received` from the client, `sent` to it.
     fn count(&self, copied: std::io::Result<(u64, u64)>) {
         match copied {
-            Ok((received, sent)) => {
-                self.istio.received.inc_by(received);
-                self.istio.sent.inc_by(sent);
-            }
+            Ok((received, sent)) => self.istio.bytes(received, sent),
             Err(e) => {
                 tracing::debug!(error = %e, route = self.route, "tcp proxy connection ended with error");
             }
