@@ -71,7 +71,7 @@ fn grpc_status(response: &Response<ProxyBody>) -> &'static str {
         .unwrap_or("")
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Count one answered request in Istio's metrics.
 pub(super) fn record(
     shared: &Shared,
     conn: &ConnCtx,
