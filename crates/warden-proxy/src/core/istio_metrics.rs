@@ -7,8 +7,8 @@
 //! resolved once per cluster or peer into an [`Edge`], which keeps the series handles per
 //! response code (and response flag) as it first meets them. A request then costs an index
 //! into that table and atomic adds: one counter and three histograms of two adds each, no
-//! lock, no allocation, no label rendering. Only gRPC requests and flags outside
-//! [`FLAG_CODES`] take the families' lock (rare: errors and gRPC).
+//! lock, no allocation, no label rendering. Only gRPC requests and codes or flags beyond the
+//! table ([`FLAG_SLOTS`]) take the families' lock.
 
 use prometheus_client::encoding::{
     EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
@@ -265,7 +265,14 @@ impl AtomicHistogram {
     }
 
     pub fn observe(&self, value: u64) {
-        let i = self.0.bounds.partition_point(|&b| b < value);
+        // From the smallest bucket up: most values (sizes of body-less requests, fast answers)
+        // are in the first few, where this beats a binary search.
+        let i = self
+            .0
+            .bounds
+            .iter()
+            .position(|&b| value <= b)
+            .unwrap_or(BUCKETS.len());
         self.0.counts[i].fetch_add(1, Ordering::Relaxed);
         self.0.sum.fetch_add(value, Ordering::Relaxed);
     }
@@ -387,13 +394,13 @@ impl TcpSeries {
     }
 }
 
-/// The response flags an [`Edge`] keeps handles for without a lock (the flags warden sets).
-pub const FLAG_CODES: [&str; 15] = [
-    "-", "NR", "UH", "NC", "UF", "UT", "UO", "UC", "DPE", "SI", "RL", "UAEX", "RLSE", "FI", "DI",
-];
+/// How many flag slots an [`Edge`] keeps per response code: no flag, then one per
+/// [`crate::core::local_reply::ResponseFlag`] by its position (more than warden has, so a
+/// flag added later still gets a slot; one beyond goes through the families).
+pub const FLAG_SLOTS: usize = 32;
 
-/// One response code's series by flag ([`FLAG_CODES`]' order).
-type ByFlag = [OnceLock<HttpSeries>; FLAG_CODES.len()];
+/// One response code's series by flag slot.
+type ByFlag = [OnceLock<HttpSeries>; FLAG_SLOTS];
 
 /// Series handles of one edge, by response code and flag, made on first use.
 pub struct Edge {
@@ -566,7 +573,7 @@ impl IstioMetrics {
         }
     }
 
-    /// Count a response on `edge`: `flag` is Envoy's code (`None`: no flag), `grpc_status`
+    /// Count a response on `edge`: `flag` is Envoy's flag (`None`: no flag), `grpc_status`
     /// set for gRPC requests; duration in µs, sizes in bytes. The cached handles are used in
     /// place (no reference-count traffic).
     #[allow(clippy::too_many_arguments)]
@@ -574,7 +581,7 @@ impl IstioMetrics {
         &self,
         edge: &Edge,
         code: u16,
-        flag: Option<&'static str>,
+        flag: Option<crate::core::local_reply::ResponseFlag>,
         grpc_status: Option<&'static str>,
         duration_us: u64,
         request_bytes: u64,
@@ -609,13 +616,11 @@ impl IstioMetrics {
             grpc_status: grpc_status.unwrap_or(""),
             flags,
         };
-        let flags = flag.unwrap_or("-");
-        let slot = match flag {
-            None => Some(0),
-            Some(f) => FLAG_CODES.iter().position(|c| *c == f),
-        };
-        match (grpc_status, slot, edge.by_code.get(code as usize)) {
-            (None, Some(slot), Some(by_flag)) => by_flag
+        let flags = flag.map_or("-", |f| f.code());
+        // A fieldless enum's position: an index, no string compared.
+        let slot = flag.map_or(0, |f| f as usize + 1);
+        match (grpc_status, edge.by_code.get(code as usize)) {
+            (None, Some(by_flag)) if slot < FLAG_SLOTS => by_flag
                 .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[slot]
                 .get_or_init(|| self.http_series(&labels(flags), edge.off))
                 .record(edge.off, duration_us, request_bytes, response_bytes),
@@ -696,15 +701,25 @@ mod tests {
         );
     }
 
+    use crate::core::local_reply::ResponseFlag;
+
     #[test]
     fn series_are_shared_by_edge_code_and_flag() {
         let m = IstioMetrics::new();
         let e = edge();
         m.record_http(&e, 200, None, None, 1000, 0, 10);
         m.record_http(&e, 200, None, None, 1000, 0, 10);
-        m.record_http(&e, 429, Some("RL"), None, 1000, 0, 10);
+        m.record_http(&e, 429, Some(ResponseFlag::RateLimited), None, 1000, 0, 10);
         m.record_http(&e, 200, None, Some("0"), 1000, 0, 10);
-        m.record_http(&e, 999, Some("XX"), None, 1000, 0, 10);
+        m.record_http(
+            &e,
+            999,
+            Some(ResponseFlag::DelayInjected),
+            None,
+            1000,
+            0,
+            10,
+        );
         let mut out = String::new();
         m.encode(&mut out);
         let line = |labels: &str| {
@@ -728,7 +743,10 @@ mod tests {
             line("request_protocol=\"grpc\",response_code=\"200\",grpc_response_status=\"0\""),
             "1"
         );
-        assert_eq!(line("response_flags=\"XX\""), "1");
+        assert_eq!(
+            line("response_code=\"999\",grpc_response_status=\"\",response_flags=\"DI\""),
+            "1"
+        );
         assert!(
             out.contains(
                 "istio_request_duration_milliseconds_bucket{le=\"0.5\",reporter=\"source\""

@@ -87,7 +87,7 @@ pub(super) fn record(
     shared.metrics.istio.record_http(
         edge,
         response.status().as_u16(),
-        flag.map(ResponseFlag::code),
+        flag,
         grpc,
         elapsed.as_micros() as u64,
         request.bytes,

@@ -145,10 +145,12 @@ fn finish(
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    // One clock read for both.
+    let elapsed = start.elapsed();
     istio_record::record(
         shared,
         conn,
-        start.elapsed(),
+        elapsed,
         &response,
         outcome.route.as_deref(),
         outcome.istio,
@@ -157,7 +159,7 @@ fn finish(
     record(
         shared,
         conn,
-        start,
+        elapsed,
         response.status(),
         outcome,
         notes,
@@ -196,7 +198,7 @@ impl Answer {
 fn record(
     shared: &Shared,
     conn: &ConnCtx,
-    start: Instant,
+    elapsed: std::time::Duration,
     status: http::StatusCode,
     outcome: &Outcome,
     notes: &Notes,
@@ -204,7 +206,6 @@ fn record(
     log: Option<LogFields>,
 ) {
     let status = status.as_u16();
-    let elapsed = start.elapsed();
     let metrics = &shared.metrics;
     metrics.requests.inc();
     metrics.duration.observe(elapsed.as_secs_f64());
