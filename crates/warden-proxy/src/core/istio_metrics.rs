@@ -238,30 +238,38 @@ pub struct AtomicHistogram(Arc<HistogramInner>);
 #[derive(Debug)]
 struct HistogramInner {
     scale: u64,
-    /// [`BUCKETS`] in `1/scale` units, rounded down (an integer is `<= 0.5` iff `<= 0`).
-    bounds: [u64; BUCKETS.len()],
+    /// The buckets' upper bounds in the unit, as exposed.
+    unit_bounds: Box<[f64]>,
+    /// The same in `1/scale` units, rounded down (an integer is `<= 0.5` iff `<= 0`).
+    bounds: Box<[u64]>,
     /// Per bucket, not cumulative; the last one is `+Inf`.
-    counts: [AtomicU64; BUCKETS.len() + 1],
+    counts: Box<[AtomicU64]>,
     sum: AtomicU64,
 }
 
 impl AtomicHistogram {
-    pub fn with_scale(scale: u64) -> Self {
+    /// Buckets `unit_bounds` (ascending, in the unit), values observed in `1/scale` units.
+    pub fn new(unit_bounds: impl IntoIterator<Item = f64>, scale: u64) -> Self {
+        let unit_bounds: Box<[f64]> = unit_bounds.into_iter().collect();
         AtomicHistogram(Arc::new(HistogramInner {
             scale,
-            bounds: BUCKETS.map(|b| (b * scale as f64) as u64),
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            bounds: unit_bounds
+                .iter()
+                .map(|b| (b * scale as f64) as u64)
+                .collect(),
+            counts: (0..=unit_bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            unit_bounds,
             sum: AtomicU64::new(0),
         }))
     }
 
-    /// For milliseconds observed in microseconds.
+    /// Istio's milliseconds, observed in microseconds.
     pub fn millis() -> Self {
-        Self::with_scale(1000)
+        Self::new(BUCKETS, 1000)
     }
 
     pub fn bytes() -> Self {
-        Self::with_scale(1)
+        Self::new(BUCKETS, 1)
     }
 
     pub fn observe(&self, value: u64) {
@@ -272,15 +280,19 @@ impl AtomicHistogram {
             .bounds
             .iter()
             .position(|&b| value <= b)
-            .unwrap_or(BUCKETS.len());
-        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+            .unwrap_or(self.0.bounds.len());
+        if let Some(c) = self.0.counts.get(i) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
         self.0.sum.fetch_add(value, Ordering::Relaxed);
     }
 
     /// (sum in the unit, count, per-bucket counts with `+Inf` as `f64::MAX`): the encoder
     /// makes them cumulative.
     fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
-        let buckets: Vec<(f64, u64)> = BUCKETS
+        let buckets: Vec<(f64, u64)> = self
+            .0
+            .unit_bounds
             .iter()
             .copied()
             .chain(std::iter::once(f64::MAX))

@@ -1,13 +1,14 @@
 //! Prometheus metrics of the proxy (served on the admin `/stats/prometheus`), plus a typed view
 //! of the main counters for tests and embedders.
 
+use crate::core::istio_metrics::AtomicHistogram;
 use crate::core::metrics_exposition::{self, Exposition};
 use prometheus_client::encoding::text;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -157,7 +158,8 @@ pub struct Metrics {
     pub global_rate_limit: GlobalRateLimitMetrics,
     pub requests_by_route: Family<RouteCodeLabels, Counter>,
     pub requests: Counter,
-    pub duration: Histogram,
+    /// Seconds, observed in microseconds (atomic buckets: no lock per request).
+    pub duration: AtomicHistogram,
     pub active_connections: Gauge,
     pub tcp_connections: Counter,
     upstream_errors: Family<KindLabels, Counter>,
@@ -188,7 +190,7 @@ impl Metrics {
         let requests_by_route = Family::<RouteCodeLabels, Counter>::default();
         let requests = Counter::default();
         // 100µs .. ~52s, doubling.
-        let duration = Histogram::new(exponential_buckets(0.0001, 2.0, 20));
+        let duration = AtomicHistogram::new(exponential_buckets(0.0001, 2.0, 20), 1_000_000);
         let active_connections = Gauge::default();
         let tcp_connections = Counter::default();
         let upstream_errors = Family::<KindLabels, Counter>::default();

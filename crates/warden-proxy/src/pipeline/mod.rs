@@ -208,7 +208,7 @@ fn record(
     let status = status.as_u16();
     let metrics = &shared.metrics;
     metrics.requests.inc();
-    metrics.duration.observe(elapsed.as_secs_f64());
+    metrics.duration.observe(elapsed.as_micros() as u64);
     match &outcome.route {
         Some(route) => {
             if let Some(c) = route
