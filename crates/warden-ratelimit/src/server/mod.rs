@@ -76,6 +76,7 @@ impl Server {
                 &settings.redis,
                 settings.redis_per_second.as_ref(),
                 settings.grpc_threads,
+                settings.ban_state_cache_ms,
                 format!(
                     "{}{}",
                     settings.limiter.cache_key_prefix,
