@@ -17,10 +17,10 @@ pub enum Place {
     Cookie(String),
 }
 
-/// A token and where it was.
+/// A token and where it was (borrowed from a header; a parameter's or cookie's is decoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    pub token: String,
+pub struct Found<'a> {
+    pub token: std::borrow::Cow<'a, str>,
     /// Index into [`Extractor::locations`].
     pub location: usize,
 }
@@ -88,7 +88,7 @@ impl Extractor {
     }
 
     /// Every token of the request, in Envoy's order (headers, parameters, cookies).
-    pub fn extract(&self, headers: &HeaderMap, query: Option<&str>) -> Vec<Found> {
+    pub fn extract<'a>(&self, headers: &'a HeaderMap, query: Option<&str>) -> Vec<Found<'a>> {
         let mut out = Vec::new();
         for (i, loc) in self.locations.iter().enumerate() {
             match &loc.place {
@@ -97,16 +97,20 @@ impl Extractor {
                         let Ok(v) = std::str::from_utf8(v.as_bytes()) else {
                             continue;
                         };
-                        let token = if prefix.is_empty() {
-                            v
+                        // Envoy looks for the prefix anywhere in the value; it is almost
+                        // always at the start, which needs no substring search.
+                        let at = if v.starts_with(prefix.as_str()) {
+                            Some(0)
                         } else {
-                            match v.find(prefix.as_str()) {
-                                Some(at) => after_prefix(v, at + prefix.len()),
-                                None => continue,
-                            }
+                            v.find(prefix.as_str())
+                        };
+                        let token = match at {
+                            _ if prefix.is_empty() => v,
+                            Some(at) => after_prefix(v, at + prefix.len()),
+                            None => continue,
                         };
                         out.push(Found {
-                            token: token.to_owned(),
+                            token: token.into(),
                             location: i,
                         });
                     }
@@ -114,7 +118,7 @@ impl Extractor {
                 Place::Param(key) => {
                     if let Some(v) = query.and_then(|q| param(q, key)) {
                         out.push(Found {
-                            token: v,
+                            token: v.into(),
                             location: i,
                         });
                     }
@@ -122,7 +126,7 @@ impl Extractor {
                 Place::Cookie(key) => {
                     if let Some(v) = cookie(headers, key) {
                         out.push(Found {
-                            token: v,
+                            token: v.into(),
                             location: i,
                         });
                     }
@@ -231,7 +235,7 @@ mod tests {
             let got: Vec<String> = x
                 .extract(&headers(h), q)
                 .into_iter()
-                .map(|f| f.token)
+                .map(|f| f.token.into_owned())
                 .collect();
             assert_eq!(got, want, "{h:?} {q:?}");
         }
@@ -259,7 +263,7 @@ mod tests {
         let found = x.extract(&h, Some("token=p%2Ep.p&access_token=no"));
         let got: Vec<(&str, &[usize])> = found
             .iter()
-            .map(|f| (f.token.as_str(), &x.locations[f.location].rules[..]))
+            .map(|f| (f.token.as_ref(), &x.locations[f.location].rules[..]))
             .collect();
         assert_eq!(
             got,

@@ -608,6 +608,7 @@ impl HttpFilter for GlobalRateLimit {
         metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
         // What earlier filters (Lua) wrote feeds the `metadata` actions.
+        state.settle_metadata();
         let metadata = state.dynamic_metadata.as_deref();
         Box::pin(self.decide(req, route, metadata, metrics))
     }

@@ -261,6 +261,7 @@ impl HttpFilter for LocalRateLimitFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
+        state.settle_metadata();
         match self.check_http(req, route, state.dynamic_metadata.as_deref()) {
             LimitVerdict::Pass {
                 response_headers,

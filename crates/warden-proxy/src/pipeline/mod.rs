@@ -89,17 +89,22 @@ pub fn handle<'a>(
         &mut state,
         &mut log,
     ) {
-        Decided::Now(response, limit_headers) => Handling::Answered(finish(
-            shared,
-            conn,
-            start,
-            response,
-            limit_headers,
-            &outcome,
-            &state.notes,
-            state.dynamic_metadata.as_deref(),
-            log,
-        )),
+        Decided::Now(response, limit_headers) => Handling::Answered({
+            if shared.access_log.is_some() {
+                state.settle_metadata();
+            }
+            finish(
+                shared,
+                conn,
+                start,
+                response,
+                limit_headers,
+                &outcome,
+                &state.notes,
+                state.dynamic_metadata.as_deref(),
+                log,
+            )
+        }),
         // One future holding the request once: no async block around `act` keeping its own
         // copy (the box stays below the upstream future's size class).
         Decided::Later(waiting) => Handling::Waiting(Box::pin(act(
@@ -701,6 +706,9 @@ async fn act(
         response
     };
     filters.on_response(reached, &route, &mut state, &mut response);
+    if shared.access_log.is_some() {
+        state.settle_metadata();
+    }
     finish(
         shared,
         conn,
