@@ -131,7 +131,7 @@ impl HttpFilter for JwtAuthnFilter {
         if is_cors_preflight(req) {
             return Flow::Continue;
         }
-        match self.authn.authenticate(req.headers, req.query) {
+        match self.authn.authenticate(req, req.query) {
             Outcome::Pass { identity, edits } => {
                 // Istio's `payload_in_metadata: payload`, read by the rate limits' `metadata`
                 // action and `claims` selectors, Lua and the access log: written when first

@@ -187,7 +187,10 @@ impl Filters {
     /// counted as readers whatever their rules say.
     pub fn reads_request_headers(&self) -> bool {
         self.chain.iter().any(|s| match s {
-            Stage::JwtAuthn | Stage::Rbac | Stage::GlobalRateLimit => true,
+            // jwt_authn reads its headers from the lines too (`RequestAttrs` as
+            // `RequestHeaders`), and the pipeline applies its edit to them.
+            Stage::JwtAuthn => false,
+            Stage::Rbac | Stage::GlobalRateLimit => true,
             Stage::LocalRateLimit => self
                 .local_rate_limit
                 .as_ref()

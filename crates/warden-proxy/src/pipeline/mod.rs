@@ -755,10 +755,13 @@ fn apply_edit(
         *lines = None;
         parts.headers = headers;
     }
-    if !edit.remove.is_empty() || !edit.append.is_empty() {
-        if let Some(l) = lines.take() {
-            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
-        }
+    if let Some(l) = lines
+        .as_mut()
+        .filter(|_| !edit.remove.is_empty() || !edit.append.is_empty())
+    {
+        // Lines kept as read stay lines: nothing reads the map (jwt_authn's token removed).
+        l.edit(&edit.remove, &edit.append);
+    } else if !edit.remove.is_empty() || !edit.append.is_empty() {
         for name in &edit.remove {
             parts.headers.remove(name);
         }
