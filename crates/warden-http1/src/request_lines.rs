@@ -153,7 +153,8 @@ mod tests {
         let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).unwrap();
         let line = |n: &str, v: &'static str| (name(n), HeaderValue::from_static(v));
         type Want = &'static [(&'static [u8], &'static [u8])];
-        let cases: [(Vec<HeaderName>, Vec<(HeaderName, HeaderValue)>, Want); 3] = [
+        type Added = Vec<(HeaderName, HeaderValue)>;
+        let cases: [(Vec<HeaderName>, Added, Want); 3] = [
             (
                 vec![name("authorization")],
                 vec![],
