@@ -6,7 +6,7 @@
 use crate::identity::Verified;
 use hashbrown::HashTable;
 use parking_lot::Mutex;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 const SHARDS: usize = 16;
@@ -25,9 +25,11 @@ type Shard = Mutex<HashTable<Entry>>;
 pub struct TokenCache {
     shards: Box<[Shard]>,
     per_shard: usize,
-    /// Keyed (tokens are chosen by clients); a token is hashed once per lookup, for its shard
-    /// and its slot (a token is hundreds of bytes: hashing is most of a hit's cost).
-    hasher: RandomState,
+    /// A token is hashed once per lookup, for its shard and its slot: a token is hundreds of
+    /// bytes and hashing was most of a hit's cost with SipHash. foldhash (seeded per cache) is
+    /// enough: only tokens whose signature verified get in, so clients cannot fill a slot
+    /// with colliding entries.
+    hasher: foldhash::fast::RandomState,
 }
 
 impl TokenCache {
@@ -35,7 +37,7 @@ impl TokenCache {
         TokenCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS),
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 
