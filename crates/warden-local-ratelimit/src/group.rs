@@ -20,9 +20,11 @@ use warden_config::ban::{BanCheck, BanSchedule};
 /// Which requests a group applies to.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Scope {
-    /// Empty (with `virtual_services` empty) = every request.
+    /// All three empty = every request.
     pub gateways: Vec<String>,
     pub virtual_services: Vec<String>,
+    /// Gateway API routes, as [`warden_config::gateway_api::route_source`] names them.
+    pub source_routes: Vec<String>,
 }
 
 /// How an EnvoyFilter `local_ratelimit` group relates to the request's route (Envoy: a route's
@@ -50,13 +52,28 @@ impl RouteBinding {
 }
 
 impl Scope {
+    fn everywhere(&self) -> bool {
+        self.gateways.is_empty()
+            && self.virtual_services.is_empty()
+            && self.source_routes.is_empty()
+    }
+
+    /// A connection (before any request): only Gateways scope it.
     #[inline]
-    pub(crate) fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
-        if self.gateways.is_empty() && self.virtual_services.is_empty() {
-            return true;
-        }
-        self.gateways.iter().any(|g| g == gateway)
-            || virtual_service.is_some_and(|vs| self.virtual_services.iter().any(|v| v == vs))
+    pub(crate) fn applies_to_connection(&self, gateway: &str) -> bool {
+        self.everywhere() || self.gateways.iter().any(|g| g == gateway)
+    }
+
+    #[inline]
+    pub(crate) fn applies(&self, gateway: &str, req: &RequestAttrs<'_>) -> bool {
+        self.everywhere()
+            || self.gateways.iter().any(|g| g == gateway)
+            || req
+                .virtual_service
+                .is_some_and(|vs| self.virtual_services.iter().any(|v| v == vs))
+            || req
+                .source_route
+                .is_some_and(|r| self.source_routes.iter().any(|s| s == r))
     }
 }
 
@@ -208,7 +225,7 @@ impl Group {
         now: u64,
     ) -> Option<Verdict<'_>> {
         if !self.binding.applies(req.route_local)
-            || !self.scope.applies(req.gateway, req.virtual_service)
+            || !self.scope.applies(req.gateway, req)
             || !self.enabled.sample()
         {
             return None;
