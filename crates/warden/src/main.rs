@@ -111,6 +111,13 @@ Logging (to stderr, every subcommand):
   RUST_LOG=FILTER  tracing filter directives; wins over LOG_LEVEL
   NO_COLOR=1       no colour codes (they are only written to a terminal anyway)";
 
+/// `command` and each of its subcommands, at every depth, with [`LOGGING_HELP`] under `--help`.
+fn with_logging_help(command: clap::Command) -> clap::Command {
+    command
+        .after_help(LOGGING_HELP)
+        .mut_subcommands(with_logging_help)
+}
+
 /// The subcommand a program name stands for: envoyproxy/ratelimit's image runs `/bin/ratelimit`,
 /// and warden's image links that name to warden (deploy/build-image.sh), so the reference's
 /// Deployments keep their `command`.
@@ -129,9 +136,7 @@ fn command_line() -> Vec<std::ffi::OsString> {
 }
 
 fn main() -> ExitCode {
-    let command = Cli::command()
-        .after_help(LOGGING_HELP)
-        .mut_subcommands(|sub| sub.after_help(LOGGING_HELP));
+    let command = with_logging_help(Cli::command());
     let cli = match Cli::from_arg_matches(&command.get_matches_from(command_line())) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

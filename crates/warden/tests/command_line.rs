@@ -281,12 +281,19 @@ fn every_subcommand_documents_its_logging() {
         .filter(|s| *s != "help")
         .collect();
     assert!(subcommands.len() > 10, "{top}");
-    for sub in subcommands {
-        let out = Command::new(WARDEN).args([sub, "--help"]).output().unwrap();
+    // Nested ones too (`warden ca issue`, `warden accel enable`).
+    let mut runs: Vec<Vec<&str>> = subcommands.iter().map(|s| vec![*s]).collect();
+    runs.extend([vec!["ca", "issue"], vec!["accel", "enable"]]);
+    for args in runs {
+        let out = Command::new(WARDEN)
+            .args(&args)
+            .arg("--help")
+            .output()
+            .unwrap();
         let help = output_text(&out);
         assert!(
             help.contains("LOG_FORMAT=json") && help.contains("LOG_LEVEL"),
-            "warden {sub} --help:\n{help}"
+            "warden {args:?} --help:\n{help}"
         );
     }
 }
