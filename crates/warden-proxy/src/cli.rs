@@ -765,6 +765,12 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
             let _ = writeln!(out, "{text}config OK");
+            if snapshot.listeners.is_empty() {
+                eprintln!(
+                    "note: no listener for this proxy; `warden proxy` starts from this config \
+                     only with --allow-empty-config"
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {

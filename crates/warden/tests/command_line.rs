@@ -64,6 +64,18 @@ fn a_config_without_listener_starts_only_with_allow_empty_config() {
         )
         .unwrap();
     for (config, skipped) in [(&empty, "0 Gateway(s)"), (&elsewhere, "1 Gateway(s)")] {
+        // `warden check` accepts it, and says what the proxy will do.
+        let out = Command::new(WARDEN)
+            .args(["check", "--label", "istio=ingressgateway", "-c"])
+            .arg(config)
+            .output()
+            .unwrap();
+        let text = output_text(&out);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(
+            text.contains("no listener") && text.contains("--allow-empty-config"),
+            "{text}"
+        );
         let out = run_proxy_to_exit(config, &["--label", "istio=ingressgateway"]);
         let text = output_text(&out);
         assert_eq!(out.status.code(), Some(1), "{text}");
