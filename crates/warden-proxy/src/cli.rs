@@ -713,14 +713,14 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let mesh_defaults = match &args.mesh_config {
+    let (mesh_defaults, xff_trusted_cidrs) = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
                 for w in warnings {
                     eprintln!("warning: {w}");
                 }
-                mesh.default_config
+                (mesh.default_config, mesh.warden.xff_trusted_cidrs)
             }
             Err(errors) => {
                 eprintln!("{errors}");
@@ -764,7 +764,37 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::FAILURE);
             }
-            let _ = writeln!(out, "{text}config OK");
+            let _ = write!(out, "{text}");
+            if let Some(trusted) = &xff_trusted_cidrs {
+                // As `warden proxy` refuses it: trusted proxies named and counted.
+                let hops = crate::runtime::gateway_topology::resolve(
+                    &snapshot,
+                    &mesh_defaults,
+                    None,
+                    None,
+                )
+                .map_or(0, |t| t.num_trusted_proxies);
+                if hops > 0 {
+                    eprintln!(
+                        "error: the mesh config's warden.xffTrustedCidrs and numTrustedProxies \
+                         {hops} both say which proxies to trust; Envoy refuses both, so keep one"
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                let cidrs: Vec<String> = trusted.cidrs.iter().map(|c| c.to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "trusted proxies by address: {} ({}; the mesh config's \
+                     warden.xffTrustedCidrs, instead of the count above)",
+                    cidrs.join(", "),
+                    if trusted.recurse {
+                        "recurse: the last x-forwarded-for entry outside them"
+                    } else {
+                        "the last x-forwarded-for entry"
+                    }
+                );
+            }
+            let _ = writeln!(out, "config OK");
             if snapshot.listeners.is_empty() {
                 eprintln!(
                     "note: no listener for this proxy; `warden proxy` starts from this config \

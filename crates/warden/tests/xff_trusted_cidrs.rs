@@ -99,4 +99,31 @@ fn trusted_cidrs_and_a_trusted_hop_count_are_not_both_taken() {
             && text.contains("the mesh config's defaultConfig.gatewayTopology"),
         "{text}"
     );
+    // `warden check` refuses it the same way, and shows the CIDRs when they are alone.
+    let check = |mesh: &std::path::Path| {
+        std::process::Command::new(common::WARDEN)
+            .args(["check", "-c"])
+            .arg(&config)
+            .arg("--mesh-config")
+            .arg(mesh)
+            .output()
+            .unwrap()
+    };
+    let out = check(&mesh);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("numTrustedProxies 1"), "{text}");
+    let alone = dir
+        .write(
+            "alone.yaml",
+            "warden:\n  xffTrustedCidrs: {cidrs: [10.0.0.0/8], recurse: true}\n",
+        )
+        .unwrap();
+    let out = check(&alone);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("trusted proxies by address: 10.0.0.0/8 (recurse"),
+        "{text}"
+    );
 }
