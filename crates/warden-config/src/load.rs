@@ -789,3 +789,32 @@ fn is_ratelimit_service_config(value: &serde_json::Value) -> bool {
         && value.get("domain").is_some_and(|d| d.is_string())
         && value.get("descriptors").is_some_and(|d| d.is_array())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_ratelimit_service_config;
+    use serde_json::json;
+
+    #[test]
+    fn a_ratelimit_service_config_is_told_apart_from_kubernetes_documents() {
+        for (doc, want) in [
+            (json!({"domain": "edge", "descriptors": []}), true),
+            (
+                json!({"domain": "edge", "descriptors": [{"key": "k"}]}),
+                true,
+            ),
+            (json!({"domain": "edge"}), false),
+            (json!({"domain": 1, "descriptors": []}), false),
+            (
+                json!({"kind": "ConfigMap", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+            (
+                json!({"apiVersion": "v1", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+        ] {
+            assert_eq!(is_ratelimit_service_config(&doc), want, "{doc}");
+        }
+    }
+}

@@ -374,3 +374,80 @@ fn match_descriptor<'d>(
     }
     Some((wild, Some(key)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (scope, gateway, virtual service, source route, applies).
+    #[test]
+    fn a_scope_takes_in_its_gateways_virtual_services_and_gateway_api_routes() {
+        let scope = |g: &[&str], vs: &[&str], routes: &[&str]| Scope {
+            gateways: g.iter().map(|s| s.to_string()).collect(),
+            virtual_services: vs.iter().map(|s| s.to_string()).collect(),
+            source_routes: routes.iter().map(|s| s.to_string()).collect(),
+        };
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let applies = |s: &Scope, gateway: &str, vs: Option<&str>, route: Option<&str>| {
+            s.applies(
+                gateway,
+                &RequestAttrs {
+                    client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                    method: &method,
+                    path: "/",
+                    query: None,
+                    authority: "a",
+                    scheme: "http",
+                    headers: &headers,
+                    gateway,
+                    virtual_service: vs,
+                    source_route: route,
+                    destination_cluster: None,
+                    route_local: &[],
+                    route_rate_limits: None,
+                    dynamic_metadata: None,
+                },
+            )
+        };
+        let foo = "HTTPRoute/default/foo";
+        let everywhere = scope(&[], &[], &[]);
+        let gw = scope(&["gw"], &[], &[]);
+        let vs = scope(&[], &["vs"], &[]);
+        let route = scope(&[], &[], &[foo]);
+        type Row<'a> = (&'a Scope, &'a str, Option<&'a str>, Option<&'a str>, bool);
+        let rows: &[Row] = &[
+            (&everywhere, "any", None, None, true),
+            (&gw, "gw", None, None, true),
+            (&gw, "other", Some("vs"), Some(foo), false),
+            (&vs, "gw", Some("vs"), None, true),
+            (&vs, "gw", Some("other"), None, false),
+            (&route, "gw", Some("gw-80-host"), Some(foo), true),
+            (
+                &route,
+                "gw",
+                Some("gw-80-host"),
+                Some("HTTPRoute/default/bar"),
+                false,
+            ),
+            (
+                &route,
+                "gw",
+                Some("gw-80-host"),
+                Some("HTTPRoute/other/foo"),
+                false,
+            ),
+            (&route, "gw", Some("HTTPRoute/default/foo"), None, false),
+        ];
+        for (s, gateway, v, r, want) in rows {
+            assert_eq!(
+                applies(s, gateway, *v, *r),
+                *want,
+                "{s:?} {gateway} {v:?} {r:?}"
+            );
+        }
+        assert!(everywhere.applies_to_connection("any"));
+        assert!(gw.applies_to_connection("gw") && !gw.applies_to_connection("other"));
+        assert!(!route.applies_to_connection("gw"));
+    }
+}
