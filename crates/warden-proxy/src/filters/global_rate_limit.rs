@@ -382,6 +382,7 @@ impl GlobalRateLimit {
             headers,
             gateway: gateways.first().map_or("", String::as_str),
             virtual_service: vs,
+            source_route: route.source_route.as_deref(),
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,

@@ -45,7 +45,7 @@ pub enum ServerError {
     },
     #[error("gRPC TLS: {0}")]
     GrpcTls(String),
-    #[error("redis settings: {0}")]
+    #[error("redis settings")]
     Redis(#[from] StoreError),
     #[error("cannot start the gRPC serving threads: {0}")]
     Threads(std::io::Error),
