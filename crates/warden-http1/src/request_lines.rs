@@ -73,17 +73,17 @@ impl RequestLines {
         let added = append
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
-        let mut text = Vec::with_capacity(
-            self.text.len()
-                + added
-                    .clone()
-                    .map(|(n, v)| LENGTHS + n.len() + v.len())
-                    .sum::<usize>(),
-        );
-        let kept = self
-            .iter()
-            .filter(|(n, _)| !remove.iter().any(|r| r.as_str().as_bytes() == *n));
-        for (name, value) in kept.chain(added) {
+        let kept = || {
+            self.iter()
+                .filter(|(n, _)| !remove.iter().any(|r| r.as_str().as_bytes() == *n))
+        };
+        // Exactly the new length: a box made from a longer buffer would be reallocated.
+        let len = kept()
+            .chain(added.clone())
+            .map(|(n, v)| LENGTHS + n.len() + v.len())
+            .sum();
+        let mut text = Vec::with_capacity(len);
+        for (name, value) in kept().chain(added) {
             // Kept lines' lengths fit (they did when read); names and values to add are far
             // below 4 GiB.
             let (Ok(name_len), Ok(value_len)) =
