@@ -31,7 +31,7 @@ pub fn tcp_notes(set: &ConfigSet, scope: &ProxyScope, tcp: &str) -> Vec<Problem>
             (Action::Deny, false) => "DENY",
             (Action::Deny, true) => "dry-run DENY",
             (Action::Audit, _) => "AUDIT",
-            // Rejected by validation (no ext-authz provider).
+            // The provider is asked about HTTP requests only (see `Custom`).
             (Action::Custom, _) => continue,
         };
         for (i, rule) in doc.spec.rules.iter().enumerate() {

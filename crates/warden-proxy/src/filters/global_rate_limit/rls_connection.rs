@@ -1,5 +1,6 @@
-//! One HTTP/2 connection to each rate limit service per worker thread, like Envoy's per-worker
-//! gRPC clients; calls are made on it by [`warden_ratelimit::grpc_client`].
+//! One HTTP/2 connection to each rate limit service (and ext_authz provider) per worker thread,
+//! like Envoy's per-worker gRPC clients; calls are made on it by
+//! [`warden_ratelimit::grpc_client`].
 //!
 //! The connection is made on first use, shared by the worker's concurrent calls while it is
 //! being made, replaced when it closes, and after a failed connect the service is not tried
@@ -28,11 +29,13 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After a failed connect, calls fail without trying again for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 
-/// A live connection: its sender, its ShouldRateLimit URI, and whether its task has ended.
+/// A live connection: its sender, its ShouldRateLimit URI, its authority, and whether its
+/// task has ended.
 #[derive(Clone)]
 struct Live {
     send: SendRequest<Bytes>,
     uri: Uri,
+    authority: Authority,
     closed: Arc<AtomicBool>,
 }
 
@@ -64,6 +67,16 @@ impl RlsConnection {
         let ask = [(LEASE_HEADER, HeaderValue::from_static("1"))];
         let metadata = if ask_lease { &ask[..] } else { &[] };
         grpc_client::unary_with_metadata(self.0.send, &self.0.uri, metadata, request).await
+    }
+
+    /// One unary call of `method` (a `/package.Service/Method` path).
+    pub async fn unary<Req: prost::Message, Resp: prost::Message + Default>(
+        self,
+        method: &'static str,
+        request: &Req,
+    ) -> Result<Resp, tonic::Status> {
+        let uri = grpc_client::method_uri(&self.0.authority, method);
+        grpc_client::unary(self.0.send, &uri, request).await
     }
 }
 
@@ -117,7 +130,7 @@ pub fn authority(address: &str) -> Result<Authority, String> {
 
 async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| -> Arc<str> {
-        Arc::from(format!("{what} rate limit service {authority}: {e}"))
+        Arc::from(format!("{what} gRPC service {authority}: {e}"))
     };
     let connecting = tokio::net::TcpStream::connect(authority.as_str());
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
@@ -139,16 +152,21 @@ async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
     tokio::spawn(async move {
         tokio::select! {
             result = connection => if let Err(e) = result {
-                tracing::debug!(error = %e, "rate limit service connection closed");
+                tracing::debug!(error = %e, "gRPC service connection closed");
             },
             () = keep_alive(ping_pong) => {
-                tracing::debug!("rate limit service did not answer a keep-alive PING; closing");
+                tracing::debug!("gRPC service did not answer a keep-alive PING; closing");
             }
         }
         done.store(true, Ordering::Relaxed);
     });
     let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
-    Ok(Live { send, uri, closed })
+    Ok(Live {
+        send,
+        uri,
+        authority,
+        closed,
+    })
 }
 
 /// Returns when a PING goes unanswered (or cannot be sent); never without a PingPong.

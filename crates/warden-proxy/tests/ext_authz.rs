@@ -1,0 +1,366 @@
+//! External authorization end to end (AuthorizationPolicy CUSTOM, Envoy's ext_authz): a
+//! gateway-mode proxy in process, a Python grpcio provider on Envoy's published protos
+//! following Istio's samples/extauthz contract (`fixtures/ext_authz/grpc_provider.py`: allow
+//! iff `x-ext-authz: allow`, deny with its body, echo what it received, log every check), and
+//! the istio.io "External Authorization" task's policy and mesh config, unchanged apart from
+//! the provider's address (a ServiceEntry for `ext-authz.foo.svc.cluster.local` on loopback).
+
+mod common;
+
+use common::{addr, client, closed_port, echo_http, gateway, inline, service_entry};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
+use warden_testkit::{free_port, wait_until, KillOnDrop};
+
+/// The task's policy (samples: `ext-authz` in namespace foo, for `app: httpbin`).
+const TASK_POLICY: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: ext-authz
+  namespace: foo
+spec:
+  selector:
+    matchLabels:
+      app: httpbin
+  action: CUSTOM
+  provider:
+    # The provider name must match the extension provider defined in the mesh config.
+    # You can also replace this with sample-ext-authz-http to test the other external authorizer definition.
+    name: sample-ext-authz-grpc
+  rules:
+  # The rules specify when to trigger the external authorizer.
+  - to:
+    - operation:
+        paths: ["/headers"]
+"#;
+
+/// The task's mesh config (`extensionProviders` of the `istio` ConfigMap's `mesh`).
+const TASK_MESH: &str = r#"extensionProviders:
+- name: "sample-ext-authz-grpc"
+  envoyExtAuthzGrpc:
+    service: "ext-authz.foo.svc.cluster.local"
+    port: "9000"
+- name: "sample-ext-authz-http"
+  envoyExtAuthzHttp:
+    service: "ext-authz.foo.svc.cluster.local"
+    port: "8000"
+    includeRequestHeadersInCheck: ["x-ext-authz"]
+"#;
+
+const DENY_BODY: &str =
+    "denied by ext_authz for not found header `x-ext-authz: allow` in the request";
+
+/// A Python provider on a free port, logging its checks to a file; killed on drop.
+struct GrpcProvider {
+    port: u16,
+    log: PathBuf,
+    _dir: warden_testkit::TempDir,
+    _process: KillOnDrop,
+}
+
+impl GrpcProvider {
+    fn start(hang: bool) -> GrpcProvider {
+        let dir = warden_testkit::TempDir::new("ext-authz").unwrap();
+        let log = dir.path().join("checks.log");
+        std::fs::write(&log, "").unwrap();
+        let port = free_port().unwrap();
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ext_authz/grpc_provider.py");
+        let mut command = std::process::Command::new("python3");
+        command.arg(script).arg(port.to_string()).arg(&log);
+        if hang {
+            command.arg("--hang");
+        }
+        let process = KillOnDrop::spawn(command).expect(
+            "python3 runs (grpcio and xds-protos from PyPI: python3 -m pip install grpcio xds-protos)",
+        );
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "the grpc provider listens on {port}");
+        GrpcProvider {
+            port,
+            log,
+            _dir: dir,
+            _process: process,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        ([127, 0, 0, 1], self.port).into()
+    }
+
+    /// The paths it was asked about, in order.
+    fn checks(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The registry entry of the task's `ext-authz` service: its gRPC port 9000 at `at`.
+fn provider_service(at: SocketAddr) -> String {
+    format!(
+        "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext-authz, namespace: foo}}\nspec:\n  hosts: [ext-authz.foo.svc.cluster.local]\n  resolution: STATIC\n  ports:\n  - {{number: 9000, name: grpc, protocol: GRPC}}\n  endpoints:\n  - address: {}\n    ports: {{grpc: {}}}\n",
+        at.ip(),
+        at.port()
+    )
+}
+
+/// A gateway routing every request to `upstream` (httpbin's stand-in), with `policies`, and
+/// the provider service at `provider`.
+fn config(upstream: SocketAddr, provider: SocketAddr, policies: &str) -> String {
+    format!(
+        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: httpbin\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - route:\n    - destination: {{host: echo.internal}}\n{se}{provider}---\n{policies}",
+        gw = gateway(&[(0, "HTTP")]),
+        se = service_entry("echo.internal", &[upstream]),
+        provider = provider_service(provider),
+    )
+}
+
+/// A proxy in namespace foo labelled `app: httpbin` (what the task's policy selects), with
+/// the mesh config's extension providers.
+fn start(yaml: &str, mesh: &str) -> RunningProxy {
+    let (mesh, _) =
+        warden_config::mesh_config::parse_mesh_config(Path::new("mesh.yaml"), mesh).unwrap();
+    let mut opts = ProxyOptions::loopback(inline(yaml));
+    opts.namespace = "foo".into();
+    opts.labels.insert("app".into(), "httpbin".into());
+    opts.extension_providers = Arc::new(mesh.extension_providers);
+    Proxy::start(opts).expect("proxy starts")
+}
+
+/// The task's gRPC provider with its settings replaced by `settings` (YAML lines under
+/// `envoyExtAuthzGrpc`).
+fn grpc_mesh(settings: &str) -> String {
+    format!(
+        "extensionProviders:\n- name: sample-ext-authz-grpc\n  envoyExtAuthzGrpc:\n    service: ext-authz.foo.svc.cluster.local\n    port: 9000\n{settings}"
+    )
+}
+
+async fn get(
+    proxy: &RunningProxy,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, String) {
+    let url = format!("http://{}{path}", addr(proxy, 0));
+    let mut req = client().get(url).header("host", "httpbin.foo:8000");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    (status, h, resp.text().await.unwrap())
+}
+
+async fn post(
+    proxy: &RunningProxy,
+    path: &str,
+    body: &'static str,
+) -> (u16, http::HeaderMap, String) {
+    let url = format!("http://{}{path}", addr(proxy, 0));
+    let resp = client()
+        .post(url)
+        .header("x-ext-authz", "allow")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    (status, h, resp.text().await.unwrap())
+}
+
+/// What the provider said it received (its `x-ext-authz-check-received` JSON).
+fn received(headers: &http::HeaderMap, name: &str) -> serde_json::Value {
+    let text = headers
+        .get(name)
+        .unwrap_or_else(|| panic!("{name} in {headers:?}"))
+        .to_str()
+        .unwrap();
+    serde_json::from_str(text).unwrap()
+}
+
+/// The task's steps: `/headers` with `x-ext-authz: deny` is denied with the provider's body,
+/// with `x-ext-authz: allow` reaches httpbin carrying `x-ext-authz-check-result: allowed`,
+/// and `/ip` is never checked (the provider counts two checks). The answer's other edits land:
+/// a header removed upstream, one added to the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
+    let provider = GrpcProvider::start(false);
+    let upstream = echo_http("httpbin").await;
+    let proxy = start(
+        &config(upstream.addr, provider.addr(), TASK_POLICY),
+        TASK_MESH,
+    );
+
+    let (status, h, body) = get(&proxy, "/headers", &[("x-ext-authz", "deny")]).await;
+    assert_eq!((status, body.as_str()), (403, DENY_BODY));
+    assert_eq!(h["x-ext-authz-check-result"], "denied");
+    assert!(h.get("x-upstream").is_none(), "denied before the upstream");
+    let seen = received(&h, "x-ext-authz-check-received");
+    assert_eq!(seen["path"], "/headers");
+    assert_eq!(seen["x-ext-authz"], "deny");
+    assert_eq!(seen["source"], "127.0.0.1");
+
+    let (status, h, _) = get(
+        &proxy,
+        "/headers?x=1",
+        &[("x-ext-authz", "allow"), ("x-remove-me", "secret")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(h["x-upstream"], "httpbin");
+    assert_eq!(h["x-echo-h-x-ext-authz-check-result"], "allowed");
+    let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
+    assert_eq!(
+        (&seen["method"], &seen["path"]),
+        (&"GET".into(), &"/headers?x=1".into())
+    );
+    assert_eq!(seen["host"], "httpbin.foo:8000");
+    assert!(h.get("x-echo-h-x-remove-me").is_none(), "{h:?}");
+    assert_eq!(h["x-ext-authz-downstream"], "allowed");
+
+    let (status, h, _) = get(&proxy, "/ip", &[]).await;
+    assert_eq!(status, 200);
+    assert!(h.get("x-echo-h-x-ext-authz-check-result").is_none());
+    assert_eq!(provider.checks(), ["/headers", "/headers?x=1"]);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// A provider that is down or answers past `timeout`: 403 (no body) by default, the
+/// `statusOnError` when set, the upstream's answer with `failOpen`. Paths the policy does not
+/// match are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_status_on_error_and_timeouts() {
+    let upstream = echo_http("httpbin").await;
+    let down = closed_port().await;
+    let hanging = GrpcProvider::start(true);
+    for (at, what) in [(down.addr(), "down"), (hanging.addr(), "hanging")] {
+        let yaml = config(upstream.addr, at, TASK_POLICY);
+        let cases = [
+            ("    timeout: 300ms\n", 403, ""),
+            ("    timeout: 300ms\n    statusOnError: \"503\"\n", 503, ""),
+            ("    timeout: 300ms\n    failOpen: true\n", 200, "httpbin"),
+        ];
+        for (settings, want, upstream_name) in cases {
+            let proxy = start(&yaml, &grpc_mesh(settings));
+            let (status, h, body) = get(&proxy, "/headers", &[("x-ext-authz", "allow")]).await;
+            assert_eq!(status, want, "{what} {settings}");
+            if want != 200 {
+                assert_eq!(body, "", "{what} {settings}");
+            }
+            assert_eq!(
+                h.get("x-upstream")
+                    .map(|v| v.to_str().unwrap())
+                    .unwrap_or(""),
+                upstream_name
+            );
+            let (status, _, _) = get(&proxy, "/ip", &[]).await;
+            assert_eq!(status, 200, "unchecked path, {what}");
+            proxy.shutdown(Duration::from_secs(1));
+        }
+    }
+    assert_eq!(hanging.checks().len(), 3, "one check per hanging case");
+}
+
+/// `includeRequestBodyInCheck`: a body within `maxRequestBytes` is sent whole; a longer one is
+/// cut (`x-envoy-auth-partial-body: true`) with `allowPartialMessage` and refused 413 without;
+/// the upstream gets the whole body either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_body_is_passed_and_cut_at_max_request_bytes() {
+    let provider = GrpcProvider::start(false);
+    let upstream = echo_http("httpbin").await;
+    let yaml = config(upstream.addr, provider.addr(), TASK_POLICY);
+    let partial = start(
+        &yaml,
+        &grpc_mesh("    includeRequestBodyInCheck:\n      maxRequestBytes: 8\n      allowPartialMessage: true\n"),
+    );
+    let (status, h, body) = post(&partial, "/headers", "0123456789abcdef").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, "0123456789abcdef", "the upstream gets it all");
+    let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
+    assert_eq!(
+        (&seen["body"], &seen["partial"]),
+        (&"01234567".into(), &"true".into())
+    );
+    let (status, h, body) = post(&partial, "/headers", "short").await;
+    assert_eq!((status, body.as_str()), (200, "short"));
+    let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
+    assert_eq!(
+        (&seen["body"], &seen["partial"]),
+        (&"short".into(), &"false".into())
+    );
+    partial.shutdown(Duration::from_secs(1));
+
+    let whole = start(
+        &yaml,
+        &grpc_mesh(
+            "    includeRequestBodyInCheck:\n      maxRequestBytes: 8\n      packAsBytes: true\n",
+        ),
+    );
+    let (status, _, _) = post(&whole, "/headers", "0123456789abcdef").await;
+    assert_eq!(status, 413);
+    let (status, h, _) = post(&whole, "/headers", "bytes").await;
+    assert_eq!(status, 200);
+    let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
+    assert_eq!(seen["body"], "bytes", "raw_body");
+    whole.shutdown(Duration::from_secs(1));
+    assert_eq!(
+        provider.checks().len(),
+        3,
+        "the 413 is answered before any check"
+    );
+}
+
+/// A policy naming a provider the mesh config lacks: every request is denied, as Istio's
+/// deny-all, and the snapshot's warnings (what `warden check` prints) say why; a dry-run
+/// CUSTOM policy sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_provider_denies_everything_and_dry_run_sends_nothing() {
+    let provider = GrpcProvider::start(false);
+    let upstream = echo_http("httpbin").await;
+    let unknown = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: nope");
+    let yaml = config(upstream.addr, provider.addr(), &unknown);
+    let proxy = start(&yaml, TASK_MESH);
+    let (status, _, body) = get(&proxy, "/ip", &[("x-ext-authz", "allow")]).await;
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    proxy.shutdown(Duration::from_secs(1));
+
+    let (mesh, _) =
+        warden_config::mesh_config::parse_mesh_config(Path::new("mesh.yaml"), TASK_MESH).unwrap();
+    let identity = warden_proxy::ProxyIdentity {
+        namespace: "foo".into(),
+        labels: [("app".to_string(), "httpbin".to_string())].into(),
+        extension_providers: Arc::new(mesh.extension_providers),
+        ..Default::default()
+    };
+    let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
+    let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
+    let warnings: Vec<String> = snap.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("AuthorizationPolicy/ext-authz")
+                && w.contains("spec.provider.name")
+                && w.contains("\"nope\"")
+                && w.contains("every request to this workload is denied")),
+        "{warnings:?}"
+    );
+
+    let dry_run = TASK_POLICY.replace(
+        "  namespace: foo\n",
+        "  namespace: foo\n  annotations: {\"istio.io/dry-run\": \"true\"}\n",
+    );
+    let proxy = start(&config(upstream.addr, provider.addr(), &dry_run), TASK_MESH);
+    let (status, _, _) = get(&proxy, "/headers", &[("x-ext-authz", "deny")]).await;
+    assert_eq!(status, 200);
+    assert!(provider.checks().is_empty());
+    proxy.shutdown(Duration::from_secs(1));
+}
