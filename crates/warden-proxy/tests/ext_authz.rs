@@ -364,3 +364,114 @@ async fn an_unknown_provider_denies_everything_and_dry_run_sends_nothing() {
     assert!(provider.checks().is_empty());
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// Exactly `count` GETs of `url` over `connections` connections with `headers`; status ->
+/// count (0: transport errors).
+async fn send(
+    url: &str,
+    count: u64,
+    connections: usize,
+    headers: &[(&str, &str)],
+) -> std::collections::BTreeMap<u16, u64> {
+    use warden_load::load::{self, LoadConfig};
+    let report = load::run(LoadConfig {
+        target: url.to_string(),
+        connections,
+        requests: Some(count),
+        duration: None,
+        timeout: Duration::from_secs(10),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+            .collect(),
+        ..LoadConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut codes = report.status_codes.clone();
+    let errors: u64 = report.errors.values().sum();
+    if errors > 0 {
+        codes.insert(0, errors);
+    }
+    codes
+}
+
+/// A local limit keyed by what the provider decided: it returns the client's plan (`x-plan`
+/// header and `plan` dynamic metadata; `x-api-key: key-pro` is pro), and the local limiter's
+/// descriptors give free clients 10 and pro clients 100 requests, exactly, over 8 connections
+/// each at once; keyed by the `request_headers` action on the header the provider set, then by
+/// the `metadata` action on `envoy.filters.http.ext_authz`. A client's own `x-plan: pro` is
+/// overwritten by the provider's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_keyed_by_the_providers_plan_is_exact_under_concurrency() {
+    let provider = GrpcProvider::start(false);
+    let upstream = echo_http("httpbin").await;
+    for action in [
+        "{request_headers: {header_name: x-plan, descriptor_key: plan}}",
+        "{metadata: {descriptor_key: plan, metadata_key: {key: envoy.filters.http.ext_authz, path: [{key: plan}]}}}",
+    ] {
+        let limits = format!(
+            r#"---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: per-plan, namespace: foo}}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match: {{context: GATEWAY, listener: {{filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager}}}}}}}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.local_ratelimit
+        typed_config:
+          "@type": type.googleapis.com/udpa.type.v1.TypedStruct
+          type_url: type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+          value:
+            stat_prefix: http_local_rate_limiter
+            token_bucket: {{max_tokens: 100000, tokens_per_fill: 100000, fill_interval: 86400s}}
+            filter_enabled: {{runtime_key: e, default_value: {{numerator: 100, denominator: HUNDRED}}}}
+            filter_enforced: {{runtime_key: f, default_value: {{numerator: 100, denominator: HUNDRED}}}}
+            descriptors:
+            - entries: [{{key: plan, value: free}}]
+              token_bucket: {{max_tokens: 10, tokens_per_fill: 10, fill_interval: 86400s}}
+            - entries: [{{key: plan, value: pro}}]
+              token_bucket: {{max_tokens: 100, tokens_per_fill: 100, fill_interval: 86400s}}
+  - applyTo: HTTP_ROUTE
+    match: {{context: GATEWAY, routeConfiguration: {{vhost: {{route: {{action: ANY}}}}}}}}
+    patch:
+      operation: MERGE
+      value:
+        route:
+          rate_limits:
+          - actions: [{action}]
+"#
+        );
+        let policies = format!("{TASK_POLICY}{limits}");
+        let proxy = start(
+            &config(upstream.addr, provider.addr(), &policies),
+            TASK_MESH,
+        );
+        let url = format!("http://{}/headers", addr(&proxy, 0));
+        let (free, pro) = tokio::join!(
+            send(
+                &url,
+                30,
+                8,
+                &[("x-ext-authz", "allow"), ("x-plan", "pro")]
+            ),
+            send(
+                &url,
+                130,
+                8,
+                &[("x-ext-authz", "allow"), ("x-api-key", "key-pro")]
+            ),
+        );
+        assert_eq!(free, [(200, 10), (429, 20)].into(), "free, {action}");
+        assert_eq!(pro, [(200, 100), (429, 30)].into(), "pro, {action}");
+        // Denied requests never reach the limiter.
+        let (status, _, _) = get(&proxy, "/headers", &[("x-ext-authz", "deny")]).await;
+        assert_eq!(status, 403, "{action}");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+    assert_eq!(provider.checks().len(), 2 * (30 + 130 + 1));
+}
