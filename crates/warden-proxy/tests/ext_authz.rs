@@ -54,23 +54,34 @@ const DENY_BODY: &str =
     "denied by ext_authz for not found header `x-ext-authz: allow` in the request";
 
 /// A Python provider on a free port, logging its checks to a file; killed on drop.
-struct GrpcProvider {
+struct Provider {
     port: u16,
     log: PathBuf,
     _dir: warden_testkit::TempDir,
     _process: KillOnDrop,
 }
 
-impl GrpcProvider {
-    fn start(hang: bool) -> GrpcProvider {
+impl Provider {
+    /// `fixtures/ext_authz/grpc_provider.py`.
+    fn grpc(hang: bool) -> Provider {
+        Provider::start("grpc_provider.py", hang)
+    }
+
+    /// `fixtures/ext_authz/http_provider.py`.
+    fn http() -> Provider {
+        Provider::start("http_provider.py", false)
+    }
+
+    fn start(script: &str, hang: bool) -> Provider {
         let dir = warden_testkit::TempDir::new("ext-authz").unwrap();
         let log = dir.path().join("checks.log");
         std::fs::write(&log, "").unwrap();
         let port = free_port().unwrap();
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ext_authz/grpc_provider.py");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/ext_authz")
+            .join(script);
         let mut command = std::process::Command::new("python3");
-        command.arg(script).arg(port.to_string()).arg(&log);
+        command.arg(path).arg(port.to_string()).arg(&log);
         if hang {
             command.arg("--hang");
         }
@@ -80,8 +91,8 @@ impl GrpcProvider {
         let up = wait_until(Duration::from_secs(20), || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        assert!(up, "the grpc provider listens on {port}");
-        GrpcProvider {
+        assert!(up, "the {script} provider listens on {port}");
+        Provider {
             port,
             log,
             _dir: dir,
@@ -103,11 +114,13 @@ impl GrpcProvider {
     }
 }
 
-/// The registry entry of the task's `ext-authz` service: its gRPC port 9000 at `at`.
+/// The registry entry of the task's `ext-authz` service: its gRPC port 9000 and HTTP port
+/// 8000 both at `at` (a test runs one provider).
 fn provider_service(at: SocketAddr) -> String {
     format!(
-        "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext-authz, namespace: foo}}\nspec:\n  hosts: [ext-authz.foo.svc.cluster.local]\n  resolution: STATIC\n  ports:\n  - {{number: 9000, name: grpc, protocol: GRPC}}\n  endpoints:\n  - address: {}\n    ports: {{grpc: {}}}\n",
+        "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext-authz, namespace: foo}}\nspec:\n  hosts: [ext-authz.foo.svc.cluster.local]\n  resolution: STATIC\n  ports:\n  - {{number: 9000, name: grpc, protocol: GRPC}}\n  - {{number: 8000, name: http, protocol: HTTP}}\n  endpoints:\n  - address: {}\n    ports: {{grpc: {}, http: {}}}\n",
         at.ip(),
+        at.port(),
         at.port()
     )
 }
@@ -164,10 +177,19 @@ async fn post(
     path: &str,
     body: &'static str,
 ) -> (u16, http::HeaderMap, String) {
+    post_as(proxy, path, body, "allow").await
+}
+
+async fn post_as(
+    proxy: &RunningProxy,
+    path: &str,
+    body: &'static str,
+    ext_authz: &str,
+) -> (u16, http::HeaderMap, String) {
     let url = format!("http://{}{path}", addr(proxy, 0));
     let resp = client()
         .post(url)
-        .header("x-ext-authz", "allow")
+        .header("x-ext-authz", ext_authz)
         .body(body)
         .send()
         .await
@@ -193,7 +215,7 @@ fn received(headers: &http::HeaderMap, name: &str) -> serde_json::Value {
 /// a header removed upstream, one added to the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
-    let provider = GrpcProvider::start(false);
+    let provider = Provider::grpc(false);
     let upstream = echo_http("httpbin").await;
     let proxy = start(
         &config(upstream.addr, provider.addr(), TASK_POLICY),
@@ -241,7 +263,7 @@ async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
 async fn fail_open_status_on_error_and_timeouts() {
     let upstream = echo_http("httpbin").await;
     let down = closed_port().await;
-    let hanging = GrpcProvider::start(true);
+    let hanging = Provider::grpc(true);
     for (at, what) in [(down.addr(), "down"), (hanging.addr(), "hanging")] {
         let yaml = config(upstream.addr, at, TASK_POLICY);
         let cases = [
@@ -275,7 +297,7 @@ async fn fail_open_status_on_error_and_timeouts() {
 /// the upstream gets the whole body either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_body_is_passed_and_cut_at_max_request_bytes() {
-    let provider = GrpcProvider::start(false);
+    let provider = Provider::grpc(false);
     let upstream = echo_http("httpbin").await;
     let yaml = config(upstream.addr, provider.addr(), TASK_POLICY);
     let partial = start(
@@ -324,7 +346,7 @@ async fn the_request_body_is_passed_and_cut_at_max_request_bytes() {
 /// CUSTOM policy sends nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_provider_denies_everything_and_dry_run_sends_nothing() {
-    let provider = GrpcProvider::start(false);
+    let provider = Provider::grpc(false);
     let upstream = echo_http("httpbin").await;
     let unknown = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: nope");
     let yaml = config(upstream.addr, provider.addr(), &unknown);
@@ -404,7 +426,7 @@ async fn send(
 /// overwritten by the provider's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_keyed_by_the_providers_plan_is_exact_under_concurrency() {
-    let provider = GrpcProvider::start(false);
+    let provider = Provider::grpc(false);
     let upstream = echo_http("httpbin").await;
     for action in [
         "{request_headers: {header_name: x-plan, descriptor_key: plan}}",
@@ -474,4 +496,113 @@ spec:
         proxy.shutdown(Duration::from_secs(1));
     }
     assert_eq!(provider.checks().len(), 2 * (30 + 130 + 1));
+}
+
+/// The task with the HTTP provider (`sample-ext-authz-http`, mesh config unchanged): denied
+/// with the provider's status, body and headers; allowed requests reach httpbin unmodified
+/// (no `headersToUpstreamOnAllow`); the check carries only `Host`, `Content-Length` and the
+/// listed `x-ext-authz`; `/ip` is not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_istio_task_with_the_http_provider_on_the_gateway() {
+    let provider = Provider::http();
+    let upstream = echo_http("httpbin").await;
+    let policy = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: sample-ext-authz-http");
+    let proxy = start(&config(upstream.addr, provider.addr(), &policy), TASK_MESH);
+
+    let (status, h, body) = get(
+        &proxy,
+        "/headers",
+        &[("x-ext-authz", "deny"), ("cookie", "c")],
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (403, DENY_BODY));
+    assert_eq!(h["x-ext-authz-check-result"], "denied");
+    let seen = received(&h, "x-ext-authz-check-received");
+    assert_eq!(
+        seen["headers"],
+        serde_json::json!(["content-length", "host", "x-ext-authz"])
+    );
+    assert_eq!(
+        (&seen["method"], &seen["path"]),
+        (&"GET".into(), &"/headers".into())
+    );
+    assert_eq!(
+        (&seen["host"], &seen["content-length"]),
+        (&"httpbin.foo:8000".into(), &"0".into())
+    );
+
+    let (status, h, _) = get(&proxy, "/headers?a=1", &[("x-ext-authz", "allow")]).await;
+    assert_eq!(status, 200);
+    assert_eq!(h["x-upstream"], "httpbin");
+    assert!(
+        h.get("x-echo-h-x-ext-authz-check-result").is_none(),
+        "{h:?}"
+    );
+    assert!(h.get("x-ext-authz-downstream").is_none(), "{h:?}");
+
+    let (status, _, _) = get(&proxy, "/ip", &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(provider.checks(), ["/headers", "/headers?a=1"]);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// The HTTP provider's settings: `pathPrefix`, `includeAdditionalHeadersInCheck`,
+/// `headersToUpstreamOnAllow` (prefix pattern), `headersToDownstreamOnAllow`,
+/// `headersToDownstreamOnDeny`, `includeRequestBodyInCheck` (cut at `maxRequestBytes`, the
+/// upstream gets it whole); a provider that is down answers `statusOnError`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_provider_settings_shape_the_check_and_the_answers() {
+    let provider = Provider::http();
+    let upstream = echo_http("httpbin").await;
+    let policy = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: sample-ext-authz-http");
+    let mesh = r#"extensionProviders:
+- name: sample-ext-authz-http
+  envoyExtAuthzHttp:
+    service: foo/ext-authz.foo.svc.cluster.local
+    port: 8000
+    pathPrefix: /check
+    includeRequestHeadersInCheck: ["x-ext-*"]
+    includeAdditionalHeadersInCheck: {x-added: "1"}
+    headersToUpstreamOnAllow: ["x-ext-authz-check-*"]
+    headersToDownstreamOnAllow: ["x-ext-authz-downstream"]
+    headersToDownstreamOnDeny: ["x-ext-authz-check-result"]
+    includeRequestBodyInCheck: {maxRequestBytes: 4, allowPartialMessage: true}
+"#;
+    let proxy = start(&config(upstream.addr, provider.addr(), &policy), mesh);
+    let (status, h, body) = post(&proxy, "/headers", "0123456789").await;
+    assert_eq!((status, body.as_str()), (200, "0123456789"));
+    assert_eq!(h["x-echo-h-x-ext-authz-check-result"], "allowed");
+    assert_eq!(h["x-ext-authz-downstream"], "allowed");
+    let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
+    assert_eq!(seen["path"], "/check/headers");
+    assert_eq!(
+        (&seen["body"], &seen["partial"]),
+        (&"0123".into(), &"true".into())
+    );
+    assert_eq!(seen["content-length"], "4");
+    let names = seen["headers"].as_array().unwrap();
+    assert!(
+        names.contains(&"x-added".into()) && names.contains(&"x-ext-authz".into()),
+        "{names:?}"
+    );
+
+    let (status, h, body) = post_as(&proxy, "/headers", "x", "deny").await;
+    assert_eq!((status, body.as_str()), (403, DENY_BODY));
+    assert_eq!(h["x-ext-authz-check-result"], "denied");
+    assert!(
+        h.get("x-ext-authz-check-received").is_none(),
+        "not listed for denials"
+    );
+    proxy.shutdown(Duration::from_secs(1));
+    assert_eq!(provider.checks(), ["/check/headers", "/check/headers"]);
+
+    let down = closed_port().await;
+    let failing = mesh.replace(
+        "    pathPrefix: /check\n",
+        "    pathPrefix: /check\n    statusOnError: \"503\"\n",
+    );
+    let proxy = start(&config(upstream.addr, down.addr(), &policy), &failing);
+    let (status, _, body) = get(&proxy, "/headers", &[("x-ext-authz", "allow")]).await;
+    assert_eq!((status, body.as_str()), (503, ""));
+    proxy.shutdown(Duration::from_secs(1));
 }

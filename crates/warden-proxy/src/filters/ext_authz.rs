@@ -9,8 +9,8 @@
 //! request denied (RBAC's 403), and `warden check` says why.
 //!
 //! gRPC providers are called on the worker's HTTP/2 connection to them (the rate limit
-//! service's per-worker pool, `global_rate_limit::rls_connection`); the CheckRequest and the
-//! answer's meaning are [`warden_extauthz`]'s. Allowed: the answer's header edits go to the
+//! service's per-worker pool, `global_rate_limit::rls_connection`), HTTP providers over a
+//! pooled HTTP/1.1 client; the check and the answer's meaning are [`warden_extauthz`]'s. Allowed: the answer's header edits go to the
 //! upstream request as a [`RequestEdit`] (so the rate limiters after this filter see them),
 //! its response headers to the answer, its `dynamic_metadata` under
 //! `envoy.filters.http.ext_authz`. Denied: the provider's status, headers and body, flag
@@ -48,6 +48,7 @@ use warden_config::ext_authz_provider::{self, ExtensionProvider, RequestBody};
 use warden_config::{ConfigSet, Problem};
 use warden_extauthz::answer::{self, Outcome};
 use warden_extauthz::check_request::{self, Attributes};
+use warden_extauthz::http_check::{self, HeaderPattern, HttpSettings};
 use warden_extauthz::{CheckRequest, CheckResponse, CHECK_METHOD, METADATA_NAMESPACE};
 
 /// Envoy's response code details.
@@ -67,7 +68,29 @@ pub struct Provider {
     status_on_error: StatusCode,
     clear_route_cache: bool,
     body: Option<RequestBody>,
+    kind: Kind,
 }
+
+/// How the provider is asked.
+#[derive(Debug)]
+enum Kind {
+    /// `envoy.service.auth.v3.Authorization/Check` on the worker's HTTP/2 connection.
+    Grpc,
+    /// The request itself, over a pooled HTTP/1.1 client.
+    Http(Box<HttpKind>),
+}
+
+#[derive(Debug)]
+struct HttpKind {
+    settings: HttpSettings,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<Bytes>,
+    >,
+}
+
+/// An HTTP provider's answer body is cut off here.
+const MAX_ANSWER_BODY: usize = 1 << 20;
 
 /// What the matching requests get.
 #[derive(Debug)]
@@ -165,11 +188,16 @@ fn resolve(set: &ConfigSet, providers: &[ExtensionProvider], rules: &CustomRules
             "extension provider {name:?} is not an envoyExtAuthzGrpc or envoyExtAuthzHttp provider"
         ));
     };
-    if provider.envoy_ext_authz_http.is_some() {
-        return Target::DenyAll(format!(
-            "extension provider {name:?}: envoyExtAuthzHttp is not supported yet (use envoyExtAuthzGrpc)"
-        ));
-    }
+    let kind = match &provider.envoy_ext_authz_http {
+        None => Kind::Grpc,
+        Some(h) => Kind::Http(Box::new(HttpKind {
+            settings: http_settings(h),
+            client: hyper_util::client::legacy::Client::builder(
+                hyper_util::rt::TokioExecutor::new(),
+            )
+            .build_http(),
+        })),
+    };
     // `namespace/host` or `host`; the registry knows hosts by their full names.
     let host = common
         .service
@@ -207,7 +235,36 @@ fn resolve(set: &ConfigSet, providers: &[ExtensionProvider], rules: &CustomRules
         status_on_error: status,
         clear_route_cache: common.clear_route_cache,
         body: common.body,
+        kind,
     })
+}
+
+/// Istio's HTTP provider settings as the check uses them (`includeHeadersInCheck` only when
+/// `includeRequestHeadersInCheck` is empty, as Istio reads the deprecated field).
+fn http_settings(h: &ext_authz_provider::HttpProvider) -> HttpSettings {
+    let patterns = |v: &[String]| v.iter().map(|p| HeaderPattern::parse(p)).collect();
+    let request = if h.include_request_headers_in_check.is_empty() {
+        &h.include_headers_in_check
+    } else {
+        &h.include_request_headers_in_check
+    };
+    HttpSettings {
+        path_prefix: h.path_prefix.clone(),
+        request_headers: patterns(request),
+        additional_headers: h
+            .include_additional_headers_in_check
+            .iter()
+            .filter_map(|(k, v)| {
+                Some((
+                    http::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                    http::HeaderValue::from_str(v).ok()?,
+                ))
+            })
+            .collect(),
+        upstream_on_allow: patterns(&h.headers_to_upstream_on_allow),
+        downstream_on_allow: patterns(&h.headers_to_downstream_on_allow),
+        downstream_on_deny: patterns(&h.headers_to_downstream_on_deny),
+    }
 }
 
 fn join(host: &str, port: u16) -> String {
@@ -307,21 +364,28 @@ impl ExtAuthzFilter {
                 None
             }
         };
-        let request = check_request(req, body.as_ref());
         let call = async {
-            let conn = rls_connection::get(&provider.authority)
-                .await
-                .map_err(|e| e.to_string())?;
-            conn.unary::<CheckRequest, CheckResponse>(CHECK_METHOD, &request)
-                .await
-                .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            match &provider.kind {
+                Kind::Grpc => {
+                    let request = check_request(req, body.as_ref());
+                    let conn = rls_connection::get(&provider.authority)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let answer = conn
+                        .unary::<CheckRequest, CheckResponse>(CHECK_METHOD, &request)
+                        .await
+                        .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+                    Ok(answer::interpret(answer))
+                }
+                Kind::Http(http) => http_check(provider, http, req, body.as_ref()).await,
+            }
         };
-        let answer = match tokio::time::timeout(provider.timeout, call).await {
-            Ok(Ok(answer)) => answer,
+        let outcome = match tokio::time::timeout(provider.timeout, call).await {
+            Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => return self.failed(provider, &e, state),
             Err(_) => return self.failed(provider, "timed out", state),
         };
-        match answer::interpret(answer) {
+        match outcome {
             Outcome::Allowed(allowed) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
                 if !allowed.request.is_empty() || !allowed.remove.is_empty() {
@@ -390,6 +454,53 @@ impl ExtAuthzFilter {
             }
         }
     }
+}
+
+/// One HTTP check: the request's head as Envoy's HTTP ext_authz sends it, then its answer's
+/// meaning; `Err` when no answer came.
+async fn http_check(
+    provider: &Provider,
+    http: &HttpKind,
+    req: &RequestAttrs<'_>,
+    body: Option<&(Bytes, bool, bool)>,
+) -> Result<Outcome, String> {
+    let path = match req.query {
+        Some(q) => format!("{}?{q}", req.path),
+        None => req.path.to_owned(),
+    };
+    let head = http_check::check_head(
+        &http.settings,
+        req.method,
+        req.authority,
+        &path,
+        req.headers,
+        body.map(|(b, partial, _)| (&b[..], *partial)),
+    );
+    let mut request = http::Request::new(http_body_util::Full::new(
+        body.map(|(b, _, _)| b.clone()).unwrap_or_default(),
+    ));
+    *request.method_mut() = head.method;
+    *request.uri_mut() = format!("http://{}{}", provider.authority, head.path)
+        .parse()
+        .map_err(|e| format!("check URI: {e}"))?;
+    *request.headers_mut() = head.headers;
+    let response = http
+        .client
+        .request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (parts, answer) = response.into_parts();
+    let answer =
+        http_body_util::BodyExt::collect(http_body_util::Limited::new(answer, MAX_ANSWER_BODY))
+            .await
+            .map_err(|e| format!("answer body: {e}"))?
+            .to_bytes();
+    Ok(http_check::interpret(
+        &http.settings,
+        parts.status.as_u16(),
+        &parts.headers,
+        answer,
+    ))
 }
 
 /// The CheckRequest of a request (and the body read for it: bytes, cut, packed as bytes).
