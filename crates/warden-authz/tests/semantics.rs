@@ -684,6 +684,8 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
             "  - to: [{operation: {methods: [GET]}}, {operation: {ports: [\"9000\"]}}]",
         ),
         policy("elsewhere", "other", "DENY", "  - to: [{operation: {methods: [GET]}}]"),
+        policy("ext", "default", "CUSTOM", "  - {}")
+            .replace("  action: CUSTOM\n", "  action: CUSTOM\n  provider: {name: authz}\n"),
     ]
     .concat();
     let loaded = warden_config::load_str("tcp.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
@@ -691,7 +693,7 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
         .iter()
         .map(ToString::to_string)
         .collect();
-    assert_eq!(notes.len(), 4, "{notes:#?}");
+    assert_eq!(notes.len(), 5, "{notes:#?}");
     let has = |i: usize, parts: &[&str]| {
         for part in parts {
             assert!(notes[i].contains(part), "{part:?} not in {}", notes[i]);
@@ -724,6 +726,14 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
         ],
     );
     has(3, &["deny-either", "matches every connection"]);
+    has(
+        4,
+        &[
+            "AuthorizationPolicy/ext",
+            "field spec.action",
+            "warden does not ask the provider",
+        ],
+    );
 }
 
 #[test]

@@ -253,6 +253,15 @@ async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
     assert_eq!(status, 200);
     assert!(h.get("x-echo-h-x-ext-authz-check-result").is_none());
     assert_eq!(provider.checks(), ["/headers", "/headers?x=1"]);
+    let metrics = proxy.metrics_text();
+    for line in [
+        "ext_authz_checks_total{outcome=\"ok\"} 1",
+        "ext_authz_checks_total{outcome=\"denied\"} 1",
+        "ext_authz_checks_total{outcome=\"error\"} 0",
+        "ext_authz_check_duration_seconds_count 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
     proxy.shutdown(Duration::from_secs(1));
 }
 
@@ -286,6 +295,17 @@ async fn fail_open_status_on_error_and_timeouts() {
             );
             let (status, _, _) = get(&proxy, "/ip", &[]).await;
             assert_eq!(status, 200, "unchecked path, {what}");
+            let metrics = proxy.metrics_text();
+            let allowed = if want == 200 { 1 } else { 0 };
+            for line in [
+                "ext_authz_checks_total{outcome=\"error\"} 1".to_string(),
+                format!("ext_authz_checks_total{{outcome=\"failure_mode_allowed\"}} {allowed}"),
+            ] {
+                assert!(
+                    metrics.contains(&line),
+                    "{what} {settings}: {line} in\n{metrics}"
+                );
+            }
             proxy.shutdown(Duration::from_secs(1));
         }
     }
@@ -365,6 +385,25 @@ async fn an_unknown_provider_denies_everything_and_dry_run_sends_nothing() {
     };
     let loaded = warden_config::load_str("t.yaml", &yaml).unwrap();
     let snap = warden_proxy::Snapshot::build(loaded, &identity, None).unwrap();
+    let text = warden_proxy::runtime::check::describe(&snap);
+    assert!(
+        text.contains("external authorization (CUSTOM): every request denied: available providers"),
+        "{text}"
+    );
+    let known = config(upstream.addr, provider.addr(), TASK_POLICY);
+    let known = warden_proxy::Snapshot::build(
+        warden_config::load_str("t.yaml", &known).unwrap(),
+        &identity,
+        None,
+    )
+    .unwrap();
+    let text = warden_proxy::runtime::check::describe(&known);
+    let want = format!(
+        "external authorization (CUSTOM): provider sample-ext-authz-grpc at {} \
+         (ServiceEntry foo/ext-authz), timeout 600s, 403 on error",
+        provider.addr()
+    );
+    assert!(text.contains(&want), "{want}\n{text}");
     let warnings: Vec<String> = snap.warnings.iter().map(ToString::to_string).collect();
     assert!(
         warnings

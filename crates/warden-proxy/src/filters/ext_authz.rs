@@ -38,6 +38,7 @@ use http::{HeaderMap, StatusCode};
 use http_body::{Body, Frame};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,13 +102,30 @@ pub enum Target {
     DenyAll(String),
 }
 
-/// Checks by outcome (Envoy's `ext_authz.ok`, `denied`, `error`, `failure_mode_allowed`).
-#[derive(Debug, Default)]
+/// Checks by outcome (Envoy's `ext_authz.ok`, `denied`, `error`, `failure_mode_allowed`) and
+/// how long answered ones took.
+#[derive(Debug)]
 pub struct Stats {
     ok: AtomicU64,
     denied: AtomicU64,
     error: AtomicU64,
     failure_mode_allowed: AtomicU64,
+    /// Seconds from sending a check to its answer (answered checks only).
+    latency: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            ok: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            error: AtomicU64::new(0),
+            failure_mode_allowed: AtomicU64::new(0),
+            latency: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ]),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -380,8 +398,12 @@ impl ExtAuthzFilter {
                 Kind::Http(http) => http_check(provider, http, req, body.as_ref()).await,
             }
         };
+        let sent = std::time::Instant::now();
         let outcome = match tokio::time::timeout(provider.timeout, call).await {
-            Ok(Ok(outcome)) => outcome,
+            Ok(Ok(outcome)) => {
+                self.stats.latency.observe(sent.elapsed().as_secs_f64());
+                outcome
+            }
             Ok(Err(e)) => return self.failed(provider, &e, state),
             Err(_) => return self.failed(provider, "timed out", state),
         };
@@ -618,7 +640,7 @@ struct OutcomeLabels {
 }
 
 /// `ext_authz_checks_total{outcome}`: ok, denied, error (of which failure_mode_allowed
-/// continued).
+/// continued); `ext_authz_check_duration_seconds`.
 pub fn register_metrics(registry: &mut Registry, f: &ExtAuthzFilter) {
     let family = Family::<OutcomeLabels, Counter>::default();
     let s = &f.stats;
@@ -636,6 +658,11 @@ pub fn register_metrics(registry: &mut Registry, f: &ExtAuthzFilter) {
         "ext_authz_checks",
         "External authorization checks by outcome (failure_mode_allowed: errors let through by failOpen)",
         family,
+    );
+    registry.register(
+        "ext_authz_check_duration_seconds",
+        "Time from sending a check to the provider's answer",
+        s.latency.clone(),
     );
 }
 

@@ -192,7 +192,7 @@ impl Snapshot {
         };
         b.warnings.extend(filters.warnings.iter().cloned());
         b.warnings.extend(routes.take_unmatched());
-        if filters.authz.is_some() {
+        if filters.authz.is_some() || filters.ext_authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
                 identity,
