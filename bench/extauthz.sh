@@ -86,7 +86,7 @@ start_gateway none
 start_gateway custom yes
 NONE="http://127.0.0.1:$PORT_none/"; CUSTOM="http://127.0.0.1:$PORT_custom/"
 curl -s -o /dev/null "$CUSTOM"
-checks=$(curl -s "http://127.0.0.1:$ADMIN_custom/stats/prometheus" | awk '/^ext_authz_checks_total\{outcome="ok"\}/ {print $2}')
+checks=$(curl -s "http://127.0.0.1:$ADMIN_custom/stats/prometheus" | awk '/^warden_ext_authz_checks_total\{outcome="ok"\}/ {print $2}')
 echo "checks: CUSTOM gateway asked the provider ${checks:-0} time(s) for 1 request" >&2
 [ "${checks:-0}" = 1 ] || { echo "the CUSTOM gateway does not call its provider" >&2; exit 1; }
 
