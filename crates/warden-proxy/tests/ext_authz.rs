@@ -645,3 +645,31 @@ async fn http_provider_settings_shape_the_check_and_the_answers() {
     assert_eq!((status, body.as_str()), (503, ""));
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// `clearRouteCache`: the route is picked again after the provider's header edits (a route
+/// matching `x-ext-authz-check-result: allowed` then wins); without it the request keeps the
+/// route it had before the check, as in Envoy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_route_cache_routes_the_edited_request_again() {
+    let provider = Provider::grpc(false);
+    let plain = echo_http("httpbin").await;
+    let checked = echo_http("checked").await;
+    let yaml = format!(
+        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: httpbin\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - match: [{{headers: {{x-ext-authz-check-result: {{exact: allowed}}}}}}]\n    route: [{{destination: {{host: checked.internal}}}}]\n  - route: [{{destination: {{host: echo.internal}}}}]\n{se}{checked}{provider}---\n{TASK_POLICY}",
+        gw = gateway(&[(0, "HTTP")]),
+        se = service_entry("echo.internal", &[plain.addr]),
+        checked = service_entry("checked.internal", &[checked.addr]),
+        provider = provider_service(provider.addr()),
+    );
+    for (setting, want) in [("false", "httpbin"), ("true", "checked")] {
+        let proxy = start(
+            &yaml,
+            &grpc_mesh(&format!("    clearRouteCache: {setting}\n")),
+        );
+        let (status, h, _) = get(&proxy, "/headers", &[("x-ext-authz", "allow")]).await;
+        assert_eq!(status, 200);
+        assert_eq!(h["x-upstream"], want, "clearRouteCache: {setting}");
+        assert_eq!(h["x-echo-h-x-ext-authz-check-result"], "allowed");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+}
