@@ -42,6 +42,9 @@ pub struct Allowed {
     pub remove: Vec<HeaderName>,
     /// Added to the response the client gets.
     pub response: Vec<HeaderEdit>,
+    /// Query parameters set (replacing every one of the same key), then removed.
+    pub query_set: Vec<(String, String)>,
+    pub query_remove: Vec<String>,
     /// Dynamic metadata under the filter's namespace.
     pub dynamic_metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -168,6 +171,12 @@ pub fn interpret(response: CheckResponse) -> Outcome {
             .iter()
             .filter_map(|o| edit(o, EditAction::Append))
             .collect();
+        allowed.query_set = ok
+            .query_parameters_to_set
+            .iter()
+            .map(|q| (q.key.clone(), q.value.clone()))
+            .collect();
+        allowed.query_remove = ok.query_parameters_to_remove.clone();
         // The deprecated field, used when the response-level one is absent.
         #[allow(deprecated)]
         if metadata.is_none() {
@@ -176,6 +185,47 @@ pub fn interpret(response: CheckResponse) -> Outcome {
     }
     allowed.dynamic_metadata = metadata.filter(|m| !m.is_empty());
     Outcome::Allowed(allowed)
+}
+
+/// A query string with `set` applied (a key's parameters replaced by one, in the first one's
+/// place, or appended) and then the `remove` keys dropped; `None` when nothing is left. Keys
+/// compare as written (case-sensitive), as Envoy's do.
+pub fn edit_query(
+    query: Option<&str>,
+    set: &[(String, String)],
+    remove: &[String],
+) -> Option<String> {
+    let mut params: Vec<(String, Option<String>)> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+            None => (p.to_owned(), None),
+        })
+        .collect();
+    for (key, value) in set {
+        match params.iter().position(|(k, _)| k == key) {
+            Some(first) => {
+                params[first].1 = Some(value.clone());
+                let mut i = 0;
+                params.retain(|(k, _)| {
+                    i += 1;
+                    i - 1 == first || k != key
+                });
+            }
+            None => params.push((key.clone(), Some(value.clone()))),
+        }
+    }
+    params.retain(|(k, _)| !remove.contains(k));
+    let text: Vec<String> = params
+        .into_iter()
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}={v}"),
+            None => k,
+        })
+        .collect();
+    (!text.is_empty()).then(|| text.join("&"))
 }
 
 /// A failed check: `None` lets the request continue (`failOpen`), else the status to answer.
@@ -295,5 +345,37 @@ mod tests {
         );
         assert_eq!(on_error(true, 403), None);
         assert_eq!(on_error(false, 503), Some(503));
+    }
+
+    /// (query, set, remove, the query after).
+    type QueryCase<'a> = (
+        Option<&'a str>,
+        &'a [(&'a str, &'a str)],
+        &'a [&'a str],
+        Option<&'a str>,
+    );
+
+    #[test]
+    fn query_parameters_are_set_then_removed() {
+        let cases: [QueryCase<'_>; 6] = [
+            (Some("a=1&b=2&a=3"), &[("a", "9")], &[], Some("a=9&b=2")),
+            (Some("a=1"), &[("c", "x")], &[], Some("a=1&c=x")),
+            (None, &[("c", "x")], &[], Some("c=x")),
+            (Some("a=1&flag&b=2"), &[], &["a", "flag"], Some("b=2")),
+            (Some("a=1"), &[], &["a"], None),
+            (Some("A=1"), &[], &["a"], Some("A=1")),
+        ];
+        for (query, set, remove, want) in cases {
+            let set: Vec<(String, String)> = set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let remove: Vec<String> = remove.iter().map(|k| k.to_string()).collect();
+            assert_eq!(
+                edit_query(query, &set, &remove).as_deref(),
+                want,
+                "{query:?}"
+            );
+        }
     }
 }

@@ -233,17 +233,18 @@ async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
 
     let (status, h, _) = get(
         &proxy,
-        "/headers?x=1",
+        "/headers?x=1&secret=s",
         &[("x-ext-authz", "allow"), ("x-remove-me", "secret")],
     )
     .await;
     assert_eq!(status, 200);
+    assert_eq!(h["x-echo-path"], "/headers?x=1&checked=1", "query edits");
     assert_eq!(h["x-upstream"], "httpbin");
     assert_eq!(h["x-echo-h-x-ext-authz-check-result"], "allowed");
     let seen = received(&h, "x-echo-h-x-ext-authz-check-received");
     assert_eq!(
         (&seen["method"], &seen["path"]),
-        (&"GET".into(), &"/headers?x=1".into())
+        (&"GET".into(), &"/headers?x=1&secret=s".into())
     );
     assert_eq!(seen["host"], "httpbin.foo:8000");
     assert!(h.get("x-echo-h-x-remove-me").is_none(), "{h:?}");
@@ -252,7 +253,7 @@ async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
     let (status, h, _) = get(&proxy, "/ip", &[]).await;
     assert_eq!(status, 200);
     assert!(h.get("x-echo-h-x-ext-authz-check-result").is_none());
-    assert_eq!(provider.checks(), ["/headers", "/headers?x=1"]);
+    assert_eq!(provider.checks(), ["/headers", "/headers?x=1&secret=s"]);
     let metrics = proxy.metrics_text();
     for line in [
         "ext_authz_checks_total{outcome=\"ok\"} 1",

@@ -410,22 +410,28 @@ impl ExtAuthzFilter {
         match outcome {
             Outcome::Allowed(allowed) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                let mut edit = RequestEdit {
+                    reroute: provider.clear_route_cache,
+                    ..RequestEdit::default()
+                };
                 if !allowed.request.is_empty() || !allowed.remove.is_empty() {
                     let mut headers = req.headers.clone();
                     for name in &allowed.remove {
                         headers.remove(name);
                     }
                     answer::apply(&allowed.request, &mut headers);
-                    state.request_edit = Some(Box::new(RequestEdit {
-                        headers: Some(headers),
-                        reroute: provider.clear_route_cache,
-                        ..RequestEdit::default()
-                    }));
-                } else if provider.clear_route_cache {
-                    state.request_edit = Some(Box::new(RequestEdit {
-                        reroute: true,
-                        ..RequestEdit::default()
-                    }));
+                    edit.headers = Some(headers);
+                }
+                if !allowed.query_set.is_empty() || !allowed.query_remove.is_empty() {
+                    let query =
+                        answer::edit_query(req.query, &allowed.query_set, &allowed.query_remove);
+                    edit.path_and_query = Some(match query {
+                        Some(q) => format!("{}?{q}", req.path),
+                        None => req.path.to_owned(),
+                    });
+                }
+                if edit.reroute || edit.headers.is_some() || edit.path_and_query.is_some() {
+                    state.request_edit = Some(Box::new(edit));
                 }
                 if let Some(metadata) = allowed.dynamic_metadata {
                     state
