@@ -64,15 +64,16 @@ struct Provider {
 impl Provider {
     /// `fixtures/ext_authz/grpc_provider.py`.
     fn grpc(hang: bool) -> Provider {
-        Provider::start("grpc_provider.py", hang)
+        let extra: &[&str] = if hang { &["--hang"] } else { &[] };
+        Provider::start("grpc_provider.py", extra)
     }
 
     /// `fixtures/ext_authz/http_provider.py`.
     fn http() -> Provider {
-        Provider::start("http_provider.py", false)
+        Provider::start("http_provider.py", &[])
     }
 
-    fn start(script: &str, hang: bool) -> Provider {
+    fn start(script: &str, extra: &[&str]) -> Provider {
         let dir = warden_testkit::TempDir::new("ext-authz").unwrap();
         let log = dir.path().join("checks.log");
         std::fs::write(&log, "").unwrap();
@@ -82,9 +83,7 @@ impl Provider {
             .join(script);
         let mut command = std::process::Command::new("python3");
         command.arg(path).arg(port.to_string()).arg(&log);
-        if hang {
-            command.arg("--hang");
-        }
+        command.args(extra);
         let process = KillOnDrop::spawn(command).expect(
             "python3 runs (grpcio and xds-protos from PyPI: python3 -m pip install grpcio xds-protos)",
         );
@@ -672,5 +671,55 @@ async fn clear_route_cache_routes_the_edited_request_again() {
         assert_eq!(h["x-upstream"], want, "clearRouteCache: {setting}");
         assert_eq!(h["x-echo-h-x-ext-authz-check-result"], "allowed");
         proxy.shutdown(Duration::from_secs(1));
+    }
+}
+
+/// TLS to the provider by its service's DestinationRule (`SIMPLE`, `caCertificates`), as for
+/// any upstream: gRPC (h2 by ALPN) and HTTP providers serving TLS answer the task's checks; the
+/// same providers without the DestinationRule cannot be asked (plain text to a TLS port), so
+/// the check fails closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_provider_by_destination_rule() {
+    let pki = warden_testkit::pki::Pki::new("ext-authz");
+    let (cert, key) = pki.issue(
+        "ext-authz",
+        &warden_testkit::pki::Leaf {
+            common_name: "ext-authz".into(),
+            dns: vec!["ext-authz.foo.svc.cluster.local".into()],
+            ..Default::default()
+        },
+    );
+    let tls = ["--tls", cert.to_str().unwrap(), key.to_str().unwrap()];
+    let upstream = echo_http("httpbin").await;
+    let dr = format!(
+        "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: ext-authz, namespace: foo}}\nspec:\n  host: ext-authz.foo.svc.cluster.local\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {}}}\n",
+        pki.ca_path.display()
+    );
+    for (script, provider_name) in [
+        ("grpc_provider.py", "sample-ext-authz-grpc"),
+        ("http_provider.py", "sample-ext-authz-http"),
+    ] {
+        let provider = Provider::start(script, &tls);
+        let policy = TASK_POLICY.replace(
+            "name: sample-ext-authz-grpc",
+            &format!("name: {provider_name}"),
+        );
+        let yaml = config(upstream.addr, provider.addr(), &policy);
+        let proxy = start(&format!("{yaml}{dr}"), TASK_MESH);
+        let (status, _, body) = get(&proxy, "/headers", &[("x-ext-authz", "deny")]).await;
+        assert_eq!((status, body.as_str()), (403, DENY_BODY), "{script}");
+        let (status, h, _) = get(&proxy, "/headers", &[("x-ext-authz", "allow")]).await;
+        assert_eq!(
+            (status, h["x-upstream"].to_str().unwrap()),
+            (200, "httpbin"),
+            "{script}"
+        );
+        proxy.shutdown(Duration::from_secs(1));
+        assert_eq!(provider.checks().len(), 2, "{script}");
+
+        let plain = start(&yaml, TASK_MESH);
+        let (status, _, body) = get(&plain, "/headers", &[("x-ext-authz", "allow")]).await;
+        assert_eq!((status, body.as_str()), (403, ""), "{script} without TLS");
+        plain.shutdown(Duration::from_secs(1));
     }
 }

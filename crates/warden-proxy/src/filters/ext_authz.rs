@@ -4,7 +4,8 @@
 //!
 //! The provider comes from `meshConfig.extensionProviders` by the policies' `provider.name`, its
 //! service resolved through the registry (ServiceEntry, Kubernetes Service) as Istio's
-//! `LookupCluster` does. As in Istio, a workload whose CUSTOM policies name more than one
+//! `LookupCluster` does, with TLS by its DestinationRule as for any upstream
+//! ([`ExtAuthzFilter::set_tls`], called by the snapshot). As in Istio, a workload whose CUSTOM policies name more than one
 //! provider, a provider the mesh config lacks, or a service the registry lacks, gets every
 //! request denied (RBAC's 403), and `warden check` says why.
 //!
@@ -32,6 +33,7 @@ use crate::filters::chain::{
 use crate::filters::global_rate_limit::{rls_address, rls_connection};
 use crate::routing::Route;
 use crate::upstream::body::{BoxError, ProxyBody};
+use crate::upstream::tls_origination::UpstreamTls;
 use bytes::{Bytes, BytesMut};
 use http::uri::Authority;
 use http::{HeaderMap, StatusCode};
@@ -42,6 +44,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 use warden_authz::CustomRules;
@@ -64,6 +67,12 @@ pub struct Provider {
     pub address: String,
     pub via: String,
     authority: Authority,
+    /// The registry host and service port (its DestinationRule's TLS applies).
+    host: String,
+    port: u16,
+    /// TLS by the service's DestinationRule ([`ExtAuthzFilter::set_tls`]).
+    grpc_tls: Option<rls_connection::GrpcTls>,
+    https: Option<Arc<UpstreamTls>>,
     timeout: Duration,
     fail_open: bool,
     status_on_error: StatusCode,
@@ -89,6 +98,10 @@ struct HttpKind {
         http_body_util::Full<Bytes>,
     >,
 }
+
+/// Connecting to an HTTP provider over TLS gives up after this (the check's `timeout` bounds
+/// the whole exchange too).
+const TLS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// An HTTP provider's answer body is cut off here.
 const MAX_ANSWER_BODY: usize = 1 << 20;
@@ -165,16 +178,54 @@ impl ExtAuthzFilter {
         matches!(&self.target, Some(Target::Provider(p)) if p.body.is_some())
     }
 
+    /// The provider's registry host, service port, and whether it speaks gRPC: what its
+    /// DestinationRule is looked up by.
+    pub fn provider_service(&self) -> Option<(String, u16, bool)> {
+        match &self.target {
+            Some(Target::Provider(p)) => {
+                Some((p.host.clone(), p.port, matches!(p.kind, Kind::Grpc)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Check over TLS (the provider service's DestinationRule `tls`, built as any upstream's).
+    pub fn set_tls(&mut self, tls: Arc<UpstreamTls>) {
+        let Some(Target::Provider(p)) = &mut self.target else {
+            return;
+        };
+        if matches!(p.kind, Kind::Grpc) {
+            let mut config = (*tls.config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            let name = tls.sni.clone().or_else(|| {
+                warden_tls::rustls::pki_types::ServerName::try_from(p.host.clone()).ok()
+            });
+            if let Some(name) = name {
+                p.grpc_tls = Some(rls_connection::GrpcTls {
+                    config: Arc::new(config),
+                    name,
+                });
+            }
+        } else {
+            p.https = Some(tls);
+        }
+    }
+
     /// One line for `warden check`.
     pub fn describe(&self) -> String {
         match &self.target {
             None => "dry-run CUSTOM policies only (nothing is sent)".into(),
             Some(Target::DenyAll(why)) => format!("every request denied: {why}"),
             Some(Target::Provider(p)) => format!(
-                "provider {} at {} ({}), timeout {:?}, {}",
+                "provider {} at {} ({}{}), timeout {:?}, {}",
                 p.name,
                 p.address,
                 p.via,
+                if p.grpc_tls.is_some() || p.https.is_some() {
+                    ", TLS by DestinationRule"
+                } else {
+                    ""
+                },
                 p.timeout,
                 if p.fail_open {
                     "fail open".to_string()
@@ -248,6 +299,10 @@ fn resolve(set: &ConfigSet, providers: &[ExtensionProvider], rules: &CustomRules
         address,
         via,
         authority,
+        host: host.to_owned(),
+        port,
+        grpc_tls: None,
+        https: None,
         timeout: common.timeout,
         fail_open: common.fail_open,
         status_on_error: status,
@@ -386,9 +441,10 @@ impl ExtAuthzFilter {
             match &provider.kind {
                 Kind::Grpc => {
                     let request = check_request(req, body.as_ref());
-                    let conn = rls_connection::get(&provider.authority)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let conn =
+                        rls_connection::get_with(&provider.authority, provider.grpc_tls.as_ref())
+                            .await
+                            .map_err(|e| e.to_string())?;
                     let answer = conn
                         .unary::<CheckRequest, CheckResponse>(CHECK_METHOD, &request)
                         .await
@@ -504,19 +560,27 @@ async fn http_check(
         req.headers,
         body.map(|(b, partial, _)| (&b[..], *partial)),
     );
-    let mut request = http::Request::new(http_body_util::Full::new(
-        body.map(|(b, _, _)| b.clone()).unwrap_or_default(),
-    ));
+    let bytes = body.map(|(b, _, _)| b.clone()).unwrap_or_default();
+    let mut request = http::Request::new(http_body_util::Full::new(bytes.clone()));
     *request.method_mut() = head.method;
-    *request.uri_mut() = format!("http://{}{}", provider.authority, head.path)
+    let scheme = if provider.https.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    *request.uri_mut() = format!("{scheme}://{}{}", provider.authority, head.path)
         .parse()
         .map_err(|e| format!("check URI: {e}"))?;
     *request.headers_mut() = head.headers;
-    let response = http
-        .client
-        .request(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let response = match &provider.https {
+        None => http.client.request(request).await,
+        Some(tls) => {
+            tls.client(TLS_CONNECT_TIMEOUT)
+                .request(request.map(|_| ProxyBody::full(bytes)))
+                .await
+        }
+    }
+    .map_err(|e| e.to_string())?;
     let (parts, answer) = response.into_parts();
     let answer =
         http_body_util::BodyExt::collect(http_body_util::Limited::new(answer, MAX_ANSWER_BODY))

@@ -50,7 +50,21 @@ enum Slot {
 thread_local! {
     /// This worker's connections by RLS address. The worker's runtime drives them; the
     /// thread and its runtime end together.
-    static SLOTS: RefCell<HashMap<Authority, Slot>> = RefCell::new(HashMap::new());
+    static SLOTS: RefCell<HashMap<(Authority, bool), Slot>> = RefCell::new(HashMap::new());
+}
+
+/// TLS to a gRPC service (an ext_authz provider's DestinationRule): the client config, with
+/// `h2` offered by ALPN, and the name the certificate must have.
+#[derive(Clone)]
+pub struct GrpcTls {
+    pub config: Arc<warden_tls::rustls::ClientConfig>,
+    pub name: warden_tls::rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls").field("name", &self.name).finish()
+    }
 }
 
 /// This worker's connection to one RLS address.
@@ -82,9 +96,18 @@ impl RlsConnection {
 
 /// This worker's connection to `authority` (`host:port`, checked by [`authority`]).
 pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
+    get_with(authority, None).await
+}
+
+/// [`get`], over TLS when `tls` is given (a connection of its own).
+pub async fn get_with(
+    authority: &Authority,
+    tls: Option<&GrpcTls>,
+) -> Result<RlsConnection, Arc<str>> {
+    let key = (authority.clone(), tls.is_some());
     let connecting = SLOTS.with(|slots| {
         let mut slots = slots.borrow_mut();
-        match slots.get(authority) {
+        match slots.get(&key) {
             Some(Slot::Ready(live)) if !live.closed.load(Ordering::Relaxed) => {
                 return Ok(Ok(live.clone()))
             }
@@ -94,8 +117,8 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
             }
             _ => {}
         }
-        let pending = connect(authority.clone()).boxed().shared();
-        slots.insert(authority.clone(), Slot::Connecting(pending.clone()));
+        let pending = connect(authority.clone(), tls.cloned()).boxed().shared();
+        slots.insert(key.clone(), Slot::Connecting(pending.clone()));
         Ok(Err(pending))
     })?;
     Ok(RlsConnection(match connecting {
@@ -104,7 +127,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
             let result = pending.await;
             SLOTS.with(|slots| {
                 let mut slots = slots.borrow_mut();
-                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(authority) {
+                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(&key) {
                     *slot = match &result {
                         Ok(live) => Slot::Ready(live.clone()),
                         Err(reason) => Slot::Failed {
@@ -128,7 +151,7 @@ pub fn authority(address: &str) -> Result<Authority, String> {
     Ok(authority)
 }
 
-async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
+async fn connect(authority: Authority, tls: Option<GrpcTls>) -> Result<Live, Arc<str>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| -> Arc<str> {
         Arc::from(format!("{what} gRPC service {authority}: {e}"))
     };
@@ -143,9 +166,39 @@ async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
             ))
         }
     };
-    let (send, mut connection) = grpc_client::handshake(stream)
-        .await
-        .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+    let (send, closed) = match tls {
+        None => {
+            let (send, connection) = grpc_client::handshake(stream)
+                .await
+                .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+            (send, drive(connection))
+        }
+        Some(tls) => {
+            let _ = stream.set_nodelay(true);
+            let stream = warden_tls::tokio_rustls::TlsConnector::from(tls.config)
+                .connect(tls.name, stream)
+                .await
+                .map_err(|e| failed("TLS handshake failed with", &e))?;
+            let (send, connection) = grpc_client::handshake_over(stream)
+                .await
+                .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+            (send, drive(connection))
+        }
+    };
+    let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
+    Ok(Live {
+        send,
+        uri,
+        authority,
+        closed,
+    })
+}
+
+/// Run a connection until it ends or stops answering PINGs; the flag says it has ended.
+fn drive<T>(mut connection: h2::client::Connection<T, Bytes>) -> Arc<AtomicBool>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let closed = Arc::new(AtomicBool::new(false));
     let ping_pong = connection.ping_pong();
     let done = closed.clone();
@@ -160,13 +213,7 @@ async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
         }
         done.store(true, Ordering::Relaxed);
     });
-    let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
-    Ok(Live {
-        send,
-        uri,
-        authority,
-        closed,
-    })
+    closed
 }
 
 /// Returns when a PING goes unanswered (or cannot be sent); never without a PingPong.
