@@ -195,6 +195,15 @@ impl Loader {
             ));
             return;
         }
+        if is_ratelimit_service_config(&value) {
+            self.errors.push(Problem::new(
+                loc,
+                "this is an envoyproxy/ratelimit service config (domain, descriptors), not a \
+                 Kubernetes document; check it with `warden ratelimit --check --config FILE` \
+                 and serve it with `warden ratelimit`",
+            ));
+            return;
+        }
         // Kept for the error path: references to this kind are then not checked.
         let raw_kind = value
             .get("kind")
@@ -769,5 +778,43 @@ fn decode<T: DeserializeOwned>(
     match typo {
         true => Err(None),
         false => Ok(value),
+    }
+}
+
+/// A document shaped like envoyproxy/ratelimit's config (a `domain` and its `descriptors`,
+/// no `kind`): given to the proxy's loader by mistake, it deserves its own pointer.
+fn is_ratelimit_service_config(value: &serde_json::Value) -> bool {
+    value.get("kind").is_none()
+        && value.get("apiVersion").is_none()
+        && value.get("domain").is_some_and(|d| d.is_string())
+        && value.get("descriptors").is_some_and(|d| d.is_array())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_ratelimit_service_config;
+    use serde_json::json;
+
+    #[test]
+    fn a_ratelimit_service_config_is_told_apart_from_kubernetes_documents() {
+        for (doc, want) in [
+            (json!({"domain": "edge", "descriptors": []}), true),
+            (
+                json!({"domain": "edge", "descriptors": [{"key": "k"}]}),
+                true,
+            ),
+            (json!({"domain": "edge"}), false),
+            (json!({"domain": 1, "descriptors": []}), false),
+            (
+                json!({"kind": "ConfigMap", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+            (
+                json!({"apiVersion": "v1", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+        ] {
+            assert_eq!(is_ratelimit_service_config(&doc), want, "{doc}");
+        }
     }
 }

@@ -73,6 +73,22 @@ pub struct WardenSection {
     pub max_connections_per_listener: Option<usize>,
     #[serde(default)]
     pub max_connections_per_ip: Option<usize>,
+    /// Envoy's `xff_trusted_cidrs`: the proxies in front of a gateway named by address
+    /// (`numTrustedProxies` counts them); not with a nonzero `numTrustedProxies`.
+    #[serde(default)]
+    pub xff_trusted_cidrs: Option<XffTrustedCidrs>,
+}
+
+/// `warden.xffTrustedCidrs`, Envoy's XffConfig `xff_trusted_cidrs` with CIDRs written as
+/// Istio writes them (`10.0.0.0/8`, or one address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct XffTrustedCidrs {
+    #[serde(deserialize_with = "cidrs")]
+    pub cidrs: Vec<ipnet::IpNet>,
+    /// Walk `x-forwarded-for` past every trusted entry (else only its last entry is read).
+    #[serde(default)]
+    pub recurse: bool,
 }
 
 /// MeshConfig fields warden does not read that change nothing a request gets (the control
@@ -102,6 +118,21 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     let text = Option::<String>::deserialize(d)?;
     text.map(|t| crate::duration::parse_duration(&t).map_err(de::Error::custom))
         .transpose()
+}
+
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    if texts.is_empty() {
+        return Err(de::Error::custom("needs at least one CIDR"));
+    }
+    texts
+        .iter()
+        .map(|t| {
+            t.parse::<ipnet::IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| de::Error::custom(format!("{t:?} is not a CIDR or an IP address")))
+        })
+        .collect()
 }
 
 /// Read a mesh-config file: the settings, and warnings for the harmless fields it ignored.
@@ -310,5 +341,43 @@ mod tests {
         assert!(err.to_string().contains("mesh.yaml:2"), "{err}");
         let err = parse("warden: [\n").unwrap_err();
         assert!(err.to_string().contains("invalid YAML"), "{err}");
+    }
+
+    #[test]
+    fn xff_trusted_cidrs_are_read_and_checked() {
+        let (config, _) = parse(
+            "warden:\n  xffTrustedCidrs:\n    cidrs: [10.0.0.0/8, 192.168.1.7, \"2001:db8::/32\"]\n    \
+             recurse: true\n",
+        )
+        .unwrap();
+        let trusted = config.warden.xff_trusted_cidrs.unwrap();
+        let shown: Vec<String> = trusted.cidrs.iter().map(|c| c.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "192.168.1.7/32", "2001:db8::/32"]);
+        assert!(trusted.recurse);
+        let (config, _) = parse("warden:\n  xffTrustedCidrs: {cidrs: [10.0.0.0/8]}\n").unwrap();
+        assert!(!config.warden.xff_trusted_cidrs.unwrap().recurse);
+        for (text, field, says) in [
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidrs: [10.0.0.0/33]\n",
+                "warden.xffTrustedCidrs.cidrs",
+                "not a CIDR",
+            ),
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidrs: []\n",
+                "warden.xffTrustedCidrs.cidrs",
+                "at least one",
+            ),
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidr: [10.0.0.0/8]\n",
+                "warden.xffTrustedCidrs",
+                "cidrs",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("field {field}")) && err.contains(says),
+                "{text}: {err}"
+            );
+        }
     }
 }

@@ -19,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use warden_local_ratelimit::request::{JWT_AUTHN_METADATA, JWT_PAYLOAD_FIELD};
 use warden_local_ratelimit::RateLimitHeaders;
 
 /// Envoy's names of the built-in filters and the router.
@@ -105,6 +106,8 @@ pub struct FilterState {
     /// The verified end-user token (jwt_authn), for the filters after it: `requestPrincipals`
     /// and `request.auth.*` in RBAC.
     pub request_auth: Option<Arc<warden_jwt::Verified>>,
+    /// `request_auth`'s payload is owed to `dynamic_metadata` ([`FilterState::settle_metadata`]).
+    pub payload_pending: bool,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
@@ -133,6 +136,24 @@ impl FilterState {
         FilterState {
             logging,
             ..FilterState::default()
+        }
+    }
+
+    /// Writes what is owed to the dynamic metadata; every reader of `dynamic_metadata` calls
+    /// it first. jwt_authn's verified payload (Istio's `payload_in_metadata: payload`) is
+    /// written only here, so a request whose metadata nothing reads does not copy its claims.
+    pub fn settle_metadata(&mut self) {
+        if !std::mem::take(&mut self.payload_pending) {
+            return;
+        }
+        if let Some(verified) = &self.request_auth {
+            let payload = serde_json::Value::Object(verified.claims().clone());
+            self.dynamic_metadata
+                .get_or_insert_with(Default::default)
+                .insert(
+                    JWT_AUTHN_METADATA.to_owned(),
+                    serde_json::Map::from_iter([(JWT_PAYLOAD_FIELD.to_owned(), payload)]),
+                );
         }
     }
 

@@ -382,6 +382,7 @@ impl GlobalRateLimit {
             headers,
             gateway: gateways.first().map_or("", String::as_str),
             virtual_service: vs,
+            source_route: route.source_route.as_deref(),
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,
@@ -608,6 +609,7 @@ impl HttpFilter for GlobalRateLimit {
         metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
         // What earlier filters (Lua) wrote feeds the `metadata` actions.
+        state.settle_metadata();
         let metadata = state.dynamic_metadata.as_deref();
         Box::pin(self.decide(req, route, metadata, metrics))
     }

@@ -189,6 +189,7 @@ impl LocalRateLimitFilter {
             headers: req.headers,
             gateway: self.gateway(req.port),
             virtual_service,
+            source_route: route.source_route.as_deref(),
             destination_cluster,
             route_local: self.per_route.get(req, route),
             route_rate_limits: Some(self.rate_limits_at.get(req, route)),
@@ -261,6 +262,7 @@ impl HttpFilter for LocalRateLimitFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
+        state.settle_metadata();
         match self.check_http(req, route, state.dynamic_metadata.as_deref()) {
             LimitVerdict::Pass {
                 response_headers,

@@ -198,7 +198,11 @@ impl Filters {
     /// counted as readers whatever their rules say.
     pub fn reads_request_headers(&self) -> bool {
         self.chain.iter().any(|s| match s {
-            Stage::JwtAuthn | Stage::ExtAuthz | Stage::Rbac | Stage::GlobalRateLimit => true,
+            // jwt_authn reads its headers from the lines too (`RequestAttrs` as
+            // `RequestHeaders`), and the pipeline applies its edit to them.
+            Stage::JwtAuthn => false,
+            // ext_authz copies the headers into its check and its edit replaces the map.
+            Stage::ExtAuthz | Stage::Rbac | Stage::GlobalRateLimit => true,
             Stage::LocalRateLimit => self
                 .local_rate_limit
                 .as_ref()

@@ -23,7 +23,7 @@ mod shared;
 pub use shared::{Shared, WorkerCtx};
 
 use crate::core::access_log::{now_rfc3339, Entry};
-use crate::core::client_addr::trusted_client_addr;
+use crate::core::client_addr::{client_addr_by_cidrs, trusted_client_addr};
 use crate::core::client_cert;
 use crate::core::conn::ConnCtx;
 use crate::core::dynamic_metadata::DynamicMetadata;
@@ -89,17 +89,22 @@ pub fn handle<'a>(
         &mut state,
         &mut log,
     ) {
-        Decided::Now(response, limit_headers) => Handling::Answered(finish(
-            shared,
-            conn,
-            start,
-            response,
-            limit_headers,
-            &outcome,
-            &state.notes,
-            state.dynamic_metadata.as_deref(),
-            log,
-        )),
+        Decided::Now(response, limit_headers) => Handling::Answered({
+            if shared.access_log.is_some() {
+                state.settle_metadata();
+            }
+            finish(
+                shared,
+                conn,
+                start,
+                response,
+                limit_headers,
+                &outcome,
+                &state.notes,
+                state.dynamic_metadata.as_deref(),
+                log,
+            )
+        }),
         // One future holding the request once: no async block around `act` keeping its own
         // copy (the box stays below the upstream future's size class).
         Decided::Later(waiting) => Handling::Waiting(Box::pin(act(
@@ -237,19 +242,19 @@ fn record(
     }
 }
 
-/// The trusted client address, per the XFF rules (Envoy's `xff_num_trusted_hops`).
+/// The trusted client address, per the XFF rules (Envoy's `xff_num_trusted_hops`, or its
+/// `xff_trusted_cidrs`).
 fn client_ip(conn: &ConnCtx, shared: &Shared, headers: &HeaderMap) -> IpAddr {
-    trusted_client_addr(
-        conn.peer.ip(),
-        || {
-            headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
-                .map(|v| v.as_bytes())
-        },
-        true,
-        shared.num_trusted_proxies,
-    )
+    let xff = || {
+        headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.as_bytes())
+    };
+    match &shared.xff_trusted_cidrs {
+        Some(trusted) => client_addr_by_cidrs(conn.peer.ip(), xff, trusted),
+        None => trusted_client_addr(conn.peer.ip(), xff, true, shared.num_trusted_proxies),
+    }
 }
 
 /// What the filters see of the request; `client_ip` is computed once per request
@@ -373,10 +378,7 @@ fn decide(
     let (mut parts, body) = req.into_parts();
     // Readers of arbitrary headers get the map: the configured filters, the access log
     // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
-    if snapshot.reads_request_headers()
-        || shared.access_log.is_some()
-        || shared.num_trusted_proxies > 0
-    {
+    if snapshot.reads_request_headers() || shared.access_log.is_some() || shared.reads_xff() {
         if let Some(lines) = lines.take() {
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
@@ -630,7 +632,7 @@ async fn act(
                     conn.peer.ip(),
                     &conn.peer_value,
                     client_ip,
-                    shared.num_trusted_proxies,
+                    shared.trusted_hops_from(conn.peer.ip()),
                 )
                 .on_side(conn.side)
                 .over_tls(conn.tls.is_some())
@@ -701,6 +703,9 @@ async fn act(
         response
     };
     filters.on_response(reached, &route, &mut state, &mut response);
+    if shared.access_log.is_some() {
+        state.settle_metadata();
+    }
     finish(
         shared,
         conn,
@@ -747,10 +752,13 @@ fn apply_edit(
         *lines = None;
         parts.headers = headers;
     }
-    if !edit.remove.is_empty() || !edit.append.is_empty() {
-        if let Some(l) = lines.take() {
-            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
-        }
+    if let Some(l) = lines
+        .as_mut()
+        .filter(|_| !edit.remove.is_empty() || !edit.append.is_empty())
+    {
+        // Lines kept as read stay lines: nothing reads the map (jwt_authn's token removed).
+        l.edit(&edit.remove, &edit.append);
+    } else if !edit.remove.is_empty() || !edit.append.is_empty() {
         for name in &edit.remove {
             parts.headers.remove(name);
         }

@@ -28,6 +28,10 @@ pub struct ProxyOptions {
     /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
     /// `None`: the proxy's pod's `proxy.istio.io/config` annotation says, else 0.
     pub num_trusted_proxies: Option<u32>,
+    /// Envoy's `xff_trusted_cidrs` (the mesh config's `warden.xffTrustedCidrs`): trusted
+    /// proxies named by address instead of counted; refused with a nonzero
+    /// `num_trusted_proxies` from any source, as Envoy refuses both.
+    pub xff_trusted_cidrs: Option<crate::core::client_addr::TrustedCidrs>,
     /// The mesh config's `defaultConfig` (its `gatewayTopology` and `proxyHeaders`); the pod's
     /// annotation wins field by field, `num_trusted_proxies` over both
     /// (`control::gateway_topology`).
@@ -43,6 +47,10 @@ pub struct ProxyOptions {
     /// Let a reload through that comes from an empty file or leaves no listener, or a
     /// listener without routes (refused by default: `control::reload_guard`).
     pub allow_empty_config: bool,
+    /// Refuse to start from a config that gives a gateway no listener (the command line,
+    /// unless `--allow-empty-config`): such a proxy only answers its admin port, which is more
+    /// likely a wrong file, namespace or label than an intent.
+    pub require_listener: bool,
     /// How every load reads the config (`--skip-kind`: refused kinds the operator skips).
     pub load: warden_config::LoadOptions,
     /// Upstream connect timeout (Istio's default is 10s).
@@ -110,6 +118,7 @@ impl ProxyOptions {
                 .map(|n| n.get())
                 .unwrap_or(1),
             num_trusted_proxies: None,
+            xff_trusted_cidrs: None,
             mesh_defaults: Default::default(),
             extension_providers: Default::default(),
             namespace: "default".into(),
@@ -117,6 +126,7 @@ impl ProxyOptions {
             access_log: None,
             watch_config: true,
             allow_empty_config: false,
+            require_listener: false,
             load: Default::default(),
             connect_timeout: Duration::from_secs(10),
             jwks_refresh: Duration::from_secs(20 * 60),

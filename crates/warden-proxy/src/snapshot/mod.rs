@@ -317,6 +317,7 @@ fn https_redirect_route<'s>(
         rewrite: None,
         cors: None,
         envoy_names: Box::new([]),
+        source_route: None,
     };
     Some((Box::new(admits), Arc::new(route)))
 }
@@ -682,6 +683,7 @@ impl Builder<'_> {
         Some(Route {
             name,
             envoy_names: envoy_names.into(),
+            source_route: r.source_route.as_deref().map(Arc::from),
             matches,
             action: action?,
             request_headers,
