@@ -18,6 +18,7 @@ mod dedupe;
 pub mod document;
 pub mod duration;
 pub mod error;
+pub mod ext_authz_provider;
 pub mod field_path;
 pub mod gateway_api;
 pub mod gateway_ref;

@@ -30,6 +30,10 @@ pub struct MeshConfig {
     pub protocol_detection_timeout: Option<Duration>,
     #[serde(default)]
     pub default_config: ProxyConfig,
+    /// `extensionProviders`: the external authorizers CUSTOM AuthorizationPolicies name
+    /// ([`crate::ext_authz_provider`]).
+    #[serde(default)]
+    pub extension_providers: Vec<crate::ext_authz_provider::ExtensionProvider>,
     #[serde(default)]
     pub warden: WardenSection,
 }
@@ -190,7 +194,13 @@ pub fn parse_mesh_config(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for field in ignored {
-        if HARMLESS.contains(&field.to_string().as_str()) {
+        if crate::ext_authz_provider::is_telemetry_provider(&field) {
+            warnings.push(at(
+                &field,
+                "a telemetry provider (Telemetry resources name it); warden does not read it"
+                    .into(),
+            ));
+        } else if HARMLESS.contains(&field.to_string().as_str()) {
             warnings.push(at(&field, "not used by warden; ignored".into()));
         } else {
             errors.push(at(
@@ -199,6 +209,11 @@ pub fn parse_mesh_config(
                  rather than ignored"
                     .into(),
             ));
+        }
+    }
+    if let Ok(config) = &decoded {
+        for (field, message) in crate::ext_authz_provider::validate(&config.extension_providers) {
+            errors.push(at(&field, message));
         }
     }
     match decoded {

@@ -592,6 +592,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
                 recurse: t.recurse,
             });
     opts.mesh_defaults = mesh.default_config.clone();
+    opts.extension_providers = std::sync::Arc::new(mesh.extension_providers.clone());
     let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
@@ -713,14 +714,18 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let (mesh_defaults, xff_trusted_cidrs) = match &args.mesh_config {
+    let (mesh_defaults, xff_trusted_cidrs, extension_providers) = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
                 for w in warnings {
                     eprintln!("warning: {w}");
                 }
-                (mesh.default_config, mesh.warden.xff_trusted_cidrs)
+                (
+                    mesh.default_config,
+                    mesh.warden.xff_trusted_cidrs,
+                    std::sync::Arc::new(mesh.extension_providers),
+                )
             }
             Err(errors) => {
                 eprintln!("{errors}");
@@ -739,6 +744,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         service_account: args.role.service_account,
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
+        extension_providers,
     };
     let options = warden_config::LoadOptions {
         skip_kinds: args.skip_kinds,

@@ -4,7 +4,7 @@
 //! route pays for no filter it does not use and no request allocates for the chain; filters
 //! added through [`ChainExtensions`] (a test's, an embedder's) are trait objects.
 //!
-//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, RBAC, local rate limit, CORS, global rate limit,
+//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, ext_authz (CUSTOM policies), RBAC, local rate limit, CORS, global rate limit,
 //! fault, then the router. EnvoyFilter-style positions ([`Position`]) place added filters
 //! against these names.
 
@@ -24,6 +24,7 @@ use warden_local_ratelimit::RateLimitHeaders;
 
 /// Envoy's names of the built-in filters and the router.
 pub const JWT_AUTHN: &str = "envoy.filters.http.jwt_authn";
+pub const EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
 pub const RBAC: &str = "envoy.filters.http.rbac";
 pub const LOCAL_RATE_LIMIT: &str = "envoy.filters.http.local_ratelimit";
 pub const CORS: &str = "envoy.filters.http.cors";
@@ -249,6 +250,7 @@ pub struct ChainExtensions(pub Vec<(Position, Arc<dyn HttpFilter>)>);
 #[derive(Debug, Clone)]
 pub enum Stage {
     JwtAuthn,
+    ExtAuthz,
     Rbac,
     LocalRateLimit,
     Cors,
@@ -261,6 +263,7 @@ impl Stage {
     pub fn name(&self) -> &str {
         match self {
             Stage::JwtAuthn => JWT_AUTHN,
+            Stage::ExtAuthz => EXT_AUTHZ,
             Stage::Rbac => RBAC,
             Stage::LocalRateLimit => LOCAL_RATE_LIMIT,
             Stage::Cors => CORS,

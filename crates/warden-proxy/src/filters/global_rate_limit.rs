@@ -23,7 +23,7 @@ pub mod answer_cache;
 pub mod policy_rules;
 pub mod response_headers;
 pub mod rls_address;
-mod rls_connection;
+pub(crate) mod rls_connection;
 pub mod rls_failures;
 pub mod service;
 

@@ -36,6 +36,8 @@ pub struct ProxyOptions {
     /// annotation wins field by field, `num_trusted_proxies` over both
     /// (`control::gateway_topology`).
     pub mesh_defaults: warden_config::mesh_config::ProxyConfig,
+    /// `meshConfig.extensionProviders` (CUSTOM AuthorizationPolicy providers).
+    pub extension_providers: crate::core::identity::ExtensionProviders,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -101,6 +103,7 @@ impl ProxyOptions {
             credentials_dir: self.credentials_dir.clone(),
             mesh: self.mesh.clone(),
             sidecar: self.sidecar.clone(),
+            extension_providers: self.extension_providers.clone(),
         }
     }
 
@@ -117,6 +120,7 @@ impl ProxyOptions {
             num_trusted_proxies: None,
             xff_trusted_cidrs: None,
             mesh_defaults: Default::default(),
+            extension_providers: Default::default(),
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,

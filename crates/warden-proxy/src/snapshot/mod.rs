@@ -177,7 +177,7 @@ impl Snapshot {
             &ports,
             sidecar.as_ref(),
         );
-        let filters = match Filters::build(
+        let mut filters = match Filters::build(
             &loaded.set,
             identity,
             &routes,
@@ -190,9 +190,27 @@ impl Snapshot {
                 Filters::default()
             }
         };
+        // An ext_authz provider gets TLS from its service's DestinationRule, as any upstream.
+        if let Some((host, port, http2)) = filters
+            .ext_authz
+            .as_ref()
+            .and_then(|f| f.provider_service())
+        {
+            if let Some(dr) = loaded.set.destination_rule_for_host(&host) {
+                let policy = dr.spec.policy_for(None);
+                if let Some(tls) = policy.as_ref().and_then(|p| p.tls_for_port(port)) {
+                    if let (Ok(Some(tls)), Some(f)) = (
+                        b.upstream_tls(dr, tls, &host, http2),
+                        filters.ext_authz.as_mut(),
+                    ) {
+                        f.set_tls(tls);
+                    }
+                }
+            }
+        }
         b.warnings.extend(filters.warnings.iter().cloned());
         b.warnings.extend(routes.take_unmatched());
-        if filters.authz.is_some() {
+        if filters.authz.is_some() || filters.ext_authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
                 identity,
