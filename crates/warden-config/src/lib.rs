@@ -34,6 +34,7 @@ pub mod pod_info;
 pub mod proxy_config;
 pub mod schema;
 mod suggest;
+pub mod telemetry_access_logging;
 mod unknown_field;
 mod validate;
 pub mod yaml_expansion;

@@ -179,6 +179,12 @@ impl<'a> Forwarding<'a> {
         }
     }
 
+    /// The `x-request-id` a request without one gets: this one (the access log's).
+    pub fn with_request_id(mut self, random: [u8; 16]) -> Self {
+        self.request_id = random;
+        self
+    }
+
     /// What becomes of the request's `x-forwarded-client-cert` under `mode` (Envoy's
     /// `forward_client_cert_details` of the same name), `mutual` when the client presented a
     /// certificate on this connection, `element` this hop's (for APPEND_FORWARD and
@@ -403,6 +409,12 @@ impl<'a> Forwarding<'a> {
         }
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// The `x-request-id` [`Forwarding::with_request_id`] writes for `random`.
+pub fn request_id_string(random: [u8; 16]) -> String {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    request_id_text(random, &mut buf).to_string()
 }
 
 /// A random UUID v4 as Envoy generates it, from 128 random bits.

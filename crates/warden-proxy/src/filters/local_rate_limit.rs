@@ -286,9 +286,9 @@ impl HttpFilter for LocalRateLimitFilter {
             } => {
                 state.notes.flag = Some(ResponseFlag::RateLimited);
                 state.notes.details = Some(LOCAL_RATE_LIMITED);
-                if state.logging {
-                    state.notes.policy = Some(Arc::from(rule));
-                }
+                // Named whether or not the log is on: `/ratelimit/top` keeps the last rule
+                // (a limited request's cost only).
+                state.notes.policy = Some(Arc::from(rule));
                 state.local_limit_headers = response_headers;
                 Flow::Reply(response)
             }
