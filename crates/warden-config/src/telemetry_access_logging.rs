@@ -2,15 +2,70 @@
 //! logging is `disabled`, and a `filter.expression` on the response code. Istio's filter is a
 //! CEL expression; warden reads the part of CEL that compares `response.code` with a number
 //! (`response.code >= 400`, `400 <= response.code`, `==`, `!=`, `<`, `<=`, `>`, `>=`). Any
-//! other expression, a provider other than Istio's built-in `envoy` file logger, or a `match`
-//! warden cannot honour is an error naming the field: logging something else than asked is
-//! not an option a log pipeline would notice.
+//! other expression or a `match` warden cannot honour is an error naming the field: logging
+//! something else than asked is not something a log pipeline would notice. A provider other
+//! than Istio's built-in `envoy` file logger (an OpenTelemetry or gRPC log service) is a
+//! warning: the entry logs nothing, and no request gets anything else for it.
 
 use crate::field_path::FieldPath;
 use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What a Telemetry says about access logging, and to which workloads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TelemetryAccessLogging {
+    /// `selector.matchLabels`; empty: every workload of the Telemetry's namespace (the root
+    /// namespace's: the whole mesh).
+    pub match_labels: BTreeMap<String, String>,
+    pub entries: Vec<AccessLogging>,
+}
+
+/// Problems at a field: (path, message).
+pub type Problems = Vec<(FieldPath, String)>;
+
+/// A Telemetry `spec`'s access logging (`None` without `accessLogging`) and its warnings.
+pub fn parse_telemetry(
+    spec: &Value,
+) -> Result<Option<(TelemetryAccessLogging, Problems)>, Problems> {
+    if spec.get("accessLogging").is_none() {
+        return Ok(None);
+    }
+    let mut problems = Vec::new();
+    if spec.get("targetRefs").is_some() || spec.get("targetRef").is_some() {
+        problems.push((
+            FieldPath::keys(&["spec", "targetRefs"]),
+            "`targetRefs` with `accessLogging` is not implemented by warden (use `selector`)"
+                .to_string(),
+        ));
+    }
+    let match_labels = spec
+        .get("selector")
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    match parse(spec) {
+        Ok((entries, warnings)) if problems.is_empty() => Ok(Some((
+            TelemetryAccessLogging {
+                match_labels,
+                entries,
+            },
+            warnings,
+        ))),
+        Ok(_) => Err(problems),
+        Err(mut more) => {
+            problems.append(&mut more);
+            Err(problems)
+        }
+    }
+}
 
 /// One `accessLogging` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AccessLogging {
     /// `providers[].name`; empty: the mesh's default providers.
     pub providers: Vec<String>,
@@ -19,13 +74,13 @@ pub struct AccessLogging {
 }
 
 /// `response.code OP N`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CodeExpression {
     pub op: Comparison,
     pub code: u16,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Comparison {
     Eq,
     Ne,
@@ -52,10 +107,10 @@ impl CodeExpression {
 /// `accessLogFile` says, as it says.
 pub const ENVOY_PROVIDER: &str = "envoy";
 
-/// A Telemetry `spec`'s `accessLogging` entries, or the problems (field path, message).
-pub fn parse(spec: &Value) -> Result<Vec<AccessLogging>, Vec<(FieldPath, String)>> {
+/// A Telemetry `spec`'s `accessLogging` entries and warnings, or the errors.
+pub fn parse(spec: &Value) -> Result<(Vec<AccessLogging>, Problems), Problems> {
     let Some(list) = spec.get("accessLogging") else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let base = FieldPath::keys(&["spec", "accessLogging"]);
     let Some(list) = list.as_array() else {
@@ -63,21 +118,26 @@ pub fn parse(spec: &Value) -> Result<Vec<AccessLogging>, Vec<(FieldPath, String)
     };
     let mut out = Vec::new();
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     for (i, entry) in list.iter().enumerate() {
         let at = base.index(i);
-        match entry_of(entry, &at) {
+        match entry_of(entry, &at, &mut warnings) {
             Ok(e) => out.push(e),
             Err(mut p) => problems.append(&mut p),
         }
     }
     if problems.is_empty() {
-        Ok(out)
+        Ok((out, warnings))
     } else {
         Err(problems)
     }
 }
 
-fn entry_of(entry: &Value, at: &FieldPath) -> Result<AccessLogging, Vec<(FieldPath, String)>> {
+fn entry_of(
+    entry: &Value,
+    at: &FieldPath,
+    warnings: &mut Problems,
+) -> Result<AccessLogging, Problems> {
     let mut problems = Vec::new();
     let Some(map) = entry.as_object() else {
         return Err(vec![(at.clone(), "must be a map".into())]);
@@ -94,17 +154,17 @@ fn entry_of(entry: &Value, at: &FieldPath) -> Result<AccessLogging, Vec<(FieldPa
                 Some(list) => {
                     for (j, p) in list.iter().enumerate() {
                         let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
-                        if name == ENVOY_PROVIDER {
-                            logging.providers.push(name.to_string());
-                        } else {
-                            problems.push((
+                        if name != ENVOY_PROVIDER {
+                            warnings.push((
                                 field.index(j).key("name"),
                                 format!(
                                     "access log provider `{name}` is not implemented by warden \
-                                     (only Istio's built-in `{ENVOY_PROVIDER}` file logger)"
+                                     (only Istio's built-in `{ENVOY_PROVIDER}` file logger): it \
+                                     logs nothing"
                                 ),
                             ));
                         }
+                        logging.providers.push(name.to_string());
                     }
                 }
                 None => problems.push((field, "must be a list".into())),
@@ -215,7 +275,8 @@ mod tests {
             {"providers": [{"name": "envoy"}], "filter": {"expression": "response.code >= 400"}},
             {"disabled": true},
         ]});
-        let got = parse(&spec).unwrap();
+        let (got, warnings) = parse(&spec).unwrap();
+        assert!(warnings.is_empty());
         assert_eq!(got[0].providers, ["envoy"]);
         assert_eq!(
             got[0].filter,
@@ -225,10 +286,17 @@ mod tests {
             })
         );
         assert!(got[1].disabled);
-        assert_eq!(parse(&json!({"metrics": []})).unwrap(), vec![]);
+        assert_eq!(parse(&json!({"metrics": []})).unwrap(), (vec![], vec![]));
+        let (got, warnings) =
+            parse(&json!({"accessLogging": [{"providers": [{"name": "otel"}]}]})).unwrap();
+        assert_eq!(got[0].providers, ["otel"]);
+        assert_eq!(
+            warnings[0].0.to_string(),
+            "spec.accessLogging[0].providers[0].name"
+        );
 
         let spec = json!({"accessLogging": [
-            {"providers": [{"name": "otel"}], "filter": {"expression": "request.path == '/'"},
+            {"disabled": "yes", "filter": {"expression": "request.path == '/'"},
              "match": {"mode": "CLIENT"}},
         ]});
         let mut fields: Vec<String> = parse(&spec)
@@ -240,9 +308,9 @@ mod tests {
         assert_eq!(
             fields,
             [
+                "spec.accessLogging[0].disabled",
                 "spec.accessLogging[0].filter.expression",
                 "spec.accessLogging[0].match.mode",
-                "spec.accessLogging[0].providers[0].name",
             ]
         );
     }

@@ -452,3 +452,73 @@ fn a_format_warden_cannot_write_names_the_mesh_config_field() {
         .unwrap()
         .is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_filters_and_disables_the_log() {
+    let (up, _seen) = recording_upstream().await;
+    let errors_only = r#"---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default, namespace: istio-system}
+spec:
+  accessLogging:
+  - providers: [{name: envoy}]
+    filter: {expression: "response.code >= 400"}
+"#;
+    let yaml = http_config(up, "", errors_only).replace(
+        "  - name: all\n",
+        "  - name: all\n    match: [{uri: {prefix: /ok}}]\n",
+    );
+    let dir = warden_testkit::TempDir::new("al-telemetry").unwrap();
+    let (proxy, log) = start_logging(&yaml, DECISION_FORMAT, dir.path());
+    let base = format!("http://{}", addr(&proxy, 0));
+    let c = client();
+    let mut codes = Vec::new();
+    for path in ["/ok", "/missing", "/ok"] {
+        codes.push(
+            c.get(format!("{base}{path}"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(codes, [200, 404, 200]);
+    assert_eq!(lines(&log, 1).await, ["404 NR route_not_found -"]);
+    stop(proxy).await;
+
+    // The proxy's own namespace turns it off; the mesh's filter no longer applies.
+    let off = format!(
+        "{errors_only}---\napiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {{name: quiet, namespace: default}}\nspec:\n  accessLogging:\n  - disabled: true\n"
+    );
+    let dir = warden_testkit::TempDir::new("al-telemetry-off").unwrap();
+    let yaml = http_config(up, "", &off);
+    let (proxy, log) = start_logging(&yaml, DECISION_FORMAT, dir.path());
+    let base = format!("http://{}", addr(&proxy, 0));
+    assert_eq!(
+        c.get(format!("{base}/x")).send().await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        c.get(format!("{base}/x")).send().await.unwrap().status(),
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "");
+    stop(proxy).await;
+}
+
+#[test]
+fn telemetry_expressions_warden_cannot_read_are_errors_naming_the_field() {
+    let yaml = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: t, namespace: istio-system}\nspec:\n  accessLogging:\n  - filter:\n      expression: \"request.headers['x'] == 'y'\"\n";
+    let err = warden_config::load_str("t.yaml", yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.yaml:7")
+            && err.contains("spec.accessLogging[0].filter.expression")
+            && err.contains("not other CEL"),
+        "{err}"
+    );
+}

@@ -286,22 +286,16 @@ pub struct AccessLog {
     /// The request and response headers the format reads (copied per request).
     pub request_headers: Vec<http::HeaderName>,
     pub response_headers: Vec<http::HeaderName>,
-    /// Which answers are logged (`None`: all).
-    pub filter: Option<CodeFilter>,
     /// The format writes `DYNAMIC_METADATA` (warden's JSON always does).
     pub reads_metadata: bool,
 }
 
 impl AccessLog {
     pub fn open(target: &AccessLogTarget) -> Result<Self, ProxyError> {
-        Self::open_with(target, LineFormat::Warden, None)
+        Self::open_with(target, LineFormat::Warden)
     }
 
-    pub fn open_with(
-        target: &AccessLogTarget,
-        format: LineFormat,
-        filter: Option<CodeFilter>,
-    ) -> Result<Self, ProxyError> {
+    pub fn open_with(target: &AccessLogTarget, format: LineFormat) -> Result<Self, ProxyError> {
         let mut out: Box<dyn Write + Send> = match target {
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
             AccessLogTarget::File(path) => Box::new(
@@ -367,14 +361,8 @@ impl AccessLog {
             dropped: Arc::new(AtomicU64::new(0)),
             request_headers,
             response_headers,
-            filter,
             reads_metadata,
         })
-    }
-
-    /// Whether an answer with `status` is logged.
-    pub fn admits(&self, status: u16) -> bool {
-        self.filter.is_none_or(|f| f.admits(status))
     }
 
     /// Queue a record; a full queue drops it (counted), never waits.

@@ -245,7 +245,7 @@ fn record(
         }
     }
     if let (Some(access_log), Some(fields)) = (&shared.access_log, log) {
-        if access_log.admits(status) {
+        if fields.filter.is_none_or(|f| f.admits(status)) {
             access_log.log(finish_record(
                 access_log, fields, elapsed, response, outcome, notes, metadata,
             ));
@@ -343,6 +343,8 @@ fn request_attrs<'a>(
 struct LogFields {
     record: Box<Record>,
     request_id: Option<[u8; 16]>,
+    /// Telemetry's `filter`: which answers are logged.
+    filter: Option<crate::core::access_log::CodeFilter>,
 }
 
 /// What the access log needs of the request.
@@ -392,6 +394,7 @@ fn log_fields(
     LogFields {
         record: Box::new(record),
         request_id: made_id,
+        filter: None,
     }
 }
 
@@ -486,14 +489,14 @@ fn decide(
     let client_ip = client_ip(conn, shared, &parts.headers);
     let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
     outcome.client_ip = Some(client_ip);
-    if let Some(access_log) = &shared.access_log {
-        *log = Some(log_fields(
-            access_log,
-            conn,
-            &parts,
-            authority,
-            attrs.client_ip,
-        ));
+    if let Some(access_log) = shared
+        .access_log
+        .as_ref()
+        .filter(|_| !snapshot.access_logging.disabled)
+    {
+        let mut fields = log_fields(access_log, conn, &parts, authority, attrs.client_ip);
+        fields.filter = snapshot.access_logging.filter;
+        *log = Some(fields);
     }
 
     // 1. decode

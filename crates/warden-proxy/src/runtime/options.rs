@@ -38,8 +38,6 @@ pub struct ProxyOptions {
     pub access_log: Option<AccessLogTarget>,
     /// What its lines look like (warden's JSON unless the mesh config names an Envoy format).
     pub access_log_format: crate::core::access_log::LineFormat,
-    /// Which answers are logged (`None`: all).
-    pub access_log_filter: Option<crate::core::access_log::CodeFilter>,
     /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
     pub watch_config: bool,
     /// Let a reload through that comes from an empty file or leaves no listener, or a
@@ -116,7 +114,6 @@ impl ProxyOptions {
             labels: BTreeMap::new(),
             access_log: None,
             access_log_format: Default::default(),
-            access_log_filter: None,
             watch_config: true,
             allow_empty_config: false,
             load: Default::default(),

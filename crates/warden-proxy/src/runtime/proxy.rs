@@ -131,9 +131,7 @@ impl Proxy {
         let access_log = opts
             .access_log
             .as_ref()
-            .map(|t| {
-                AccessLog::open_with(t, opts.access_log_format.clone(), opts.access_log_filter)
-            })
+            .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
             .transpose()?;
         let serving = Arc::new(Shared::new(
             snapshot,
