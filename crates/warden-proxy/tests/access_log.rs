@@ -386,14 +386,20 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
     route: [{destination: {host: gone.internal}}]
   - name: nowhere
     match: [{uri: {prefix: /nowhere}}]
-    route: [{destination: {host: missing.internal}}]"#;
+    route: [{destination: {host: missing.internal}}]
+  - name: garbled
+    match: [{uri: {prefix: /garbled}}]
+    retries: {attempts: 0}
+    route: [{destination: {host: garbled.internal}}]"#;
+    let garbled = raw_upstream(|_| b"NOT-HTTP 200 fine\r\n\r\n".to_vec()).await;
     let yaml = format!(
-        "{}{}",
+        "{}{}{}",
         http_config(closed.addr(), retried, "").replace(
             "  - name: all\n",
             "  - name: all\n    match: [{uri: {prefix: /all}}]\n"
         ),
         service_entry("gone.internal", &[closed.addr()]),
+        service_entry("garbled.internal", &[garbled]),
     );
     let dir = warden_testkit::TempDir::new("al-failures").unwrap();
     let (proxy, log) = start_logging(&yaml, DECISION_FORMAT, dir.path());
@@ -402,7 +408,7 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
     let mut codes = Vec::new();
     // `/retried` is Istio's default too (2 attempts on connect failures): `URX` once they ran
     // out; `/once` has none.
-    for path in ["/retried", "/once", "/nowhere", "/none"] {
+    for path in ["/retried", "/once", "/nowhere", "/none", "/garbled"] {
         codes.push(
             c.get(format!("{base}{path}"))
                 .send()
@@ -412,8 +418,8 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
                 .as_u16(),
         );
     }
-    assert_eq!(codes, [503, 503, 503, 404]);
-    let lines = lines(&log, 4).await;
+    assert_eq!(codes, [503, 503, 503, 404, 503]);
+    let lines = lines(&log, 5).await;
     assert_eq!(
         lines,
         [
@@ -421,6 +427,7 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
             "503 UF upstream_reset_before_response_started{remote_connection_failure} -",
             "503 NC cluster_not_found -",
             "404 NR route_not_found -",
+            "503 UPE upstream_reset_before_response_started{protocol_error} -",
         ]
     );
     stop(proxy).await;
