@@ -121,7 +121,8 @@ async fn istios_default_text_line_parses_with_istios_fields() {
         ("bytes_received", "0".into()),
         ("bytes_sent", "2".into()),
         ("upstream_service_time", "-".into()),
-        ("x_forwarded_for", "-".into()),
+        // The peer, as a gateway appends it.
+        ("x_forwarded_for", "127.0.0.1".into()),
         ("user_agent", "istio-test/1.0".into()),
         ("request_id", ids.first().cloned().unwrap_or_default()),
         ("authority", "shop.example".into()),
@@ -200,7 +201,7 @@ async fn json_encoding_writes_istios_keys() {
     assert_eq!(line["bytes_sent"], 2);
     assert_eq!(line["method"], "GET");
     assert_eq!(line["response_flags"], "-");
-    assert_eq!(line["x_forwarded_for"], "10.9.8.7");
+    assert_eq!(line["x_forwarded_for"], "10.9.8.7, 127.0.0.1");
     assert_eq!(line["request_id"], "kept-1");
     assert_eq!(line["upstream_local_address"], serde_json::Value::Null);
     assert_eq!(upstream_request_ids(&seen), ["kept-1"]);

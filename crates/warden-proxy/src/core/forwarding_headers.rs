@@ -303,26 +303,7 @@ impl<'a> Forwarding<'a> {
     }
 
     fn append_xff(&self, headers: &mut HeaderMap) {
-        let mut incoming = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter(|v| !v.is_empty());
-        let xff = match (incoming.next(), incoming.next()) {
-            (None, _) => Some(self.peer.clone()),
-            (Some(first), rest) => {
-                // Several XFF headers form one list; send one header with the peer appended.
-                let mut v = Vec::with_capacity(first.len() + 2 + self.peer.len());
-                v.extend_from_slice(first.as_bytes());
-                for more in rest.into_iter().chain(incoming) {
-                    v.extend_from_slice(b", ");
-                    v.extend_from_slice(more.as_bytes());
-                }
-                v.extend_from_slice(b", ");
-                v.extend_from_slice(self.peer.as_bytes());
-                HeaderValue::from_bytes(&v).ok()
-            }
-        };
-        if let Some(xff) = xff {
+        if let Some(xff) = xff_with_peer(headers, self.peer) {
             headers.insert(X_FORWARDED_FOR.clone(), xff);
         }
     }
@@ -408,6 +389,29 @@ impl<'a> Forwarding<'a> {
             }
         }
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The request's `x-forwarded-for` with `peer` appended, as one header (several XFF headers
+/// form one list): what a gateway or a sidecar's inbound side sends upstream.
+pub fn xff_with_peer(headers: &HeaderMap, peer: &HeaderValue) -> Option<HeaderValue> {
+    let mut incoming = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter(|v| !v.is_empty());
+    match (incoming.next(), incoming.next()) {
+        (None, _) => Some(peer.clone()),
+        (Some(first), rest) => {
+            let mut v = Vec::with_capacity(first.len() + 2 + peer.len());
+            v.extend_from_slice(first.as_bytes());
+            for more in rest.into_iter().chain(incoming) {
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(more.as_bytes());
+            }
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(peer.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        }
     }
 }
 

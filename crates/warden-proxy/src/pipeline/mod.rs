@@ -391,8 +391,20 @@ fn log_fields(
         sni: conn.tls.as_ref().and_then(|t| t.sni.clone()),
         ..Record::default()
     };
+    let mut record = Box::new(record);
+    // `REQ(X-FORWARDED-FOR)` is what the upstream gets, as in Envoy's log: with the peer
+    // appended by a gateway and a sidecar's inbound side.
+    if conn.side != crate::core::destination::Side::Outbound {
+        let at = access_log
+            .request_headers
+            .iter()
+            .position(|n| *n == X_FORWARDED_FOR);
+        if let Some(slot) = at.and_then(|i| record.request_headers.get_mut(i)) {
+            *slot = forwarding_headers::xff_with_peer(&parts.headers, &conn.peer_value);
+        }
+    }
     LogFields {
-        record: Box::new(record),
+        record,
         request_id: made_id,
         filter: None,
     }
