@@ -156,6 +156,12 @@ async fn json_encoding_writes_istios_keys() {
         .get(format!("{base}/a"))
         .header("x-request-id", "kept-1")
         .header("x-forwarded-for", "10.9.8.7")
+        .header(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
+        .header("tracestate", "congo=t61rcWkgMzE")
+        .header("b3", "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1")
         .send()
         .await
         .unwrap();
@@ -205,6 +211,15 @@ async fn json_encoding_writes_istios_keys() {
     assert_eq!(line["request_id"], "kept-1");
     assert_eq!(line["upstream_local_address"], serde_json::Value::Null);
     assert_eq!(upstream_request_ids(&seen), ["kept-1"]);
+    // With no tracer, trace context passes through untouched, as Envoy passes it.
+    let request = seen.lock().unwrap().requests[0].to_ascii_lowercase();
+    for line in [
+        "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate: congo=t61rcwkgmze",
+        "b3: 80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1",
+    ] {
+        assert!(request.contains(line), "{line} in {request}");
+    }
     stop(proxy).await;
 }
 
