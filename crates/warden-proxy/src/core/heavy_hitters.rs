@@ -65,7 +65,8 @@ struct Slot {
 #[derive(Debug)]
 pub struct SpaceSaving {
     capacity: usize,
-    index: HashMap<Client, usize>,
+    /// foldhash: the index is looked up on every limited request.
+    index: HashMap<Client, usize, foldhash::fast::RandomState>,
     slots: Vec<Slot>,
     /// Every offer, kept or not.
     total: u64,
@@ -87,7 +88,7 @@ impl SpaceSaving {
     pub fn new(capacity: usize) -> Self {
         SpaceSaving {
             capacity: capacity.max(1),
-            index: HashMap::new(),
+            index: HashMap::default(),
             slots: Vec::new(),
             total: 0,
         }
