@@ -403,6 +403,12 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
   - name: nowhere
     match: [{uri: {prefix: /nowhere}}]
     route: [{destination: {host: missing.internal}}]
+  - name: faulty
+    match: [{uri: {prefix: /faulty}}]
+    fault:
+      delay: {fixedDelay: 1ms, percentage: {value: 100}}
+      abort: {httpStatus: 418, percentage: {value: 100}}
+    route: [{destination: {host: gone.internal}}]
   - name: garbled
     match: [{uri: {prefix: /garbled}}]
     retries: {attempts: 0}
@@ -424,7 +430,9 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
     let mut codes = Vec::new();
     // `/retried` is Istio's default too (2 attempts on connect failures): `URX` once they ran
     // out; `/once` has none.
-    for path in ["/retried", "/once", "/nowhere", "/none", "/garbled"] {
+    for path in [
+        "/retried", "/once", "/nowhere", "/none", "/garbled", "/faulty",
+    ] {
         codes.push(
             c.get(format!("{base}{path}"))
                 .send()
@@ -434,8 +442,8 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
                 .as_u16(),
         );
     }
-    assert_eq!(codes, [503, 503, 503, 404, 503]);
-    let lines = lines(&log, 5).await;
+    assert_eq!(codes, [503, 503, 503, 404, 503, 418]);
+    let lines = lines(&log, 6).await;
     assert_eq!(
         lines,
         [
@@ -444,6 +452,8 @@ async fn upstream_failures_carry_envoys_flags_and_details() {
             "503 NC cluster_not_found -",
             "404 NR route_not_found -",
             "503 UPE upstream_reset_before_response_started{protocol_error} -",
+            // A fault's delay, then its abort: both flags, in Envoy's order.
+            "418 DI,FI fault_filter_abort -",
         ]
     );
     stop(proxy).await;
