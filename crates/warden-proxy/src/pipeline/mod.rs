@@ -812,8 +812,8 @@ async fn act(
                                 .more_flags
                                 .set(ResponseFlag::UpstreamRetryLimitExceeded);
                         }
-                        if failure.details.is_some() {
-                            state.notes.details = failure.details;
+                        if failure.per_try_timeout {
+                            state.notes.details = Some("upstream_per_try_timeout");
                         }
                         break 'stages local(failure.reply, &mut state);
                     }

@@ -128,9 +128,9 @@ pub struct Upstreamed {
 pub struct ForwardFailure {
     pub reply: LocalReply,
     pub endpoint: Option<http::uri::Authority>,
-    /// Envoy's response code details when they say more than the reply's flag
-    /// (`upstream_per_try_timeout`).
-    pub details: Option<&'static str>,
+    /// A try's own timeout expired (Envoy's details `upstream_per_try_timeout`); two flags
+    /// rather than a `&str`: the result is moved on every request.
+    pub per_try_timeout: bool,
     /// Retries ran out on a failure they would have retried (Envoy's `URX`).
     pub retries_exhausted: bool,
 }
@@ -139,7 +139,7 @@ fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFai
     ForwardFailure {
         reply,
         endpoint,
-        details: None,
+        per_try_timeout: false,
         retries_exhausted: false,
     }
 }
@@ -499,7 +499,7 @@ async fn attempt(
                 metrics.upstream_error("timeout");
                 record(outlier::Outcome::LocalFailure);
                 let mut failure = fail(LocalReply::timeout(), Some(endpoint));
-                failure.details = Some("upstream_per_try_timeout");
+                failure.per_try_timeout = true;
                 return Err(failure);
             }
         },
