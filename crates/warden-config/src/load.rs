@@ -298,6 +298,44 @@ impl Loader {
                 }
                 return;
             }
+            KindVerdict::Ignored if env.kind == "Telemetry" => {
+                match crate::telemetry_access_logging::parse_telemetry(&env.spec) {
+                    Ok(Some((logging, warnings))) => {
+                        for (field, message) in warnings {
+                            self.loaded.warnings.push(Problem {
+                                code: Some(Code::FieldNotSupported),
+                                ..problem_at(&loc, &lines, &field, message)
+                            });
+                        }
+                        self.loaded.set.telemetry_access_logging.push(Doc {
+                            file: file.to_path_buf(),
+                            index,
+                            api_version: env.api_version.clone(),
+                            kind: env.kind.clone(),
+                            metadata: env.metadata.clone(),
+                            spec: logging,
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(problems) => {
+                        for (field, message) in problems {
+                            self.errors.push(problem_at(&loc, &lines, &field, message));
+                        }
+                        return;
+                    }
+                }
+                // Its `metrics` are not read: passed by with a warning.
+                let read_all = env
+                    .spec
+                    .as_object()
+                    .is_some_and(|m| m.keys().all(|k| k == "accessLogging" || k == "selector"));
+                if !read_all {
+                    let key = (env.kind.clone(), env.api_version.clone());
+                    let first = problem_at(&loc, &lines, &kind_field, String::new());
+                    self.skipped_kinds.entry(key).or_insert((first, 0)).1 += 1;
+                }
+                return;
+            }
             KindVerdict::Ignored => {
                 // Someone else's object in a namespace dump (a Deployment, a ConfigMap...): one
                 // warning per kind, at its first document, however many the dump holds.

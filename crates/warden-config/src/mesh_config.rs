@@ -36,6 +36,28 @@ pub struct MeshConfig {
     pub extension_providers: Vec<crate::ext_authz_provider::ExtensionProvider>,
     #[serde(default)]
     pub warden: WardenSection,
+    /// Where requests are logged (`accessLogFile`; empty or unset: not logged).
+    #[serde(default)]
+    pub access_log_file: Option<String>,
+    /// `accessLogEncoding`: TEXT (Istio's default) or JSON.
+    #[serde(default)]
+    pub access_log_encoding: Option<AccessLogEncoding>,
+    /// `accessLogFormat`: an Envoy format string (TEXT) or a JSON object of them (JSON);
+    /// unset is Istio's default for the encoding. The proxy parses it.
+    #[serde(default)]
+    pub access_log_format: Option<String>,
+    /// Where `accessLogFormat` is, for the problems the proxy finds in it.
+    #[serde(skip)]
+    pub access_log_format_at: Option<Location>,
+}
+
+/// MeshConfig `accessLogEncoding`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AccessLogEncoding {
+    #[default]
+    Text,
+    Json,
 }
 
 /// MeshConfig `defaultConfig` (Istio's ProxyConfig).
@@ -94,9 +116,6 @@ pub struct XffTrustedCidrs {
 /// MeshConfig fields warden does not read that change nothing a request gets (the control
 /// plane's, telemetry's): a warning each. Any other unread field is an error.
 const HARMLESS: &[&str] = &[
-    "accessLogFile",
-    "accessLogEncoding",
-    "accessLogFormat",
     "enableTracing",
     "enablePrometheusMerge",
     "rootNamespace",
@@ -217,7 +236,13 @@ pub fn parse_mesh_config(
         }
     }
     match decoded {
-        Ok(config) if errors.is_empty() => Ok((config, warnings)),
+        Ok(mut config) if errors.is_empty() => {
+            if config.access_log_format.is_some() {
+                let field = FieldPath::keys(&["accessLogFormat"]);
+                config.access_log_format_at = Some(at(&field, String::new()).location);
+            }
+            Ok((config, warnings))
+        }
         Ok(_) => Err(ConfigErrors::new(errors)),
         Err(e) => {
             let field = FieldPath::from_path_to_error(e.path());
@@ -295,6 +320,29 @@ mod tests {
         assert_eq!(
             topology.forward_client_cert_details,
             Some(crate::proxy_config::ForwardClientCertDetails::AlwaysForwardOnly)
+        );
+    }
+
+    #[test]
+    fn access_log_fields_are_read() {
+        let (config, warnings) = parse(
+            "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: |\n  {\"a\": \"%RESPONSE_CODE%\"}\n",
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.access_log_file.as_deref(), Some("/dev/stdout"));
+        assert_eq!(config.access_log_encoding, Some(AccessLogEncoding::Json));
+        assert_eq!(
+            config.access_log_format.as_deref(),
+            Some("{\"a\": \"%RESPONSE_CODE%\"}\n")
+        );
+        let at = config.access_log_format_at.unwrap();
+        // A block scalar is located at its first line of text.
+        assert_eq!((at.line, at.field.as_str()), (Some(4), "accessLogFormat"));
+        let err = parse("accessLogEncoding: XML\n").unwrap_err().to_string();
+        assert!(
+            err.contains("mesh.yaml:1") && err.contains("accessLogEncoding"),
+            "{err}"
         );
     }
 

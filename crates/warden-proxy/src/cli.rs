@@ -2,7 +2,7 @@
 
 use crate::core::timeouts::Timeouts;
 use crate::runtime::check;
-use crate::runtime::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+use crate::runtime::options::{ConfigSource, ProxyOptions};
 use crate::runtime::proxy::Proxy;
 use crate::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
 use std::collections::BTreeMap;
@@ -604,7 +604,17 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
             name,
         );
     }
-    opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
+    match crate::core::access_log::from_mesh(args.access_log.as_deref(), &mesh) {
+        Ok(Some((target, format))) => {
+            opts.access_log = Some(target);
+            opts.access_log_format = format;
+        }
+        Ok(None) => {}
+        Err(problem) => {
+            eprintln!("{problem}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
     opts.mesh = args.role.mesh_credentials()?;

@@ -9,7 +9,7 @@
 //! against these names.
 
 pub use crate::core::dynamic_metadata::DynamicMetadata;
-use crate::core::local_reply::{LocalReply, ResponseFlag};
+use crate::core::local_reply::{LocalReply, ResponseFlag, ResponseFlags};
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
 use crate::routing::Route;
@@ -64,16 +64,53 @@ pub enum Verdict {
 
 pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
 
-/// Why a request was answered as it was, for metrics and the access log.
+/// Why a request was answered as it was, for metrics, the access log and `/ratelimit/top`.
 #[derive(Default)]
 pub struct Notes {
+    /// The flag of the reason the request was answered as it was.
     pub flag: Option<ResponseFlag>,
+    /// Flags set on the way (a fault's `DI` before its abort, `URX` with the failure retries
+    /// gave up on): Envoy writes them all.
+    pub more_flags: ResponseFlags,
     /// The RBAC rule (`none` for an ALLOW miss) or rate limit rule that stopped the request.
     pub policy: Option<Arc<str>>,
     /// Envoy's response code details prefix for a policy denial.
     pub details: Option<&'static str>,
     /// A dry-run policy (or shadow-mode limit) that would have stopped it.
     pub shadow_policy: Option<Arc<str>>,
+}
+
+impl Notes {
+    /// Every flag of the request, as `%RESPONSE_FLAGS%` writes them.
+    pub fn flags(&self) -> ResponseFlags {
+        self.more_flags.with(self.flag)
+    }
+
+    /// The proxy answers for `flag`'s reason; a flag set before (a fault's delay) stays.
+    pub fn replied(&mut self, flag: Option<ResponseFlag>) {
+        if let Some(before) = self.flag.take() {
+            self.more_flags.set(before);
+        }
+        self.flag = flag;
+    }
+
+    /// Envoy's `%RESPONSE_CODE_DETAILS%`: what the deciding filter said (RBAC with the
+    /// matched policy), else what the flag's reason is, else `via_upstream` (`answered` by
+    /// the upstream) or `direct_response`.
+    pub fn write_details(&self, answered_upstream: bool, out: &mut String) {
+        match (self.details, &self.policy, self.flag) {
+            (Some(d), Some(p), _) if d == crate::filters::authz::RBAC_DENIED => {
+                out.push_str(d);
+                out.push('[');
+                out.push_str(p);
+                out.push(']');
+            }
+            (Some(d), _, _) => out.push_str(d),
+            (None, _, Some(f)) => out.push_str(f.details()),
+            (None, _, None) if answered_upstream => out.push_str("via_upstream"),
+            (None, _, None) => out.push_str("direct_response"),
+        }
+    }
 }
 
 /// What the filters of one request leave for the ones after them and for the answer.

@@ -58,7 +58,7 @@ pub enum LimitVerdict<'a> {
     Limited {
         response: Response<ProxyBody>,
         response_headers: Option<RateLimitHeaders>,
-        rule: &'a str,
+        rule: Option<&'a Arc<str>>,
     },
 }
 
@@ -196,6 +196,7 @@ impl LocalRateLimitFilter {
             dynamic_metadata: metadata,
         });
         let rule = outcome.decided_by.map(|d| d.rule);
+        let label = outcome.decided_by.map(|d| d.label);
         match outcome.response {
             Some(reply) => {
                 let grpc = req
@@ -209,7 +210,7 @@ impl LocalRateLimitFilter {
                 LimitVerdict::Limited {
                     response,
                     response_headers: outcome.rate_limit_headers,
-                    rule: rule.unwrap_or(""),
+                    rule: label,
                 }
             }
             None => LimitVerdict::Pass {
@@ -288,9 +289,9 @@ impl HttpFilter for LocalRateLimitFilter {
             } => {
                 state.notes.flag = Some(ResponseFlag::RateLimited);
                 state.notes.details = Some(LOCAL_RATE_LIMITED);
-                if state.logging {
-                    state.notes.policy = Some(Arc::from(rule));
-                }
+                // Named whether or not the log is on: `/ratelimit/top` keeps the last rule
+                // (shared, not copied).
+                state.notes.policy = rule.cloned();
                 state.local_limit_headers = response_headers;
                 Flow::Reply(response)
             }

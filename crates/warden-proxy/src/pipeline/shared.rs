@@ -5,6 +5,7 @@
 use crate::core::access_log::AccessLog;
 use crate::core::client_addr::TrustedCidrs;
 use crate::core::client_cert::Modes;
+use crate::core::heavy_hitters::LimitedClients;
 use crate::core::identity::ProxyIdentity;
 use crate::core::metrics::Metrics;
 use crate::filters::chain::ChainExtensions;
@@ -29,6 +30,8 @@ pub struct Shared {
     pub extensions: ChainExtensions,
     /// `--accel`'s handle for plain TCP relays that same-node apps may skip (set once at start).
     pub splicer: OnceLock<warden_accel::Splicer>,
+    /// The clients each limiter answers 429 most (`/ratelimit/top`).
+    pub limited: LimitedClients,
 }
 
 impl Shared {
@@ -50,6 +53,7 @@ impl Shared {
             identity,
             extensions,
             splicer: OnceLock::new(),
+            limited: LimitedClients::default(),
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct ProxyOptions {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub access_log: Option<AccessLogTarget>,
+    /// What its lines look like (warden's JSON unless the mesh config names an Envoy format).
+    pub access_log_format: crate::core::access_log::LineFormat,
     /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
     pub watch_config: bool,
     /// Let a reload through that comes from an empty file or leaves no listener, or a
@@ -124,6 +126,7 @@ impl ProxyOptions {
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,
+            access_log_format: Default::default(),
             watch_config: true,
             allow_empty_config: false,
             require_listener: false,

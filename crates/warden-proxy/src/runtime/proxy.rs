@@ -139,7 +139,11 @@ impl Proxy {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
-        let access_log = opts.access_log.as_ref().map(AccessLog::open).transpose()?;
+        let access_log = opts
+            .access_log
+            .as_ref()
+            .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
+            .transpose()?;
         let serving = Arc::new(
             Shared::new(
                 snapshot,
@@ -464,6 +468,11 @@ impl RunningProxy {
         self.shared
             .metrics
             .encode_with(|r| self.shared.snapshot.load().filters.register_metrics(r))
+    }
+
+    /// Access log records dropped because its writer fell behind (0 without an access log).
+    pub fn access_log_dropped(&self) -> u64 {
+        self.shared.access_log.as_ref().map_or(0, |l| l.dropped())
     }
 
     /// Stop accepting, let in-flight requests and connections finish until `deadline` has

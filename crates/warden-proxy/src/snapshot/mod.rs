@@ -27,6 +27,7 @@ use warden_config::{parse_duration, ConfigErrors, ConfigSet, Doc, Problem, Servi
 mod gateway_tls;
 mod peer_authn;
 mod sidecar;
+pub mod telemetry_logging;
 mod upstream_tls;
 pub use crate::core::identity::{MeshCredentials, ProxyIdentity, SidecarSettings};
 pub use crate::routing::ports::{ListenerProtocol, ListenerSpec, PortRoutes, TcpRoute};
@@ -55,6 +56,8 @@ pub struct Snapshot {
     pub tls_files: warden_tls::file_stamps::FileStamps,
     /// The (no) policies of a sidecar's outbound side: Istio applies them inbound.
     outbound_filters: Filters,
+    /// The Telemetry `accessLogging` that applies to this proxy.
+    pub access_logging: telemetry_logging::AccessLogPolicy,
     /// Whether a route or a policy stage reads request headers other than `Host`; see
     /// [`Snapshot::reads_request_headers`].
     reads_request_headers: bool,
@@ -234,7 +237,10 @@ impl Snapshot {
             .any(|p| matches!(p, PortRoutes::Http(t) if t.matches_headers()))
             || filters.reads_request_headers()
             || outbound_filters.reads_request_headers();
+        let access_logging =
+            telemetry_logging::access_log_policy(&loaded.set.telemetry_access_logging, identity);
         Ok(Snapshot {
+            access_logging,
             reads_request_headers,
             listeners,
             ports,
