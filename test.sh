@@ -48,6 +48,11 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "test.sh: installing kubernetes-validate (PyPI)"
   python3 -m pip install -q kubernetes-validate
 fi
+# The ext_authz tests' providers are Python grpcio servers on Envoy's published protos.
+if ! python3 -c 'import grpc; from envoy.service.auth.v3 import external_auth_pb2_grpc' >/dev/null 2>&1; then
+  echo "test.sh: installing grpcio and xds-protos (PyPI)"
+  python3 -m pip install -q grpcio xds-protos
+fi
 # Tests start their own redis-server on a free loopback port; a system one is not needed.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
 

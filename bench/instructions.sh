@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # User-space instructions per request (valgrind callgrind), warden vs nginx vs HAProxy, on the
 # paths of bench/gateway.sh and bench/local-ratelimit.sh: plain reverse proxy, direct response
-# 333, and seed 000's per-IP limit rejecting with 429. Unlike req/s on this kind of 2-core VM
+# 333, and seed 000's per-IP limit rejecting with 429; for warden also the direct response
+# behind jwt_authn (RequestAuthentication, every request with a valid ES256 token). Unlike req/s on this kind of 2-core VM
 # (where even two runs of one binary differ by up to 25%), an instruction count does not move
 # between runs, so it shows whether a change made a path cheaper. It leaves out the kernel, which is about 70% of every
 # server's CPU time here and the same work for the three (one recvfrom and one send/writev per
@@ -19,7 +20,8 @@
 # before/after comparison of two warden builds), ONLY=sidecar runs the sidecar path alone;
 # WARDEN_BIN: an already built binary.
 source "$(dirname "$0")/lib/common.sh"
-ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables
+ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables openssl:openssl
+/usr/bin/python3 -c 'import jwt, cryptography' 2>/dev/null || ensure_pkgs x-python3-jwt:python3-jwt x-python3-cryptography:python3-cryptography
 if [ -n "${WARDEN_BIN:-}" ]; then WARDEN=$WARDEN_BIN; else build_warden; fi
 N=${N:-10000}; WARMUP=${WARMUP:-2000}
 CG=$WORK/cg; mkdir -p "$CG"
@@ -38,15 +40,17 @@ wait_http "http://127.0.0.1:$BACKEND/"
 # count NAME URL PID... — instructions per request of the callgrind'ed servers PID... (summed);
 # appends a row. LOAD_IN: a command prefix to run the load from (a namespace).
 LOAD_IN=()
+# LOAD_ARGS: extra `warden load` arguments (the jwt path's Authorization header).
+LOAD_ARGS=()
 count() {
   local name=$1 url=$2 out total=0 pid f
   shift 2
   # The proxy's one-off work after start (releasing start-up code pages, 1 s in) is over
   # before anything is counted.
   sleep 3
-  "${LOAD_IN[@]}" "$WARDEN" load -n "$WARMUP" -c "$CONNS" --quiet "$url" >/dev/null
+  "${LOAD_IN[@]}" "$WARDEN" load -n "$WARMUP" -c "$CONNS" --quiet "${LOAD_ARGS[@]}" "$url" >/dev/null
   for pid in "$@"; do callgrind_control -z "$pid" >/dev/null 2>&1; done
-  out=$("${LOAD_IN[@]}" "$WARDEN" load -n "$N" -c "$CONNS" --quiet "$url")
+  out=$("${LOAD_IN[@]}" "$WARDEN" load -n "$N" -c "$CONNS" --quiet "${LOAD_ARGS[@]}" "$url")
   for pid in "$@"; do callgrind_control -d "$pid" >/dev/null 2>&1; done
   sleep 0.5
   for pid in "$@"; do
@@ -81,12 +85,44 @@ text = sys.stdin.read()
 print(text.replace("  - route: [{destination: {host: backend.local, port: {number: 80}}}]",
                    "  - directResponse: {status: 333, body: {string: test}}"))'
 }
-[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || WARDEN_PATHS=(proxy direct limit)
+# jwt_yaml — a RequestAuthentication with one inline ES256 key; JWT_TOKEN: a valid token for
+# it (minted as bench/jwt.sh does; every request sends it, so the verified-token cache answers).
+jwt_setup() {
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/es.pem" 2>/dev/null
+  cat >"$WORK/mint.json" <<JSON
+{"keys": {"es": {"alg": "ES256", "pem": "$WORK/es.pem"}}, "jwks": {"all": ["es"]},
+ "tokens": {"es": {"kid": "es", "claims": {"iss": "https://bench.warden", "sub": "user-1",
+   "aud": "api", "exp": $(( $(date +%s) + 86400 ))}}}}
+JSON
+  /usr/bin/python3 "$ROOT/crates/warden-proxy/tests/jwt/mint.py" "$WORK/mint.json" >"$WORK/minted.json"
+  JWT_TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["es"])' "$WORK/minted.json")
+  JWT_JWKS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jwks"]["all"])' "$WORK/minted.json")
+}
+jwt_yaml() {
+  cat <<YAML
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: bench}
+spec:
+  jwtRules:
+  - issuer: https://bench.warden
+    audiences: [api]
+    jwks: '$JWT_JWKS'
+YAML
+}
+# jwt: the direct response behind jwt_authn, every request with a valid token (cached): its
+# count minus direct's is what the filter costs a request that uses it.
+[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || WARDEN_PATHS=(proxy direct limit jwt)
 for path in "${WARDEN_PATHS[@]}"; do
   port=$(free_port); mkdir -p "$WORK/w-$path"
+  LOAD_ARGS=()
   case $path in
     proxy) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml" ;;
     direct) direct_yaml "$port" >"$WORK/w-$path/gateway.yaml" ;;
+    jwt) jwt_setup
+         { direct_yaml "$port"; jwt_yaml; } >"$WORK/w-$path/gateway.yaml"
+         LOAD_ARGS=(-H "Authorization: Bearer $JWT_TOKEN") ;;
     limit) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml"
            per_ip_policy_yaml 300 Minute >"$WORK/w-$path/policy.yaml" ;;
   esac
@@ -95,6 +131,7 @@ for path in "${WARDEN_PATHS[@]}"; do
   wait_tcp "$port"
   count "warden-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done
+LOAD_ARGS=()
 
 # The sidecar path: two pods joined by a veth, capture in both, both sidecars under callgrind.
 sidecar_path() {
@@ -214,7 +251,7 @@ for line in open(sys.argv[1]):
     name, ir, codes = line.rstrip("\n").split("\t")
     rows[name] = (int(ir), codes)
 print(f"{'path':<8}{'warden':>10}{'nginx':>10}{'haproxy':>10}{'warden/best':>13}   status codes (warden | nginx | haproxy)")
-for path in ("proxy", "direct", "limit", "sidecar"):
+for path in ("proxy", "direct", "limit", "jwt", "sidecar"):
     w, n, h = (rows.get(f"{who}-{path}", (0, "-")) for who in ("warden", "nginx", "haproxy"))
     best = min(x[0] for x in (n, h)) if n[0] and h[0] else 0
     ratio = f"{w[0] / best:.3f}" if best else "-"

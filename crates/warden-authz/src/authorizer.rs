@@ -1,7 +1,9 @@
 //! The compiled authorization of one proxy: Envoy's order of RBAC filters, evaluated at once.
 
 use crate::attrs::{HttpAttrs, Request, TcpAttrs};
-use crate::compile::{add_rules, check_targets, plain_location, set_kind, Locate, Problems};
+use crate::compile::{
+    add_rules, check_targets, plain_location, set_kind, Locate, Problems, SetKind,
+};
 use crate::decision::{Decision, NONE_POLICY};
 use crate::policy_set::{PolicySet, PolicySetBuilder};
 use crate::scope::ProxyScope;
@@ -31,6 +33,54 @@ pub struct Authorizer {
     shadow_allow: PolicySet,
     stats: AuthorizerStats,
     none: Arc<str>,
+    /// The CUSTOM policies in scope, for the ext_authz filter ([`Authorizer::take_custom`]).
+    custom: Option<CustomRules>,
+}
+
+/// The CUSTOM policies that apply to one proxy: which requests go to the external authorizer
+/// (Istio's shadow RBAC filter in front of ext_authz), and which provider they name.
+#[derive(Debug)]
+pub struct CustomRules {
+    rules: PolicySet,
+    /// `istio.io/dry-run` CUSTOM policies: matched and reported, never sent.
+    shadow: PolicySet,
+    /// The providers the enforced policies name, with the policy (`namespace/name`), in
+    /// document order. Istio uses one provider per workload: more than one distinct name
+    /// makes every request denied.
+    pub providers: Vec<(String, String)>,
+}
+
+/// Whether a request is sent to the external authorizer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CustomMatch {
+    /// The enforced CUSTOM rule that matched: send the request to the provider.
+    pub rule: Option<Arc<str>>,
+    /// A dry-run CUSTOM rule that matched (the request would have been sent).
+    pub shadow: Option<Arc<str>>,
+}
+
+impl CustomRules {
+    /// Which CUSTOM rules (enforced, dry-run) match an HTTP request.
+    pub fn check_http(&self, attrs: &HttpAttrs<'_>) -> CustomMatch {
+        let req = Request::from(attrs);
+        CustomMatch {
+            rule: self.rules.first_match(&req, false).map(|r| r.name.clone()),
+            shadow: self.shadow.first_match(&req, false).map(|r| r.name.clone()),
+        }
+    }
+
+    /// The distinct provider names of the enforced policies, sorted.
+    pub fn provider_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.providers.iter().map(|(p, _)| p.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Whether only dry-run CUSTOM policies apply (nothing is sent).
+    pub fn is_dry_run_only(&self) -> bool {
+        self.rules.policies == 0
+    }
 }
 
 impl Default for Authorizer {
@@ -50,6 +100,7 @@ impl Authorizer {
             shadow_allow: PolicySet::default(),
             stats: AuthorizerStats::default(),
             none: Arc::from(NONE_POLICY),
+            custom: None,
         }
     }
 
@@ -75,7 +126,8 @@ impl Authorizer {
         scope: &ProxyScope,
         locate: Locate<'_>,
     ) -> Result<Authorizer, Vec<Problem>> {
-        let mut sets: [PolicySetBuilder; 5] = Default::default();
+        let mut sets: [PolicySetBuilder; 7] = Default::default();
+        let mut providers = Vec::new();
         let mut discarded = PolicySetBuilder::default();
         let mut all_problems = Vec::new();
         let mut stats = AuthorizerStats::default();
@@ -85,6 +137,18 @@ impl Authorizer {
             check_targets(doc, &mut problems);
             let applies = problems.list.is_empty() && scope.selects(doc);
             let target = match kind {
+                Some(k @ (SetKind::Custom | SetKind::ShadowCustom)) if applies => {
+                    if k == SetKind::Custom {
+                        let name = doc.spec.provider.as_ref().map(|p| p.name.clone());
+                        let id = format!(
+                            "{}/{}",
+                            doc.metadata.namespace_or_default(),
+                            doc.metadata.name
+                        );
+                        providers.push((name.unwrap_or_default(), id));
+                    }
+                    &mut sets[k as usize]
+                }
                 Some(k) if applies => {
                     stats.policies += 1;
                     stats.rules += doc.spec.rules.len();
@@ -105,7 +169,13 @@ impl Authorizer {
         if !all_problems.is_empty() {
             return Err(all_problems);
         }
-        let [deny, allow, audit, shadow_deny, shadow_allow] = sets.map(PolicySetBuilder::build);
+        let [deny, allow, audit, shadow_deny, shadow_allow, custom, shadow_custom] =
+            sets.map(PolicySetBuilder::build);
+        let custom = (custom.policies + shadow_custom.policies > 0).then(|| CustomRules {
+            rules: custom,
+            shadow: shadow_custom,
+            providers,
+        });
         stats.index_bytes = [&deny, &allow, &audit, &shadow_deny, &shadow_allow]
             .iter()
             .map(|s| s.index_bytes())
@@ -125,7 +195,13 @@ impl Authorizer {
             shadow_allow,
             stats,
             none: Arc::from(NONE_POLICY),
+            custom,
         })
+    }
+
+    /// The CUSTOM policies in scope, taken out (the ext_authz filter holds them).
+    pub fn take_custom(&mut self) -> Option<CustomRules> {
+        self.custom.take()
     }
 
     /// True when no policy applies: every request is allowed and the check can be skipped.

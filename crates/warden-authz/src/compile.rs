@@ -20,6 +20,9 @@ pub(crate) enum SetKind {
     Audit = 2,
     ShadowDeny = 3,
     ShadowAllow = 4,
+    /// CUSTOM: matching requests are sent to the policy's provider.
+    Custom = 5,
+    ShadowCustom = 6,
 }
 
 /// Turns a document and a field path into a [`Location`] (with a line number when the caller
@@ -88,14 +91,16 @@ pub(crate) fn set_kind(
             "provider is only allowed with action CUSTOM",
         );
     }
+    if spec.action == Action::Custom && spec.provider.as_ref().is_none_or(|p| p.name.is_empty()) {
+        problems.push(
+            "spec.provider.name",
+            "must specify provider when using CUSTOM action",
+        );
+        return None;
+    }
     match (spec.action, dry_run) {
-        (Action::Custom, _) => {
-            problems.push(
-                "spec.action",
-                "action CUSTOM (external authorization) is not supported yet: no ext-authz provider exists in warden",
-            );
-            None
-        }
+        (Action::Custom, false) => Some(SetKind::Custom),
+        (Action::Custom, true) => Some(SetKind::ShadowCustom),
         (Action::Deny, false) => Some(SetKind::Deny),
         (Action::Deny, true) => Some(SetKind::ShadowDeny),
         (Action::Allow, false) => Some(SetKind::Allow),

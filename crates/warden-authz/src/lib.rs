@@ -37,7 +37,7 @@ mod string_match;
 mod tcp_notes;
 
 pub use attrs::{HttpAttrs, RequestAuth, TcpAttrs};
-pub use authorizer::{Authorizer, AuthorizerStats};
+pub use authorizer::{Authorizer, AuthorizerStats, CustomMatch, CustomRules};
 pub use cidr_index::{canonical, canonical_net};
 pub use compile::DRY_RUN_ANNOTATION;
 pub use decision::{Decision, DENY_BODY, DENY_CONTENT_TYPE, DENY_STATUS, NONE_POLICY};

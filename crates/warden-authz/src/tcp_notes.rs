@@ -31,8 +31,22 @@ pub fn tcp_notes(set: &ConfigSet, scope: &ProxyScope, tcp: &str) -> Vec<Problem>
             (Action::Deny, false) => "DENY",
             (Action::Deny, true) => "dry-run DENY",
             (Action::Audit, _) => "AUDIT",
-            // Rejected by validation (no ext-authz provider).
-            (Action::Custom, _) => continue,
+            // Istio also asks a gRPC provider about TCP connections (ext_authz's network
+            // filter); warden asks about HTTP requests only, and says so.
+            (Action::Custom, dry_run) => {
+                if !dry_run {
+                    notes.push(Problem {
+                        code: None,
+                        location: set.locate(doc, "spec.action"),
+                        message: format!(
+                            "CUSTOM: on {tcp} warden does not ask the provider (Istio's \
+                             ext_authz network filter is not implemented); its rules apply to \
+                             HTTP requests only"
+                        ),
+                    });
+                }
+                continue;
+            }
         };
         for (i, rule) in doc.spec.rules.iter().enumerate() {
             let http = http_fields(rule);

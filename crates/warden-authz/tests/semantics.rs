@@ -684,6 +684,8 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
             "  - to: [{operation: {methods: [GET]}}, {operation: {ports: [\"9000\"]}}]",
         ),
         policy("elsewhere", "other", "DENY", "  - to: [{operation: {methods: [GET]}}]"),
+        policy("ext", "default", "CUSTOM", "  - {}")
+            .replace("  action: CUSTOM\n", "  action: CUSTOM\n  provider: {name: authz}\n"),
     ]
     .concat();
     let loaded = warden_config::load_str("tcp.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
@@ -691,7 +693,7 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
         .iter()
         .map(ToString::to_string)
         .collect();
-    assert_eq!(notes.len(), 4, "{notes:#?}");
+    assert_eq!(notes.len(), 5, "{notes:#?}");
     let has = |i: usize, parts: &[&str]| {
         for part in parts {
             assert!(notes[i].contains(part), "{part:?} not in {}", notes[i]);
@@ -724,6 +726,14 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
         ],
     );
     has(3, &["deny-either", "matches every connection"]);
+    has(
+        4,
+        &[
+            "AuthorizationPolicy/ext",
+            "field spec.action",
+            "warden does not ask the provider",
+        ],
+    );
 }
 
 #[test]
@@ -770,8 +780,8 @@ fn invalid_and_unsupported_input_is_a_located_error() {
     let cases = [
         (
             policy("c", "default", "CUSTOM", "  - {}"),
-            "spec.action",
-            "CUSTOM",
+            "spec.provider.name",
+            "must specify provider when using CUSTOM action",
         ),
         (
             policy(
@@ -1186,4 +1196,69 @@ fn jwt_identities_match_as_istio_documents() {
             "{key} without a token"
         );
     }
+}
+
+/// CUSTOM policies are kept apart from RBAC's sets: only the requests their rules match go to
+/// the provider, dry-run ones are only reported, they never make an ALLOW-less workload
+/// allow-nothing, and the providers they name are listed (Istio allows one per workload).
+#[test]
+fn custom_policies_say_which_requests_go_to_the_provider() {
+    let custom = |name: &str, provider: &str, extra: &str, rules: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: default{extra}}}\n\
+             spec:\n  action: CUSTOM\n  provider: {{name: {provider}}}\n  rules:\n{rules}\n---\n"
+        )
+    };
+    let yaml = custom(
+        "ext",
+        "authz",
+        "",
+        "  - to: [{operation: {paths: [\"/headers\"]}}]",
+    ) + &custom(
+        "shadow",
+        "other",
+        ", annotations: {\"istio.io/dry-run\": \"true\"}",
+        "  - to: [{operation: {methods: [POST]}}]",
+    );
+    let mut a = compile(&yaml);
+    assert!(a.is_empty(), "CUSTOM policies are not RBAC's");
+    assert!(verdict(&req().path("/ip").http(&a)).0);
+    let custom = a.take_custom().expect("custom rules");
+    let attrs = |r: &Req| {
+        let headers = HeaderMap::new();
+        let m = custom.check_http(&HttpAttrs {
+            direct_peer: Req::ip(r.peer),
+            client_ip: Req::ip(r.peer),
+            dest_ip: Req::ip(r.dest),
+            dest_port: r.port,
+            host: r.host,
+            method: r.method,
+            path: r.path,
+            headers: &headers,
+            sni: None,
+            principal: None,
+            request_auth: None,
+        });
+        (
+            m.rule.map(|s| s.to_string()),
+            m.shadow.map(|s| s.to_string()),
+        )
+    };
+    let rule = Some("ns[default]-policy[ext]-rule[0]".to_string());
+    let shadow = Some("ns[default]-policy[shadow]-rule[0]".to_string());
+    assert_eq!(attrs(&req().path("/headers")), (rule.clone(), None));
+    assert_eq!(attrs(&req().path("/ip")), (None, None));
+    assert_eq!(
+        attrs(&req().path("/headers").method("POST")),
+        (rule, shadow)
+    );
+    assert_eq!(
+        custom.provider_names(),
+        ["authz"],
+        "dry-run providers are not used"
+    );
+    assert!(!custom.is_dry_run_only());
+    assert!(compile(&policy("a", "default", "ALLOW", "  - {}"))
+        .take_custom()
+        .is_none());
 }

@@ -14,7 +14,7 @@ pub enum CaptureError {
     Unparsable { command: String, reason: String },
     #[error("`{command}` failed: {stderr}")]
     Command { command: String, stderr: String },
-    #[error("cannot run `{command}`: {source}")]
+    #[error("cannot run `{command}`")]
     Spawn {
         command: String,
         source: std::io::Error,

@@ -18,6 +18,7 @@ mod dedupe;
 pub mod document;
 pub mod duration;
 pub mod error;
+pub mod ext_authz_provider;
 pub mod field_path;
 pub mod gateway_api;
 pub mod gateway_ref;
@@ -34,6 +35,7 @@ pub mod pod_info;
 pub mod proxy_config;
 pub mod schema;
 mod suggest;
+pub mod telemetry_access_logging;
 mod unknown_field;
 mod validate;
 pub mod yaml_expansion;
@@ -84,6 +86,8 @@ pub struct ConfigSet {
     /// Kubernetes Gateway API documents; what they stand for is in `gateways` and
     /// `virtual_services` too (generated, see [`gateway_api::translate`]).
     pub gateway_api: gateway_api::GatewayApiSet,
+    /// Telemetry documents' `accessLogging` (their `metrics` and `tracing` are not here).
+    pub telemetry_access_logging: Vec<Doc<telemetry_access_logging::TelemetryAccessLogging>>,
     /// Route destinations that nothing in the load defines (each also a coded warning): the
     /// proxy answers 503 for them, as Envoy does for a route whose cluster does not exist.
     /// See [`ConfigSet::dangling_destination`].

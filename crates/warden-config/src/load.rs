@@ -195,6 +195,15 @@ impl Loader {
             ));
             return;
         }
+        if is_ratelimit_service_config(&value) {
+            self.errors.push(Problem::new(
+                loc,
+                "this is an envoyproxy/ratelimit service config (domain, descriptors), not a \
+                 Kubernetes document; check it with `warden ratelimit --check --config FILE` \
+                 and serve it with `warden ratelimit`",
+            ));
+            return;
+        }
         // Kept for the error path: references to this kind are then not checked.
         let raw_kind = value
             .get("kind")
@@ -292,6 +301,45 @@ impl Loader {
                         code: Some(Code::KindNotSupported),
                         ..problem
                     });
+                }
+                return;
+            }
+            KindVerdict::Ignored if env.kind == "Telemetry" => {
+                match crate::telemetry_access_logging::parse_telemetry(&env.spec) {
+                    Ok(Some((logging, warnings))) => {
+                        for (field, message) in warnings {
+                            self.loaded.warnings.push(Problem {
+                                code: Some(Code::FieldNotSupported),
+                                ..problem_at(&loc, &lines, &field, message)
+                            });
+                        }
+                        self.loaded.set.telemetry_access_logging.push(Doc {
+                            file: file.to_path_buf(),
+                            index,
+                            api_version: env.api_version.clone(),
+                            kind: env.kind.clone(),
+                            metadata: env.metadata.clone(),
+                            spec: logging,
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(problems) => {
+                        for (field, message) in problems {
+                            self.errors.push(problem_at(&loc, &lines, &field, message));
+                        }
+                        return;
+                    }
+                }
+                // Its `metrics` were read above (`add_telemetry_metrics`); anything else is
+                // passed by with a warning.
+                let read_all = env.spec.as_object().is_some_and(|m| {
+                    m.keys()
+                        .all(|k| k == "accessLogging" || k == "selector" || k == "metrics")
+                });
+                if !read_all {
+                    let key = (env.kind.clone(), env.api_version.clone());
+                    let first = problem_at(&loc, &lines, &kind_field, String::new());
+                    self.skipped_kinds.entry(key).or_insert((first, 0)).1 += 1;
                 }
                 return;
             }
@@ -857,5 +905,43 @@ fn decode<T: DeserializeOwned>(
     match typo {
         true => Err(None),
         false => Ok(value),
+    }
+}
+
+/// A document shaped like envoyproxy/ratelimit's config (a `domain` and its `descriptors`,
+/// no `kind`): given to the proxy's loader by mistake, it deserves its own pointer.
+fn is_ratelimit_service_config(value: &serde_json::Value) -> bool {
+    value.get("kind").is_none()
+        && value.get("apiVersion").is_none()
+        && value.get("domain").is_some_and(|d| d.is_string())
+        && value.get("descriptors").is_some_and(|d| d.is_array())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_ratelimit_service_config;
+    use serde_json::json;
+
+    #[test]
+    fn a_ratelimit_service_config_is_told_apart_from_kubernetes_documents() {
+        for (doc, want) in [
+            (json!({"domain": "edge", "descriptors": []}), true),
+            (
+                json!({"domain": "edge", "descriptors": [{"key": "k"}]}),
+                true,
+            ),
+            (json!({"domain": "edge"}), false),
+            (json!({"domain": 1, "descriptors": []}), false),
+            (
+                json!({"kind": "ConfigMap", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+            (
+                json!({"apiVersion": "v1", "domain": "edge", "descriptors": []}),
+                false,
+            ),
+        ] {
+            assert_eq!(is_ratelimit_service_config(&doc), want, "{doc}");
+        }
     }
 }

@@ -30,8 +30,34 @@ pub struct MeshConfig {
     pub protocol_detection_timeout: Option<Duration>,
     #[serde(default)]
     pub default_config: ProxyConfig,
+    /// `extensionProviders`: the external authorizers CUSTOM AuthorizationPolicies name
+    /// ([`crate::ext_authz_provider`]).
+    #[serde(default)]
+    pub extension_providers: Vec<crate::ext_authz_provider::ExtensionProvider>,
     #[serde(default)]
     pub warden: WardenSection,
+    /// Where requests are logged (`accessLogFile`; empty or unset: not logged).
+    #[serde(default)]
+    pub access_log_file: Option<String>,
+    /// `accessLogEncoding`: TEXT (Istio's default) or JSON.
+    #[serde(default)]
+    pub access_log_encoding: Option<AccessLogEncoding>,
+    /// `accessLogFormat`: an Envoy format string (TEXT) or a JSON object of them (JSON);
+    /// unset is Istio's default for the encoding. The proxy parses it.
+    #[serde(default)]
+    pub access_log_format: Option<String>,
+    /// Where `accessLogFormat` is, for the problems the proxy finds in it.
+    #[serde(skip)]
+    pub access_log_format_at: Option<Location>,
+}
+
+/// MeshConfig `accessLogEncoding`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AccessLogEncoding {
+    #[default]
+    Text,
+    Json,
 }
 
 /// MeshConfig `defaultConfig` (Istio's ProxyConfig).
@@ -69,14 +95,27 @@ pub struct WardenSection {
     pub max_connections_per_listener: Option<usize>,
     #[serde(default)]
     pub max_connections_per_ip: Option<usize>,
+    /// Envoy's `xff_trusted_cidrs`: the proxies in front of a gateway named by address
+    /// (`numTrustedProxies` counts them); not with a nonzero `numTrustedProxies`.
+    #[serde(default)]
+    pub xff_trusted_cidrs: Option<XffTrustedCidrs>,
+}
+
+/// `warden.xffTrustedCidrs`, Envoy's XffConfig `xff_trusted_cidrs` with CIDRs written as
+/// Istio writes them (`10.0.0.0/8`, or one address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct XffTrustedCidrs {
+    #[serde(deserialize_with = "cidrs")]
+    pub cidrs: Vec<ipnet::IpNet>,
+    /// Walk `x-forwarded-for` past every trusted entry (else only its last entry is read).
+    #[serde(default)]
+    pub recurse: bool,
 }
 
 /// MeshConfig fields warden does not read that change nothing a request gets (the control
 /// plane's, telemetry's): a warning each. Any other unread field is an error.
 const HARMLESS: &[&str] = &[
-    "accessLogFile",
-    "accessLogEncoding",
-    "accessLogFormat",
     "enableTracing",
     "enablePrometheusMerge",
     "rootNamespace",
@@ -98,6 +137,21 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     let text = Option::<String>::deserialize(d)?;
     text.map(|t| crate::duration::parse_duration(&t).map_err(de::Error::custom))
         .transpose()
+}
+
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    if texts.is_empty() {
+        return Err(de::Error::custom("needs at least one CIDR"));
+    }
+    texts
+        .iter()
+        .map(|t| {
+            t.parse::<ipnet::IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| de::Error::custom(format!("{t:?} is not a CIDR or an IP address")))
+        })
+        .collect()
 }
 
 /// Read a mesh-config file: the settings, and warnings for the harmless fields it ignored.
@@ -159,7 +213,13 @@ pub fn parse_mesh_config(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for field in ignored {
-        if HARMLESS.contains(&field.to_string().as_str()) {
+        if crate::ext_authz_provider::is_telemetry_provider(&field) {
+            warnings.push(at(
+                &field,
+                "a telemetry provider (Telemetry resources name it); warden does not read it"
+                    .into(),
+            ));
+        } else if HARMLESS.contains(&field.to_string().as_str()) {
             warnings.push(at(&field, "not used by warden; ignored".into()));
         } else {
             errors.push(at(
@@ -170,8 +230,19 @@ pub fn parse_mesh_config(
             ));
         }
     }
+    if let Ok(config) = &decoded {
+        for (field, message) in crate::ext_authz_provider::validate(&config.extension_providers) {
+            errors.push(at(&field, message));
+        }
+    }
     match decoded {
-        Ok(config) if errors.is_empty() => Ok((config, warnings)),
+        Ok(mut config) if errors.is_empty() => {
+            if config.access_log_format.is_some() {
+                let field = FieldPath::keys(&["accessLogFormat"]);
+                config.access_log_format_at = Some(at(&field, String::new()).location);
+            }
+            Ok((config, warnings))
+        }
         Ok(_) => Err(ConfigErrors::new(errors)),
         Err(e) => {
             let field = FieldPath::from_path_to_error(e.path());
@@ -253,6 +324,29 @@ mod tests {
     }
 
     #[test]
+    fn access_log_fields_are_read() {
+        let (config, warnings) = parse(
+            "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: |\n  {\"a\": \"%RESPONSE_CODE%\"}\n",
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.access_log_file.as_deref(), Some("/dev/stdout"));
+        assert_eq!(config.access_log_encoding, Some(AccessLogEncoding::Json));
+        assert_eq!(
+            config.access_log_format.as_deref(),
+            Some("{\"a\": \"%RESPONSE_CODE%\"}\n")
+        );
+        let at = config.access_log_format_at.unwrap();
+        // A block scalar is located at its first line of text.
+        assert_eq!((at.line, at.field.as_str()), (Some(4), "accessLogFormat"));
+        let err = parse("accessLogEncoding: XML\n").unwrap_err().to_string();
+        assert!(
+            err.contains("mesh.yaml:1") && err.contains("accessLogEncoding"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn errors_name_file_line_and_field() {
         let err = parse("warden:\n  idleTimeout: 10m\n  streamIdleTimeout: soon\n").unwrap_err();
         let text = err.to_string();
@@ -295,5 +389,43 @@ mod tests {
         assert!(err.to_string().contains("mesh.yaml:2"), "{err}");
         let err = parse("warden: [\n").unwrap_err();
         assert!(err.to_string().contains("invalid YAML"), "{err}");
+    }
+
+    #[test]
+    fn xff_trusted_cidrs_are_read_and_checked() {
+        let (config, _) = parse(
+            "warden:\n  xffTrustedCidrs:\n    cidrs: [10.0.0.0/8, 192.168.1.7, \"2001:db8::/32\"]\n    \
+             recurse: true\n",
+        )
+        .unwrap();
+        let trusted = config.warden.xff_trusted_cidrs.unwrap();
+        let shown: Vec<String> = trusted.cidrs.iter().map(|c| c.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "192.168.1.7/32", "2001:db8::/32"]);
+        assert!(trusted.recurse);
+        let (config, _) = parse("warden:\n  xffTrustedCidrs: {cidrs: [10.0.0.0/8]}\n").unwrap();
+        assert!(!config.warden.xff_trusted_cidrs.unwrap().recurse);
+        for (text, field, says) in [
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidrs: [10.0.0.0/33]\n",
+                "warden.xffTrustedCidrs.cidrs",
+                "not a CIDR",
+            ),
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidrs: []\n",
+                "warden.xffTrustedCidrs.cidrs",
+                "at least one",
+            ),
+            (
+                "warden:\n  xffTrustedCidrs:\n    cidr: [10.0.0.0/8]\n",
+                "warden.xffTrustedCidrs",
+                "cidrs",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("field {field}")) && err.contains(says),
+                "{text}: {err}"
+            );
+        }
     }
 }

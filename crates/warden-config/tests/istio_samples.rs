@@ -261,11 +261,17 @@ fn gateway_api_samples_load_as_the_istio_routes_they_stand_for() {
 
 #[test]
 fn telemetry_is_refused_only_for_fields_that_change_requests() {
-    // Access logging cannot change what a request gets: passed by with one warning.
+    // Access logging cannot change what a request gets: read, and an OpenTelemetry provider
+    // warden does not have is one warning at its name.
     let loki = fixture("samples-open-telemetry-loki-telemetry.yaml");
     let loaded = load_paths(std::slice::from_ref(&loki)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.warnings.len(), 1, "{:#?}", loaded.warnings);
-    assert_eq!(loaded.warnings[0].code, Some(Code::KindIgnored));
+    assert_eq!(loaded.warnings[0].code, Some(Code::FieldNotSupported));
+    assert_eq!(
+        loaded.warnings[0].location.field,
+        "spec.accessLogging[0].providers[0].name"
+    );
+    assert_eq!(loaded.set.telemetry_access_logging.len(), 1);
 
     // Tracing changes the trace headers upstreams get: refused, at the field.
     let tracing = fixture("samples-open-telemetry-tracing-telemetry.yaml");

@@ -1,5 +1,5 @@
 //! Telemetry's `metrics`: overrides decoded with Istio's enums (a wrong name is an error at
-//! its line), UPSERT a warning, `tracing` still refused, `accessLogging` still passed by.
+//! its line), UPSERT a warning, `tracing` still refused, `accessLogging` read beside them.
 
 use warden_config::kinds::telemetry::{IstioMetric, TagOperation, WorkloadMode};
 
@@ -65,7 +65,7 @@ fn a_wrong_metric_name_is_an_error_at_its_line() {
 }
 
 #[test]
-fn tracing_stays_refused_and_access_logging_passed_by() {
+fn tracing_stays_refused_and_access_logging_is_read_too() {
     let tracing = MESH_WIDE.replace(
         "spec:\n",
         "spec:\n  tracing: [{randomSamplingPercentage: 10}]\n",
@@ -74,11 +74,13 @@ fn tracing_stays_refused_and_access_logging_passed_by() {
         .expect_err("tracing is refused")
         .to_string();
     assert!(err.contains("tracing"), "{err}");
+    // With `accessLogging` too, both are read: no "passed by" warning.
     let logging = MESH_WIDE.replace("spec:\n", "spec:\n  accessLogging: [{}]\n");
     let loaded = warden_config::load_str("t.yaml", &logging).expect("loads");
     assert_eq!(loaded.set.telemetries.len(), 1);
+    assert_eq!(loaded.set.telemetry_access_logging.len(), 1);
     assert!(
-        loaded
+        !loaded
             .warnings
             .iter()
             .any(|w| w.to_string().contains("Telemetry") && !w.to_string().contains("UPSERT")),

@@ -67,6 +67,39 @@ impl RequestLines {
             .map(|(_, value)| value)
     }
 
+    /// The lines without those named in `remove`, then `append`'s: what a filter that only
+    /// drops and adds headers (jwt_authn's token) leaves, without building a map.
+    pub fn edit(&mut self, remove: &[HeaderName], append: &[(HeaderName, HeaderValue)]) {
+        let added = append
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let kept = || {
+            self.iter()
+                .filter(|(n, _)| !remove.iter().any(|r| r.as_str().as_bytes() == *n))
+        };
+        // Exactly the new length: a box made from a longer buffer would be reallocated.
+        let len = kept()
+            .chain(added.clone())
+            .map(|(n, v)| LENGTHS + n.len() + v.len())
+            .sum();
+        let mut text = Vec::with_capacity(len);
+        for (name, value) in kept().chain(added) {
+            // Kept lines' lengths fit (they did when read); names and values to add are far
+            // below 4 GiB.
+            let (Ok(name_len), Ok(value_len)) =
+                (u32::try_from(name.len()), u32::try_from(value.len()))
+            else {
+                continue;
+            };
+            text.extend_from_slice(&name_len.to_le_bytes());
+            text.extend_from_slice(&value_len.to_le_bytes());
+            // `HeaderName`s are lowercase already, as kept lines are.
+            text.extend_from_slice(name);
+            text.extend_from_slice(value);
+        }
+        self.text = text.into_boxed_slice();
+    }
+
     /// Append every line to `headers` (which gets room for `extra` more).
     pub fn read_into(&self, headers: &mut HeaderMap, extra: usize) {
         headers.reserve(self.iter().count() + extra);
@@ -111,6 +144,43 @@ mod tests {
         match parse(head.as_bytes(), &mut slots) {
             Parsed::Fast(request) => RequestLines::new(request.headers),
             _ => panic!("not a fast request: {head:?}"),
+        }
+    }
+
+    #[test]
+    fn an_edit_drops_named_lines_and_appends_new_ones_in_order() {
+        let head = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer t\r\nX-A: 1\r\nauthorization: again\r\n\r\n";
+        let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).unwrap();
+        let line = |n: &str, v: &'static str| (name(n), HeaderValue::from_static(v));
+        type Want = &'static [(&'static [u8], &'static [u8])];
+        type Added = Vec<(HeaderName, HeaderValue)>;
+        let cases: [(Vec<HeaderName>, Added, Want); 3] = [
+            (
+                vec![name("authorization")],
+                vec![],
+                &[(b"host", b"a"), (b"x-a", b"1")],
+            ),
+            (
+                vec![name("authorization"), name("x-a")],
+                vec![line("x-sub", "alice"), line("x-a", "2")],
+                &[(b"host", b"a"), (b"x-sub", b"alice"), (b"x-a", b"2")],
+            ),
+            (
+                vec![],
+                vec![],
+                &[
+                    (b"host", b"a"),
+                    (b"authorization", b"Bearer t"),
+                    (b"x-a", b"1"),
+                    (b"authorization", b"again"),
+                ],
+            ),
+        ];
+        for (remove, append, want) in cases {
+            let mut l = lines(head).unwrap();
+            l.edit(&remove, &append);
+            let got: Vec<(&[u8], &[u8])> = l.iter().collect();
+            assert_eq!(got, want, "{remove:?} {append:?}");
         }
     }
 

@@ -19,7 +19,7 @@ pub enum InjectError {
         line: Option<usize>,
         message: String,
     },
-    #[error("document {document} ({object}): {source}")]
+    #[error("document {document} ({object})")]
     Annotation {
         document: usize,
         object: String,

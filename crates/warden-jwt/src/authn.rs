@@ -9,7 +9,7 @@
 use crate::audience::Audiences;
 use crate::cache::TokenCache;
 use crate::clock::Clock;
-use crate::extract::{Extractor, Place, RulePlaces};
+use crate::extract::{Extractor, Place, RequestHeaders, RulePlaces};
 use crate::identity::{claim_text, Verified};
 use crate::jwks::Jwks;
 use crate::stats::Stats;
@@ -17,7 +17,7 @@ use crate::status::Status;
 use crate::token::{Jwt, DEFAULT_CLOCK_SKEW_SECS};
 use arc_swap::ArcSwapOption;
 use http::header::HeaderName;
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -196,14 +196,18 @@ impl Authenticator {
     }
 
     /// Decide a request from its headers and query string.
-    pub fn authenticate(&self, headers: &HeaderMap, query: Option<&str>) -> Outcome {
+    pub fn authenticate<'a>(
+        &self,
+        headers: impl RequestHeaders<'a>,
+        query: Option<&str>,
+    ) -> Outcome {
         let mut edits = Edits::default();
         for h in &self.sanitize {
-            if headers.contains_key(h) {
+            if headers.values(h).next().is_some() {
                 edits.remove_headers.push(h.clone());
             }
         }
-        let found = self.extractor.extract(headers, query);
+        let found = self.extractor.extract(&headers, query);
         if found.is_empty() {
             self.stats
                 .no_token
@@ -341,6 +345,7 @@ mod tests {
     use crate::clock::ManualClock;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine;
+    use http::HeaderMap;
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
     use serde_json::json;
 

@@ -4,43 +4,57 @@
 //! included: the caller re-checks time and audience on a hit, as Envoy does.
 
 use crate::identity::Verified;
+use hashbrown::HashTable;
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 const SHARDS: usize = 16;
 
-type Shard = Mutex<HashMap<Box<str>, Arc<Verified>>>;
+/// A token and what its verification gave.
+#[derive(Debug)]
+struct Entry {
+    hash: u64,
+    token: Box<str>,
+    jwt: Arc<Verified>,
+}
+
+type Shard = Mutex<HashTable<Entry>>;
 
 #[derive(Debug)]
 pub struct TokenCache {
     shards: Box<[Shard]>,
     per_shard: usize,
-    hasher: RandomState,
+    /// A token is hashed once per lookup, for its shard and its slot: a token is hundreds of
+    /// bytes and hashing was most of a hit's cost with SipHash. foldhash (seeded per cache) is
+    /// enough: only tokens whose signature verified get in, so clients cannot fill a slot
+    /// with colliding entries.
+    hasher: foldhash::fast::RandomState,
 }
 
 impl TokenCache {
-    /// A cache of about `capacity` tokens (0: nothing is kept).
     pub fn new(capacity: usize) -> TokenCache {
         TokenCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS),
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 
-    fn shard(&self, token: &str) -> &Shard {
-        let i = (self.hasher.hash_one(token) as usize) % SHARDS;
-        &self.shards[i]
+    /// The token's hash and its shard (chosen by middle bits: the table places entries by the
+    /// low bits and tags them with the top ones).
+    fn shard(&self, token: &str) -> (u64, &Shard) {
+        let hash = self.hasher.hash_one(token);
+        (hash, &self.shards[(hash >> 32) as usize % SHARDS])
     }
 
-    /// The verified token, unless absent or past `exp` + `skew` at `now` (then dropped).
     pub fn get(&self, token: &str, now: u64, skew: u64) -> Option<Arc<Verified>> {
-        let mut shard = self.shard(token).lock();
-        let jwt = shard.get(token)?;
+        let (hash, shard) = self.shard(token);
+        let mut shard = shard.lock();
+        let found = shard.find_entry(hash, |e| &*e.token == token).ok()?;
+        let jwt = &found.get().jwt;
         if jwt.jwt.exp != 0 && now > jwt.jwt.exp.saturating_add(skew) {
-            shard.remove(token);
+            found.remove();
             return None;
         }
         Some(jwt.clone())
@@ -50,16 +64,29 @@ impl TokenCache {
         if self.per_shard == 0 {
             return;
         }
-        let mut shard = self.shard(token).lock();
-        if shard.len() >= self.per_shard && !shard.contains_key(token) {
-            shard.retain(|_, j| j.jwt.exp == 0 || now <= j.jwt.exp.saturating_add(skew));
+        let (hash, shard) = self.shard(token);
+        let mut shard = shard.lock();
+        if let Ok(mut found) = shard.find_entry(hash, |e| &*e.token == token) {
+            found.get_mut().jwt = jwt;
+            return;
+        }
+        if shard.len() >= self.per_shard {
+            shard.retain(|e| e.jwt.jwt.exp == 0 || now <= e.jwt.jwt.exp.saturating_add(skew));
             if shard.len() >= self.per_shard {
-                if let Some(k) = shard.keys().next().cloned() {
-                    shard.remove(&k);
-                }
+                // Full of live tokens: any one goes.
+                let mut dropped = false;
+                shard.retain(|_| std::mem::replace(&mut dropped, true));
             }
         }
-        shard.insert(token.into(), jwt);
+        shard.insert_unique(
+            hash,
+            Entry {
+                hash,
+                token: token.into(),
+                jwt,
+            },
+            |e| e.hash,
+        );
     }
 
     pub fn len(&self) -> usize {

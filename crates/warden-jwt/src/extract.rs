@@ -17,10 +17,23 @@ pub enum Place {
     Cookie(String),
 }
 
-/// A token and where it was.
+/// Where a request's headers are read from: its map, or the proxy's header lines as read
+/// (a fast-path request that nothing else needs a map for keeps them).
+pub trait RequestHeaders<'a> {
+    /// Every value of the header `name`, in order.
+    fn values(&self, name: &HeaderName) -> impl Iterator<Item = &'a [u8]>;
+}
+
+impl<'a> RequestHeaders<'a> for &'a HeaderMap {
+    fn values(&self, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        self.get_all(name).iter().map(http::HeaderValue::as_bytes)
+    }
+}
+
+/// A token and where it was (borrowed from a header; a parameter's or cookie's is decoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    pub token: String,
+pub struct Found<'a> {
+    pub token: std::borrow::Cow<'a, str>,
     /// Index into [`Extractor::locations`].
     pub location: usize,
 }
@@ -88,25 +101,33 @@ impl Extractor {
     }
 
     /// Every token of the request, in Envoy's order (headers, parameters, cookies).
-    pub fn extract(&self, headers: &HeaderMap, query: Option<&str>) -> Vec<Found> {
+    pub fn extract<'a>(
+        &self,
+        headers: &impl RequestHeaders<'a>,
+        query: Option<&str>,
+    ) -> Vec<Found<'a>> {
         let mut out = Vec::new();
         for (i, loc) in self.locations.iter().enumerate() {
             match &loc.place {
                 Place::Header { name, prefix } => {
-                    for v in headers.get_all(name) {
-                        let Ok(v) = std::str::from_utf8(v.as_bytes()) else {
+                    for v in headers.values(name) {
+                        let Ok(v) = std::str::from_utf8(v) else {
                             continue;
                         };
-                        let token = if prefix.is_empty() {
-                            v
+                        // Envoy looks for the prefix anywhere in the value; it is almost
+                        // always at the start, which needs no substring search.
+                        let at = if v.starts_with(prefix.as_str()) {
+                            Some(0)
                         } else {
-                            match v.find(prefix.as_str()) {
-                                Some(at) => after_prefix(v, at + prefix.len()),
-                                None => continue,
-                            }
+                            v.find(prefix.as_str())
+                        };
+                        let token = match at {
+                            _ if prefix.is_empty() => v,
+                            Some(at) => after_prefix(v, at + prefix.len()),
+                            None => continue,
                         };
                         out.push(Found {
-                            token: token.to_owned(),
+                            token: token.into(),
                             location: i,
                         });
                     }
@@ -114,7 +135,7 @@ impl Extractor {
                 Place::Param(key) => {
                     if let Some(v) = query.and_then(|q| param(q, key)) {
                         out.push(Found {
-                            token: v,
+                            token: v.into(),
                             location: i,
                         });
                     }
@@ -122,7 +143,7 @@ impl Extractor {
                 Place::Cookie(key) => {
                     if let Some(v) = cookie(headers, key) {
                         out.push(Found {
-                            token: v,
+                            token: v.into(),
                             location: i,
                         });
                     }
@@ -178,9 +199,9 @@ pub fn remove_param(query: &str, key: &str) -> Option<String> {
 }
 
 /// The first value of cookie `key` in the request's `cookie` headers, quotes removed.
-pub fn cookie(headers: &HeaderMap, key: &str) -> Option<String> {
-    headers.get_all(COOKIE).iter().find_map(|h| {
-        let h = std::str::from_utf8(h.as_bytes()).ok()?;
+pub fn cookie<'a>(headers: &impl RequestHeaders<'a>, key: &str) -> Option<String> {
+    headers.values(&COOKIE).find_map(|h| {
+        let h = std::str::from_utf8(h).ok()?;
         h.split(';').find_map(|c| {
             let (k, v) = c.trim().split_once('=')?;
             (k.trim() == key).then(|| {
@@ -229,9 +250,9 @@ mod tests {
         ];
         for (h, q, want) in cases {
             let got: Vec<String> = x
-                .extract(&headers(h), q)
+                .extract(&&headers(h), q)
                 .into_iter()
-                .map(|f| f.token)
+                .map(|f| f.token.into_owned())
                 .collect();
             assert_eq!(got, want, "{h:?} {q:?}");
         }
@@ -256,10 +277,10 @@ mod tests {
             ("x-jwt", "h.h.h"),
             ("cookie", "a=1; session=\"c.c.c\""),
         ]);
-        let found = x.extract(&h, Some("token=p%2Ep.p&access_token=no"));
+        let found = x.extract(&&h, Some("token=p%2Ep.p&access_token=no"));
         let got: Vec<(&str, &[usize])> = found
             .iter()
-            .map(|f| (f.token.as_str(), &x.locations[f.location].rules[..]))
+            .map(|f| (f.token.as_ref(), &x.locations[f.location].rules[..]))
             .collect();
         assert_eq!(
             got,

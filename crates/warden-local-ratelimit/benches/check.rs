@@ -54,6 +54,7 @@ fn attrs<'a>(ip: IpAddr, headers: &'a http::HeaderMap) -> RequestAttrs<'a> {
         headers,
         gateway: "ingress",
         virtual_service: Some("api"),
+        source_route: None,
         destination_cluster: None,
         query: None,
         authority: "",

@@ -285,7 +285,7 @@ impl<'p> Compiler<'p> {
                 name: cname.into(),
                 scope: Scope {
                     gateways: scope.gateways.clone(),
-                    virtual_services: Vec::new(),
+                    ..Scope::default()
                 },
                 source,
                 distinct,
@@ -571,7 +571,9 @@ pub(crate) fn check_limit(
     true
 }
 
-/// targetRefs → scope; Gateway and VirtualService (HTTPRoute accepted as an alias) only.
+/// targetRefs → scope: Gateways (Istio's, or the Gateway API's by their own name),
+/// VirtualServices, and Gateway API HTTPRoutes and GRPCRoutes (in the policy's namespace unless
+/// the ref names one), whose rules only it then applies to.
 pub(crate) fn scope_of(
     doc: &Doc<RateLimitPolicy>,
     site: &DocSite,
@@ -587,10 +589,22 @@ pub(crate) fn scope_of(
                     .gateways
                     .push(warden_config::gateway_api::translate::generated_gateway_name(&t.name));
             }
-            "VirtualService" | "HTTPRoute" => scope.virtual_services.push(t.name.clone()),
+            "VirtualService" => scope.virtual_services.push(t.name.clone()),
+            kind @ ("HTTPRoute" | "GRPCRoute") => {
+                let ns = t
+                    .namespace
+                    .as_deref()
+                    .unwrap_or_else(|| doc.metadata.namespace_or_default());
+                scope
+                    .source_routes
+                    .push(warden_config::gateway_api::route_source(kind, ns, &t.name));
+            }
             other => problems.push(site.problem(
                 format!("spec.targetRefs[{i}].kind"),
-                format!("{other:?} is not a supported target (Gateway, VirtualService)"),
+                format!(
+                    "{other:?} is not a supported target (Gateway, VirtualService, HTTPRoute, \
+                     GRPCRoute)"
+                ),
             )),
         }
         if t.name.is_empty() {

@@ -32,7 +32,7 @@ impl ConnGroup {
         table: &KeyTable,
         now: u64,
     ) -> Option<bool> {
-        if !self.scope.applies(gateway, None) {
+        if !self.scope.applies_to_connection(gateway) {
             return None;
         }
         if let Some(net) = &self.source {

@@ -26,8 +26,9 @@ pub struct GlobalRule {
 }
 
 impl GlobalRule {
-    pub fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
-        self.scope.applies(gateway, virtual_service)
+    /// Whether the rule's `targetRefs` take in `req` arriving through Gateway `gateway`.
+    pub fn applies(&self, gateway: &str, req: &RequestAttrs<'_>) -> bool {
+        self.scope.applies(gateway, req)
     }
 
     /// The distinct values the request contributes, or None if the rule does not select it.

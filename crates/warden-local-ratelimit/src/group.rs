@@ -20,9 +20,11 @@ use warden_config::ban::{BanCheck, BanSchedule};
 /// Which requests a group applies to.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Scope {
-    /// Empty (with `virtual_services` empty) = every request.
+    /// All three empty = every request.
     pub gateways: Vec<String>,
     pub virtual_services: Vec<String>,
+    /// Gateway API routes, as [`warden_config::gateway_api::route_source`] names them.
+    pub source_routes: Vec<String>,
 }
 
 /// How an EnvoyFilter `local_ratelimit` group relates to the request's route (Envoy: a route's
@@ -50,13 +52,28 @@ impl RouteBinding {
 }
 
 impl Scope {
+    fn everywhere(&self) -> bool {
+        self.gateways.is_empty()
+            && self.virtual_services.is_empty()
+            && self.source_routes.is_empty()
+    }
+
+    /// A connection (before any request): only Gateways scope it.
     #[inline]
-    pub(crate) fn applies(&self, gateway: &str, virtual_service: Option<&str>) -> bool {
-        if self.gateways.is_empty() && self.virtual_services.is_empty() {
-            return true;
-        }
-        self.gateways.iter().any(|g| g == gateway)
-            || virtual_service.is_some_and(|vs| self.virtual_services.iter().any(|v| v == vs))
+    pub(crate) fn applies_to_connection(&self, gateway: &str) -> bool {
+        self.everywhere() || self.gateways.iter().any(|g| g == gateway)
+    }
+
+    #[inline]
+    pub(crate) fn applies(&self, gateway: &str, req: &RequestAttrs<'_>) -> bool {
+        self.everywhere()
+            || self.gateways.iter().any(|g| g == gateway)
+            || req
+                .virtual_service
+                .is_some_and(|vs| self.virtual_services.iter().any(|v| v == vs))
+            || req
+                .source_route
+                .is_some_and(|r| self.source_routes.iter().any(|s| s == r))
     }
 }
 
@@ -208,7 +225,7 @@ impl Group {
         now: u64,
     ) -> Option<Verdict<'_>> {
         if !self.binding.applies(req.route_local)
-            || !self.scope.applies(req.gateway, req.virtual_service)
+            || !self.scope.applies(req.gateway, req)
             || !self.enabled.sample()
         {
             return None;
@@ -356,4 +373,81 @@ fn match_descriptor<'d>(
         }
     }
     Some((wild, Some(key)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (scope, gateway, virtual service, source route, applies).
+    #[test]
+    fn a_scope_takes_in_its_gateways_virtual_services_and_gateway_api_routes() {
+        let scope = |g: &[&str], vs: &[&str], routes: &[&str]| Scope {
+            gateways: g.iter().map(|s| s.to_string()).collect(),
+            virtual_services: vs.iter().map(|s| s.to_string()).collect(),
+            source_routes: routes.iter().map(|s| s.to_string()).collect(),
+        };
+        let headers = http::HeaderMap::new();
+        let method = http::Method::GET;
+        let applies = |s: &Scope, gateway: &str, vs: Option<&str>, route: Option<&str>| {
+            s.applies(
+                gateway,
+                &RequestAttrs {
+                    client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                    method: &method,
+                    path: "/",
+                    query: None,
+                    authority: "a",
+                    scheme: "http",
+                    headers: &headers,
+                    gateway,
+                    virtual_service: vs,
+                    source_route: route,
+                    destination_cluster: None,
+                    route_local: &[],
+                    route_rate_limits: None,
+                    dynamic_metadata: None,
+                },
+            )
+        };
+        let foo = "HTTPRoute/default/foo";
+        let everywhere = scope(&[], &[], &[]);
+        let gw = scope(&["gw"], &[], &[]);
+        let vs = scope(&[], &["vs"], &[]);
+        let route = scope(&[], &[], &[foo]);
+        type Row<'a> = (&'a Scope, &'a str, Option<&'a str>, Option<&'a str>, bool);
+        let rows: &[Row] = &[
+            (&everywhere, "any", None, None, true),
+            (&gw, "gw", None, None, true),
+            (&gw, "other", Some("vs"), Some(foo), false),
+            (&vs, "gw", Some("vs"), None, true),
+            (&vs, "gw", Some("other"), None, false),
+            (&route, "gw", Some("gw-80-host"), Some(foo), true),
+            (
+                &route,
+                "gw",
+                Some("gw-80-host"),
+                Some("HTTPRoute/default/bar"),
+                false,
+            ),
+            (
+                &route,
+                "gw",
+                Some("gw-80-host"),
+                Some("HTTPRoute/other/foo"),
+                false,
+            ),
+            (&route, "gw", Some("HTTPRoute/default/foo"), None, false),
+        ];
+        for (s, gateway, v, r, want) in rows {
+            assert_eq!(
+                applies(s, gateway, *v, *r),
+                *want,
+                "{s:?} {gateway} {v:?} {r:?}"
+            );
+        }
+        assert!(everywhere.applies_to_connection("any"));
+        assert!(gw.applies_to_connection("gw") && !gw.applies_to_connection("other"));
+        assert!(!route.applies_to_connection("gw"));
+    }
 }

@@ -205,6 +205,7 @@ impl LocalLimiter {
             let decided_by = verdict.context.map(|(b, _)| DecidedBy {
                 group: &group.name,
                 rule: &b.label,
+                label: &b.label,
             });
             if verdict.enforced {
                 outcome.decision = Decision::Limited { enforced: true };

@@ -155,6 +155,8 @@ pub struct DecidedBy<'a> {
     pub group: &'a str,
     /// E.g. `RateLimitPolicy/per-ip spec.local.rules[0]`.
     pub rule: &'a str,
+    /// The same, shared: kept past the request (`/ratelimit/top`) without a copy.
+    pub label: &'a std::sync::Arc<str>,
 }
 
 #[derive(Debug, Clone, Copy)]

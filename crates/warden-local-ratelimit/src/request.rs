@@ -20,6 +20,8 @@ pub struct RequestAttrs<'a> {
     pub gateway: &'a str,
     /// Name of the VirtualService whose route matched, if any.
     pub virtual_service: Option<&'a str>,
+    /// The Gateway API route the matched route was translated from, `HTTPRoute/ns/name`.
+    pub source_route: Option<&'a str>,
     /// The upstream cluster (service host) the route picked, for Envoy's `destination_cluster`.
     pub destination_cluster: Option<&'a str>,
     /// Which per-route `local_ratelimit` configs (indices into

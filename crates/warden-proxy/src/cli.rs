@@ -2,7 +2,7 @@
 
 use crate::core::timeouts::Timeouts;
 use crate::runtime::check;
-use crate::runtime::options::{AccessLogTarget, ConfigSource, ProxyOptions};
+use crate::runtime::options::{ConfigSource, ProxyOptions};
 use crate::runtime::proxy::Proxy;
 use crate::snapshot::{ProxyIdentity, SidecarSettings, Snapshot};
 use std::collections::BTreeMap;
@@ -17,11 +17,12 @@ pub struct ProxyArgs {
     /// Config file or directory (repeatable).
     #[arg(short = 'c', long = "config", required = true)]
     pub config: Vec<PathBuf>,
-    /// Worker threads (default: number of cores).
-    #[arg(long)]
+    /// Worker threads, at least 1 (default: number of cores).
+    #[arg(long, value_parser = parse_concurrency)]
     pub concurrency: Option<usize>,
-    /// Admin endpoint address (`/ready`, `/stats/prometheus`, `/config_dump`, `/listeners`).
-    #[arg(long, default_value = "127.0.0.1:15000")]
+    /// Admin endpoint address (`/ready`, `/stats/prometheus`, `/config_dump`, `/listeners`):
+    /// `IP:PORT` or `NAME:PORT` (the name is resolved at start; an IPv4 address preferred).
+    #[arg(long, default_value = "127.0.0.1:15000", value_parser = resolve_addr)]
     pub admin: SocketAddr,
     /// Host the Gateway listeners bind on.
     #[arg(long, default_value = "0.0.0.0")]
@@ -53,8 +54,9 @@ pub struct ProxyArgs {
     /// Do not reload when config files change (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
-    /// Apply reloads that come from an empty config file or leave no listener, or a listener
-    /// without routes (refused and counted by default; the running config stays).
+    /// Start from a config that gives this proxy no listener, and apply reloads that come from
+    /// an empty config file or leave no listener, or a listener without routes (refused by
+    /// default: the start fails; a reload is counted and the running config stays).
     #[arg(long)]
     pub allow_empty_config: bool,
     /// Load without the documents of a kind warden refuses (`RequestAuthentication`,
@@ -67,8 +69,8 @@ pub struct ProxyArgs {
     /// `protocolDetectionTimeout`, `defaultConfig.terminationDrainDuration`, and a `warden:`
     /// section with Envoy's names: `requestHeadersTimeout`, `idleTimeout`,
     /// `maxConnectionDuration`, `streamIdleTimeout`, `maxConnections`,
-    /// `maxConnectionsPerListener`, `maxConnectionsPerIp`). A flag given on the command line
-    /// wins over the file. Read at start.
+    /// `maxConnectionsPerListener`, `maxConnectionsPerIp`, `xffTrustedCidrs`). A flag given on
+    /// the command line wins over the file. Read at start.
     #[arg(long)]
     pub mesh_config: Option<PathBuf>,
     /// Downstream connections held at most over all listeners; beyond, new ones are closed at
@@ -420,6 +422,39 @@ fn parse_skip_kind(text: &str) -> Result<String, String> {
     warden_config::check_skip_kind(text).map(|()| text.to_owned())
 }
 
+/// `--concurrency`: Istio's `concurrency: 0` means one worker per core, but on the command
+/// line 0 is more likely a mistake than a request for the default, which is the flag left out.
+fn parse_concurrency(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (leave the flag out for one worker per core)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a number of workers: {e}")),
+    }
+}
+
+/// `IP:PORT`, or `NAME:PORT` resolved now (`localhost:15000`); of a name's addresses the first
+/// IPv4 one, as clients dialing `localhost` mostly try it first.
+fn resolve_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    if text
+        .rsplit_once(':')
+        .is_none_or(|(host, _)| host.is_empty())
+    {
+        return Err(format!("{text:?} must be HOST:PORT"));
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("cannot resolve {text:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
 fn parse_label(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -548,7 +583,16 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.admin = Some(args.admin);
     opts.listen_host = args.listen_host;
     opts.num_trusted_proxies = args.num_trusted_proxies;
+    opts.xff_trusted_cidrs =
+        mesh.warden
+            .xff_trusted_cidrs
+            .as_ref()
+            .map(|t| crate::core::client_addr::TrustedCidrs {
+                cidrs: t.cidrs.clone(),
+                recurse: t.recurse,
+            });
     opts.mesh_defaults = mesh.default_config.clone();
+    opts.extension_providers = std::sync::Arc::new(mesh.extension_providers.clone());
     let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
@@ -560,7 +604,17 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
             name,
         );
     }
-    opts.access_log = args.access_log.as_deref().map(AccessLogTarget::parse);
+    match crate::core::access_log::from_mesh(args.access_log.as_deref(), &mesh) {
+        Ok(Some((target, format))) => {
+            opts.access_log = Some(target);
+            opts.access_log_format = format;
+        }
+        Ok(None) => {}
+        Err(problem) => {
+            eprintln!("{problem}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     opts.watch_config = !args.no_watch;
     opts.sidecar = args.role.sidecar();
     opts.mesh = args.role.mesh_credentials()?;
@@ -597,6 +651,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.service_account = args.role.service_account;
     opts.credentials_dir = args.role.credentials_dir.clone();
     opts.allow_empty_config = args.allow_empty_config;
+    opts.require_listener = !args.allow_empty_config;
     opts.load.skip_kinds = args.skip_kinds;
     if let Some(t) = mesh.connect_timeout {
         opts.connect_timeout = t;
@@ -669,14 +724,18 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let mesh_defaults = match &args.mesh_config {
+    let (mesh_defaults, xff_trusted_cidrs, extension_providers) = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
                 for w in warnings {
                     eprintln!("warning: {w}");
                 }
-                mesh.default_config
+                (
+                    mesh.default_config,
+                    mesh.warden.xff_trusted_cidrs,
+                    std::sync::Arc::new(mesh.extension_providers),
+                )
             }
             Err(errors) => {
                 eprintln!("{errors}");
@@ -695,6 +754,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         service_account: args.role.service_account,
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
+        extension_providers,
     };
     let options = warden_config::LoadOptions {
         skip_kinds: args.skip_kinds,
@@ -720,7 +780,43 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::FAILURE);
             }
-            let _ = writeln!(out, "{text}config OK");
+            let _ = write!(out, "{text}");
+            if let Some(trusted) = &xff_trusted_cidrs {
+                // As `warden proxy` refuses it: trusted proxies named and counted.
+                let hops = crate::runtime::gateway_topology::resolve(
+                    &snapshot,
+                    &mesh_defaults,
+                    None,
+                    None,
+                )
+                .map_or(0, |t| t.num_trusted_proxies);
+                if hops > 0 {
+                    eprintln!(
+                        "error: the mesh config's warden.xffTrustedCidrs and numTrustedProxies \
+                         {hops} both say which proxies to trust; Envoy refuses both, so keep one"
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                let cidrs: Vec<String> = trusted.cidrs.iter().map(|c| c.to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "trusted proxies by address: {} ({}; the mesh config's \
+                     warden.xffTrustedCidrs, instead of the count above)",
+                    cidrs.join(", "),
+                    if trusted.recurse {
+                        "recurse: the last x-forwarded-for entry outside them"
+                    } else {
+                        "the last x-forwarded-for entry"
+                    }
+                );
+            }
+            let _ = writeln!(out, "config OK");
+            if snapshot.listeners.is_empty() {
+                eprintln!(
+                    "note: no listener for this proxy; `warden proxy` starts from this config \
+                     only with --allow-empty-config"
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
@@ -756,4 +852,39 @@ pub fn run_ratelimit_config(args: RatelimitConfigArgs) -> anyhow::Result<ExitCod
         None => print!("{yaml}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_is_at_least_one() {
+        for (text, ok) in [
+            ("1", Some(1)),
+            ("8", Some(8)),
+            ("0", None),
+            ("-1", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_concurrency(text).ok(), ok, "{text:?}");
+        }
+        assert!(parse_concurrency("0").unwrap_err().contains("at least 1"));
+    }
+
+    #[test]
+    fn addresses_are_ip_port_or_a_resolvable_name() {
+        for (text, want) in [
+            ("127.0.0.1:15000", Some("127.0.0.1:15000")),
+            ("[::1]:9", Some("[::1]:9")),
+            ("localhost:15000", Some("127.0.0.1:15000")),
+            ("localhost", None),
+            (":15000", None),
+            ("localhost:http-ish", None),
+            ("no-such-host.invalid:1", None),
+        ] {
+            let got = resolve_addr(text).ok().map(|a| a.to_string());
+            assert_eq!(got.as_deref(), want, "{text:?}");
+        }
+    }
 }

@@ -937,3 +937,51 @@ spec:
         }
     }
 }
+
+/// A RateLimitPolicy whose `targetRefs` name an HTTPRoute applies to that route's rules only:
+/// `foo-route` gets 3 requests a minute per client, `bar-route` on the same Gateway and port
+/// is not limited, and a policy naming a `foo-route` of another namespace does not apply.
+#[tokio::test]
+async fn a_rate_limit_policy_targets_one_httproute() {
+    let policies = "---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: foo-per-ip, namespace: default}
+spec:
+  targetRefs: [{kind: HTTPRoute, group: gateway.networking.k8s.io, name: foo-route}]
+  local:
+    rules:
+    - clientSelectors:
+      - sourceCIDR: {type: Distinct, value: 0.0.0.0/0}
+      limit: {requests: 3, unit: Minute}
+---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: elsewhere, namespace: default}
+spec:
+  targetRefs: [{kind: HTTPRoute, name: foo-route, namespace: other}]
+  local:
+    rules:
+    - limit: {requests: 1, unit: Minute}
+";
+    let yaml = format!(
+        "{}\n---\n{}\n---\n{}\n{}{policies}",
+        free_ports(&fixture("http-routing-gateway.yaml")),
+        fixture("http-routing-foo-httproute.yaml"),
+        fixture("http-routing-bar-httproute.yaml"),
+        backends("default", 8080, &["foo-svc", "bar-svc", "bar-svc-canary"]).await,
+    );
+    let proxy = start(&yaml);
+    let addr = addr(&proxy, 0);
+    let c = client();
+    for _ in 0..3 {
+        assert_eq!(
+            who(&c, addr, "foo.example.com", "/login", &[]).await,
+            "foo-svc"
+        );
+    }
+    assert_eq!(who(&c, addr, "foo.example.com", "/login", &[]).await, "429");
+    for _ in 0..6 {
+        assert_eq!(who(&c, addr, "bar.example.com", "/", &[]).await, "bar-svc");
+    }
+}

@@ -150,6 +150,37 @@ async fn per_user_limits_are_exact_under_concurrency() {
     let forged = format!("{}x", t[1]);
     let r = client().get(&api).bearer_auth(forged).send().await.unwrap();
     assert_eq!(r.status(), 401);
+
+    // Who is being limited: users by their principal (alice's /login 429s too), anonymous
+    // callers by address.
+    let admin = proxy.admin_addr().unwrap();
+    let top: serde_json::Value = client()
+        .get(format!("http://{admin}/ratelimit/top"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seen: Vec<(String, u64)> = top["local"]["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["client"].as_str().unwrap().to_string(),
+                c["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("https://auth.example.com/alice", 53),
+        ("https://auth.example.com/bob", 30),
+        ("127.0.0.1", 20),
+        ("127.0.0.2", 15),
+    ];
+    let want: Vec<(String, u64)> = want.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+    assert_eq!(seen, want, "{top}");
 }
 
 /// Istio's way: an EnvoyFilter local rate limit whose route `rate_limits` take the user from

@@ -184,7 +184,6 @@ async fn a_namespace_dump_serves_its_gateway_routes() {
         "ReplicaSet/productpage-v1-5d9b5b6c8",
         "ServiceAccount/bookinfo-productpage",
         "ConfigMap/istio-ca-root-cert",
-        "Telemetry/mesh-default",
     ] {
         assert!(
             loaded.warnings.iter().any(|w| w.location.object == skipped),
@@ -192,6 +191,13 @@ async fn a_namespace_dump_serves_its_gateway_routes() {
             loaded.warnings
         );
     }
+
+    // The Telemetry's access logging is read (no warning).
+    assert_eq!(loaded.set.telemetry_access_logging.len(), 1);
+    assert!(!loaded
+        .warnings
+        .iter()
+        .any(|w| w.location.object == "Telemetry/mesh-default"));
 
     let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
     opts.namespace = "bookinfo".into();

@@ -38,11 +38,22 @@ pub async fn handshake(
     h2::Error,
 > {
     let _ = stream.set_nodelay(true);
+    handshake_over(stream).await
+}
+
+/// [`handshake`] over any stream (TLS to an ext_authz provider, say); TCP_NODELAY is the
+/// caller's to set.
+pub async fn handshake_over<T>(
+    io: T,
+) -> Result<(SendRequest<Bytes>, h2::client::Connection<T, Bytes>), h2::Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     h2::client::Builder::new()
         .enable_push(false)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .handshake(stream)
+        .handshake(io)
         .await
 }
 

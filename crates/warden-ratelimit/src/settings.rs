@@ -20,6 +20,9 @@ pub enum Backend {
     Redis,
 }
 
+/// See [`Settings::ban_state_cache_ms`].
+pub const DEFAULT_BAN_STATE_CACHE_MS: u64 = 1000;
+
 /// Everything `warden ratelimit` needs to run.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -56,6 +59,10 @@ pub struct Settings {
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: unhealthy (`/healthcheck` 500, grpc.health
     /// NOT_SERVING) while the active config has no domain.
     pub healthy_with_at_least_one_config_loaded: bool,
+    /// `BAN_STATE_CACHE_MS` (a warden extension, default 1000; 0 = off): how long a client's
+    /// ban state read from Redis answers for its next calls without a `GET`, which is also how
+    /// late a ban started or lifted through another service can take effect here.
+    pub ban_state_cache_ms: u64,
     pub limiter: LimiterSettings,
     /// `USE_PROMETHEUS` + `PROMETHEUS_ADDR` + `PROMETHEUS_PATH`: an extra metrics listener
     /// (metrics are always on the debug listener at `/metrics` too).
@@ -349,6 +356,7 @@ impl Settings {
                 "NEAR_LIMIT_RATIO: {near_limit_ratio} is not in [0, 1]"
             ));
         }
+        let ban_state_cache_ms = env.num("BAN_STATE_CACHE_MS", DEFAULT_BAN_STATE_CACHE_MS);
         let limiter = LimiterSettings {
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
             expiration_jitter_max_seconds: env.num("EXPIRATION_JITTER_MAX_SECONDS", 300),
@@ -410,6 +418,7 @@ impl Settings {
                 redis_per_second,
                 health_probe_interval: Duration::from_millis(500),
                 healthy_with_at_least_one_config_loaded,
+                ban_state_cache_ms,
                 limiter,
                 prometheus,
             })
@@ -442,6 +451,7 @@ impl Settings {
             redis_per_second: None,
             health_probe_interval: Duration::from_millis(100),
             healthy_with_at_least_one_config_loaded: false,
+            ban_state_cache_ms: DEFAULT_BAN_STATE_CACHE_MS,
             limiter: LimiterSettings::default(),
             prometheus: None,
         }

@@ -326,13 +326,22 @@ async fn two_services_sharing_redis_ban_together() {
     assert!(policy.contains("namespace: \"edge\""), "{policy}");
     assert!(policy.contains(&format!("- \"{ATTACKER}\"")), "{policy}");
 
-    // Lifted at A: admitted at B.
+    // Lifted at A: admitted at A at once, and at B once the ban state B read is older than
+    // BAN_STATE_CACHE_MS (a service reads a client's ban state at most that often).
     let lifted = reqwest::Client::new()
         .delete(a.debug(&format!("/bans?key={}", key.replace('/', "%2F"))))
         .send()
         .await
         .expect("delete");
     assert_eq!(lifted.status(), 200);
+    let r = a
+        .client
+        .should_rate_limit(login(ATTACKER))
+        .await
+        .expect("call")
+        .into_inner();
+    assert_eq!(r.overall_code, OK, "admitted where it was lifted");
+    clock.advance_millis(warden_ratelimit::settings::DEFAULT_BAN_STATE_CACHE_MS);
     let r = b
         .client
         .should_rate_limit(login(ATTACKER))
@@ -409,6 +418,58 @@ async fn services_racing_on_one_offence_start_one_ban() {
         .query(&mut conn)
         .expect("get");
     assert_eq!(count, LIMIT + 1, "refused calls are not counted");
+}
+
+/// A client's ban state is read from Redis (a `GET`) once per `BAN_STATE_CACHE_MS` of the
+/// limiter's clock, not on every call; with 0 it is read on every call. Counting is not
+/// cached: every call still increments the shared counter.
+#[tokio::test]
+async fn the_ban_state_is_read_once_per_cache_time() {
+    let redis = RedisServer::start().expect("redis");
+    let mut conn = redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    let mut calls_of = |command: &str| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .expect("info");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let cache_ms = warden_ratelimit::settings::DEFAULT_BAN_STATE_CACHE_MS;
+    for (setting, want_gets) in [(cache_ms, 2), (0, 20)] {
+        let clock = ManualClock::new(T0);
+        let mut h = start_with(
+            &[("config.yaml", CONFIG)],
+            Some(&redis),
+            |s| s.ban_state_cache_ms = setting,
+            Some(Arc::new(clock.clone())),
+        )
+        .await;
+        let (gets, counts) = (calls_of("get"), calls_of("incrby"));
+        for i in 0..20 {
+            if i == 10 {
+                clock.advance_millis(cache_ms);
+            }
+            let r = h
+                .client
+                .should_rate_limit(login(NORMAL[0]))
+                .await
+                .expect("call")
+                .into_inner();
+            assert_eq!(r.overall_code, OK, "call {i}");
+        }
+        assert_eq!(
+            (calls_of("get") - gets, calls_of("incrby") - counts),
+            (want_gets, 20),
+            "BAN_STATE_CACHE_MS={setting}"
+        );
+    }
 }
 
 /// Redis restarted mid-ban (no persistence, as in these tests and Redis's default for a cache):

@@ -20,7 +20,7 @@ pub enum NetNsError {
     Missing(&'static str, &'static str),
     #[error("`{command}` failed: {stderr}")]
     Command { command: String, stderr: String },
-    #[error("cannot run `{command}`: {source}")]
+    #[error("cannot run `{command}`")]
     Spawn {
         command: String,
         source: std::io::Error,

@@ -10,7 +10,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NginxError {
-    #[error("nginx setup: {0}")]
+    #[error("nginx setup")]
     Io(#[from] std::io::Error),
     #[error("cannot start nginx (is it installed?): {0}")]
     Spawn(std::io::Error),

@@ -21,7 +21,7 @@ pub const TLS_KEY: &str = "tls.key";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
@@ -30,7 +30,7 @@ pub enum CaError {
     Exists(PathBuf),
     #[error("{path}: {detail}")]
     Bad { path: PathBuf, detail: String },
-    #[error("cannot make the certificate: {0}")]
+    #[error("cannot make the certificate")]
     Rcgen(#[from] rcgen::Error),
 }
 

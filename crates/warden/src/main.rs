@@ -7,7 +7,7 @@
 
 mod demo;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 // jemalloc, not glibc's malloc: a proxied request boxes futures of 1.7-3.5 KB, past glibc's
@@ -82,6 +82,10 @@ fn init_logging(default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+        ))
         .with_writer(std::io::stderr);
     if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
         // The reference's keys (@timestamp, @message, level), so log pipelines keep working.
@@ -91,6 +95,27 @@ fn init_logging(default_level: &str) {
     } else {
         builder.init();
     }
+}
+
+/// Colour codes only for a person at a terminal: in a file, a pipe or a container's log they
+/// are noise (`NO_COLOR`, https://no-color.org, turns them off there too).
+fn colours(stderr_is_terminal: bool, no_color: bool) -> bool {
+    stderr_is_terminal && !no_color
+}
+
+/// The environment every subcommand's logging reads, shown under each one's `--help`.
+const LOGGING_HELP: &str = "\
+Logging (to stderr, every subcommand):
+  LOG_FORMAT=json  one JSON object per line (envoyproxy/ratelimit's keys: @timestamp, @message, level)
+  LOG_LEVEL=LEVEL  debug, info, warn, error (envoyproxy/ratelimit's variable)
+  RUST_LOG=FILTER  tracing filter directives; wins over LOG_LEVEL
+  NO_COLOR=1       no colour codes (they are only written to a terminal anyway)";
+
+/// `command` and each of its subcommands, at every depth, with [`LOGGING_HELP`] under `--help`.
+fn with_logging_help(command: clap::Command) -> clap::Command {
+    command
+        .after_help(LOGGING_HELP)
+        .mut_subcommands(with_logging_help)
 }
 
 /// The subcommand a program name stands for: envoyproxy/ratelimit's image runs `/bin/ratelimit`,
@@ -111,7 +136,11 @@ fn command_line() -> Vec<std::ffi::OsString> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(command_line());
+    let command = with_logging_help(Cli::command());
+    let cli = match Cli::from_arg_matches(&command.get_matches_from(command_line())) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     // The demo and the lab print their own reports; info logs would only interleave with them.
     init_logging(
         if matches!(cli.command, Command::Demo(_) | Command::Lab(_)) {
@@ -146,7 +175,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::implied_subcommand;
+    use super::{colours, implied_subcommand};
     use std::ffi::OsStr;
 
     #[test]
@@ -161,6 +190,18 @@ mod tests {
             ("", None),
         ] {
             assert_eq!(implied_subcommand(OsStr::new(program)), sub, "{program}");
+        }
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        for (terminal, no_color, want) in [
+            (true, false, true),
+            (true, true, false),
+            (false, false, false),
+            (false, true, false),
+        ] {
+            assert_eq!(colours(terminal, no_color), want, "{terminal} {no_color}");
         }
     }
 }

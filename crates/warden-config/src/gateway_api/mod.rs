@@ -57,6 +57,12 @@ impl GatewayApiSet {
     }
 }
 
+/// How a route translated from a Gateway API route names where it came from (and how a policy's
+/// `targetRefs` name that route): `HTTPRoute/namespace/name`.
+pub fn route_source(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
 /// The Gateway API's groups (standard and experimental channels).
 pub const GROUPS: &[&str] = &["gateway.networking.k8s.io", "gateway.networking.x-k8s.io"];
 

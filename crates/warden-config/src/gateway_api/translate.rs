@@ -741,6 +741,7 @@ impl<'a> Translator<'a> {
                     .clone()
                     .unwrap_or_else(|| format!("{}.{}.{}", ns, doc.metadata.name, rule.index)),
             ),
+            source_route: Some(super::route_source(kind, ns, &doc.metadata.name)),
             ..HttpRoute::default()
         };
         if rule.session_persistence {

@@ -11,7 +11,8 @@ use std::fmt;
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RateLimitPolicy {
-    /// Gateways or VirtualServices the policy applies to; empty means every route.
+    /// Gateways, VirtualServices or Gateway API routes the policy applies to; empty means
+    /// every route.
     #[serde(default)]
     pub target_refs: Vec<TargetRef>,
     #[serde(default)]
@@ -25,7 +26,7 @@ pub struct RateLimitPolicy {
 pub struct TargetRef {
     #[serde(default)]
     pub group: Option<String>,
-    /// `Gateway` or `VirtualService`.
+    /// `Gateway`, `VirtualService`, or a Gateway API `HTTPRoute` / `GRPCRoute`.
     pub kind: String,
     pub name: String,
     #[serde(default)]

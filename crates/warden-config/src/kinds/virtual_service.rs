@@ -45,6 +45,11 @@ pub struct TlsMatchAttributes {
 pub struct HttpRoute {
     #[serde(default)]
     pub name: Option<String>,
+    /// The Gateway API route this one was translated from, `Kind/namespace/name`
+    /// ([`crate::gateway_api::route_source`]), so that policies targeting it find its rules;
+    /// never read from YAML.
+    #[serde(skip)]
+    pub source_route: Option<String>,
     /// Match conditions are ORed; fields inside one condition are ANDed. Empty matches everything.
     #[serde(default, rename = "match")]
     pub matches: Vec<HttpMatchRequest>,

@@ -100,7 +100,7 @@ pub enum LoadError {
     Target { url: String, reason: String },
     #[error("invalid load settings: {0}")]
     Config(String),
-    #[error("a connection task failed: {0}")]
+    #[error("a connection task failed")]
     Worker(#[from] tokio::task::JoinError),
 }
 

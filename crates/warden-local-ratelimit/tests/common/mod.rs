@@ -83,6 +83,7 @@ impl Req {
             headers: &self.headers,
             gateway: &self.gateway,
             virtual_service: self.vs.as_deref(),
+            source_route: None,
             destination_cluster: None,
             query: None,
             authority: "",

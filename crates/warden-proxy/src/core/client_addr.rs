@@ -1,7 +1,65 @@
 //! The trusted client address, following the `use_remote_address` / `xff_num_trusted_hops`
-//! table of Envoy's `x-forwarded-for` docs. Pure, so the tests below hold every row of it.
+//! table of Envoy's `x-forwarded-for` docs, or Envoy's `xff_trusted_cidrs` (trusted proxies
+//! named by address: [`client_addr_by_cidrs`]). Pure, so the tests below hold every row.
 
+use ipnet::IpNet;
 use std::net::IpAddr;
+
+/// Envoy's `xff_trusted_cidrs` (XffConfig of its `original_ip_detection_extensions`): the
+/// proxies in front of this one, named by address rather than counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedCidrs {
+    pub cidrs: Vec<IpNet>,
+    /// Walk the whole XFF list past trusted entries (`recurse`); else only its last entry.
+    pub recurse: bool,
+}
+
+impl TrustedCidrs {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        // A dual-stack listener sees IPv4 clients as IPv4-mapped IPv6 addresses.
+        let ip = ip.to_canonical();
+        self.cidrs.iter().any(|c| c.contains(&ip))
+    }
+}
+
+/// Envoy refuses to walk longer `x-forwarded-for` lists than this (the client is then the
+/// peer): each entry costs a parse.
+const MAX_XFF_ENTRIES: usize = 20;
+
+/// The client address by [`TrustedCidrs`], as Envoy's XFF detection with `xff_trusted_cidrs`:
+/// a peer outside them is the client (its XFF is not believed); from a trusted peer, the last
+/// XFF entry, or with `recurse` the last entry outside them (all inside: the first entry).
+/// An entry that does not parse, a missing header or more than 20 entries: the peer.
+pub fn client_addr_by_cidrs<'a, I>(
+    peer: IpAddr,
+    xff: impl FnOnce() -> I,
+    trusted: &TrustedCidrs,
+) -> IpAddr
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
+    if !trusted.trusts(peer) {
+        return peer;
+    }
+    if !trusted.recurse {
+        return nth_from_right(xff(), 0).unwrap_or(peer);
+    }
+    let entries = xff_entries(xff());
+    if entries.len() > MAX_XFF_ENTRIES {
+        return peer;
+    }
+    let mut leftmost = None;
+    for entry in entries.iter().rev() {
+        let Some(ip) = parse_entry(entry) else {
+            return peer;
+        };
+        if !trusted.trusts(ip) {
+            return ip;
+        }
+        leftmost = Some(ip);
+    }
+    leftmost.unwrap_or(peer)
+}
 
 /// The address Envoy would call the downstream "remote address" of a request.
 ///
@@ -35,14 +93,24 @@ fn nth_from_right<'a, I>(xff: I, skip: usize) -> Option<IpAddr>
 where
     I: IntoIterator<Item = &'a [u8]>,
 {
+    parse_entry(xff_entries(xff).iter().rev().nth(skip)?)
+}
+
+/// The comma-separated entries of the headers, as one list in order.
+fn xff_entries<'a, I>(xff: I) -> Vec<&'a [u8]>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
     // Headers are few and short; collecting the entries keeps right-to-left order simple.
     let mut entries: Vec<&[u8]> = Vec::new();
     for value in xff {
         entries.extend(value.split(|&b| b == b','));
     }
-    let entry = *entries.iter().rev().nth(skip)?;
-    let text = std::str::from_utf8(entry).ok()?.trim();
-    text.parse().ok()
+    entries
+}
+
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    std::str::from_utf8(entry).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -95,5 +163,57 @@ mod tests {
         assert_eq!(addr(&["1.1.1.1, not-an-ip"], true, 1), ip(PEER));
         assert_eq!(addr(&["1.1.1.1,"], true, 1), ip(PEER));
         assert_eq!(addr(&[" 2001:db8::1 "], true, 1), ip("2001:db8::1"));
+    }
+
+    fn by_cidrs(peer: &str, xff: &[&str], cidrs: &[&str], recurse: bool) -> IpAddr {
+        let trusted = TrustedCidrs {
+            cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+            recurse,
+        };
+        client_addr_by_cidrs(ip(peer), || xff.iter().map(|s| s.as_bytes()), &trusted)
+    }
+
+    /// Envoy's `xff_trusted_cidrs` rows: (peer, XFF headers, recurse, client).
+    #[test]
+    fn trusted_cidrs_name_the_proxies_whose_xff_is_believed() {
+        const LB: &[&str] = &["10.0.0.0/8", "192.168.1.0/24", "2001:db8::/32"];
+        let long: Vec<String> = (0..21).map(|i| format!("203.0.113.{i}")).collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        let long = [long.join(",")];
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        let rows: &[(&str, &[&str], bool, &str)] = &[
+            // An untrusted peer is the client, whatever it claims.
+            ("198.51.100.7", &["1.1.1.1"], false, "198.51.100.7"),
+            ("198.51.100.7", &["1.1.1.1"], true, "198.51.100.7"),
+            // A trusted peer: its last entry (without recurse, even a trusted one).
+            ("10.1.2.3", &["1.1.1.1, 2.2.2.2"], false, "2.2.2.2"),
+            ("10.1.2.3", &["1.1.1.1, 10.9.9.9"], false, "10.9.9.9"),
+            // With recurse: the last entry outside the trusted ranges.
+            ("10.1.2.3", &["1.1.1.1, 2.2.2.2, 10.9.9.9"], true, "2.2.2.2"),
+            (
+                "10.1.2.3",
+                &["1.1.1.1", "192.168.1.5,10.9.9.9"],
+                true,
+                "1.1.1.1",
+            ),
+            // Every entry trusted: the first one.
+            ("10.1.2.3", &["10.5.5.5, 10.9.9.9"], true, "10.5.5.5"),
+            // No header, an unparsable entry on the way, too many entries: the peer.
+            ("10.1.2.3", &[], false, "10.1.2.3"),
+            ("10.1.2.3", &[], true, "10.1.2.3"),
+            ("10.1.2.3", &["1.1.1.1, junk, 10.9.9.9"], true, "10.1.2.3"),
+            ("10.1.2.3", &["1.1.1.1, junk"], false, "10.1.2.3"),
+            ("10.1.2.3", &long, true, "10.1.2.3"),
+            // IPv6, and IPv4 clients seen through a dual-stack socket.
+            ("2001:db8::1", &["2001:db9::5"], true, "2001:db9::5"),
+            ("::ffff:10.1.2.3", &["1.1.1.1"], false, "1.1.1.1"),
+        ];
+        for (peer, xff, recurse, want) in rows {
+            assert_eq!(
+                by_cidrs(peer, xff, LB, *recurse),
+                ip(want),
+                "peer {peer} xff {xff:?} recurse {recurse}"
+            );
+        }
     }
 }

@@ -24,6 +24,17 @@ pub enum ProxyError {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("cannot watch config files: {0}")]
+    #[error("cannot watch config files")]
     Watch(#[from] notify::Error),
+    #[error(
+        "the config gives this proxy no listener ({skipped} Gateway(s) not served by it: \
+         `warden check` with the same flags says why); start with --allow-empty-config to run \
+         without one"
+    )]
+    NoListener { skipped: usize },
+    #[error(
+        "the mesh config's warden.xffTrustedCidrs and numTrustedProxies {hops} (from {from}) \
+         both say which proxies to trust; Envoy refuses both, so keep one"
+    )]
+    TrustedProxiesTwice { hops: u32, from: String },
 }

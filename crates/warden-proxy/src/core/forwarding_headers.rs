@@ -179,6 +179,12 @@ impl<'a> Forwarding<'a> {
         }
     }
 
+    /// The `x-request-id` a request without one gets: this one (the access log's).
+    pub fn with_request_id(mut self, random: [u8; 16]) -> Self {
+        self.request_id = random;
+        self
+    }
+
     /// What becomes of the request's `x-forwarded-client-cert` under `mode` (Envoy's
     /// `forward_client_cert_details` of the same name), `mutual` when the client presented a
     /// certificate on this connection, `element` this hop's (for APPEND_FORWARD and
@@ -297,26 +303,7 @@ impl<'a> Forwarding<'a> {
     }
 
     fn append_xff(&self, headers: &mut HeaderMap) {
-        let mut incoming = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter(|v| !v.is_empty());
-        let xff = match (incoming.next(), incoming.next()) {
-            (None, _) => Some(self.peer.clone()),
-            (Some(first), rest) => {
-                // Several XFF headers form one list; send one header with the peer appended.
-                let mut v = Vec::with_capacity(first.len() + 2 + self.peer.len());
-                v.extend_from_slice(first.as_bytes());
-                for more in rest.into_iter().chain(incoming) {
-                    v.extend_from_slice(b", ");
-                    v.extend_from_slice(more.as_bytes());
-                }
-                v.extend_from_slice(b", ");
-                v.extend_from_slice(self.peer.as_bytes());
-                HeaderValue::from_bytes(&v).ok()
-            }
-        };
-        if let Some(xff) = xff {
+        if let Some(xff) = xff_with_peer(headers, self.peer) {
             headers.insert(X_FORWARDED_FOR.clone(), xff);
         }
     }
@@ -403,6 +390,35 @@ impl<'a> Forwarding<'a> {
         }
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// The request's `x-forwarded-for` with `peer` appended, as one header (several XFF headers
+/// form one list): what a gateway or a sidecar's inbound side sends upstream.
+pub fn xff_with_peer(headers: &HeaderMap, peer: &HeaderValue) -> Option<HeaderValue> {
+    let mut incoming = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter(|v| !v.is_empty());
+    match (incoming.next(), incoming.next()) {
+        (None, _) => Some(peer.clone()),
+        (Some(first), rest) => {
+            let mut v = Vec::with_capacity(first.len() + 2 + peer.len());
+            v.extend_from_slice(first.as_bytes());
+            for more in rest.into_iter().chain(incoming) {
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(more.as_bytes());
+            }
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(peer.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        }
+    }
+}
+
+/// The `x-request-id` [`Forwarding::with_request_id`] writes for `random`.
+pub fn request_id_string(random: [u8; 16]) -> String {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    request_id_text(random, &mut buf).to_string()
 }
 
 /// A random UUID v4 as Envoy generates it, from 128 random bits.

@@ -19,7 +19,14 @@ pub struct ProxyIdentity {
     pub mesh: Option<MeshCredentials>,
     /// `None`: an ingress gateway serving Gateway ports.
     pub sidecar: Option<SidecarSettings>,
+    /// The mesh config's `extensionProviders` (the external authorizers CUSTOM policies name).
+    #[serde(skip)]
+    pub extension_providers: ExtensionProviders,
 }
+
+/// `meshConfig.extensionProviders`, shared by every snapshot of a proxy.
+pub type ExtensionProviders =
+    std::sync::Arc<Vec<warden_config::ext_authz_provider::ExtensionProvider>>;
 
 /// A folder with this workload's `tls.crt`, `tls.key` and the mesh CA's `ca.crt`, and the
 /// trust domain peers' SPIFFE identities must be in.

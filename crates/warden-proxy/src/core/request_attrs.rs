@@ -37,6 +37,25 @@ pub struct RequestAttrs<'a> {
     pub tls: Option<&'a TlsInfo>,
 }
 
+/// Every value of a request header, from the map or the lines kept as read (what jwt_authn
+/// reads: it does not need the map, so a request it alone reads headers of keeps its lines).
+impl<'a> warden_jwt::extract::RequestHeaders<'a> for &RequestAttrs<'a> {
+    fn values(&self, name: &header::HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        let (lines, map) = match self.lines {
+            Some(lines) => {
+                let name = name.as_str().as_bytes();
+                let named = lines.iter().filter(move |(n, _)| *n == name);
+                (Some(named.map(|(_, value)| value)), None)
+            }
+            None => (None, Some(self.headers.get_all(name).iter())),
+        };
+        lines
+            .into_iter()
+            .flatten()
+            .chain(map.into_iter().flatten().map(HeaderValue::as_bytes))
+    }
+}
+
 impl RequestAttrs<'_> {
     /// The first value of a header, from the map or the lines kept as read.
     // Always inlined, as everything on the per-request path that reads one header: as calls,

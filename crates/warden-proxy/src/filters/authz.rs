@@ -13,8 +13,8 @@ use http::StatusCode;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use warden_authz::{
-    Authorizer, AuthorizerStats, Decision, HttpAttrs, ProxyScope, RequestAuth, TcpAttrs, DENY_BODY,
-    DENY_STATUS, NONE_POLICY,
+    Authorizer, AuthorizerStats, CustomRules, Decision, HttpAttrs, ProxyScope, RequestAuth,
+    TcpAttrs, DENY_BODY, DENY_STATUS, NONE_POLICY,
 };
 use warden_config::{ConfigSet, Problem};
 
@@ -64,14 +64,16 @@ pub fn proxy_scope(set: &ConfigSet, identity: &ProxyIdentity) -> ProxyScope {
 
 impl AuthzFilter {
     /// Compile the policies in scope; `None` when no policy applies (the stage is skipped).
+    /// The CUSTOM policies in scope come back apart, for the ext_authz filter.
     pub fn build(
         set: &ConfigSet,
         identity: &ProxyIdentity,
-    ) -> Result<Option<AuthzFilter>, Vec<Problem>> {
-        let authorizer = Authorizer::compile_set(set, &proxy_scope(set, identity))?;
+    ) -> Result<(Option<AuthzFilter>, Option<CustomRules>), Vec<Problem>> {
+        let mut authorizer = Authorizer::compile_set(set, &proxy_scope(set, identity))?;
+        let custom = authorizer.take_custom();
         let stats = authorizer.stats();
         if authorizer.is_empty() {
-            return Ok(None);
+            return Ok((None, custom));
         }
         tracing::info!(
             policies = stats.policies,
@@ -80,10 +82,13 @@ impl AuthzFilter {
             index_bytes = stats.index_bytes,
             "authorization policies compiled"
         );
-        Ok(Some(AuthzFilter {
-            authorizer,
-            none: Arc::from(NONE_POLICY),
-        }))
+        Ok((
+            Some(AuthzFilter {
+                authorizer,
+                none: Arc::from(NONE_POLICY),
+            }),
+            custom,
+        ))
     }
 
     pub fn stats(&self) -> AuthorizerStats {
@@ -98,26 +103,7 @@ impl AuthzFilter {
         auth: Option<&warden_jwt::Verified>,
         metrics: &Metrics,
     ) -> AuthzNote {
-        let decision = self.authorizer.check_http(&HttpAttrs {
-            direct_peer: req.peer_ip,
-            client_ip: req.client_ip,
-            dest_ip: req.local_addr.ip(),
-            // Envoy's destination_port: the port the connection was accepted on.
-            dest_port: req.local_addr.port(),
-            host: req.authority,
-            method: req.method.as_str(),
-            path: req.path,
-            headers: req.headers,
-            sni: req.tls.and_then(|t| t.sni.as_deref()),
-            principal: req
-                .tls
-                .and_then(|t| t.peer.as_ref())
-                .and_then(|p| p.principal.as_deref()),
-            request_auth: auth.map(|v| RequestAuth {
-                principal: &v.principal,
-                claims: v.claims(),
-            }),
-        });
+        let decision = self.authorizer.check_http(&http_attrs(req, auth));
         self.note(decision, metrics)
     }
 
@@ -165,6 +151,33 @@ impl AuthzFilter {
             denied_by,
             shadow_denied_by: decision.shadow_denied.into_iter().next(),
         }
+    }
+}
+
+/// What a policy check reads of a request (RBAC's and ext_authz's matching).
+pub fn http_attrs<'a>(
+    req: &'a RequestAttrs<'_>,
+    auth: Option<&'a warden_jwt::Verified>,
+) -> HttpAttrs<'a> {
+    HttpAttrs {
+        direct_peer: req.peer_ip,
+        client_ip: req.client_ip,
+        dest_ip: req.local_addr.ip(),
+        // Envoy's destination_port: the port the connection was accepted on.
+        dest_port: req.local_addr.port(),
+        host: req.authority,
+        method: req.method.as_str(),
+        path: req.path,
+        headers: req.headers,
+        sni: req.tls.and_then(|t| t.sni.as_deref()),
+        principal: req
+            .tls
+            .and_then(|t| t.peer.as_ref())
+            .and_then(|p| p.principal.as_deref()),
+        request_auth: auth.map(|v| RequestAuth {
+            principal: &v.principal,
+            claims: v.claims(),
+        }),
     }
 }
 
@@ -222,7 +235,10 @@ impl HttpFilter for AuthzFilter {
         metrics: &Metrics,
     ) -> Flow {
         let note = self.check_http(req, state.request_auth.as_deref(), metrics);
-        state.notes.shadow_policy = note.shadow_denied_by;
+        // A dry-run CUSTOM policy ext_authz noted stays noted when no dry-run RBAC rule hits.
+        if note.shadow_denied_by.is_some() {
+            state.notes.shadow_policy = note.shadow_denied_by;
+        }
         match note.denied_by {
             None => Flow::Continue,
             Some(policy) => {

@@ -4,12 +4,12 @@
 //! route pays for no filter it does not use and no request allocates for the chain; filters
 //! added through [`ChainExtensions`] (a test's, an embedder's) are trait objects.
 //!
-//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, RBAC, local rate limit, CORS, global rate limit,
+//! Order (Istio's, see `DEFAULT_ORDER`): jwt_authn, ext_authz (CUSTOM policies), RBAC, local rate limit, CORS, global rate limit,
 //! fault, then the router. EnvoyFilter-style positions ([`Position`]) place added filters
 //! against these names.
 
 pub use crate::core::dynamic_metadata::DynamicMetadata;
-use crate::core::local_reply::{LocalReply, ResponseFlag};
+use crate::core::local_reply::{LocalReply, ResponseFlag, ResponseFlags};
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
 use crate::routing::Route;
@@ -19,10 +19,12 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use warden_local_ratelimit::request::{JWT_AUTHN_METADATA, JWT_PAYLOAD_FIELD};
 use warden_local_ratelimit::RateLimitHeaders;
 
 /// Envoy's names of the built-in filters and the router.
 pub const JWT_AUTHN: &str = "envoy.filters.http.jwt_authn";
+pub const EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
 pub const RBAC: &str = "envoy.filters.http.rbac";
 pub const LOCAL_RATE_LIMIT: &str = "envoy.filters.http.local_ratelimit";
 pub const CORS: &str = "envoy.filters.http.cors";
@@ -62,16 +64,53 @@ pub enum Verdict {
 
 pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
 
-/// Why a request was answered as it was, for metrics and the access log.
+/// Why a request was answered as it was, for metrics, the access log and `/ratelimit/top`.
 #[derive(Default)]
 pub struct Notes {
+    /// The flag of the reason the request was answered as it was.
     pub flag: Option<ResponseFlag>,
+    /// Flags set on the way (a fault's `DI` before its abort, `URX` with the failure retries
+    /// gave up on): Envoy writes them all.
+    pub more_flags: ResponseFlags,
     /// The RBAC rule (`none` for an ALLOW miss) or rate limit rule that stopped the request.
     pub policy: Option<Arc<str>>,
     /// Envoy's response code details prefix for a policy denial.
     pub details: Option<&'static str>,
     /// A dry-run policy (or shadow-mode limit) that would have stopped it.
     pub shadow_policy: Option<Arc<str>>,
+}
+
+impl Notes {
+    /// Every flag of the request, as `%RESPONSE_FLAGS%` writes them.
+    pub fn flags(&self) -> ResponseFlags {
+        self.more_flags.with(self.flag)
+    }
+
+    /// The proxy answers for `flag`'s reason; a flag set before (a fault's delay) stays.
+    pub fn replied(&mut self, flag: Option<ResponseFlag>) {
+        if let Some(before) = self.flag.take() {
+            self.more_flags.set(before);
+        }
+        self.flag = flag;
+    }
+
+    /// Envoy's `%RESPONSE_CODE_DETAILS%`: what the deciding filter said (RBAC with the
+    /// matched policy), else what the flag's reason is, else `via_upstream` (`answered` by
+    /// the upstream) or `direct_response`.
+    pub fn write_details(&self, answered_upstream: bool, out: &mut String) {
+        match (self.details, &self.policy, self.flag) {
+            (Some(d), Some(p), _) if d == crate::filters::authz::RBAC_DENIED => {
+                out.push_str(d);
+                out.push('[');
+                out.push_str(p);
+                out.push(']');
+            }
+            (Some(d), _, _) => out.push_str(d),
+            (None, _, Some(f)) => out.push_str(f.details()),
+            (None, _, None) if answered_upstream => out.push_str("via_upstream"),
+            (None, _, None) => out.push_str("direct_response"),
+        }
+    }
 }
 
 /// What the filters of one request leave for the ones after them and for the answer.
@@ -104,6 +143,8 @@ pub struct FilterState {
     /// The verified end-user token (jwt_authn), for the filters after it: `requestPrincipals`
     /// and `request.auth.*` in RBAC.
     pub request_auth: Option<Arc<warden_jwt::Verified>>,
+    /// `request_auth`'s payload is owed to `dynamic_metadata` ([`FilterState::settle_metadata`]).
+    pub payload_pending: bool,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
@@ -132,6 +173,24 @@ impl FilterState {
         FilterState {
             logging,
             ..FilterState::default()
+        }
+    }
+
+    /// Writes what is owed to the dynamic metadata; every reader of `dynamic_metadata` calls
+    /// it first. jwt_authn's verified payload (Istio's `payload_in_metadata: payload`) is
+    /// written only here, so a request whose metadata nothing reads does not copy its claims.
+    pub fn settle_metadata(&mut self) {
+        if !std::mem::take(&mut self.payload_pending) {
+            return;
+        }
+        if let Some(verified) = &self.request_auth {
+            let payload = serde_json::Value::Object(verified.claims().clone());
+            self.dynamic_metadata
+                .get_or_insert_with(Default::default)
+                .insert(
+                    JWT_AUTHN_METADATA.to_owned(),
+                    serde_json::Map::from_iter([(JWT_PAYLOAD_FIELD.to_owned(), payload)]),
+                );
         }
     }
 
@@ -228,6 +287,7 @@ pub struct ChainExtensions(pub Vec<(Position, Arc<dyn HttpFilter>)>);
 #[derive(Debug, Clone)]
 pub enum Stage {
     JwtAuthn,
+    ExtAuthz,
     Rbac,
     LocalRateLimit,
     Cors,
@@ -240,6 +300,7 @@ impl Stage {
     pub fn name(&self) -> &str {
         match self {
             Stage::JwtAuthn => JWT_AUTHN,
+            Stage::ExtAuthz => EXT_AUTHZ,
             Stage::Rbac => RBAC,
             Stage::LocalRateLimit => LOCAL_RATE_LIMIT,
             Stage::Cors => CORS,

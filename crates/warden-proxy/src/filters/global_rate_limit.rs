@@ -20,10 +20,11 @@
 //! embedded limiter, configured with [`rls_config`].
 
 pub mod answer_cache;
+mod limited_rule;
 pub mod policy_rules;
 pub mod response_headers;
 pub mod rls_address;
-mod rls_connection;
+pub(crate) mod rls_connection;
 pub mod rls_failures;
 pub mod service;
 
@@ -33,7 +34,7 @@ use crate::core::local_reply::{LocalReply, ResponseFlag};
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
 use crate::filters::chain::{
-    FilterState, Flow, HttpFilter, Verdict, VerdictFuture, GLOBAL_RATE_LIMIT,
+    FilterState, Flow, HttpFilter, Notes, Verdict, VerdictFuture, GLOBAL_RATE_LIMIT,
 };
 use crate::routing::{Route, RouteAction};
 use answer_cache::{Admitted, AnswerCache, AnswerMemory, Hit};
@@ -382,6 +383,7 @@ impl GlobalRateLimit {
             headers,
             gateway: gateways.first().map_or("", String::as_str),
             virtual_service: vs,
+            source_route: route.source_route.as_deref(),
             destination_cluster: cluster,
             route_local: &[],
             route_rate_limits: None,
@@ -416,9 +418,17 @@ impl GlobalRateLimit {
         }
     }
 
-    fn over_limit(&self, resp: &RateLimitResponse, key: String, now: Instant) -> Verdict {
+    fn over_limit(
+        &self,
+        resp: &RateLimitResponse,
+        key: String,
+        now: Instant,
+        notes: &mut Notes,
+    ) -> Verdict {
         let headers = self.answers.headers(resp);
-        self.answers.remember(resp, key, &headers, now);
+        let rule: Arc<str> = Arc::from(limited_rule::limited_rule(&key, resp));
+        notes.policy = Some(rule.clone());
+        self.answers.remember(resp, key, &headers, now, rule);
         let mut reply = self.limited_reply();
         if !resp.raw_body.is_empty() {
             reply.body = Bytes::from(resp.raw_body.clone());
@@ -428,7 +438,13 @@ impl GlobalRateLimit {
 
     /// The 429 of a remembered OVER_LIMIT, its `x-ratelimit-reset` and a ban's `retry-after`
     /// counted down.
-    fn remembered_denial(&self, denial: answer_cache::Denial, now: Instant) -> Verdict {
+    fn remembered_denial(
+        &self,
+        denial: answer_cache::Denial,
+        now: Instant,
+        notes: &mut Notes,
+    ) -> Verdict {
+        notes.policy = Some(denial.rule);
         let mut headers = denial.headers;
         let left = denial
             .until
@@ -452,6 +468,7 @@ impl GlobalRateLimit {
         route: &Route,
         dynamic_metadata: Option<&crate::core::dynamic_metadata::DynamicMetadata>,
         metrics: &Metrics,
+        notes: &mut Notes,
     ) -> Verdict {
         let descriptors = self.descriptors(req, route, dynamic_metadata);
         if descriptors.is_empty() {
@@ -471,7 +488,7 @@ impl GlobalRateLimit {
                 }
                 Hit::Denied(denial) => {
                     metrics.global_rate_limit.over_limit_cache_hits.inc();
-                    return self.remembered_denial(denial, now);
+                    return self.remembered_denial(denial, now, notes);
                 }
                 Hit::Call(asking) => break asking,
                 Hit::Wait(mut ends) => {
@@ -504,7 +521,7 @@ impl GlobalRateLimit {
         let verdict = match result {
             Ok(resp) if resp.overall_code == CODE_OVER_LIMIT => {
                 metrics.global_rate_limit.over_limit.inc();
-                self.over_limit(&resp, key, now)
+                self.over_limit(&resp, key, now, notes)
             }
             Ok(resp) if resp.overall_code == CODE_OK => {
                 metrics.global_rate_limit.ok.inc();
@@ -607,9 +624,12 @@ impl HttpFilter for GlobalRateLimit {
         state: &'a mut FilterState,
         metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
-        // What earlier filters (Lua) wrote feeds the `metadata` actions.
+        // What earlier filters (Lua) wrote feeds the `metadata` actions; the notes get the
+        // rule that limited.
+        state.settle_metadata();
         let metadata = state.dynamic_metadata.as_deref();
-        Box::pin(self.decide(req, route, metadata, metrics))
+        let notes = &mut state.notes;
+        Box::pin(self.decide(req, route, metadata, metrics, notes))
     }
 }
 

@@ -25,7 +25,6 @@ use warden_jwt::authn::Edits;
 use warden_jwt::authn::Keys;
 use warden_jwt::stats::Stats;
 use warden_jwt::{Authenticator, Outcome, RemoteKeys, Status, SystemClock};
-use warden_local_ratelimit::request::{JWT_AUTHN_METADATA, JWT_PAYLOAD_FIELD};
 
 #[derive(Debug)]
 pub struct JwtAuthnFilter {
@@ -132,20 +131,12 @@ impl HttpFilter for JwtAuthnFilter {
         if is_cors_preflight(req) {
             return Flow::Continue;
         }
-        match self.authn.authenticate(req.headers, req.query) {
+        match self.authn.authenticate(req, req.query) {
             Outcome::Pass { identity, edits } => {
-                if let Some(verified) = &identity {
-                    // Istio's `payload_in_metadata: payload`: read by the rate limits'
-                    // `metadata` action and `claims` selectors, Lua and the access log.
-                    let payload = serde_json::Value::Object(verified.claims().clone());
-                    state
-                        .dynamic_metadata
-                        .get_or_insert_with(Default::default)
-                        .insert(
-                            JWT_AUTHN_METADATA.to_owned(),
-                            serde_json::Map::from_iter([(JWT_PAYLOAD_FIELD.to_owned(), payload)]),
-                        );
-                }
+                // Istio's `payload_in_metadata: payload`, read by the rate limits' `metadata`
+                // action and `claims` selectors, Lua and the access log: written when first
+                // read (`FilterState::settle_metadata`).
+                state.payload_pending = identity.is_some();
                 state.request_auth = identity;
                 if edits.is_empty() {
                     return Flow::Continue;

@@ -58,7 +58,7 @@ pub enum LimitVerdict<'a> {
     Limited {
         response: Response<ProxyBody>,
         response_headers: Option<RateLimitHeaders>,
-        rule: &'a str,
+        rule: Option<&'a Arc<str>>,
     },
 }
 
@@ -189,12 +189,14 @@ impl LocalRateLimitFilter {
             headers: req.headers,
             gateway: self.gateway(req.port),
             virtual_service,
+            source_route: route.source_route.as_deref(),
             destination_cluster,
             route_local: self.per_route.get(req, route),
             route_rate_limits: Some(self.rate_limits_at.get(req, route)),
             dynamic_metadata: metadata,
         });
         let rule = outcome.decided_by.map(|d| d.rule);
+        let label = outcome.decided_by.map(|d| d.label);
         match outcome.response {
             Some(reply) => {
                 let grpc = req
@@ -208,7 +210,7 @@ impl LocalRateLimitFilter {
                 LimitVerdict::Limited {
                     response,
                     response_headers: outcome.rate_limit_headers,
-                    rule: rule.unwrap_or(""),
+                    rule: label,
                 }
             }
             None => LimitVerdict::Pass {
@@ -261,6 +263,7 @@ impl HttpFilter for LocalRateLimitFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
+        state.settle_metadata();
         match self.check_http(req, route, state.dynamic_metadata.as_deref()) {
             LimitVerdict::Pass {
                 response_headers,
@@ -286,9 +289,9 @@ impl HttpFilter for LocalRateLimitFilter {
             } => {
                 state.notes.flag = Some(ResponseFlag::RateLimited);
                 state.notes.details = Some(LOCAL_RATE_LIMITED);
-                if state.logging {
-                    state.notes.policy = Some(Arc::from(rule));
-                }
+                // Named whether or not the log is on: `/ratelimit/top` keeps the last rule
+                // (shared, not copied).
+                state.notes.policy = rule.cloned();
                 state.local_limit_headers = response_headers;
                 Flow::Reply(response)
             }

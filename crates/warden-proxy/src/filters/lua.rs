@@ -763,6 +763,7 @@ impl LuaFilter {
         route: &Route,
         state: &mut FilterState,
     ) -> Verdict {
+        state.settle_metadata();
         let mut stream = request_stream(req, route, state);
         if let Some(body) = state.request_body.take() {
             match buffer(*body).await {
@@ -1117,10 +1118,10 @@ impl HttpFilter for LuaFilter {
         else {
             return;
         };
-        match self
-            .program
-            .run(script, Phase::Response, response_stream(response, state))
-        {
+        match self.program.run(script, Phase::Response, {
+            state.settle_metadata();
+            response_stream(response, state)
+        }) {
             Run::Continue(s) | Run::Failed(s, _) => apply_response(s, state, response),
             Run::Respond(s, _) => {
                 tracing::error!("script log: respond() is not allowed in the response flow");

@@ -1,5 +1,6 @@
 //! The HTTP filters and their chain (`chain`: the trait, the order, EnvoyFilter positions), one
-//! file per filter: `jwt_authn` (RequestAuthentication), `authz` (RBAC), `local_rate_limit`,
+//! file per filter: `jwt_authn` (RequestAuthentication), `ext_authz` (CUSTOM policies'
+//! external authorizer), `authz` (RBAC), `local_rate_limit`,
 //! `cors`, `global_rate_limit/`, `fault`, `lua` (Envoy's Lua filter, from EnvoyFilter patches);
 //! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
 //! limits). `route_sites` names every route the way EnvoyFilter patches do.
@@ -10,6 +11,7 @@
 pub mod authz;
 pub mod chain;
 pub mod cors;
+pub mod ext_authz;
 pub mod fault;
 pub mod global_rate_limit;
 pub mod jwt_authn;
@@ -26,6 +28,7 @@ use crate::upstream::body::ProxyBody;
 use authz::AuthzFilter;
 use chain::{ChainExtensions, FilterState, Flow, HttpFilter, Stage, VerdictFuture};
 use cors::CorsFilter;
+use ext_authz::ExtAuthzFilter;
 use fault::FaultFilter;
 use global_rate_limit::GlobalRateLimit;
 use http::Response;
@@ -37,6 +40,7 @@ use warden_config::{ConfigSet, Problem};
 #[derive(Debug, Default)]
 pub struct Filters {
     pub jwt_authn: Option<JwtAuthnFilter>,
+    pub ext_authz: Option<ExtAuthzFilter>,
     pub authz: Option<AuthzFilter>,
     pub local_rate_limit: Option<LocalRateLimitFilter>,
     pub global_rate_limit: Option<GlobalRateLimit>,
@@ -86,10 +90,11 @@ impl Filters {
             problems.extend(p);
             None
         });
-        let authz = AuthzFilter::build(set, identity).unwrap_or_else(|p| {
+        let (authz, custom) = AuthzFilter::build(set, identity).unwrap_or_else(|p| {
             problems.extend(p);
-            None
+            (None, None)
         });
+        let ext_authz = ExtAuthzFilter::build(set, identity, custom, &mut warnings);
         let local_rate_limit = LocalRateLimitFilter::build(
             set,
             identity,
@@ -119,6 +124,9 @@ impl Filters {
         let mut builtins = Vec::with_capacity(6);
         if jwt_authn.is_some() {
             builtins.push(Stage::JwtAuthn);
+        }
+        if ext_authz.is_some() {
+            builtins.push(Stage::ExtAuthz);
         }
         if authz.is_some() {
             builtins.push(Stage::Rbac);
@@ -153,13 +161,16 @@ impl Filters {
         for s in skipped {
             tracing::warn!("HTTP filter {s} not added: its position names no filter of the chain");
         }
+        let reads_body =
+            reads_body(&chain) || ext_authz.as_ref().is_some_and(|f| f.reads_request_body());
         Ok(Filters {
             jwt_authn,
+            ext_authz,
             authz,
             local_rate_limit,
             global_rate_limit,
             lua: lua_filters,
-            reads_body: reads_body(&chain),
+            reads_body,
             chain: chain.into(),
             warnings: warnings.into_iter().map(|p| set.with_line(p)).collect(),
         })
@@ -187,7 +198,11 @@ impl Filters {
     /// counted as readers whatever their rules say.
     pub fn reads_request_headers(&self) -> bool {
         self.chain.iter().any(|s| match s {
-            Stage::JwtAuthn | Stage::Rbac | Stage::GlobalRateLimit => true,
+            // jwt_authn reads its headers from the lines too (`RequestAttrs` as
+            // `RequestHeaders`), and the pipeline applies its edit to them.
+            Stage::JwtAuthn => false,
+            // ext_authz copies the headers into its check and its edit replaces the map.
+            Stage::ExtAuthz | Stage::Rbac | Stage::GlobalRateLimit => true,
             Stage::LocalRateLimit => self
                 .local_rate_limit
                 .as_ref()
@@ -202,6 +217,9 @@ impl Filters {
         let mut v = Vec::new();
         if self.jwt_authn.is_some() {
             v.push("jwt_authn");
+        }
+        if self.ext_authz.is_some() {
+            v.push("ext_authz");
         }
         if self.authz.is_some() {
             v.push("authz");
@@ -261,6 +279,10 @@ impl Filters {
                 Some(f) => f.on_request(req, route, state, metrics),
                 None => Flow::Continue,
             },
+            Stage::ExtAuthz => match &self.ext_authz {
+                Some(f) => f.on_request(req, route, state, metrics),
+                None => Flow::Continue,
+            },
             Stage::Rbac => match &self.authz {
                 Some(f) => f.on_request(req, route, state, metrics),
                 None => Flow::Continue,
@@ -293,6 +315,10 @@ impl Filters {
                 Some(f) => f.on_request_waiting(req, route, state, metrics),
                 None => Box::pin(std::future::ready(chain::Verdict::Continue)),
             },
+            Some(Stage::ExtAuthz) => match &self.ext_authz {
+                Some(f) => f.on_request_waiting(req, route, state, metrics),
+                None => Box::pin(std::future::ready(chain::Verdict::Continue)),
+            },
             Some(Stage::Fault) => FaultFilter.on_request_waiting(req, route, state, metrics),
             Some(Stage::Added(f)) => f.on_request_waiting(req, route, state, metrics),
             _ => Box::pin(std::future::ready(chain::Verdict::Continue)),
@@ -314,6 +340,7 @@ impl Filters {
                 Stage::Cors => CorsFilter.on_response(route, state, response),
                 Stage::Added(f) => f.on_response(route, state, response),
                 Stage::JwtAuthn
+                | Stage::ExtAuthz
                 | Stage::Rbac
                 | Stage::LocalRateLimit
                 | Stage::GlobalRateLimit
@@ -332,6 +359,9 @@ impl Filters {
         }
         if let Some(jwt) = &self.jwt_authn {
             jwt_authn::register_metrics(registry, jwt);
+        }
+        if let Some(f) = &self.ext_authz {
+            ext_authz::register_metrics(registry, f);
         }
     }
 

@@ -23,8 +23,8 @@ mod shared;
 
 pub use shared::{Shared, WorkerCtx};
 
-use crate::core::access_log::{now_rfc3339, Entry};
-use crate::core::client_addr::trusted_client_addr;
+use crate::core::access_log::{AccessLog, Record};
+use crate::core::client_addr::{client_addr_by_cidrs, trusted_client_addr};
 use crate::core::client_cert;
 use crate::core::conn::ConnCtx;
 use crate::core::dynamic_metadata::DynamicMetadata;
@@ -33,7 +33,6 @@ use crate::core::forwarding_headers::{
 };
 use crate::core::local_reply::{LocalReply, ResponseFlag};
 use crate::core::request_attrs::{authority_of, RequestAttrs};
-use crate::filters::authz;
 use crate::filters::chain::{FilterState, Notes, Verdict};
 use crate::filters::ChainFlow;
 use crate::routing::{authority, host_of, Route, RouteAction, RouteInput, WeightedCluster};
@@ -41,7 +40,7 @@ use crate::snapshot::Snapshot;
 use crate::upstream::body::ProxyBody;
 use crate::upstream::h1_exchange::response_headers_mut;
 use crate::upstream::{forward_boxed, Outgoing};
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
+use http::{header, HeaderMap, HeaderValue, Request, Response};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -56,6 +55,12 @@ use warden_local_ratelimit::RateLimitHeaders;
 struct Outcome {
     route: Option<Arc<Route>>,
     upstream: Option<http::uri::Authority>,
+    /// The trusted client address (for `/ratelimit/top`).
+    client_ip: Option<IpAddr>,
+    /// The cluster the request went to (kept only for the access log).
+    cluster: Option<Arc<crate::upstream::cluster::Cluster>>,
+    /// The upstream's response is the answer (`via_upstream`).
+    answered_upstream: bool,
     istio: istio_record::RequestSide,
 }
 
@@ -91,17 +96,19 @@ pub fn handle<'a>(
         &mut state,
         &mut log,
     ) {
-        Decided::Now(response, limit_headers) => Handling::Answered(finish(
-            shared,
-            conn,
-            start,
-            response,
-            limit_headers,
-            &outcome,
-            &state.notes,
-            state.dynamic_metadata.as_deref(),
-            log,
-        )),
+        Decided::Now(response, limit_headers) => Handling::Answered({
+            settle_for_log(shared, &mut state);
+            finish(
+                shared,
+                conn,
+                start,
+                response,
+                limit_headers,
+                &outcome,
+                &state,
+                log,
+            )
+        }),
         // One future holding the request once: no async block around `act` keeping its own
         // copy (the box stays below the upstream future's size class).
         Decided::Later(waiting) => Handling::Waiting(Box::pin(act(
@@ -136,16 +143,30 @@ fn finish(
     mut response: Response<ProxyBody>,
     limit_headers: Option<RateLimitHeaders>,
     outcome: &Outcome,
-    notes: &Notes,
-    metadata: Option<&DynamicMetadata>,
+    state: &FilterState,
     log: Option<LogFields>,
 ) -> Answer {
+    let notes = &state.notes;
+    let metadata = state.dynamic_metadata.as_deref();
+    let auth = state.request_auth.as_ref();
     if notes.flag == Some(ResponseFlag::DownstreamProtocolError) {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    // One clock read for both.
+    if notes.flag == Some(ResponseFlag::RateLimited) {
+        note_limited(shared, outcome, notes, auth);
+    }
+    // `RESP(...)` reads the map: an upstream's header lines kept as read move into it.
+    if log.is_some()
+        && shared
+            .access_log
+            .as_ref()
+            .is_some_and(|l| !l.response_headers.is_empty())
+    {
+        response_headers_mut(&mut response);
+    }
+    // One clock read for Istio's metrics and the rest.
     let elapsed = start.elapsed();
     istio_record::record(
         shared,
@@ -156,20 +177,47 @@ fn finish(
         outcome.istio,
         notes.flag,
     );
-    record(
-        shared,
-        conn,
-        elapsed,
-        response.status(),
-        outcome,
-        notes,
-        metadata,
-        log,
-    );
+    record(shared, elapsed, &response, outcome, notes, metadata, log);
     Answer {
         response,
         limit_headers,
     }
+}
+
+/// The dynamic metadata an access log that writes it reads (jwt_authn's payload is written
+/// on first read: `FilterState::settle_metadata`).
+fn settle_for_log(shared: &Shared, state: &mut FilterState) {
+    if shared.access_log.as_ref().is_some_and(|l| l.reads_metadata) {
+        state.settle_metadata();
+    }
+}
+
+/// A limited request's client in its limiter's heavy hitters (`/ratelimit/top`): the JWT
+/// principal when the request had one, else the trusted client address.
+#[cold]
+fn note_limited(
+    shared: &Shared,
+    outcome: &Outcome,
+    notes: &Notes,
+    auth: Option<&Arc<warden_jwt::Verified>>,
+) {
+    use crate::core::heavy_hitters::{Client, Limiter};
+    let limiter = if notes.details == Some(crate::filters::local_rate_limit::LOCAL_RATE_LIMITED) {
+        Limiter::Local
+    } else {
+        Limiter::Global
+    };
+    let client = match (auth, outcome.client_ip) {
+        (Some(v), _) => Client::Principal(v.clone()),
+        (None, Some(ip)) => Client::Ip(ip),
+        (None, None) => return,
+    };
+    shared.limited.record(
+        limiter,
+        client,
+        notes.policy.as_ref(),
+        std::time::SystemTime::now(),
+    );
 }
 
 /// What the pipeline answers: the response, and the local limiter's `x-ratelimit-*` when they
@@ -197,15 +245,14 @@ impl Answer {
 #[allow(clippy::too_many_arguments)]
 fn record(
     shared: &Shared,
-    conn: &ConnCtx,
     elapsed: std::time::Duration,
-    status: http::StatusCode,
+    response: &Response<ProxyBody>,
     outcome: &Outcome,
     notes: &Notes,
     metadata: Option<&DynamicMetadata>,
     log: Option<LogFields>,
 ) {
-    let status = status.as_u16();
+    let status = response.status().as_u16();
     let metrics = &shared.metrics;
     metrics.requests.inc();
     metrics.duration.observe(elapsed.as_micros() as u64);
@@ -223,45 +270,71 @@ fn record(
         }
     }
     if let (Some(access_log), Some(fields)) = (&shared.access_log, log) {
-        let upstream = outcome.upstream.as_ref().map(|a| a.to_string());
-        access_log.log(&Entry {
-            time: now_rfc3339(),
-            client_ip: fields.client_ip.to_string(),
-            peer: conn.peer.ip().to_string(),
-            protocol: fields.protocol,
-            method: fields.method.as_str(),
-            authority: &fields.authority,
-            path: &fields.path,
-            status,
-            duration_ms: elapsed.as_secs_f64() * 1000.0,
-            upstream: upstream.as_deref(),
-            route: outcome.route.as_ref().map(|r| &*r.name),
-            response_flags: notes.flag.map_or("-", |f| f.code()),
-            request_id: fields.request_id.as_deref(),
-            response_code_details: notes.details.map(|d| match &notes.policy {
-                Some(p) if d == authz::RBAC_DENIED => format!("{d}[{p}]"),
-                _ => d.to_string(),
-            }),
-            policy: notes.policy.as_deref(),
-            shadow_policy: notes.shadow_policy.as_deref(),
-            dynamic_metadata: metadata,
-        });
+        if fields.filter.is_none_or(|f| f.admits(status)) {
+            access_log.log(finish_record(
+                access_log, fields, elapsed, response, outcome, notes, metadata,
+            ));
+        }
     }
 }
 
-/// The trusted client address, per the XFF rules (Envoy's `xff_num_trusted_hops`).
+/// The rest of a request's log record, once it is answered.
+fn finish_record(
+    access_log: &AccessLog,
+    fields: LogFields,
+    elapsed: std::time::Duration,
+    response: &Response<ProxyBody>,
+    outcome: &Outcome,
+    notes: &Notes,
+    metadata: Option<&DynamicMetadata>,
+) -> Box<Record> {
+    let mut r = fields.record;
+    r.duration = elapsed;
+    r.status = response.status().as_u16();
+    r.flags = notes.flags();
+    notes.write_details(outcome.answered_upstream, &mut r.details);
+    r.policy = notes.policy.clone();
+    r.shadow_policy = notes.shadow_policy.clone();
+    r.upstream_host = outcome.upstream.clone();
+    r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
+    r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
+    if !access_log.response_headers.is_empty() {
+        r.take_response_headers(&access_log.response_headers, response.headers());
+    }
+    // The body's length when it is known as the answer starts (not what a client that went
+    // away mid-body received).
+    r.bytes_sent = http_body::Body::size_hint(response.body())
+        .exact()
+        .or_else(|| content_length(response.headers()))
+        .unwrap_or(0);
+    if access_log.reads_metadata {
+        r.dynamic_metadata = metadata.cloned();
+    }
+    r
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The trusted client address, per the XFF rules (Envoy's `xff_num_trusted_hops`, or its
+/// `xff_trusted_cidrs`).
 fn client_ip(conn: &ConnCtx, shared: &Shared, headers: &HeaderMap) -> IpAddr {
-    trusted_client_addr(
-        conn.peer.ip(),
-        || {
-            headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
-                .map(|v| v.as_bytes())
-        },
-        true,
-        shared.num_trusted_proxies,
-    )
+    let xff = || {
+        headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.as_bytes())
+    };
+    match &shared.xff_trusted_cidrs {
+        Some(trusted) => client_addr_by_cidrs(conn.peer.ip(), xff, trusted),
+        None => trusted_client_addr(conn.peer.ip(), xff, true, shared.num_trusted_proxies),
+    }
 }
 
 /// What the filters see of the request; `client_ip` is computed once per request
@@ -290,33 +363,75 @@ fn request_attrs<'a>(
     }
 }
 
-/// What the access log needs of the request, captured only when logging is on.
+/// What the access log needs of the request, captured only when logging is on; `request_id`
+/// is the `x-request-id` made for a request that came without one (the upstream gets it too).
 struct LogFields {
-    method: Method,
-    authority: String,
-    path: String,
-    protocol: &'static str,
-    request_id: Option<String>,
-    client_ip: IpAddr,
+    record: Box<Record>,
+    request_id: Option<[u8; 16]>,
+    /// Telemetry's `filter`: which answers are logged.
+    filter: Option<crate::core::access_log::CodeFilter>,
 }
 
 /// What the access log needs of the request.
-fn log_fields(parts: &http::request::Parts, authority: &str, client_ip: IpAddr) -> LogFields {
-    LogFields {
-        method: parts.method.clone(),
+fn log_fields(
+    access_log: &AccessLog,
+    conn: &ConnCtx,
+    parts: &http::request::Parts,
+    authority: &str,
+    client_ip: IpAddr,
+) -> LogFields {
+    let sent_id = parts
+        .headers
+        .get(&X_REQUEST_ID)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let made_id = sent_id.is_none().then(|| fastrand::u128(..).to_le_bytes());
+    let record = Record {
+        start: Some(std::time::SystemTime::now()),
+        method: Some(parts.method.clone()),
+        path: parts.uri.path_and_query().map_or_else(
+            || parts.uri.path().to_string(),
+            |pq| pq.as_str().to_string(),
+        ),
         authority: authority.to_string(),
-        path: parts.uri.path().to_string(),
+        scheme: if conn.tls.is_some() { "https" } else { "http" },
         protocol: match parts.version {
             http::Version::HTTP_2 => "HTTP/2",
             http::Version::HTTP_10 => "HTTP/1.0",
             _ => "HTTP/1.1",
         },
-        request_id: parts
-            .headers
-            .get(&X_REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(Into::into),
-        client_ip,
+        request_id: match (sent_id, made_id) {
+            (Some(id), _) => id,
+            (None, Some(random)) => forwarding_headers::request_id_string(random),
+            (None, None) => String::new(),
+        },
+        request_headers: access_log
+            .request_headers
+            .iter()
+            .map(|n| parts.headers.get(n).cloned())
+            .collect(),
+        bytes_received: content_length(&parts.headers).unwrap_or(0),
+        peer: Some(conn.peer),
+        client_ip: Some(client_ip),
+        local: Some(conn.local),
+        sni: conn.tls.as_ref().and_then(|t| t.sni.clone()),
+        ..Record::default()
+    };
+    let mut record = Box::new(record);
+    // `REQ(X-FORWARDED-FOR)` is what the upstream gets, as in Envoy's log: with the peer
+    // appended by a gateway and a sidecar's inbound side.
+    if conn.side != crate::core::destination::Side::Outbound {
+        let at = access_log
+            .request_headers
+            .iter()
+            .position(|n| *n == X_FORWARDED_FOR);
+        if let Some(slot) = at.and_then(|i| record.request_headers.get_mut(i)) {
+            *slot = forwarding_headers::xff_with_peer(&parts.headers, &conn.peer_value);
+        }
+    }
+    LogFields {
+        record,
+        request_id: made_id,
+        filter: None,
     }
 }
 
@@ -340,7 +455,7 @@ fn find_route<'s>(
 }
 
 fn local(reply: LocalReply, state: &mut FilterState) -> Response<ProxyBody> {
-    state.notes.flag = reply.flag;
+    state.notes.replied(reply.flag);
     reply.into_response()
 }
 
@@ -386,10 +501,7 @@ fn decide(
     outcome.istio = istio_record::request_side(&parts, &body);
     // Readers of arbitrary headers get the map: the configured filters, the access log
     // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
-    if snapshot.reads_request_headers()
-        || shared.access_log.is_some()
-        || shared.num_trusted_proxies > 0
-    {
+    if snapshot.reads_request_headers() || shared.access_log.is_some() || shared.reads_xff() {
         if let Some(lines) = lines.take() {
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
@@ -411,8 +523,15 @@ fn decide(
     let authority = authority_of(&parts, lines.as_ref());
     let client_ip = client_ip(conn, shared, &parts.headers);
     let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
-    if shared.access_log.is_some() {
-        *log = Some(log_fields(&parts, authority, attrs.client_ip));
+    outcome.client_ip = Some(client_ip);
+    if let Some(access_log) = shared
+        .access_log
+        .as_ref()
+        .filter(|_| !snapshot.access_logging.disabled)
+    {
+        let mut fields = log_fields(access_log, conn, &parts, authority, attrs.client_ip);
+        fields.filter = snapshot.access_logging.filter;
+        *log = Some(fields);
     }
 
     // 1. decode
@@ -640,11 +759,14 @@ async fn act(
                         parts.headers.insert(header::HOST, v);
                     }
                 }
-                let forwarding = Forwarding::new(
+                if shared.access_log.is_some() {
+                    outcome.cluster = Some(target.cluster.clone());
+                }
+                let mut forwarding = Forwarding::new(
                     conn.peer.ip(),
                     &conn.peer_value,
                     client_ip,
-                    shared.num_trusted_proxies,
+                    shared.trusted_hops_from(conn.peer.ip()),
                 )
                 .on_side(conn.side)
                 .over_tls(conn.tls.is_some())
@@ -653,6 +775,10 @@ async fn act(
                     conn.client_presented_cert(),
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
+                // The id the log line names is the one the upstream gets.
+                if let Some(id) = log.as_ref().and_then(|l| l.request_id) {
+                    forwarding = forwarding.with_request_id(id);
+                }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
                 let mut request = outgoing(
@@ -685,6 +811,13 @@ async fn act(
                 match upstream.await {
                     Ok(up) => {
                         outcome.upstream = Some(up.endpoint);
+                        outcome.answered_upstream = true;
+                        if up.retries_exhausted {
+                            state
+                                .notes
+                                .more_flags
+                                .set(ResponseFlag::UpstreamRetryLimitExceeded);
+                        }
                         let mut response = up.response;
                         // hyper's clients' responses; lines kept as read skip them when written.
                         strip_hop_by_hop(response.headers_mut());
@@ -697,6 +830,15 @@ async fn act(
                     }
                     Err(failure) => {
                         outcome.upstream = failure.endpoint;
+                        if failure.retries_exhausted {
+                            state
+                                .notes
+                                .more_flags
+                                .set(ResponseFlag::UpstreamRetryLimitExceeded);
+                        }
+                        if failure.per_try_timeout {
+                            state.notes.details = Some("upstream_per_try_timeout");
+                        }
                         break 'stages local(failure.reply, &mut state);
                     }
                 }
@@ -715,6 +857,7 @@ async fn act(
         response
     };
     filters.on_response(reached, &route, &mut state, &mut response);
+    settle_for_log(shared, &mut state);
     finish(
         shared,
         conn,
@@ -722,8 +865,7 @@ async fn act(
         response,
         limit_headers,
         &outcome,
-        &state.notes,
-        state.dynamic_metadata.as_deref(),
+        &state,
         log,
     )
 }
@@ -761,10 +903,13 @@ fn apply_edit(
         *lines = None;
         parts.headers = headers;
     }
-    if !edit.remove.is_empty() || !edit.append.is_empty() {
-        if let Some(l) = lines.take() {
-            l.read_into(&mut parts.headers, forwarding_headers::ADDED);
-        }
+    if let Some(l) = lines
+        .as_mut()
+        .filter(|_| !edit.remove.is_empty() || !edit.append.is_empty())
+    {
+        // Lines kept as read stay lines: nothing reads the map (jwt_authn's token removed).
+        l.edit(&edit.remove, &edit.append);
+    } else if !edit.remove.is_empty() || !edit.append.is_empty() {
         for name in &edit.remove {
             parts.headers.remove(name);
         }

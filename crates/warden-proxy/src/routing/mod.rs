@@ -178,6 +178,9 @@ pub struct Route {
     /// VirtualService `http[].name`, `.` and the match's `name` when it has one), which
     /// EnvoyFilter HTTP_ROUTE patches match on.
     pub envoy_names: Box<[Box<str>]>,
+    /// The Gateway API route it was translated from (`HTTPRoute/namespace/name`), for
+    /// policies whose `targetRefs` name that route.
+    pub source_route: Option<Arc<str>>,
 }
 
 /// Where a `redirect` sends the client.
@@ -502,6 +505,7 @@ mod tests {
             rewrite: None,
             cors: None,
             envoy_names: Box::new([]),
+            source_route: None,
         })
     }
 

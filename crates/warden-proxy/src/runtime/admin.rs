@@ -1,5 +1,6 @@
 //! The admin endpoint (Envoy's 15000): `/ready`, `/stats/prometheus`, `/config_dump`,
-//! `/listeners`, `/ratelimit/bans` ([`super::admin_bans`]), `/stats`, `/clusters`, `/server_info`
+//! `/listeners`, `/ratelimit/bans` ([`super::admin_bans`]), `/ratelimit/top` (the clients each
+//! limiter answers 429 most: `core::heavy_hitters`), `/stats`, `/clusters`, `/server_info`
 //! ([`super::admin_pages`]). Served on its own small thread so it answers even when workers are busy.
 
 use crate::core::metrics_exposition::Exposition;
@@ -128,6 +129,7 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
             "application/yaml",
             admin_bans::authorization_policy(local),
         ),
+        "/ratelimit/top" => json(shared.limited.top_json(top_n(req.uri().query()))),
         "/ready" => respond(StatusCode::OK, "text/plain", "LIVE\n"),
         "/stats/prometheus" => {
             let exposition = Exposition::negotiate(
@@ -178,9 +180,20 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "admin: /ready /stats /stats/prometheus /clusters /server_info /config_dump /listeners /ratelimit/bans\n",
+            "admin: /ready /stats /stats/prometheus /clusters /server_info /config_dump /listeners \
+             /ratelimit/bans /ratelimit/top\n",
         ),
     }
+}
+
+/// `/ratelimit/top?n=N`: how many clients per limiter (10 unless said).
+fn top_n(query: Option<&str>) -> usize {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("n="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10)
 }
 
 /// Serve until `stop` resolves.

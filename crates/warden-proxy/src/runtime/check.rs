@@ -152,6 +152,9 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         s.filters.stage_names().join(", ")
     );
     describe_jwt(&mut out, s);
+    if let Some(f) = &s.filters.ext_authz {
+        let _ = writeln!(out, "external authorization (CUSTOM): {}", f.describe());
+    }
     describe_rate_limits(&mut out, s);
     let api = &s.config.gateway_api;
     if !api.status.is_empty() {

@@ -28,19 +28,31 @@ pub struct ProxyOptions {
     /// `xff_num_trusted_hops`; the gateway always behaves as `use_remote_address: true`.
     /// `None`: the proxy's pod's `proxy.istio.io/config` annotation says, else 0.
     pub num_trusted_proxies: Option<u32>,
+    /// Envoy's `xff_trusted_cidrs` (the mesh config's `warden.xffTrustedCidrs`): trusted
+    /// proxies named by address instead of counted; refused with a nonzero
+    /// `num_trusted_proxies` from any source, as Envoy refuses both.
+    pub xff_trusted_cidrs: Option<crate::core::client_addr::TrustedCidrs>,
     /// The mesh config's `defaultConfig` (its `gatewayTopology` and `proxyHeaders`); the pod's
     /// annotation wins field by field, `num_trusted_proxies` over both
     /// (`control::gateway_topology`).
     pub mesh_defaults: warden_config::mesh_config::ProxyConfig,
+    /// `meshConfig.extensionProviders` (CUSTOM AuthorizationPolicy providers).
+    pub extension_providers: crate::core::identity::ExtensionProviders,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub access_log: Option<AccessLogTarget>,
+    /// What its lines look like (warden's JSON unless the mesh config names an Envoy format).
+    pub access_log_format: crate::core::access_log::LineFormat,
     /// Reload when a config file changes (only for [`ConfigSource::Paths`]).
     pub watch_config: bool,
     /// Let a reload through that comes from an empty file or leaves no listener, or a
     /// listener without routes (refused by default: `control::reload_guard`).
     pub allow_empty_config: bool,
+    /// Refuse to start from a config that gives a gateway no listener (the command line,
+    /// unless `--allow-empty-config`): such a proxy only answers its admin port, which is more
+    /// likely a wrong file, namespace or label than an intent.
+    pub require_listener: bool,
     /// How every load reads the config (`--skip-kind`: refused kinds the operator skips).
     pub load: warden_config::LoadOptions,
     /// Upstream connect timeout (Istio's default is 10s).
@@ -93,6 +105,7 @@ impl ProxyOptions {
             credentials_dir: self.credentials_dir.clone(),
             mesh: self.mesh.clone(),
             sidecar: self.sidecar.clone(),
+            extension_providers: self.extension_providers.clone(),
         }
     }
 
@@ -107,12 +120,16 @@ impl ProxyOptions {
                 .map(|n| n.get())
                 .unwrap_or(1),
             num_trusted_proxies: None,
+            xff_trusted_cidrs: None,
             mesh_defaults: Default::default(),
+            extension_providers: Default::default(),
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,
+            access_log_format: Default::default(),
             watch_config: true,
             allow_empty_config: false,
+            require_listener: false,
             load: Default::default(),
             connect_timeout: Duration::from_secs(10),
             jwks_refresh: Duration::from_secs(20 * 60),

@@ -76,7 +76,18 @@ impl Proxy {
         for (gateway, why) in &snapshot.skipped_gateways {
             tracing::info!(%gateway, "Gateway not served by this proxy: {why}");
         }
+        if opts.require_listener && snapshot.listeners.is_empty() {
+            return Err(ProxyError::NoListener {
+                skipped: snapshot.skipped_gateways.len(),
+            });
+        }
         let topology = topology_of(&snapshot, &opts)?;
+        if opts.xff_trusted_cidrs.is_some() && topology.num_trusted_proxies > 0 {
+            return Err(ProxyError::TrustedProxiesTwice {
+                hops: topology.num_trusted_proxies,
+                from: topology.trusted_from,
+            });
+        }
         let workers = opts.concurrency.max(1);
         let mut per_worker: Vec<Vec<WorkerListener>> = (0..workers).map(|_| Vec::new()).collect();
         let (add_txs, add_rxs): (Vec<_>, Vec<_>) =
@@ -128,15 +139,22 @@ impl Proxy {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
-        let access_log = opts.access_log.as_ref().map(AccessLog::open).transpose()?;
-        let serving = Arc::new(Shared::new(
-            snapshot,
-            access_log,
-            topology.num_trusted_proxies,
-            topology.client_cert,
-            identity,
-            opts.http_filters.clone(),
-        ));
+        let access_log = opts
+            .access_log
+            .as_ref()
+            .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
+            .transpose()?;
+        let serving = Arc::new(
+            Shared::new(
+                snapshot,
+                access_log,
+                topology.num_trusted_proxies,
+                topology.client_cert,
+                identity,
+                opts.http_filters.clone(),
+            )
+            .with_trusted_cidrs(opts.xff_trusted_cidrs.clone()),
+        );
         let downstream = Arc::new(DownstreamLimits {
             connections: ConnLimits::new(
                 opts.max_connections.unwrap_or_else(|| {
@@ -450,6 +468,11 @@ impl RunningProxy {
         self.shared
             .metrics
             .encode_with(|r| self.shared.snapshot.load().filters.register_metrics(r))
+    }
+
+    /// Access log records dropped because its writer fell behind (0 without an access log).
+    pub fn access_log_dropped(&self) -> u64 {
+        self.shared.access_log.as_ref().map_or(0, |l| l.dropped())
     }
 
     /// Stop accepting, let in-flight requests and connections finish until `deadline` has

@@ -28,6 +28,7 @@ mod gateway_tls;
 mod istio_edges;
 mod peer_authn;
 mod sidecar;
+pub mod telemetry_logging;
 mod upstream_tls;
 pub use crate::core::identity::{MeshCredentials, ProxyIdentity, SidecarSettings};
 pub use crate::routing::ports::{ListenerProtocol, ListenerSpec, PortRoutes, TcpRoute};
@@ -56,6 +57,8 @@ pub struct Snapshot {
     pub tls_files: warden_tls::file_stamps::FileStamps,
     /// The (no) policies of a sidecar's outbound side: Istio applies them inbound.
     outbound_filters: Filters,
+    /// The Telemetry `accessLogging` that applies to this proxy.
+    pub access_logging: telemetry_logging::AccessLogPolicy,
     /// Whether a route or a policy stage reads request headers other than `Host`; see
     /// [`Snapshot::reads_request_headers`].
     reads_request_headers: bool,
@@ -180,7 +183,7 @@ impl Snapshot {
             &ports,
             sidecar.as_ref(),
         );
-        let filters = match Filters::build(
+        let mut filters = match Filters::build(
             &loaded.set,
             identity,
             &routes,
@@ -193,9 +196,27 @@ impl Snapshot {
                 Filters::default()
             }
         };
+        // An ext_authz provider gets TLS from its service's DestinationRule, as any upstream.
+        if let Some((host, port, http2)) = filters
+            .ext_authz
+            .as_ref()
+            .and_then(|f| f.provider_service())
+        {
+            if let Some(dr) = loaded.set.destination_rule_for_host(&host) {
+                let policy = dr.spec.policy_for(None);
+                if let Some(tls) = policy.as_ref().and_then(|p| p.tls_for_port(port)) {
+                    if let (Ok(Some(tls)), Some(f)) = (
+                        b.upstream_tls(dr, tls, &host, http2),
+                        filters.ext_authz.as_mut(),
+                    ) {
+                        f.set_tls(tls);
+                    }
+                }
+            }
+        }
         b.warnings.extend(filters.warnings.iter().cloned());
         b.warnings.extend(routes.take_unmatched());
-        if filters.authz.is_some() {
+        if filters.authz.is_some() || filters.ext_authz.is_some() {
             b.warnings.extend(crate::filters::authz::tcp_notes(
                 &loaded.set,
                 identity,
@@ -219,7 +240,10 @@ impl Snapshot {
             .any(|p| matches!(p, PortRoutes::Http(t) if t.matches_headers()))
             || filters.reads_request_headers()
             || outbound_filters.reads_request_headers();
+        let access_logging =
+            telemetry_logging::access_log_policy(&loaded.set.telemetry_access_logging, identity);
         Ok(Snapshot {
+            access_logging,
             reads_request_headers,
             listeners,
             ports,
@@ -303,6 +327,7 @@ fn https_redirect_route<'s>(
         rewrite: None,
         cors: None,
         envoy_names: Box::new([]),
+        source_route: None,
     };
     Some((Box::new(admits), Arc::new(route)))
 }
@@ -668,6 +693,7 @@ impl Builder<'_> {
         Some(Route {
             name,
             envoy_names: envoy_names.into(),
+            source_route: r.source_route.as_deref().map(Arc::from),
             matches,
             action: action?,
             request_headers,

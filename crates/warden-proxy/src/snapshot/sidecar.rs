@@ -103,6 +103,7 @@ impl SidecarRoutes {
                 rewrite: None,
                 cors: None,
                 envoy_names: Box::new(["block_all".into()]),
+                source_route: None,
             },
         });
         for table in outbound_http.values_mut() {
@@ -236,6 +237,7 @@ fn forward_route(name: &str, cluster: Arc<Cluster>, retries: u32) -> Route {
         } else {
             name.into()
         }]),
+        source_route: None,
     }
 }
 

@@ -112,6 +112,8 @@ enum SendError {
     DownstreamBody,
     /// The downstream request's body stalled (`body::StreamIdleTimeout`).
     StreamIdle,
+    /// The upstream's response was not HTTP as it should be (Envoy's `UPE`).
+    Protocol(String),
     Other(String),
 }
 
@@ -119,15 +121,27 @@ enum SendError {
 pub struct Upstreamed {
     pub response: Response<ProxyBody>,
     pub endpoint: http::uri::Authority,
+    /// Retries ran out on a response they would have retried (Envoy's `URX`).
+    pub retries_exhausted: bool,
 }
 
 pub struct ForwardFailure {
     pub reply: LocalReply,
     pub endpoint: Option<http::uri::Authority>,
+    /// A try's own timeout expired (Envoy's details `upstream_per_try_timeout`); two flags
+    /// rather than a `&str`: the result is moved on every request.
+    pub per_try_timeout: bool,
+    /// Retries ran out on a failure they would have retried (Envoy's `URX`).
+    pub retries_exhausted: bool,
 }
 
 fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFailure {
-    ForwardFailure { reply, endpoint }
+    ForwardFailure {
+        reply,
+        endpoint,
+        per_try_timeout: false,
+        retries_exhausted: false,
+    }
 }
 
 /// [`forward`] on the heap, built outside any `async fn`: a future that is constructed and
@@ -222,11 +236,19 @@ async fn forward(
             )
             .await
             {
-                Ok(up) if n < retries.attempts && retries.on.retries_response(&up.response) => {
+                Ok(mut up) if retries.on.retries_response(&up.response) => {
+                    if n == retries.attempts {
+                        up.retries_exhausted = true;
+                        return Ok(up);
+                    }
                     last = Some(Ok(up));
                 }
                 Ok(up) => return Ok(up),
-                Err(f) if n < retries.attempts && retries.on.retries_failure(f.reply.flag) => {
+                Err(mut f) if retries.on.retries_failure(f.reply.flag) => {
+                    if n == retries.attempts {
+                        f.retries_exhausted = true;
+                        return Err(f);
+                    }
                     exclude = endpoint_index(target, f.endpoint.as_ref());
                     last = Some(Err(f));
                 }
@@ -318,9 +340,40 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
         SendError::StreamIdle
     } else if crate::upstream::body::caused_by_downstream_body(&e) {
         SendError::DownstreamBody
+    } else if caused_by_malformed_response(&e) {
+        SendError::Protocol(e.to_string())
     } else {
         SendError::Other(e.to_string())
     }
+}
+
+/// Whether a client's error is the upstream's response failing to parse (Envoy's `UPE`):
+/// hyper's parse errors, or the lean HTTP/1.1 exchange's response errors.
+fn caused_by_malformed_response(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_parse() || h.is_parse_status() {
+                return true;
+            }
+        }
+        if let Some(x) = err.downcast_ref::<h1_exchange::ExchangeError>() {
+            if matches!(
+                x,
+                h1_exchange::ExchangeError::Response(_) | h1_exchange::ExchangeError::Header
+            ) {
+                return true;
+            }
+        }
+        if let Some(h1_pool::H1Error::Exchange(
+            h1_exchange::ExchangeError::Response(_) | h1_exchange::ExchangeError::Header,
+        )) = err.downcast_ref::<h1_pool::H1Error>()
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// `scheme://endpoint/path`, what hyper's clients connect by.
@@ -445,19 +498,27 @@ async fn attempt(
             Err(_) => {
                 metrics.upstream_error("timeout");
                 record(outlier::Outcome::LocalFailure);
-                return Err(fail(LocalReply::timeout(), Some(endpoint)));
+                let mut failure = fail(LocalReply::timeout(), Some(endpoint));
+                failure.per_try_timeout = true;
+                return Err(failure);
             }
         },
     };
     drop(lease);
     match &result {
         Ok(response) => record(outlier::Outcome::Status(response.status().as_u16())),
-        Err(SendError::Connect | SendError::Other(_)) => record(outlier::Outcome::LocalFailure),
+        Err(SendError::Connect | SendError::Protocol(_) | SendError::Other(_)) => {
+            record(outlier::Outcome::LocalFailure)
+        }
         // The client's body failed or stalled, not the endpoint.
         Err(SendError::DownstreamBody | SendError::StreamIdle) => {}
     }
     match result {
-        Ok(response) => Ok(Upstreamed { response, endpoint }),
+        Ok(response) => Ok(Upstreamed {
+            response,
+            endpoint,
+            retries_exhausted: false,
+        }),
         Err(SendError::Connect) => {
             metrics.upstream_error("connect");
             Err(fail(LocalReply::connect_failure(), Some(endpoint)))
@@ -473,6 +534,11 @@ async fn attempt(
             // request was aborted without its end.
             metrics.downstream_timeout(crate::core::timeouts::Expired::StreamIdle);
             Err(fail(LocalReply::stream_idle_timeout(), Some(endpoint)))
+        }
+        Err(SendError::Protocol(e)) => {
+            tracing::debug!(error = %e, upstream = %endpoint, "upstream response malformed");
+            metrics.upstream_error("reset");
+            Err(fail(LocalReply::upstream_protocol_error(), Some(endpoint)))
         }
         Err(SendError::Other(e)) => {
             tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");

@@ -109,7 +109,10 @@ impl RetryOn {
             Some(ResponseFlag::UpstreamConnectFailure) => {
                 c.has(any_reset | Conditions::CONNECT_FAILURE | Conditions::RESET_BEFORE_REQUEST)
             }
-            Some(ResponseFlag::UpstreamReset) => c.has(any_reset),
+            // A response that could not be read is a reset to Envoy's retry state.
+            Some(ResponseFlag::UpstreamReset | ResponseFlag::UpstreamProtocolError) => {
+                c.has(any_reset)
+            }
             Some(ResponseFlag::UpstreamTimeout) => c.has(any_reset),
             _ => false,
         }

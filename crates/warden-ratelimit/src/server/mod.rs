@@ -45,7 +45,7 @@ pub enum ServerError {
     },
     #[error("gRPC TLS: {0}")]
     GrpcTls(String),
-    #[error("redis settings: {0}")]
+    #[error("redis settings")]
     Redis(#[from] StoreError),
     #[error("cannot start the gRPC serving threads: {0}")]
     Threads(std::io::Error),
@@ -76,6 +76,7 @@ impl Server {
                 &settings.redis,
                 settings.redis_per_second.as_ref(),
                 settings.grpc_threads,
+                settings.ban_state_cache_ms,
                 format!(
                     "{}{}",
                     settings.limiter.cache_key_prefix,

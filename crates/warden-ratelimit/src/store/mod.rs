@@ -9,7 +9,7 @@ pub use self::memory::MemoryStore;
 pub use self::memory_bans::MemoryBans;
 pub use self::redis::{RedisPool, RedisSettings, RedisStore, RedisTls, RedisType};
 
-use crate::ban::BanRecord;
+use crate::ban::{BanRecord, BanState};
 use crate::config::BanConfig;
 use std::sync::Arc;
 
@@ -53,6 +53,26 @@ pub enum BanOutcome {
     Refused { remaining_ms: u64, strikes: u32 },
     /// This call's offence started a ban of this length.
     Started { duration_ms: u64, strikes: u32 },
+}
+
+impl BanOutcome {
+    /// The ban state this outcome says is stored, seen at `now_ms`.
+    pub fn state_at(self, now_ms: u64) -> BanState {
+        let (ms, strikes) = match self {
+            BanOutcome::Refused {
+                remaining_ms,
+                strikes,
+            } => (remaining_ms, strikes),
+            BanOutcome::Started {
+                duration_ms,
+                strikes,
+            } => (duration_ms, strikes),
+        };
+        BanState {
+            until_ms: now_ms.saturating_add(ms),
+            strikes,
+        }
+    }
 }
 
 /// Counts after an update.

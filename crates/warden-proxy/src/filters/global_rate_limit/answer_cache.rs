@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
@@ -81,6 +81,7 @@ impl AnswerMemory {
         key: String,
         headers: &HeaderMap,
         now: Instant,
+        rule: Arc<str>,
     ) {
         let reset = resp
             .statuses
@@ -95,6 +96,7 @@ impl AnswerMemory {
                 Remembered::Denied(Denial {
                     until: now + reset,
                     headers: headers.clone(),
+                    rule,
                 }),
                 now,
             );
@@ -161,7 +163,8 @@ impl AnswerMemory {
     pub fn remember_late(&self, resp: &RateLimitResponse, key: String) {
         if resp.overall_code == CODE_OVER_LIMIT {
             let headers = self.headers(resp);
-            self.remember(resp, key, &headers, Instant::now());
+            let rule = Arc::from(super::limited_rule::limited_rule(&key, resp));
+            self.remember(resp, key, &headers, Instant::now(), rule);
         } else if resp.overall_code == CODE_OK && resp.quota.is_some() {
             let admitted = self.admitted(resp);
             self.remember_lease(resp, key, &admitted, Instant::now());
@@ -181,6 +184,8 @@ const SHARDS: usize = 16;
 pub struct Denial {
     pub until: Instant,
     pub headers: HeaderMap,
+    /// The descriptor and limit that denied (`limited_rule`).
+    pub rule: Arc<str>,
 }
 
 /// A quota lease: requests still to admit, until when, and what each admitted request gets.
@@ -485,6 +490,7 @@ mod tests {
         Remembered::Denied(Denial {
             until,
             headers: HeaderMap::new(),
+            rule: Arc::from("descriptor[]"),
         })
     }
 

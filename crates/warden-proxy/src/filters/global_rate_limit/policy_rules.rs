@@ -75,11 +75,9 @@ impl PolicyRules {
     ) {
         for (rule, id) in &self.rules {
             let in_scope = if gateways.is_empty() {
-                rule.applies("", req.virtual_service)
+                rule.applies("", req)
             } else {
-                gateways
-                    .iter()
-                    .any(|g| rule.applies(g, req.virtual_service))
+                gateways.iter().any(|g| rule.applies(g, req))
             };
             if !in_scope {
                 continue;
@@ -326,6 +324,7 @@ spec:
             headers: &headers,
             gateway: "",
             virtual_service: None,
+            source_route: None,
             destination_cluster: None,
             query: None,
             authority: "",

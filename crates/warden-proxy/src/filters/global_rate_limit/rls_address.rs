@@ -93,7 +93,7 @@ fn join(host: &str, port: u16) -> String {
 
 /// The first endpoint of registry service `host` on service port `port`, and what it came
 /// from; `None` when the registry has no such host. A host it has without that port is an error.
-fn registry_address(
+pub(crate) fn registry_address(
     set: &ConfigSet,
     host: &str,
     port: u16,

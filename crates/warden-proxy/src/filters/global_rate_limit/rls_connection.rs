@@ -1,5 +1,6 @@
-//! One HTTP/2 connection to each rate limit service per worker thread, like Envoy's per-worker
-//! gRPC clients; calls are made on it by [`warden_ratelimit::grpc_client`].
+//! One HTTP/2 connection to each rate limit service (and ext_authz provider) per worker thread,
+//! like Envoy's per-worker gRPC clients; calls are made on it by
+//! [`warden_ratelimit::grpc_client`].
 //!
 //! The connection is made on first use, shared by the worker's concurrent calls while it is
 //! being made, replaced when it closes, and after a failed connect the service is not tried
@@ -28,11 +29,13 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After a failed connect, calls fail without trying again for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 
-/// A live connection: its sender, its ShouldRateLimit URI, and whether its task has ended.
+/// A live connection: its sender, its ShouldRateLimit URI, its authority, and whether its
+/// task has ended.
 #[derive(Clone)]
 struct Live {
     send: SendRequest<Bytes>,
     uri: Uri,
+    authority: Authority,
     closed: Arc<AtomicBool>,
 }
 
@@ -47,7 +50,21 @@ enum Slot {
 thread_local! {
     /// This worker's connections by RLS address. The worker's runtime drives them; the
     /// thread and its runtime end together.
-    static SLOTS: RefCell<HashMap<Authority, Slot>> = RefCell::new(HashMap::new());
+    static SLOTS: RefCell<HashMap<(Authority, bool), Slot>> = RefCell::new(HashMap::new());
+}
+
+/// TLS to a gRPC service (an ext_authz provider's DestinationRule): the client config, with
+/// `h2` offered by ALPN, and the name the certificate must have.
+#[derive(Clone)]
+pub struct GrpcTls {
+    pub config: Arc<warden_tls::rustls::ClientConfig>,
+    pub name: warden_tls::rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls").field("name", &self.name).finish()
+    }
 }
 
 /// This worker's connection to one RLS address.
@@ -65,13 +82,32 @@ impl RlsConnection {
         let metadata = if ask_lease { &ask[..] } else { &[] };
         grpc_client::unary_with_metadata(self.0.send, &self.0.uri, metadata, request).await
     }
+
+    /// One unary call of `method` (a `/package.Service/Method` path).
+    pub async fn unary<Req: prost::Message, Resp: prost::Message + Default>(
+        self,
+        method: &'static str,
+        request: &Req,
+    ) -> Result<Resp, tonic::Status> {
+        let uri = grpc_client::method_uri(&self.0.authority, method);
+        grpc_client::unary(self.0.send, &uri, request).await
+    }
 }
 
 /// This worker's connection to `authority` (`host:port`, checked by [`authority`]).
 pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
+    get_with(authority, None).await
+}
+
+/// [`get`], over TLS when `tls` is given (a connection of its own).
+pub async fn get_with(
+    authority: &Authority,
+    tls: Option<&GrpcTls>,
+) -> Result<RlsConnection, Arc<str>> {
+    let key = (authority.clone(), tls.is_some());
     let connecting = SLOTS.with(|slots| {
         let mut slots = slots.borrow_mut();
-        match slots.get(authority) {
+        match slots.get(&key) {
             Some(Slot::Ready(live)) if !live.closed.load(Ordering::Relaxed) => {
                 return Ok(Ok(live.clone()))
             }
@@ -81,8 +117,8 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
             }
             _ => {}
         }
-        let pending = connect(authority.clone()).boxed().shared();
-        slots.insert(authority.clone(), Slot::Connecting(pending.clone()));
+        let pending = connect(authority.clone(), tls.cloned()).boxed().shared();
+        slots.insert(key.clone(), Slot::Connecting(pending.clone()));
         Ok(Err(pending))
     })?;
     Ok(RlsConnection(match connecting {
@@ -91,7 +127,7 @@ pub async fn get(authority: &Authority) -> Result<RlsConnection, Arc<str>> {
             let result = pending.await;
             SLOTS.with(|slots| {
                 let mut slots = slots.borrow_mut();
-                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(authority) {
+                if let Some(slot @ Slot::Connecting(_)) = slots.get_mut(&key) {
                     *slot = match &result {
                         Ok(live) => Slot::Ready(live.clone()),
                         Err(reason) => Slot::Failed {
@@ -115,9 +151,9 @@ pub fn authority(address: &str) -> Result<Authority, String> {
     Ok(authority)
 }
 
-async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
+async fn connect(authority: Authority, tls: Option<GrpcTls>) -> Result<Live, Arc<str>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| -> Arc<str> {
-        Arc::from(format!("{what} rate limit service {authority}: {e}"))
+        Arc::from(format!("{what} gRPC service {authority}: {e}"))
     };
     let connecting = tokio::net::TcpStream::connect(authority.as_str());
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
@@ -130,25 +166,54 @@ async fn connect(authority: Authority) -> Result<Live, Arc<str>> {
             ))
         }
     };
-    let (send, mut connection) = grpc_client::handshake(stream)
-        .await
-        .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+    let (send, closed) = match tls {
+        None => {
+            let (send, connection) = grpc_client::handshake(stream)
+                .await
+                .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+            (send, drive(connection))
+        }
+        Some(tls) => {
+            let _ = stream.set_nodelay(true);
+            let stream = warden_tls::tokio_rustls::TlsConnector::from(tls.config)
+                .connect(tls.name, stream)
+                .await
+                .map_err(|e| failed("TLS handshake failed with", &e))?;
+            let (send, connection) = grpc_client::handshake_over(stream)
+                .await
+                .map_err(|e| failed("HTTP/2 handshake failed with", &e))?;
+            (send, drive(connection))
+        }
+    };
+    let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
+    Ok(Live {
+        send,
+        uri,
+        authority,
+        closed,
+    })
+}
+
+/// Run a connection until it ends or stops answering PINGs; the flag says it has ended.
+fn drive<T>(mut connection: h2::client::Connection<T, Bytes>) -> Arc<AtomicBool>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let closed = Arc::new(AtomicBool::new(false));
     let ping_pong = connection.ping_pong();
     let done = closed.clone();
     tokio::spawn(async move {
         tokio::select! {
             result = connection => if let Err(e) = result {
-                tracing::debug!(error = %e, "rate limit service connection closed");
+                tracing::debug!(error = %e, "gRPC service connection closed");
             },
             () = keep_alive(ping_pong) => {
-                tracing::debug!("rate limit service did not answer a keep-alive PING; closing");
+                tracing::debug!("gRPC service did not answer a keep-alive PING; closing");
             }
         }
         done.store(true, Ordering::Relaxed);
     });
-    let uri = grpc_client::method_uri(&authority, grpc_client::SHOULD_RATE_LIMIT);
-    Ok(Live { send, uri, closed })
+    closed
 }
 
 /// Returns when a PING goes unanswered (or cannot be sent); never without a PingPong.

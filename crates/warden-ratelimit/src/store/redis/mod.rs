@@ -8,6 +8,7 @@
 
 mod ban_followup;
 mod ban_script;
+mod ban_state_cache;
 mod conn_slot;
 mod dial;
 mod lane;
@@ -17,6 +18,7 @@ mod tls;
 pub use self::settings::{RedisSettings, RedisTls, RedisType};
 
 use self::ban_followup::FollowUp;
+use self::ban_state_cache::BanStateCache;
 use self::lane::{Lane, LaneFactory};
 use super::{BanOutcome, CounterOp, CounterResult, StoreError, SubjectOf};
 use crate::ban::{BanRecord, BanState};
@@ -41,6 +43,8 @@ pub struct RedisPool {
     conns_per_thread: usize,
     timeout: Duration,
     healthy: AtomicBool,
+    /// Ban states read lately (`BAN_STATE_CACHE_MS`), so most calls skip their `GET`.
+    ban_states: Option<BanStateCache>,
 }
 
 impl std::fmt::Debug for RedisPool {
@@ -58,7 +62,11 @@ impl RedisPool {
     /// Creates the pool for `serving_threads` gRPC threads without connecting (connections are
     /// made lazily and re-made after failures), so the service starts even while Redis is down.
     /// Must be called inside a tokio runtime (the shared lane lives on it).
-    pub fn new(settings: &RedisSettings, serving_threads: usize) -> Result<Self, StoreError> {
+    pub fn new(
+        settings: &RedisSettings,
+        serving_threads: usize,
+        ban_state_cache_ms: u64,
+    ) -> Result<Self, StoreError> {
         let factory = LaneFactory::new(settings)?;
         let shared = factory.lane(1);
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -70,6 +78,7 @@ impl RedisPool {
             factory,
             timeout: settings.timeout,
             healthy: AtomicBool::new(false),
+            ban_states: BanStateCache::new(ban_state_cache_ms),
         })
     }
 
@@ -104,6 +113,11 @@ impl RedisPool {
         let ok = self.run::<(String,)>(&pipe).await.is_ok();
         if !ok {
             self.factory.distrust_connections();
+            // A Redis that stopped answering may come back without its data (a restart
+            // without persistence): the ban states read from it are read again.
+            if let Some(cache) = &self.ban_states {
+                cache.clear();
+            }
         }
         ok
     }
@@ -138,8 +152,9 @@ impl RedisPool {
         ops: &[&CounterOp],
     ) -> Result<Vec<(CounterResult, Option<BanState>)>, StoreError> {
         let mut pipe = redis::pipe();
-        for op in ops {
-            if let Some(ban) = &op.ban {
+        let cached: Vec<Option<BanState>> = ops.iter().map(|op| self.cached_ban(op)).collect();
+        for (op, cached) in ops.iter().zip(&cached) {
+            if let (Some(ban), None) = (&op.ban, cached) {
                 pipe.cmd("GET").arg(&ban.key);
             }
             add_count(&mut pipe, op);
@@ -147,11 +162,15 @@ impl RedisPool {
         let values: Vec<redis::Value> = self.run(&pipe).await?;
         let mut values = values.into_iter();
         let mut out = Vec::with_capacity(ops.len());
-        for op in ops {
-            let stored = op.ban.as_ref().map(|_| {
-                values
-                    .next()
-                    .map_or_else(BanState::default, |v| ban_script::stored_state(&v))
+        for (op, cached) in ops.iter().zip(cached) {
+            let stored = op.ban.as_ref().map(|ban| {
+                cached.unwrap_or_else(|| {
+                    let read = values
+                        .next()
+                        .map_or_else(BanState::default, |v| ban_script::stored_state(&v));
+                    self.remember_ban(&ban.key, read, ban.now_ms);
+                    read
+                })
             });
             out.push((parse_count(&mut values, op), stored));
         }
@@ -174,13 +193,31 @@ impl RedisPool {
             ban: None,
             ..op.clone()
         };
+        if let Some(state) = self.cached_ban(op) {
+            let counted = self.count_in_cluster_plain(&counter).await?;
+            return Ok((counted, Some(state)));
+        }
         let mut get = redis::pipe();
         get.cmd("GET").arg(&ban.key);
         let (stored, counted) = tokio::try_join!(
             self.run::<(redis::Value,)>(&get),
             self.count_in_cluster_plain(&counter)
         )?;
-        Ok((counted, Some(ban_script::stored_state(&stored.0))))
+        let state = ban_script::stored_state(&stored.0);
+        self.remember_ban(&ban.key, state, ban.now_ms);
+        Ok((counted, Some(state)))
+    }
+
+    /// `op`'s ban state when it was read lately ([`ban_state_cache`]).
+    fn cached_ban(&self, op: &CounterOp) -> Option<BanState> {
+        let ban = op.ban.as_ref()?;
+        self.ban_states.as_ref()?.get(&ban.key, ban.now_ms)
+    }
+
+    fn remember_ban(&self, key: &str, state: BanState, now_ms: u64) {
+        if let Some(cache) = &self.ban_states {
+            cache.put(key, state, now_ms);
+        }
     }
 
     async fn count_in_cluster_plain(&self, op: &CounterOp) -> Result<CounterResult, StoreError> {
@@ -250,6 +287,10 @@ impl RedisPool {
             let outcome = ban_script::parse_offend(answer);
             if matches!(outcome, Some(BanOutcome::Refused { .. })) {
                 raced.push(i);
+            }
+            if let (Some(ban), Some(outcome)) = (ops.get(i).and_then(|op| op.ban.as_ref()), outcome)
+            {
+                self.remember_ban(&ban.key, outcome.state_at(ban.now_ms), ban.now_ms);
             }
             if let Some(result) = results.get_mut(i) {
                 result.ban = outcome;
@@ -327,6 +368,9 @@ impl RedisPool {
     async fn lift_ban(&self, key: &str) -> Result<bool, StoreError> {
         let mut del = redis::pipe();
         del.cmd("DEL").arg(key);
+        if let Some(cache) = &self.ban_states {
+            cache.forget(key);
+        }
         let (removed,): (i64,) = self.run(&del).await?;
         Ok(removed > 0)
     }
@@ -430,13 +474,14 @@ impl RedisStore {
         main: &RedisSettings,
         per_second: Option<&RedisSettings>,
         serving_threads: usize,
+        ban_state_cache_ms: u64,
         ban_prefix: String,
     ) -> Result<Self, StoreError> {
         Ok(RedisStore {
             ban_prefix,
-            main: RedisPool::new(main, serving_threads)?,
+            main: RedisPool::new(main, serving_threads, ban_state_cache_ms)?,
             per_second: per_second
-                .map(|s| RedisPool::new(s, serving_threads))
+                .map(|s| RedisPool::new(s, serving_threads, ban_state_cache_ms))
                 .transpose()?,
         })
     }
