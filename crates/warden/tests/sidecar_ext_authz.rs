@@ -53,40 +53,9 @@ const MESH: &str = r#"extensionProviders:
 /// httpbin and ext-authz (Services, EndpointSlices, Pods) in `foo`, the sleep pod, and the
 /// task's policy with `provider`.
 fn cluster(provider: &str) -> String {
+    let httpbin_and_sleep = httpbin_and_sleep();
     format!(
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {{name: httpbin, namespace: foo, labels: {{app: httpbin}}}}
-  spec:
-    clusterIP: {VIP}
-    selector: {{app: httpbin}}
-    ports: [{{name: http, port: 8000, targetPort: 8080}}]
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata:
-    name: httpbin-1
-    namespace: foo
-    labels: {{kubernetes.io/service-name: httpbin}}
-  addressType: IPv4
-  endpoints:
-  - addresses: [{SERVER_IP}]
-    conditions: {{ready: true}}
-    targetRef: {{kind: Pod, name: httpbin-1, namespace: foo}}
-  ports: [{{name: http, port: 8080}}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: httpbin-1, namespace: foo, labels: {{app: httpbin}}}}
-  spec: {{containers: [{{name: httpbin}}]}}
-  status: {{podIP: {SERVER_IP}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: sleep-1, namespace: foo, labels: {{app: sleep}}}}
-  spec: {{containers: [{{name: sleep}}]}}
-  status: {{podIP: {CLIENT_IP}}}
-- apiVersion: v1
+        r#"{httpbin_and_sleep}- apiVersion: v1
   kind: Service
   metadata: {{name: ext-authz, namespace: foo, labels: {{app: ext-authz}}}}
   spec:

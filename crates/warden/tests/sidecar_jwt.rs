@@ -27,40 +27,9 @@ fn fixture(name: &str) -> String {
 /// The task's cluster as `kubectl get -o yaml` lists it: httpbin (Service, EndpointSlice, Pod)
 /// in `foo`, the sleep client pod, and raw.githubusercontent.com as a ServiceEntry on nginx.
 fn cluster() -> String {
+    let httpbin_and_sleep = httpbin_and_sleep();
     format!(
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {{name: httpbin, namespace: foo, labels: {{app: httpbin}}}}
-  spec:
-    clusterIP: {VIP}
-    selector: {{app: httpbin}}
-    ports: [{{name: http, port: 8000, targetPort: 8080}}]
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata:
-    name: httpbin-1
-    namespace: foo
-    labels: {{kubernetes.io/service-name: httpbin}}
-  addressType: IPv4
-  endpoints:
-  - addresses: [{SERVER_IP}]
-    conditions: {{ready: true}}
-    targetRef: {{kind: Pod, name: httpbin-1, namespace: foo}}
-  ports: [{{name: http, port: 8080}}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: httpbin-1, namespace: foo, labels: {{app: httpbin}}}}
-  spec: {{containers: [{{name: httpbin}}]}}
-  status: {{podIP: {SERVER_IP}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: sleep-1, namespace: foo, labels: {{app: sleep}}}}
-  spec: {{containers: [{{name: sleep}}]}}
-  status: {{podIP: {CLIENT_IP}}}
----
+        r#"{httpbin_and_sleep}---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {{name: github-raw, namespace: istio-system}}

@@ -16,6 +16,47 @@ use super::WARDEN;
 pub const VIP: &str = "10.96.0.10";
 pub const CLIENT_IP: &str = "10.231.1.1";
 pub const SERVER_IP: &str = "10.231.1.2";
+
+/// istio.io's task cluster as `kubectl get -o yaml` lists it: httpbin (Service on `VIP`,
+/// EndpointSlice, Pod on the server pod) and the sleep Pod (the client pod), in `foo`; the
+/// opening of a `List` whose items a test continues.
+pub fn httpbin_and_sleep() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {{name: httpbin, namespace: foo, labels: {{app: httpbin}}}}
+  spec:
+    clusterIP: {VIP}
+    selector: {{app: httpbin}}
+    ports: [{{name: http, port: 8000, targetPort: 8080}}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: httpbin-1
+    namespace: foo
+    labels: {{kubernetes.io/service-name: httpbin}}
+  addressType: IPv4
+  endpoints:
+  - addresses: [{SERVER_IP}]
+    conditions: {{ready: true}}
+    targetRef: {{kind: Pod, name: httpbin-1, namespace: foo}}
+  ports: [{{name: http, port: 8080}}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: httpbin-1, namespace: foo, labels: {{app: httpbin}}}}
+  spec: {{containers: [{{name: httpbin}}]}}
+  status: {{podIP: {SERVER_IP}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: sleep-1, namespace: foo, labels: {{app: sleep}}}}
+  spec: {{containers: [{{name: sleep}}]}}
+  status: {{podIP: {CLIENT_IP}}}
+"#
+    )
+}
 pub const OUTSIDER_IP: &str = "10.231.2.3";
 
 /// The sidecar's uid (and gid), as Istio's proxy runs.
