@@ -103,12 +103,13 @@ impl Provider {
         ([127, 0, 0, 1], self.port).into()
     }
 
-    /// The paths it was asked about, in order.
+    /// The paths it was asked about, in order (a gRPC provider's lines go on with the
+    /// principals, after a tab).
     fn checks(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log)
             .unwrap()
             .lines()
-            .map(str::to_owned)
+            .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
             .collect()
     }
 }
@@ -229,6 +230,13 @@ async fn the_istio_task_with_the_grpc_provider_on_the_gateway() {
     assert_eq!(seen["path"], "/headers");
     assert_eq!(seen["x-ext-authz"], "deny");
     assert_eq!(seen["source"], "127.0.0.1");
+    assert_ne!(seen["source_port"], 0, "the client's port: {seen}");
+    assert_eq!(seen["protocol"], "HTTP/1.1");
+    // No mTLS on a gateway's plain port: no principals.
+    assert_eq!(
+        (&seen["source_principal"], &seen["destination_principal"]),
+        (&serde_json::json!(""), &serde_json::json!(""))
+    );
 
     let (status, h, _) = get(
         &proxy,

@@ -143,17 +143,42 @@ fn external_authorization_task_on_a_sidecar_pod_pair() {
         .unwrap();
     let mesh = dir.write("meshconfig.yaml", MESH).unwrap();
     let mesh_arg = mesh.to_str().unwrap();
+    // Both pods in the mesh (mTLS between them): the check names both workloads.
+    let ca = dir.path().join("ca");
+    warden(&["ca", "init", "--dir", ca.to_str().unwrap()]);
+    let (server_id, client_id) = (dir.path().join("httpbin-id"), dir.path().join("sleep-id"));
+    mesh_identity_in(&ca, &server_id, "foo", "httpbin");
+    mesh_identity_in(&ca, &client_id, "foo", "sleep");
+    let (server_id, client_id) = (server_id.to_str().unwrap(), client_id.to_str().unwrap());
     server.start_sidecar(
         &config,
         SERVER_IP,
         "app=httpbin",
-        &["--namespace", "foo", "--mesh-config", mesh_arg],
+        &[
+            "--namespace",
+            "foo",
+            "--mesh-config",
+            mesh_arg,
+            "--mesh-credentials",
+            server_id,
+            "--service-account",
+            "httpbin",
+        ],
     );
     client.start_sidecar(
         &config,
         CLIENT_IP,
         "app=sleep",
-        &["--namespace", "foo", "--mesh-config", mesh_arg],
+        &[
+            "--namespace",
+            "foo",
+            "--mesh-config",
+            mesh_arg,
+            "--mesh-credentials",
+            client_id,
+            "--service-account",
+            "sleep",
+        ],
     );
 
     for (provider, log) in [
@@ -179,6 +204,14 @@ fn external_authorization_task_on_a_sidecar_pod_pair() {
             lines(log),
             2,
             "{provider}: /headers checked twice, /ip never"
+        );
+    }
+    // The gRPC check's source and destination principals: the sleep and httpbin workloads.
+    let checks = std::fs::read_to_string(&grpc_log).unwrap();
+    for line in checks.lines() {
+        assert_eq!(
+            line,
+            "/headers\tspiffe://cluster.local/ns/foo/sa/sleep\tspiffe://cluster.local/ns/foo/sa/httpbin"
         );
     }
 }

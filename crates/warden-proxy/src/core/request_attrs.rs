@@ -12,6 +12,10 @@ use warden_http1::request_lines::RequestLines;
 pub struct RequestAttrs<'a> {
     /// The TCP peer (Envoy's direct remote address; `ipBlocks`).
     pub peer_ip: IpAddr,
+    /// The TCP peer's port (ext_authz's source address).
+    pub peer_port: u16,
+    /// HTTP/1.0, 1.1 or 2 (ext_authz's `protocol`).
+    pub version: http::Version,
     /// The trusted client address (`remoteIpBlocks`, rate-limit `remote_address`).
     pub client_ip: IpAddr,
     pub method: &'a Method,

@@ -146,6 +146,10 @@ pub struct ExtAuthzFilter {
     rules: CustomRules,
     /// None when only dry-run CUSTOM policies apply.
     pub target: Option<Target>,
+    /// This workload's SPIFFE id (mesh credentials and a service account): the check's
+    /// destination principal on a connection whose mTLS ended here, as Envoy's local
+    /// certificate gives it.
+    own_principal: Option<String>,
     stats: Stats,
 }
 
@@ -166,9 +170,20 @@ impl ExtAuthzFilter {
             }
             target
         });
+        let own_principal = identity
+            .mesh
+            .as_ref()
+            .zip(identity.service_account.as_ref())
+            .map(|(mesh, sa)| {
+                format!(
+                    "spiffe://{}/ns/{}/sa/{sa}",
+                    mesh.trust_domain, identity.namespace
+                )
+            });
         Some(ExtAuthzFilter {
             rules,
             target,
+            own_principal,
             stats: Stats::default(),
         })
     }
@@ -440,7 +455,7 @@ impl ExtAuthzFilter {
         let call = async {
             match &provider.kind {
                 Kind::Grpc => {
-                    let request = check_request(req, body.as_ref());
+                    let request = check_request(req, body.as_ref(), self.own_principal.as_deref());
                     let conn =
                         rls_connection::get_with(&provider.authority, provider.grpc_tls.as_ref())
                             .await
@@ -596,7 +611,11 @@ async fn http_check(
 }
 
 /// The CheckRequest of a request (and the body read for it: bytes, cut, packed as bytes).
-fn check_request(req: &RequestAttrs<'_>, body: Option<&(Bytes, bool, bool)>) -> CheckRequest {
+fn check_request(
+    req: &RequestAttrs<'_>,
+    body: Option<&(Bytes, bool, bool)>,
+    own_principal: Option<&str>,
+) -> CheckRequest {
     let path_and_query;
     let path = match req.query {
         Some(q) => {
@@ -609,16 +628,21 @@ fn check_request(req: &RequestAttrs<'_>, body: Option<&(Bytes, bool, bool)>) -> 
     let principal = peer.and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")));
     check_request::build(
         &Attributes {
-            // The connection's port is not among a request's attributes here.
-            source: std::net::SocketAddr::new(req.peer_ip, 0),
+            source: std::net::SocketAddr::new(req.peer_ip, req.peer_port),
             source_principal: principal.map(String::as_str),
             destination: req.local_addr,
-            destination_principal: None,
+            // A mesh mTLS connection ended here (the peer's SPIFFE id is known).
+            destination_principal: own_principal.filter(|_| principal.is_some()),
             method: req.method.as_str(),
             path,
             host: req.authority,
             scheme: if req.tls.is_some() { "https" } else { "http" },
-            protocol: "",
+            protocol: match req.version {
+                http::Version::HTTP_10 => "HTTP/1.0",
+                http::Version::HTTP_2 => "HTTP/2",
+                http::Version::HTTP_3 => "HTTP/3",
+                _ => "HTTP/1.1",
+            },
             headers: req.headers,
             sni: req.tls.and_then(|t| t.sni.as_deref()),
             time: SystemTime::now(),

@@ -215,6 +215,8 @@ mod tests {
         let method = Method::GET;
         let attrs = |query: Option<&'static str>| RequestAttrs {
             peer_ip: [127, 0, 0, 1].into(),
+            peer_port: 40000,
+            version: http::Version::HTTP_11,
             client_ip: [127, 0, 0, 1].into(),
             method: &method,
             authority: "example.com",

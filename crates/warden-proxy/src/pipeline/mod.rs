@@ -348,6 +348,8 @@ fn request_attrs<'a>(
 ) -> RequestAttrs<'a> {
     RequestAttrs {
         peer_ip: conn.peer.ip(),
+        peer_port: conn.peer.port(),
+        version: parts.version,
         client_ip,
         method: &parts.method,
         authority,

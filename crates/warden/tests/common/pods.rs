@@ -18,8 +18,9 @@ pub const CLIENT_IP: &str = "10.231.1.1";
 pub const SERVER_IP: &str = "10.231.1.2";
 
 /// istio.io's task cluster as `kubectl get -o yaml` lists it: httpbin (Service on `VIP`,
-/// EndpointSlice, Pod on the server pod) and the sleep Pod (the client pod), in `foo`; the
-/// opening of a `List` whose items a test continues.
+/// EndpointSlice, Pod on the server pod, labelled as Istio's injector labels a meshed pod, so
+/// a client sidecar with mesh credentials speaks mTLS to it) and the sleep Pod (the client
+/// pod), in `foo`; the opening of a `List` whose items a test continues.
 pub fn httpbin_and_sleep() -> String {
     format!(
         r#"apiVersion: v1
@@ -46,7 +47,10 @@ items:
   ports: [{{name: http, port: 8080}}]
 - apiVersion: v1
   kind: Pod
-  metadata: {{name: httpbin-1, namespace: foo, labels: {{app: httpbin}}}}
+  metadata:
+    name: httpbin-1
+    namespace: foo
+    labels: {{app: httpbin, security.istio.io/tlsMode: istio}}
   spec: {{containers: [{{name: httpbin}}]}}
   status: {{podIP: {SERVER_IP}}}
 - apiVersion: v1
