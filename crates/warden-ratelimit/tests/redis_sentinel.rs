@@ -171,12 +171,7 @@ async fn a_sentinel_url_without_sentinels_is_refused_as_the_reference_does() {
     dir.write("srv/config/s.yaml", CONFIG).unwrap();
     let err = Server::start(env(&dir, "mymaster")).await.unwrap_err();
     // The reason is the error's source, as `warden ratelimit` prints it ("redis settings: ...").
-    let mut chain = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(s) = source {
-        chain = format!("{chain}: {s}");
-        source = s.source();
-    }
+    let chain = format!("{:#}", anyhow::Error::new(err));
     assert!(
         chain.contains("Expected master name and a list of urls for the sentinels"),
         "{chain}"

@@ -70,6 +70,16 @@ impl RequestAttrs<'_> {
     }
 }
 
+/// A request's protocol as Envoy writes it (`%PROTOCOL%`, ext_authz's `protocol`).
+pub fn protocol_text(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
 /// The first value of a request header: from the lines kept as read when there are some (the
 /// map is empty then), else from the map.
 #[inline]

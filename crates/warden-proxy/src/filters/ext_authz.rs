@@ -637,12 +637,7 @@ fn check_request(
             path,
             host: req.authority,
             scheme: if req.tls.is_some() { "https" } else { "http" },
-            protocol: match req.version {
-                http::Version::HTTP_10 => "HTTP/1.0",
-                http::Version::HTTP_2 => "HTTP/2",
-                http::Version::HTTP_3 => "HTTP/3",
-                _ => "HTTP/1.1",
-            },
+            protocol: crate::core::request_attrs::protocol_text(req.version),
             headers: req.headers,
             sni: req.tls.and_then(|t| t.sni.as_deref()),
             time: SystemTime::now(),

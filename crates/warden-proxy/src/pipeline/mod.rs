@@ -396,11 +396,7 @@ fn log_fields(
         ),
         authority: authority.to_string(),
         scheme: if conn.tls.is_some() { "https" } else { "http" },
-        protocol: match parts.version {
-            http::Version::HTTP_2 => "HTTP/2",
-            http::Version::HTTP_10 => "HTTP/1.0",
-            _ => "HTTP/1.1",
-        },
+        protocol: crate::core::request_attrs::protocol_text(parts.version),
         request_id: match (sent_id, made_id) {
             (Some(id), _) => id,
             (None, Some(random)) => forwarding_headers::request_id_string(random),
