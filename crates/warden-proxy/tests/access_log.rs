@@ -128,7 +128,6 @@ async fn istios_default_text_line_parses_with_istios_fields() {
         ("authority", "shop.example".into()),
         ("upstream_host", up.to_string()),
         ("upstream_cluster", "outbound|80||echo.internal".into()),
-        ("upstream_local_address", "-".into()),
         ("downstream_local_address", at.to_string()),
         ("requested_server_name", "-".into()),
         ("route_name", "default/site/all".into()),
@@ -136,6 +135,9 @@ async fn istios_default_text_line_parses_with_istios_fields() {
     for (name, value) in want {
         assert_eq!(field(name), value, "{name} in {line}");
     }
+    // The proxy's end of the upstream connection.
+    let local: std::net::SocketAddr = field("upstream_local_address").parse().expect(&line);
+    assert_eq!(local.ip().to_string(), "127.0.0.1", "{line}");
     // The id the line names is the one the upstream got: a UUID the proxy made.
     assert_eq!(field("request_id").len(), 36, "{line}");
     assert!(field("downstream_remote_address").starts_with("127.0.0.1:"));
@@ -209,7 +211,8 @@ async fn json_encoding_writes_istios_keys() {
     assert_eq!(line["response_flags"], "-");
     assert_eq!(line["x_forwarded_for"], "10.9.8.7, 127.0.0.1");
     assert_eq!(line["request_id"], "kept-1");
-    assert_eq!(line["upstream_local_address"], serde_json::Value::Null);
+    let local = line["upstream_local_address"].as_str().unwrap_or_default();
+    assert!(local.starts_with("127.0.0.1:"), "{line}");
     assert_eq!(upstream_request_ids(&seen), ["kept-1"]);
     // With no tracer, trace context passes through untouched, as Envoy passes it.
     let request = seen.lock().unwrap().requests[0].to_ascii_lowercase();
@@ -296,7 +299,6 @@ async fn a_custom_format_writes_every_operator() {
         (13, "2".into()),
         (15, up.to_string()),
         (16, "outbound|80||echo.internal".into()),
-        (17, "-".into()),
         (18, "-".into()),
         (19, "127.0.0.1".into()),
         (20, at.to_string()),
@@ -309,6 +311,71 @@ async fn a_custom_format_writes_every_operator() {
         assert_eq!(fields[i], value, "field {i} of {line}");
     }
     assert_eq!(fields.len(), 25, "{line}");
+    // The proxy's side of its connection to the upstream: a loopback address the upstream's
+    // peer was.
+    let local: std::net::SocketAddr = fields[17].parse().expect(&line);
+    assert_eq!(local.ip().to_string(), "127.0.0.1", "{line}");
+    assert_ne!(local.port(), 0, "{line}");
+    assert_ne!(local, up, "{line}");
+    stop(proxy).await;
+}
+
+/// A TLS origination the upstream's certificate fails: Envoy's `UF` with the handshake's
+/// reason in `%UPSTREAM_TRANSPORT_FAILURE_REASON%` (spaces as `_`), and no upstream local
+/// address; the same cluster with the right CA logs the connection's address and no reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_tls_origination_logs_its_reason() {
+    let theirs = warden_testkit::pki::Pki::new("al-upstream");
+    let other = warden_testkit::pki::Pki::new("al-other");
+    let backend = tls_backend(&theirs, "tls.internal").await;
+    let dr = |name: &str, host: &str, ca: &Path| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}}}\nspec:\n  host: {host}\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {}}}\n",
+            ca.display()
+        )
+    };
+    let routes = r#"
+  - name: wrong-ca
+    match: [{uri: {prefix: /wrong}}]
+    retries: {attempts: 0}
+    route: [{destination: {host: tls-wrong.internal}}]
+  - name: right-ca
+    match: [{uri: {prefix: /right}}]
+    retries: {attempts: 0}
+    route: [{destination: {host: tls.internal}}]"#;
+    let yaml = format!(
+        "{}{}{}{}{}",
+        http_config(backend, routes, ""),
+        service_entry("tls.internal", &[backend]),
+        service_entry("tls-wrong.internal", &[backend]),
+        dr("wrong", "tls-wrong.internal", &other.ca_path),
+        dr("right", "tls.internal", &theirs.ca_path),
+    );
+    let dir = warden_testkit::TempDir::new("al-tls").unwrap();
+    let (proxy, log) = start_logging(
+        &yaml,
+        "accessLogFile: LOG\naccessLogFormat: '%RESPONSE_CODE% %RESPONSE_FLAGS% %UPSTREAM_TRANSPORT_FAILURE_REASON% %UPSTREAM_LOCAL_ADDRESS%'\n",
+        dir.path(),
+    );
+    let base = format!("http://{}", addr(&proxy, 0));
+    let wrong = client().get(format!("{base}/wrong")).send().await.unwrap();
+    assert_eq!(wrong.status(), 503);
+    let right = client().get(format!("{base}/right")).send().await.unwrap();
+    let lines = lines(&log, 2).await;
+    assert_eq!(right.status(), 200, "{lines:?}");
+    let failed: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(&failed[..2], ["503", "UF"], "{lines:?}");
+    assert!(
+        failed[2].starts_with("TLS_error:|invalid_peer_certificate:")
+            && failed[2].contains("UnknownIssuer")
+            && failed[2].ends_with(":TLS_error_end"),
+        "{lines:?}"
+    );
+    assert_eq!(failed[3], "-", "{lines:?}");
+    let ok: Vec<&str> = lines[1].split(' ').collect();
+    assert_eq!(&ok[..3], ["200", "-", "-"], "{lines:?}");
+    let local: std::net::SocketAddr = ok[3].parse().expect(&lines[1]);
+    assert_eq!(local.ip().to_string(), "127.0.0.1", "{lines:?}");
     stop(proxy).await;
 }
 

@@ -78,6 +78,10 @@ pub struct Record {
     pub bytes_received: u64,
     pub bytes_sent: u64,
     pub upstream_host: Option<http::uri::Authority>,
+    /// The upstream connection's own address.
+    pub upstream_local: Option<SocketAddr>,
+    /// Why the upstream connection's transport failed (TLS origination).
+    pub transport_failure: Option<Box<str>>,
     pub upstream_cluster: Option<String>,
     pub route_name: Option<Arc<str>>,
     /// The TCP peer.
@@ -169,11 +173,16 @@ impl Values for View<'_> {
                 Value::Str(Cow::Owned(out))
             }
             Op::ResponseCodeDetails => text(&r.details),
-            // Connections are not logged (only requests), and upstream local addresses and
-            // TLS failure reasons are not tracked yet.
-            Op::ConnectionTerminationDetails
-            | Op::UpstreamLocalAddress
-            | Op::UpstreamTransportFailureReason => Value::Absent,
+            // Envoy sets termination details on connections (an L4 RBAC denial), never on an
+            // HTTP stream: a request's line has `-`, as Envoy's has.
+            Op::ConnectionTerminationDetails => Value::Absent,
+            Op::UpstreamLocalAddress => addr(r.upstream_local, true),
+            // Envoy writes the reason with its spaces as `_`.
+            Op::UpstreamTransportFailureReason => {
+                r.transport_failure.as_deref().map_or(Value::Absent, |t| {
+                    Value::Str(Cow::Owned(t.replace(' ', "_")))
+                })
+            }
             Op::BytesReceived => Value::Num(r.bytes_received),
             Op::BytesSent => Value::Num(r.bytes_sent),
             Op::Duration => Value::Num(r.duration.as_millis() as u64),

@@ -62,6 +62,9 @@ struct Outcome {
     /// The upstream's response is the answer (`via_upstream`).
     answered_upstream: bool,
     istio: istio_record::RequestSide,
+    /// The upstream connection's local address and a TLS origination's failure (access log).
+    upstream_local: Option<std::net::SocketAddr>,
+    transport_failure: Option<Box<str>>,
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
@@ -296,6 +299,8 @@ fn finish_record(
     r.policy = notes.policy.clone();
     r.shadow_policy = notes.shadow_policy.clone();
     r.upstream_host = outcome.upstream.clone();
+    r.upstream_local = outcome.upstream_local;
+    r.transport_failure = outcome.transport_failure.clone();
     r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
     r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
     if !access_log.response_headers.is_empty() {
@@ -809,6 +814,7 @@ async fn act(
                 match upstream.await {
                     Ok(up) => {
                         outcome.upstream = Some(up.endpoint);
+                        outcome.upstream_local = up.local;
                         outcome.answered_upstream = true;
                         if up.retries_exhausted {
                             state
@@ -828,6 +834,7 @@ async fn act(
                     }
                     Err(failure) => {
                         outcome.upstream = failure.endpoint;
+                        outcome.transport_failure = failure.transport_failure;
                         if failure.retries_exhausted {
                             state
                                 .notes

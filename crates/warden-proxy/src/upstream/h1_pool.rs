@@ -27,6 +27,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use socket2::{SockRef, TcpKeepalive};
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -112,16 +113,20 @@ pub struct Pooled<C> {
     /// Last time a request was handed to it or it was seen busy; kept only with an idle
     /// timeout, so clusters without one never read the clock.
     active_at: Option<Instant>,
+    /// The connection's own address (Envoy's `%UPSTREAM_LOCAL_ADDRESS%`), read once when it
+    /// is made.
+    pub local: Option<SocketAddr>,
 }
 
 impl<C> Pooled<C> {
-    fn new(conn: C, limits: ReuseLimits) -> Self {
+    fn new(conn: C, limits: ReuseLimits, local: Option<SocketAddr>) -> Self {
         Pooled {
             conn,
             used: true,
             requests: 0,
             limits,
             active_at: None,
+            local,
         }
     }
 
@@ -338,6 +343,16 @@ impl H1Pool {
         limits: &ReuseLimits,
         req: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, H1Error> {
+        self.send_from(endpoint, limits, req).await.map(|(r, _)| r)
+    }
+
+    /// [`Self::send`], with the local address of the connection that carried the request.
+    pub async fn send_from(
+        &self,
+        endpoint: &Authority,
+        limits: &ReuseLimits,
+        req: Request<ProxyBody>,
+    ) -> Result<(Response<ProxyBody>, Option<SocketAddr>), H1Error> {
         let (mut parts, body) = req.into_parts();
         if bodyless(&parts, &body) {
             // Callers of `send` get the headers in the map.
@@ -346,42 +361,46 @@ impl H1Pool {
                 lines: None,
                 forwarding: None,
             };
-            let mut response = self.send_bodyless(endpoint, limits, request).await?;
+            let (mut response, local) = self.send_bodyless(endpoint, limits, request).await?;
             h1_exchange::response_headers_mut(&mut response);
-            return Ok(response);
+            return Ok((response, local));
         }
         ensure_host(&mut parts.headers, endpoint);
         let mut req = Request::from_parts(parts, body);
         if let Some(mut conn) = self.hyper.checkout(endpoint, limits) {
             let sent = conn.conn.try_send_request(req);
+            let local = conn.local;
             self.hyper.checkin(endpoint, conn);
             match sent.await {
-                Ok(resp) => return Ok(resp.map(ProxyBody::Streamed)),
+                Ok(resp) => return Ok((resp.map(ProxyBody::Streamed), local)),
                 Err(mut e) => match e.take_message() {
                     Some(unsent) => req = unsent,
                     None => return Err(H1Error::Request(e.into_error())),
                 },
             }
         }
-        let sender = self.handshake(self.connect(endpoint).await?).await?;
-        let mut conn = Pooled::new(sender, *limits);
+        let stream = self.connect(endpoint).await?;
+        let local = stream.local_addr().ok();
+        let sender = self.handshake(stream).await?;
+        let mut conn = Pooled::new(sender, *limits, local);
         let sent = conn.conn.send_request(req);
         self.hyper.checkin(endpoint, conn);
         let resp = sent.await.map_err(H1Error::Request)?;
-        Ok(resp.map(ProxyBody::Streamed))
+        Ok((resp.map(ProxyBody::Streamed), local))
     }
 
     /// A body-less request over a lean connection ([`crate::upstream::h1_exchange`]). A pooled
     /// connection that turns out closed before answering anything (the upstream closed it
     /// while idle) is replaced by a new one, for idempotent methods only, as nginx does.
     /// Takes the request by reference: retries replay it without a copy. `forwarding` is
-    /// written into the head when it is not in `parts` already.
+    /// written into the head when it is not in `parts` already. With the response comes the
+    /// local address of the connection.
     pub async fn send_bodyless(
         &self,
         endpoint: &Authority,
         limits: &ReuseLimits,
         request: BodylessRequest<'_>,
-    ) -> Result<Response<ProxyBody>, H1Error> {
+    ) -> Result<(Response<ProxyBody>, Option<SocketAddr>), H1Error> {
         if let Some(mut conn) = self.lean.checkout(endpoint, limits) {
             match conn.conn.exchange(request, endpoint).await {
                 Ok((head, bytes)) => return self.lean_response(endpoint, conn, head, bytes),
@@ -389,7 +408,9 @@ impl H1Pool {
                 Err(e) => return Err(H1Error::Exchange(e)),
             }
         }
-        let mut conn = Pooled::new(LeanConn::new(self.connect(endpoint).await?), *limits);
+        let stream = self.connect(endpoint).await?;
+        let local = stream.local_addr().ok();
+        let mut conn = Pooled::new(LeanConn::new(stream), *limits, local);
         let (head, bytes) = conn
             .conn
             .exchange(request, endpoint)
@@ -405,12 +426,15 @@ impl H1Pool {
         conn: Pooled<LeanConn>,
         head: warden_http1::response_read::ResponseHead,
         bytes: Bytes,
-    ) -> Result<Response<ProxyBody>, H1Error> {
+    ) -> Result<(Response<ProxyBody>, Option<SocketAddr>), H1Error> {
         let home = Home {
             pool: self.lean.clone(),
             endpoint: endpoint.clone(),
         };
-        h1_exchange::into_response(head, bytes, conn, home).map_err(H1Error::Exchange)
+        let local = conn.local;
+        h1_exchange::into_response(head, bytes, conn, home)
+            .map(|r| (r, local))
+            .map_err(H1Error::Exchange)
     }
 
     async fn connect(&self, endpoint: &Authority) -> Result<TcpStream, H1Error> {

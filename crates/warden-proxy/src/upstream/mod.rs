@@ -107,7 +107,9 @@ pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A failed exchange, from either client.
 enum SendError {
-    Connect,
+    /// With the transport's reason when TLS failed (Envoy's
+    /// `%UPSTREAM_TRANSPORT_FAILURE_REASON%`).
+    Connect(Option<Box<str>>),
     /// The downstream request's body was malformed (see `body::DownstreamBodyError`).
     DownstreamBody,
     /// The downstream request's body stalled (`body::StreamIdleTimeout`).
@@ -121,6 +123,8 @@ enum SendError {
 pub struct Upstreamed {
     pub response: Response<ProxyBody>,
     pub endpoint: http::uri::Authority,
+    /// The local address of the connection that carried it (`%UPSTREAM_LOCAL_ADDRESS%`).
+    pub local: Option<std::net::SocketAddr>,
     /// Retries ran out on a response they would have retried (Envoy's `URX`).
     pub retries_exhausted: bool,
 }
@@ -133,6 +137,9 @@ pub struct ForwardFailure {
     pub per_try_timeout: bool,
     /// Retries ran out on a failure they would have retried (Envoy's `URX`).
     pub retries_exhausted: bool,
+    /// Why the connection's transport failed (a TLS origination's handshake error), for
+    /// `%UPSTREAM_TRANSPORT_FAILURE_REASON%`.
+    pub transport_failure: Option<Box<str>>,
 }
 
 fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFailure {
@@ -141,6 +148,7 @@ fn fail(reply: LocalReply, endpoint: Option<http::uri::Authority>) -> ForwardFai
         endpoint,
         per_try_timeout: false,
         retries_exhausted: false,
+        transport_failure: None,
     }
 }
 
@@ -335,7 +343,7 @@ struct Pick<'a> {
 /// A client's error as an attempt's failure: a connect failure or anything else.
 fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendError {
     if is_connect {
-        SendError::Connect
+        SendError::Connect(transport_failure(&e))
     } else if crate::upstream::body::caused_by_stream_idle(&e) {
         SendError::StreamIdle
     } else if crate::upstream::body::caused_by_downstream_body(&e) {
@@ -345,6 +353,26 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
     } else {
         SendError::Other(e.to_string())
     }
+}
+
+/// A TLS handshake's failure somewhere in a connect error's source chain, as Envoy words the
+/// reason (`TLS_error:|...:TLS_error_end`, rustls' text where BoringSSL's would be).
+fn transport_failure(e: &(dyn std::error::Error + 'static)) -> Option<Box<str>> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<warden_tls::rustls::Error>() {
+            return Some(format!("TLS_error:|{tls}:TLS_error_end").into_boxed_str());
+        }
+        // An `io::Error`'s `source` skips the error it wraps (connectors wrap twice).
+        next = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
 }
 
 /// Whether a client's error is the upstream's response failing to parse (Envoy's `UPE`):
@@ -452,7 +480,7 @@ async fn attempt(
                     .request(Request::from_parts(parts, body)),
             )
             .await
-            .map(|r| r.map(ProxyBody::Streamed))
+            .map(hyper_response)
             .map_err(|e| send_error(e.is_connect(), e));
         }
         match cluster.protocol {
@@ -476,7 +504,7 @@ async fn attempt(
                 // Boxed, as the h2 branch below: hyper's client futures are over a kilobyte,
                 // and inline they sized every request's `forward` future (3464 bytes, 2344
                 // without them), which is copied into its box on every request.
-                Box::pin(h1.send(&endpoint, &cluster.reuse, Request::from_parts(parts, body)))
+                Box::pin(h1.send_from(&endpoint, &cluster.reuse, Request::from_parts(parts, body)))
                     .await
                     .map_err(|e| send_error(e.is_connect(), e))
             }
@@ -486,7 +514,7 @@ async fn attempt(
                 parts.version = Version::HTTP_2;
                 Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await
-                    .map(|r| r.map(ProxyBody::Streamed))
+                    .map(hyper_response)
                     .map_err(|e| send_error(e.is_connect(), e))
             }
         }
@@ -506,22 +534,25 @@ async fn attempt(
     };
     drop(lease);
     match &result {
-        Ok(response) => record(outlier::Outcome::Status(response.status().as_u16())),
-        Err(SendError::Connect | SendError::Protocol(_) | SendError::Other(_)) => {
+        Ok((response, _)) => record(outlier::Outcome::Status(response.status().as_u16())),
+        Err(SendError::Connect(_) | SendError::Protocol(_) | SendError::Other(_)) => {
             record(outlier::Outcome::LocalFailure)
         }
         // The client's body failed or stalled, not the endpoint.
         Err(SendError::DownstreamBody | SendError::StreamIdle) => {}
     }
     match result {
-        Ok(response) => Ok(Upstreamed {
+        Ok((response, local)) => Ok(Upstreamed {
             response,
             endpoint,
+            local,
             retries_exhausted: false,
         }),
-        Err(SendError::Connect) => {
+        Err(SendError::Connect(reason)) => {
             metrics.upstream_error("connect");
-            Err(fail(LocalReply::connect_failure(), Some(endpoint)))
+            let mut failure = fail(LocalReply::connect_failure(), Some(endpoint));
+            failure.transport_failure = reason;
+            Err(failure)
         }
         Err(SendError::DownstreamBody) => {
             // hyper's client aborted the upstream request without ending its body, so the
@@ -546,6 +577,17 @@ async fn attempt(
             Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
         }
     }
+}
+
+/// A hyper client's response, with the local address its connector recorded.
+fn hyper_response(
+    r: Response<hyper::body::Incoming>,
+) -> (Response<ProxyBody>, Option<std::net::SocketAddr>) {
+    let local = r
+        .extensions()
+        .get::<hyper_util::client::legacy::connect::HttpInfo>()
+        .map(|i| i.local_addr());
+    (r.map(ProxyBody::Streamed), local)
 }
 
 #[cfg(test)]
