@@ -622,3 +622,80 @@ fn telemetry_expressions_warden_cannot_read_are_errors_naming_the_field() {
         "{err}"
     );
 }
+
+/// An upstream that takes requests and never answers; each request head read is reported.
+async fn silent_upstream() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tx.send(());
+                // Hold the connection, answering nothing, until the proxy closes it.
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    (at, rx)
+}
+
+/// A client that closes its connection while the upstream has not answered: Envoy's
+/// `0 DC downstream_remote_disconnect` line with nothing sent, on the fast path (a body-less
+/// GET) and on hyper's (a POST with a body), and Istio's `istio_requests_total` counts both
+/// with `response_code="0"` and `response_flags="DC"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_the_answer_is_logged_dc() {
+    use tokio::io::AsyncWriteExt;
+    let (up, mut requests) = silent_upstream().await;
+    let dir = warden_testkit::TempDir::new("al-dc").unwrap();
+    let (proxy, log) = start_logging(
+        &http_config(up, "", ""),
+        "accessLogFile: LOG\naccessLogFormat: '%REQ(:METHOD)% %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %BYTES_SENT% %UPSTREAM_CLUSTER%'\n",
+        dir.path(),
+    );
+    let at = addr(&proxy, 0);
+    for request in [
+        &b"GET /slow HTTP/1.1\r\nhost: shop.example\r\n\r\n"[..],
+        b"POST /slow HTTP/1.1\r\nhost: shop.example\r\ncontent-length: 3\r\n\r\nabc",
+    ] {
+        let mut client = tokio::net::TcpStream::connect(at).await.unwrap();
+        client.write_all(request).await.unwrap();
+        // The upstream has the request: the proxy is waiting for its answer.
+        requests.recv().await.unwrap();
+        drop(client);
+    }
+    let lines = lines(&log, 2).await;
+    assert_eq!(
+        lines,
+        [
+            "GET 0 DC downstream_remote_disconnect 0 outbound|80||echo.internal",
+            "POST 0 DC downstream_remote_disconnect 0 outbound|80||echo.internal",
+        ]
+    );
+    let text = proxy.metrics_text();
+    let dc: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("istio_requests_total{")
+                && l.contains(r#"response_code="0""#)
+                && l.contains(r#"response_flags="DC""#)
+        })
+        .collect();
+    assert_eq!(dc.len(), 1, "{text}");
+    assert!(dc[0].ends_with(" 2"), "{text}");
+    stop(proxy).await;
+}

@@ -23,7 +23,7 @@ use crate::listeners::framing_guard::FramingGuard;
 use crate::listeners::h2_abuse::{self, ResetTracker};
 use crate::listeners::h2_goaway_code::{Calm, GoawayCode};
 use crate::pipeline::WorkerCtx;
-use crate::pipeline::{self, Handling};
+use crate::pipeline::{self, Answer, Handling};
 use crate::upstream::body::ProxyBody;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{
@@ -377,7 +377,10 @@ impl Connection {
                     // Waiting for an upstream or the RLS: what is answered so far goes out first.
                     Poll::Pending => {
                         self.flush().await?;
-                        waiting.await
+                        match answer_unless_closed(&self.stream, waiting).await {
+                            Some(answer) => answer,
+                            None => return Ok(Next::Close),
+                        }
                     }
                 },
             };
@@ -467,6 +470,29 @@ impl Connection {
             self.bufs.out.clear();
         }
         Ok(())
+    }
+}
+
+/// The pipeline's answer, or `None` when the client closes its connection first: the answer's
+/// future is dropped, which counts and logs the request as Envoy's `DC` and abandons its
+/// upstream request, as Envoy (and hyper's server) do. Bytes sent meanwhile (a pipelined
+/// request) end the watch: they are read after the answer. The watch is a readiness wait: no
+/// syscall until the socket turns readable (its read readiness was cleared by the last read).
+async fn answer_unless_closed(
+    stream: &TcpStream,
+    mut waiting: std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send + '_>>,
+) -> Option<Answer> {
+    let mut watching = true;
+    let mut one = [0u8; 1];
+    loop {
+        tokio::select! {
+            biased;
+            answer = &mut waiting => return Some(answer),
+            seen = stream.peek(&mut one), if watching => match seen {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => watching = false,
+            },
+        }
     }
 }
 

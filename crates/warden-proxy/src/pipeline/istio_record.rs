@@ -95,6 +95,28 @@ pub(super) fn record(
     );
 }
 
+/// Count a request that got no answer: the client went away first (Envoy's code `0` with
+/// `DC`).
+pub(super) fn record_unanswered(
+    shared: &Shared,
+    conn: &ConnCtx,
+    elapsed: Duration,
+    route: Option<&Route>,
+    request: RequestSide,
+    flag: ResponseFlag,
+) {
+    let edge = edge(shared, conn, cluster_of(route, request.picked));
+    shared.metrics.istio.record_http(
+        edge,
+        0,
+        Some(flag),
+        request.grpc.then_some(""),
+        elapsed.as_micros() as u64,
+        request.bytes,
+        0,
+    );
+}
+
 /// The index of `target` among `route`'s clusters, when it has several.
 pub(super) fn picked(route: &Route, target: &crate::routing::WeightedCluster) -> Option<usize> {
     match &route.action {

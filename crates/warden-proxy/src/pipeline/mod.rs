@@ -20,6 +20,7 @@
 mod decision_tests;
 mod istio_record;
 mod shared;
+mod unanswered;
 
 pub use shared::{Shared, WorkerCtx};
 
@@ -633,8 +634,9 @@ async fn act(
     log: Option<LogFields>,
     start: Instant,
 ) -> Answer {
-    let mut outcome = outcome;
     let shared = &*worker.shared;
+    // Counts and logs the request if its client goes away before the answer (`DC`).
+    let mut pending = unanswered::Unanswered::new(shared, conn, start, outcome, log);
     let filters = snapshot.filters_for(conn.side);
     let Waiting {
         mut parts,
@@ -701,7 +703,7 @@ async fn act(
                             (&mut parts, &mut lines),
                             (conn, &snapshot, client_ip),
                             (&mut vhost, &mut route),
-                            &mut outcome,
+                            &mut pending.outcome,
                         );
                         if routed.is_err() {
                             reached = next;
@@ -754,7 +756,7 @@ async fn act(
                 let Some(target) = route.pick_cluster() else {
                     break 'stages local(LocalReply::no_healthy_upstream(), &mut state);
                 };
-                outcome.istio.picked = istio_record::picked(&route, target);
+                pending.outcome.istio.picked = istio_record::picked(&route, target);
                 if parts.version == http::Version::HTTP_2
                     && !parts.headers.contains_key(header::HOST)
                 {
@@ -763,7 +765,7 @@ async fn act(
                     }
                 }
                 if shared.access_log.is_some() {
-                    outcome.cluster = Some(target.cluster.clone());
+                    pending.outcome.cluster = Some(target.cluster.clone());
                 }
                 let mut forwarding = Forwarding::new(
                     conn.peer.ip(),
@@ -779,7 +781,7 @@ async fn act(
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
                 // The id the log line names is the one the upstream gets.
-                if let Some(id) = log.as_ref().and_then(|l| l.request_id) {
+                if let Some(id) = pending.log.as_ref().and_then(|l| l.request_id) {
                     forwarding = forwarding.with_request_id(id);
                 }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
@@ -813,9 +815,9 @@ async fn act(
                 );
                 match upstream.await {
                     Ok(up) => {
-                        outcome.upstream = Some(up.endpoint);
-                        outcome.upstream_local = up.local;
-                        outcome.answered_upstream = true;
+                        pending.outcome.upstream = Some(up.endpoint);
+                        pending.outcome.upstream_local = up.local;
+                        pending.outcome.answered_upstream = true;
                         if up.retries_exhausted {
                             state
                                 .notes
@@ -833,8 +835,8 @@ async fn act(
                         response
                     }
                     Err(failure) => {
-                        outcome.upstream = failure.endpoint;
-                        outcome.transport_failure = failure.transport_failure;
+                        pending.outcome.upstream = failure.endpoint;
+                        pending.outcome.transport_failure = failure.transport_failure;
                         if failure.retries_exhausted {
                             state
                                 .notes
@@ -863,6 +865,7 @@ async fn act(
     };
     filters.on_response(reached, &route, &mut state, &mut response);
     settle_for_log(shared, &mut state);
+    let (outcome, log) = pending.answered();
     finish(
         shared,
         conn,
