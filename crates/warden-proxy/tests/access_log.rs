@@ -699,3 +699,79 @@ async fn a_client_gone_before_the_answer_is_logged_dc() {
     assert!(dc[0].ends_with(" 2"), "{text}");
     stop(proxy).await;
 }
+
+/// An HTTP/1.1 upstream answering chunked bodies by path: `/whole` two chunks and the end,
+/// `/cut` one chunk then a closed connection, `/stall` one chunk then nothing (held open).
+async fn chunked_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                // Requests come one at a time (body-less): one head per read loop.
+                loop {
+                    let mut head = Vec::new();
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let start =
+                        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+                    let _ = s.write_all(start.as_bytes()).await;
+                    if head.contains(" /whole ") {
+                        let _ = s.write_all(b"6\r\n world\r\n0\r\n\r\n").await;
+                    } else if head.contains(" /cut ") {
+                        return;
+                    } else {
+                        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    at
+}
+
+/// `%BYTES_SENT%` is what the client was sent of a streamed body (a chunked answer has no
+/// length to declare), and a body cut short says who cut it: the upstream (`UC`, Envoy's
+/// `upstream_reset_after_response_started{...}`), or the client resetting its HTTP/2 stream
+/// (`DC`), with the bytes sent until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_sent_counts_what_a_streamed_body_sent() {
+    let up = chunked_upstream().await;
+    let dir = warden_testkit::TempDir::new("al-sent").unwrap();
+    let (proxy, log) = start_logging(
+        &http_config(up, "", ""),
+        "accessLogFile: LOG\naccessLogFormat: '%REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %BYTES_SENT%'\n",
+        dir.path(),
+    );
+    let base = format!("http://{}", addr(&proxy, 0));
+    let whole = client().get(format!("{base}/whole")).send().await.unwrap();
+    assert_eq!(whole.text().await.unwrap(), "hello world");
+    assert_eq!(lines(&log, 1).await[0], "/whole 200 - via_upstream 11");
+    let cut = client().get(format!("{base}/cut")).send().await.unwrap();
+    assert!(cut.bytes().await.is_err(), "the client sees the body cut");
+    assert_eq!(
+        lines(&log, 2).await[1],
+        "/cut 200 UC upstream_reset_after_response_started{connection_termination} 5"
+    );
+    let mut stalled = h2_client()
+        .get(format!("{base}/stall"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stalled.chunk().await.unwrap().unwrap(), "hello");
+    // Dropping the response resets the stream.
+    drop(stalled);
+    assert_eq!(
+        lines(&log, 3).await[2],
+        "/stall 200 DC downstream_remote_disconnect 5"
+    );
+    stop(proxy).await;
+}

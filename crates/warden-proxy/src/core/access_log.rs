@@ -5,6 +5,7 @@
 //! nothing of this runs.
 
 pub mod format;
+pub mod sent;
 
 use crate::core::error::ProxyError;
 use crate::core::local_reply::ResponseFlags;
@@ -288,10 +289,25 @@ fn warden_line(r: &Record, out: &mut String) {
     }
 }
 
-/// The open access log: its queue, what the workers copy for it, and the drop count.
-pub struct AccessLog {
+/// Where records go: the writer's queue, and the count of those a full queue dropped.
+#[derive(Clone)]
+pub struct Sink {
     tx: mpsc::SyncSender<Box<Record>>,
     dropped: Arc<AtomicU64>,
+}
+
+impl Sink {
+    /// Queue a record; a full queue drops it (counted), never waits.
+    fn log(&self, record: Box<Record>) {
+        if self.tx.try_send(record).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The open access log: its queue, what the workers copy for it, and the drop count.
+pub struct AccessLog {
+    sink: Sink,
     /// The request and response headers the format reads (copied per request).
     pub request_headers: Vec<http::HeaderName>,
     pub response_headers: Vec<http::HeaderName>,
@@ -366,8 +382,10 @@ impl AccessLog {
                 source,
             })?;
         Ok(AccessLog {
-            tx,
-            dropped: Arc::new(AtomicU64::new(0)),
+            sink: Sink {
+                tx,
+                dropped: Arc::new(AtomicU64::new(0)),
+            },
             request_headers,
             response_headers,
             reads_metadata,
@@ -376,14 +394,17 @@ impl AccessLog {
 
     /// Queue a record; a full queue drops it (counted), never waits.
     pub fn log(&self, record: Box<Record>) {
-        if self.tx.try_send(record).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.sink.log(record);
+    }
+
+    /// `body` wrapped to queue `record` at its end, with the bytes it sent (see [`sent`]).
+    pub fn log_at_end<B>(&self, record: Box<Record>, body: B) -> sent::LogAtEnd<B> {
+        sent::LogAtEnd::new(body, record, self.sink.clone())
     }
 
     /// Records dropped because the writer fell behind.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.sink.dropped.load(Ordering::Relaxed)
     }
 }
 

@@ -181,7 +181,15 @@ fn finish(
         outcome.istio,
         notes.flag,
     );
-    record(shared, elapsed, &response, outcome, notes, metadata, log);
+    record(
+        shared,
+        elapsed,
+        &mut response,
+        outcome,
+        notes,
+        metadata,
+        log,
+    );
     Answer {
         response,
         limit_headers,
@@ -250,7 +258,7 @@ impl Answer {
 fn record(
     shared: &Shared,
     elapsed: std::time::Duration,
-    response: &Response<ProxyBody>,
+    response: &mut Response<ProxyBody>,
     outcome: &Outcome,
     notes: &Notes,
     metadata: Option<&DynamicMetadata>,
@@ -275,9 +283,10 @@ fn record(
     }
     if let (Some(access_log), Some(fields)) = (&shared.access_log, log) {
         if fields.filter.is_none_or(|f| f.admits(status)) {
-            access_log.log(finish_record(
+            let record = finish_record(
                 access_log, fields, elapsed, response, outcome, notes, metadata,
-            ));
+            );
+            log_when_sent(access_log, record, response);
         }
     }
 }
@@ -307,16 +316,32 @@ fn finish_record(
     if !access_log.response_headers.is_empty() {
         r.take_response_headers(&access_log.response_headers, response.headers());
     }
-    // The body's length when it is known as the answer starts (not what a client that went
-    // away mid-body received).
-    r.bytes_sent = http_body::Body::size_hint(response.body())
-        .exact()
-        .or_else(|| content_length(response.headers()))
-        .unwrap_or(0);
+    // A body in memory is sent whole; a streamed one is counted as it goes (`log_when_sent`).
+    r.bytes_sent = match response.body() {
+        ProxyBody::Full(Some(b)) => b.len() as u64,
+        _ => 0,
+    };
     if access_log.reads_metadata {
         r.dynamic_metadata = metadata.cloned();
     }
     r
+}
+
+/// Queue the record now when the answer's body is in memory (or empty), else when its streamed
+/// body ends ([`crate::core::access_log::sent`]). The wrapper hides an upstream's header lines
+/// kept as read from the writer, so they move into the map first.
+fn log_when_sent(access_log: &AccessLog, record: Box<Record>, response: &mut Response<ProxyBody>) {
+    let streamed = match response.body() {
+        ProxyBody::Full(_) | ProxyBody::Empty => false,
+        body => !http_body::Body::is_end_stream(body),
+    };
+    if !streamed {
+        access_log.log(record);
+        return;
+    }
+    response_headers_mut(response);
+    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+    *response.body_mut() = ProxyBody::Boxed(Box::pin(access_log.log_at_end(record, body)));
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
