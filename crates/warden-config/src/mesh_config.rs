@@ -49,6 +49,27 @@ pub struct MeshConfig {
     /// Where `accessLogFormat` is, for the problems the proxy finds in it.
     #[serde(skip)]
     pub access_log_format_at: Option<Location>,
+    /// `defaultProviders`: the telemetry providers that apply where no Telemetry names any.
+    #[serde(default)]
+    pub default_providers: DefaultProviders,
+}
+
+/// MeshConfig `defaultProviders` (its `metrics`; warden writes the `prometheus` provider's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultProviders {
+    /// Unset: Istio's installed mesh config (`[prometheus]`).
+    #[serde(default)]
+    pub metrics: Option<Vec<String>>,
+}
+
+impl DefaultProviders {
+    /// Whether Istio's metrics are on where no Telemetry says otherwise.
+    pub fn prometheus(&self) -> bool {
+        self.metrics
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|p| p == "prometheus"))
+    }
 }
 
 /// MeshConfig `accessLogEncoding`.
@@ -234,6 +255,23 @@ pub fn parse_mesh_config(
         for (field, message) in crate::ext_authz_provider::validate(&config.extension_providers) {
             errors.push(at(&field, message));
         }
+        let metrics = config
+            .default_providers
+            .metrics
+            .as_deref()
+            .unwrap_or_default();
+        for (i, name) in metrics.iter().enumerate() {
+            if name != "prometheus" {
+                let field = FieldPath::root()
+                    .key("defaultProviders")
+                    .key("metrics")
+                    .index(i);
+                warnings.push(at(
+                    &field,
+                    format!("metrics provider {name:?}: warden writes the prometheus provider's metrics only; ignored"),
+                ));
+            }
+        }
     }
     match decoded {
         Ok(mut config) if errors.is_empty() => {
@@ -258,6 +296,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<(MeshConfig, Vec<Problem>), ConfigErrors> {
         parse_mesh_config(Path::new("mesh.yaml"), text)
+    }
+
+    #[test]
+    fn default_metrics_providers_are_read() {
+        let cases = [
+            ("", true, 0),
+            ("defaultProviders:\n  metrics: [prometheus]\n", true, 0),
+            ("defaultProviders:\n  metrics: []\n", false, 0),
+            ("defaultProviders: {}\n", true, 0),
+            (
+                "defaultProviders:\n  metrics: [stackdriver, prometheus]\n",
+                true,
+                1,
+            ),
+            ("defaultProviders:\n  metrics: [stackdriver]\n", false, 1),
+        ];
+        for (text, on, warned) in cases {
+            let (config, warnings) = parse(text).unwrap();
+            assert_eq!(config.default_providers.prometheus(), on, "{text}");
+            assert_eq!(warnings.len(), warned, "{text}");
+        }
+        let (_, warnings) = parse("defaultProviders:\n  metrics: [prometheus, sd]\n").unwrap();
+        assert_eq!(warnings[0].location.field, "defaultProviders.metrics[1]");
+        assert_eq!(warnings[0].location.line, Some(2));
     }
 
     #[test]

@@ -593,6 +593,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
             });
     opts.mesh_defaults = mesh.default_config.clone();
     opts.extension_providers = std::sync::Arc::new(mesh.extension_providers.clone());
+    opts.mesh_metrics_off = !mesh.default_providers.prometheus();
     let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
@@ -755,6 +756,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
         extension_providers,
+        mesh_metrics_off: false,
     };
     let options = warden_config::LoadOptions {
         skip_kinds: args.skip_kinds,

@@ -480,3 +480,57 @@ async fn prometheus_reads_istio_dashboards_queries_from_a_gateway() {
         .starts_with("application/openmetrics-text"));
     assert!(om.text().await.unwrap().ends_with("# EOF\n"));
 }
+
+/// `--mesh-config`'s `defaultProviders.metrics` is the bottom layer of the Telemetry API's
+/// providers, as istiod merges them: without `prometheus` no Istio metric is written, a
+/// Telemetry naming `prometheus` (with its overrides) turns them on again, and a mesh config
+/// that does not say keeps Istio's installed default (`[prometheus]`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mesh_default_metrics_provider_is_the_bottom_layer() {
+    let up = echo_http("mesh-default").await;
+    let named = r#"---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh, namespace: istio-system}
+spec:
+  metrics:
+  - providers: [{name: prometheus}]
+    overrides:
+    - match: {metric: REQUEST_SIZE}
+      disabled: true
+"#;
+    let cases = [
+        ("", "", true),
+        ("defaultProviders:\n  metrics: [prometheus]\n", "", true),
+        ("defaultProviders:\n  metrics: []\n", "", false),
+        ("defaultProviders:\n  metrics: []\n", named, true),
+    ];
+    for (mesh, telemetry, on) in cases {
+        let (config, _) =
+            warden_config::mesh_config::parse_mesh_config(std::path::Path::new("mesh.yaml"), mesh)
+                .unwrap();
+        let yaml = format!("{}{telemetry}", http_config(up.addr, "", ""));
+        let mut opts = warden_proxy::ProxyOptions::loopback(inline(&yaml));
+        opts.mesh_metrics_off = !config.default_providers.prometheus();
+        let proxy = warden_proxy::Proxy::start(opts).unwrap();
+        let r = client()
+            .get(format!("http://{}/", addr(&proxy, 0)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = proxy.metrics_text();
+        let requests = text
+            .lines()
+            .filter(|l| l.starts_with("istio_requests_total{"))
+            .count();
+        assert_eq!(requests > 0, on, "{mesh:?} {telemetry:?}: {text}");
+        if !telemetry.is_empty() {
+            // The Telemetry's own override holds under its provider.
+            assert!(!text.contains("istio_request_bytes_bucket{"), "{text}");
+        }
+        tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    }
+}

@@ -22,6 +22,10 @@ pub struct ProxyIdentity {
     /// The mesh config's `extensionProviders` (the external authorizers CUSTOM policies name).
     #[serde(skip)]
     pub extension_providers: ExtensionProviders,
+    /// The mesh config's `defaultProviders.metrics` leaves out `prometheus`: Istio's metrics
+    /// are written only where a Telemetry names it.
+    #[serde(skip)]
+    pub mesh_metrics_off: bool,
 }
 
 /// `meshConfig.extensionProviders`, shared by every snapshot of a proxy.

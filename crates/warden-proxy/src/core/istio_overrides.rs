@@ -3,6 +3,12 @@
 //! server reporting (a sidecar's inbound side). Istio's order: the root namespace's
 //! Telemetries, then the proxy's namespace's without a selector, then those whose selector
 //! picks the proxy; later overrides win. Computed once per edge, never per request.
+//!
+//! Providers as istiod's `mergeMetrics` reads them: the mesh config's
+//! `defaultProviders.metrics` is the bottom layer, and the last Telemetry that names providers
+//! replaces the list; when `prometheus` is not in the final list, no metric is written. An
+//! entry without providers inherits the list above it, and its overrides count only when that
+//! list has `prometheus`.
 
 use crate::core::istio_metrics::{tag_bit, Metric};
 use std::collections::BTreeMap;
@@ -29,12 +35,17 @@ fn mask(metric: Option<IstioMetric>) -> u16 {
     }
 }
 
-/// (metrics off, labels removed) for a proxy in `namespace` with `labels`.
+/// The provider warden writes metrics for.
+const PROMETHEUS: &str = "prometheus";
+
+/// (metrics off, labels removed) for a proxy in `namespace` with `labels`; `mesh_default`:
+/// the mesh config's default providers include `prometheus`.
 pub fn overrides(
     telemetries: &[Doc<Telemetry>],
     namespace: &str,
     labels: &BTreeMap<String, String>,
     client: bool,
+    mesh_default: bool,
 ) -> (u16, u32) {
     let selects = |t: &Doc<Telemetry>| match &t.spec.selector {
         Some(s) => s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)),
@@ -57,10 +68,26 @@ pub fn overrides(
     ordered.extend(telemetries.iter().filter(|t| {
         t.spec.selector.is_some() && t.metadata.namespace_or_default() == namespace && selects(t)
     }));
+    let names_prometheus = |m: &warden_config::kinds::telemetry::Metrics| {
+        m.providers.iter().any(|p| p.name == PROMETHEUS)
+    };
+    // The list the last entry naming providers leaves (else the mesh's).
+    let in_scope = ordered
+        .iter()
+        .flat_map(|t| t.spec.metrics.iter())
+        .rfind(|m| !m.providers.is_empty())
+        .map_or(mesh_default, names_prometheus);
     let (mut off, mut removed) = (0u16, 0u32);
-    for t in ordered {
+    let mut inherited = mesh_default;
+    for t in &ordered {
         for m in &t.spec.metrics {
-            if !m.providers.is_empty() && !m.providers.iter().any(|p| p.name == "prometheus") {
+            let applies = if m.providers.is_empty() {
+                inherited
+            } else {
+                names_prometheus(m)
+            };
+            inherited = applies;
+            if !applies {
                 continue;
             }
             for o in &m.overrides {
@@ -82,6 +109,9 @@ pub fn overrides(
                 }
             }
         }
+    }
+    if !in_scope {
+        off = Metric::ALL;
     }
     (off, removed)
 }
@@ -128,11 +158,18 @@ spec:
 ---
 apiVersion: telemetry.istio.io/v1
 kind: Telemetry
-metadata: {name: other, namespace: bookinfo}
+metadata: {name: other, namespace: elsewhere}
 spec:
   metrics:
   - providers: [{name: stackdriver}]
-    overrides: [{disabled: true}]
+    overrides: [{disabled: false}]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: named, namespace: named}
+spec:
+  metrics:
+  - providers: [{name: prometheus}]
 "#;
 
     #[test]
@@ -152,12 +189,41 @@ spec:
             ("bookinfo", "ratings", false, (0, principal)),
             ("bookinfo", "reviews", true, (Metric::ALL, principal)),
             ("bookinfo", "reviews", false, (0, principal)),
+            // Its namespace's providers leave prometheus out: nothing is written.
+            ("elsewhere", "x", false, (Metric::ALL, principal)),
         ];
         for (ns, a, client, want) in cases {
             assert_eq!(
-                overrides(&docs, ns, &app(a), client),
+                overrides(&docs, ns, &app(a), client, true),
                 want,
                 "{ns} {a} client={client}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_mesh_default_is_the_bottom_layer() {
+        let docs = load(DOCS);
+        let app = |a: &str| [("app".to_string(), a.to_string())].into();
+        let principal = tag_bit("source_principal").expect("a tag");
+        let cases = [
+            // (telemetries?, namespace, mesh default) -> (off, removed)
+            (false, "default", true, (0, 0)),
+            (false, "default", false, (Metric::ALL, 0)),
+            // The root's entry names no provider: it inherits the mesh's (none), and its
+            // overrides do not count either.
+            (true, "default", false, (Metric::ALL, 0)),
+            // A namespace's Telemetry naming prometheus turns it on over the mesh's default
+            // (the root's overrides, which named none, still do not count).
+            (true, "named", false, (0, 0)),
+            (true, "named", true, (Metric::REQUEST_SIZE, principal)),
+        ];
+        for (with_docs, ns, mesh, want) in cases {
+            let docs = if with_docs { &docs[..] } else { &[] };
+            assert_eq!(
+                overrides(docs, ns, &app("x"), true, mesh),
+                want,
+                "{ns} mesh={mesh}"
             );
         }
     }

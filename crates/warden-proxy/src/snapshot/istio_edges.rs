@@ -17,6 +17,7 @@ impl Snapshot {
             &self.identity.namespace,
             &self.identity.labels,
             client,
+            !self.identity.mesh_metrics_off,
         )
     }
 
