@@ -22,6 +22,7 @@ pub mod config;
 pub mod dynamic_metadata;
 pub mod grpc_client;
 pub mod grpc_frame;
+pub mod heavy_hitters;
 pub mod json;
 pub mod lease;
 pub mod limiter;

@@ -149,6 +149,9 @@ pub struct RateLimiter {
     settings: LimiterSettings,
     stats: Arc<Stats>,
     local_cache: Option<OverLimitCache>,
+    /// The descriptors answered OVER_LIMIT most, per domain (the debug port's
+    /// `/ratelimit/top`).
+    limited: crate::heavy_hitters::LimitedDescriptors,
 }
 
 impl RateLimiter {
@@ -168,6 +171,7 @@ impl RateLimiter {
             settings,
             stats,
             local_cache,
+            limited: Default::default(),
         }
     }
 
@@ -204,6 +208,46 @@ impl RateLimiter {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The over-limit descriptors of a call answered OVER_LIMIT, in `/ratelimit/top`: their
+    /// entries as `key=value,...`, with the limit's name (else its key).
+    #[cold]
+    fn note_limited(
+        &self,
+        domain: &str,
+        request: &RateLimitRequest,
+        checks: &[Checked],
+        statuses: &[DescriptorStatus],
+        now_millis: u64,
+    ) {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now_millis);
+        for check in checks {
+            if statuses[check.index].code != Code::OverLimit as i32 {
+                continue;
+            }
+            let Some(descriptor) = request.descriptors.get(check.index) else {
+                continue;
+            };
+            let entries: Vec<String> = descriptor
+                .entries
+                .iter()
+                .map(|e| format!("{}={}", e.key, e.value))
+                .collect();
+            let rule: Arc<str> = Arc::from(
+                check
+                    .limit
+                    .name
+                    .as_deref()
+                    .unwrap_or(check.limit.full_key.as_str()),
+            );
+            self.limited.record(domain, entries.join(","), &rule, now);
+        }
+    }
+
+    /// The descriptors answered OVER_LIMIT most, per domain.
+    pub fn limited(&self) -> &crate::heavy_hitters::LimitedDescriptors {
+        &self.limited
     }
 
     pub fn settings(&self) -> &LimiterSettings {
@@ -483,6 +527,9 @@ impl RateLimiter {
                 value: ms.div_ceil(1000).to_string(),
                 ..Default::default()
             });
+        }
+        if overall == Code::OverLimit && !self.settings.shadow_mode {
+            self.note_limited(domain, request, &checks, &statuses, now_millis);
         }
         if overall == Code::OverLimit && self.settings.shadow_mode {
             self.stats.global_shadow_mode.inc();

@@ -758,3 +758,89 @@ async fn connections_end_after_their_max_age() {
     );
     h.server.shutdown().await;
 }
+
+/// The debug port's `/ratelimit/top` during a seed 000-style attack from 50 source addresses:
+/// three attackers over a per-address limit and 47 clients under it; the attackers come first
+/// with the calls answered OVER_LIMIT (their count beyond the limit), each with the limit that
+/// answered; a client never limited is not listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ratelimit_top_lists_the_attackers_first() {
+    const T0: u64 = 1_700_000_040_000;
+    let config = "domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {name: per-ip, unit: minute, requests_per_unit: 5}
+";
+    let clock = ManualClock::new(T0);
+    let mut h = start_with(
+        &[("edge.yaml", config)],
+        None,
+        |_| {},
+        Some(Arc::new(clock.clone())),
+    )
+    .await;
+    let attackers = [
+        ("203.0.113.7", 25),
+        ("203.0.113.8", 15),
+        ("203.0.113.9", 10),
+    ];
+    for (ip, calls) in attackers {
+        for _ in 0..calls {
+            h.client
+                .should_rate_limit(req("edge", vec![desc(&[("remote_address", ip)])]))
+                .await
+                .unwrap();
+        }
+    }
+    for n in 0..47 {
+        let ip = format!("198.51.100.{n}");
+        let r = h
+            .client
+            .should_rate_limit(req("edge", vec![desc(&[("remote_address", &ip)])]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.overall_code, OK);
+    }
+    let top: serde_json::Value = reqwest::get(h.debug("/ratelimit/top?n=5"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let edge = &top["domains"]["edge"];
+    assert_eq!(edge["limited_total"], 20 + 10 + 5, "{top}");
+    assert_eq!(edge["capacity"], 128, "{top}");
+    let clients: Vec<(String, u64, String)> = edge["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["client"].as_str().unwrap().to_string(),
+                c["count"].as_u64().unwrap(),
+                c["last_rule"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64, String)> = [
+        ("remote_address=203.0.113.7", 20),
+        ("remote_address=203.0.113.8", 10),
+        ("remote_address=203.0.113.9", 5),
+    ]
+    .into_iter()
+    .map(|(c, n)| (c.to_string(), n, "per-ip".to_string()))
+    .collect();
+    assert_eq!(clients, want, "{top}");
+    assert_eq!(
+        edge["clients"][0]["last_seen"],
+        humantime_like(T0),
+        "the test clock's time: {top}"
+    );
+}
+
+/// RFC 3339 with milliseconds, UTC, of `millis` since the epoch.
+fn humantime_like(millis: u64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(millis);
+    humantime::format_rfc3339_millis(t).to_string()
+}

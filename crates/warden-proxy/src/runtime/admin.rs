@@ -129,7 +129,9 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
             "application/yaml",
             admin_bans::authorization_policy(local),
         ),
-        "/ratelimit/top" => json(shared.limited.top_json(top_n(req.uri().query()))),
+        "/ratelimit/top" => json(shared.limited.top_json(
+            warden_ratelimit::heavy_hitters::top_n(req.uri().query()),
+        )),
         "/ready" => respond(StatusCode::OK, "text/plain", "LIVE\n"),
         "/stats/prometheus" => {
             let exposition = Exposition::negotiate(
@@ -184,16 +186,6 @@ fn handle(req: &Request<Incoming>, shared: &Control) -> Response<Full<Bytes>> {
              /ratelimit/bans /ratelimit/top\n",
         ),
     }
-}
-
-/// `/ratelimit/top?n=N`: how many clients per limiter (10 unless said).
-fn top_n(query: Option<&str>) -> usize {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|kv| kv.strip_prefix("n="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10)
 }
 
 /// Serve until `stop` resolves.

@@ -125,12 +125,20 @@ async fn route(req: Request<Incoming>, ctx: &HttpCtx) -> Reply {
              /stats: print out stats\n\
              /bans: list bans in force (JSON); DELETE /bans?key=<key> lifts one\n\
              /bans/authorizationpolicy: the banned remote addresses as an Istio \
-             AuthorizationPolicy DENY (?name=, ?namespace=)\n",
+             AuthorizationPolicy DENY (?name=, ?namespace=)\n\
+             /ratelimit/top: the descriptors answered OVER_LIMIT most, per domain (JSON; ?n=)\n",
         ),
         (Listener::Debug, "/bans") => bans::handle(req, ctx).await,
         (Listener::Debug, "/bans/authorizationpolicy") => {
             bans::authorization_policy(req, ctx).await
         }
+        (Listener::Debug, "/ratelimit/top") => json(
+            StatusCode::OK,
+            ctx.limiter
+                .limited()
+                .top_json(crate::heavy_hitters::top_n(req.uri().query()))
+                .to_string(),
+        ),
         (Listener::Debug, "/rlconfig") => {
             let body = ctx.limiter.snapshot().map(|s| s.dump()).unwrap_or_default();
             text(StatusCode::OK, body)
