@@ -4,7 +4,8 @@
 //! traffic made: requests by response code for a destination workload, success rate,
 //! P50/P90/P99 from `istio_request_duration_milliseconds_bucket`, TCP bytes per service,
 //! 429s by `response_flags="RL"`. `promtool check metrics` passes on the exposition, and
-//! OpenMetrics is served only when `Accept` asks for it. Skips, saying why, without
+//! OpenMetrics is served only when `Accept` asks for it; gRPC message counters from a grpcio
+//! client streaming to a grpcio server; the mesh default provider. Skips, saying why, without
 //! `prometheus`/`promtool` (test.sh installs them).
 
 mod common;
@@ -533,4 +534,170 @@ spec:
             .await
             .unwrap();
     }
+}
+
+/// A Python grpcio server echoing every message of a bidirectional stream twice (raw bytes:
+/// generic handlers, no generated code). Prints `ready` once listening.
+const GRPC_SERVER: &str = r#"
+import sys, grpc
+from concurrent import futures
+
+def chat(requests, context):
+    for m in requests:
+        yield m
+        yield m
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+    "test.Echo", {"Chat": grpc.stream_stream_rpc_method_handler(chat)}),))
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+print("ready", flush=True)
+server.wait_for_termination()
+"#;
+
+/// A Python grpcio client streaming `sys.argv[2]` messages through the gateway at
+/// `sys.argv[1]`; prints how many came back.
+const GRPC_CLIENT: &str = r#"
+import sys, grpc
+channel = grpc.insecure_channel(sys.argv[1])
+chat = channel.stream_stream("/test.Echo/Chat")
+replies = list(chat(iter([b"m%d" % i for i in range(int(sys.argv[2]))]), timeout=10))
+print(len(replies))
+"#;
+
+/// Istio's gRPC message counters: a grpcio client streams 3 messages through the gateway to a
+/// grpcio server that answers each twice; `istio_request_messages_total` counts 3 and
+/// `istio_response_messages_total` 6 on the request's series (`request_protocol="grpc"`,
+/// `grpc_response_status="0"`), and `promtool check metrics` accepts the exposition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_messages_are_counted_both_ways() {
+    if !have("promtool") || !have("python3") {
+        eprintln!("skipped: promtool and python3 (grpcio) are needed; test.sh installs them");
+        return;
+    }
+    let dir = TempDir::new("grpc-messages").unwrap();
+    let server_py = dir.write("server.py", GRPC_SERVER).unwrap();
+    let client_py = dir.write("client.py", GRPC_CLIENT).unwrap();
+    let port = free_port().unwrap();
+    let mut server = Command::new("python3");
+    server
+        .arg(&server_py)
+        .arg(port.to_string())
+        .stdout(Stdio::piped());
+    let _server = KillOnDrop::spawn(server).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || std::net::TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
+        "the grpcio server listens"
+    );
+    let yaml = format!(
+        r#"{gw}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: chat}}
+spec:
+  hosts: [chat.internal]
+  resolution: STATIC
+  ports: [{{number: 80, name: grpc, protocol: GRPC}}]
+  endpoints: [{{address: 127.0.0.1, ports: {{grpc: {port}}}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: chat}}
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - route: [{{destination: {{host: chat.internal}}}}]
+"#,
+        gw = gateway(&[(0, "HTTP")]),
+    );
+    let proxy = start(&yaml);
+    let at = addr(&proxy, 0);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(&client_py)
+            .arg(at.to_string())
+            .arg("3")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        proxy.metrics_text()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6");
+    // The series is reported when the response body ends, after the client has it all.
+    let series = |text: &str, name: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut text = proxy.metrics_text();
+    for _ in 0..200 {
+        if !series(&text, "istio_response_messages_total").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        text = proxy.metrics_text();
+    }
+    for (name, count) in [
+        ("istio_request_messages_total", 3),
+        ("istio_response_messages_total", 6),
+    ] {
+        let lines = series(&text, name);
+        assert_eq!(lines.len(), 1, "{name}: {text}");
+        let line = &lines[0];
+        assert!(line.ends_with(&format!(" {count}")), "{line}");
+        for label in [
+            r#"request_protocol="grpc""#,
+            r#"grpc_response_status="0""#,
+            r#"response_code="200""#,
+        ] {
+            assert!(line.contains(label), "{label} in {line}");
+        }
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let checked = promtool.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr).into_owned()
+        + &String::from_utf8_lossy(&checked.stdout);
+    // Lint notes only for Istio's own millisecond name (see the Prometheus test above).
+    assert!(
+        checked.status.success()
+            || (checked.status.code() == Some(3)
+                && said
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .all(|l| l.contains("istio_request_duration_milliseconds"))),
+        "promtool check metrics ({:?}): {said}",
+        checked.status
+    );
+    tokio::task::spawn_blocking(move || proxy.shutdown(Duration::from_secs(1)))
+        .await
+        .unwrap();
 }

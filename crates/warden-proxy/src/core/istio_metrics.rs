@@ -368,8 +368,10 @@ impl Metric {
     pub const TCP_CLOSED: u16 = 1 << 5;
     pub const TCP_SENT: u16 = 1 << 6;
     pub const TCP_RECEIVED: u16 = 1 << 7;
+    pub const GRPC_REQUEST_MESSAGES: u16 = 1 << 8;
+    pub const GRPC_RESPONSE_MESSAGES: u16 = 1 << 9;
     pub const HTTP: u16 = 0b1111;
-    pub const ALL: u16 = 0xff;
+    pub const ALL: u16 = 0x3ff;
 }
 
 /// One TCP series' handles, and which of them a Telemetry turned off.
@@ -465,6 +467,34 @@ impl Edge {
     }
 }
 
+/// A gRPC request's message counters, resolved when its response ends.
+pub struct GrpcSeries {
+    requests: Family<HttpLabels, Counter>,
+    responses: Family<HttpLabels, Counter>,
+    labels: HttpLabels,
+    off: u16,
+    status_removed: bool,
+}
+
+impl GrpcSeries {
+    /// Add a request's message counts; `trailers_status`: the `grpc-status` its response's
+    /// trailers carried (the usual place; a trailers-only answer's is in the labels already).
+    pub fn report(mut self, trailers_status: Option<&'static str>, requests: u64, responses: u64) {
+        if let Some(status) = trailers_status.filter(|_| !self.status_removed) {
+            self.labels.grpc_status = status;
+        }
+        if self.status_removed {
+            self.labels.grpc_status = "";
+        }
+        if self.off & Metric::GRPC_REQUEST_MESSAGES == 0 {
+            self.requests.get_or_create(&self.labels).inc_by(requests);
+        }
+        if self.off & Metric::GRPC_RESPONSE_MESSAGES == 0 {
+            self.responses.get_or_create(&self.labels).inc_by(responses);
+        }
+    }
+}
+
 /// The families, their registry (no prefix: Istio's names), and what the config turned off.
 pub struct IstioMetrics {
     registry: Registry,
@@ -476,6 +506,8 @@ pub struct IstioMetrics {
     tcp_closed: Family<TcpLabels, Counter>,
     tcp_sent: Family<TcpLabels, Counter>,
     tcp_received: Family<TcpLabels, Counter>,
+    grpc_request_messages: Family<HttpLabels, Counter>,
+    grpc_response_messages: Family<HttpLabels, Counter>,
     /// The edge of requests a gateway or an outbound side answers without a cluster (no
     /// route, a direct response): this proxy to `unknown`.
     pub unrouted: OnceLock<Edge>,
@@ -499,6 +531,8 @@ impl IstioMetrics {
             tcp_closed: Family::default(),
             tcp_sent: Family::default(),
             tcp_received: Family::default(),
+            grpc_request_messages: Family::default(),
+            grpc_response_messages: Family::default(),
             registry: Registry::default(),
             unrouted: OnceLock::new(),
         };
@@ -541,6 +575,16 @@ impl IstioMetrics {
             "istio_tcp_received_bytes",
             "Bytes received from the client on TCP connections",
             m.tcp_received.clone(),
+        );
+        registry.register(
+            "istio_request_messages",
+            "gRPC messages the client sent (length-prefixed messages of the request body)",
+            m.grpc_request_messages.clone(),
+        );
+        registry.register(
+            "istio_response_messages",
+            "gRPC messages the server sent (length-prefixed messages of the response body)",
+            m.grpc_response_messages.clone(),
         );
         IstioMetrics { registry, ..m }
     }
@@ -642,6 +686,46 @@ impl IstioMetrics {
                 request_bytes,
                 response_bytes,
             ),
+        }
+    }
+
+    /// Where a gRPC request's message counts go: its series' labels as the answer starts
+    /// (`code`, `flag`, `grpc_status` as [`Self::record_http`] takes them), reported when the
+    /// response ends ([`GrpcSeries::report`], with the status its trailers carried). Once per
+    /// gRPC request.
+    pub fn grpc_series(
+        &self,
+        edge: &Edge,
+        code: u16,
+        flag: Option<crate::core::local_reply::ResponseFlag>,
+        grpc_status: &'static str,
+    ) -> GrpcSeries {
+        let removed = edge.labels.removed;
+        let mut labels = HttpLabels {
+            edge: edge.labels.clone(),
+            protocol: if removed & REQUEST_PROTOCOL != 0 {
+                ""
+            } else {
+                "grpc"
+            },
+            code,
+            grpc_status,
+            flags: flag.map_or("-", |f| f.code()),
+        };
+        if removed & REQUEST_TAGS != 0 {
+            if removed & RESPONSE_CODE != 0 {
+                labels.code = 0;
+            }
+            if removed & RESPONSE_FLAGS != 0 {
+                labels.flags = "-";
+            }
+        }
+        GrpcSeries {
+            requests: self.grpc_request_messages.clone(),
+            responses: self.grpc_response_messages.clone(),
+            labels,
+            off: edge.off,
+            status_removed: removed & REQUEST_TAGS != 0 && removed & GRPC_STATUS != 0,
         }
     }
 

@@ -30,8 +30,8 @@ fn mask(metric: Option<IstioMetric>) -> u16 {
         Some(IstioMetric::TcpClosedConnections) => Metric::TCP_CLOSED,
         Some(IstioMetric::TcpSentBytes) => Metric::TCP_SENT,
         Some(IstioMetric::TcpReceivedBytes) => Metric::TCP_RECEIVED,
-        // gRPC message counts are not kept: nothing to turn off.
-        Some(IstioMetric::GrpcRequestMessages | IstioMetric::GrpcResponseMessages) => 0,
+        Some(IstioMetric::GrpcRequestMessages) => Metric::GRPC_REQUEST_MESSAGES,
+        Some(IstioMetric::GrpcResponseMessages) => Metric::GRPC_RESPONSE_MESSAGES,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod destination;
 pub mod dynamic_metadata;
 pub mod error;
 pub mod forwarding_headers;
+pub mod grpc_messages;
 pub mod heavy_hitters;
 pub mod identity;
 pub mod istio_metrics;

@@ -6,6 +6,7 @@
 use super::Shared;
 use crate::core::conn::ConnCtx;
 use crate::core::destination::Side;
+use crate::core::grpc_messages::ReportMessages;
 use crate::core::istio_metrics::Edge;
 use crate::core::local_reply::ResponseFlag;
 use crate::routing::{Route, RouteAction};
@@ -13,6 +14,8 @@ use crate::upstream::body::ProxyBody;
 use crate::upstream::cluster::Cluster;
 use http::Response;
 use http_body::Body as _;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the request itself leaves for its series.
@@ -57,32 +60,33 @@ fn edge<'a>(shared: &'a Shared, conn: &'a ConnCtx, cluster: Option<&'a Cluster>)
     }
 }
 
-/// gRPC's status names, as the `grpc-status` header carries them (a trailers-only answer).
-const GRPC_STATUS: [&str; 17] = [
-    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
-];
-
 fn grpc_status(response: &Response<ProxyBody>) -> &'static str {
     response
         .headers()
         .get("grpc-status")
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .and_then(|s| GRPC_STATUS.iter().find(|g| **g == s).copied())
+        .and_then(|v| crate::core::grpc_messages::status_label(v.as_bytes()))
         .unwrap_or("")
 }
 
-/// Count one answered request in Istio's metrics.
+/// Count one answered request in Istio's metrics; a gRPC request's messages are counted as
+/// its bodies pass (`grpc_requests`: the request's, counted as it went upstream), and added to
+/// its series when the response body ends.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn record(
     shared: &Shared,
     conn: &ConnCtx,
     elapsed: Duration,
-    response: &Response<ProxyBody>,
+    response: &mut Response<ProxyBody>,
     route: Option<&Route>,
     request: RequestSide,
     flag: Option<ResponseFlag>,
+    grpc_requests: Option<&Arc<AtomicU64>>,
 ) {
     let edge = edge(shared, conn, cluster_of(route, request.picked));
     let grpc = request.grpc.then(|| grpc_status(response));
+    if let Some(status) = grpc {
+        count_messages(shared, edge, response, flag, status, grpc_requests);
+    }
     let response_bytes = response.body().size_hint().exact().unwrap_or(0);
     shared.metrics.istio.record_http(
         edge,
@@ -93,6 +97,26 @@ pub(super) fn record(
         request.bytes,
         response_bytes,
     );
+}
+
+/// The response body of a gRPC request, wrapped to count its messages and report both
+/// directions' when it ends.
+#[cold]
+fn count_messages(
+    shared: &Shared,
+    edge: &Edge,
+    response: &mut Response<ProxyBody>,
+    flag: Option<ResponseFlag>,
+    status: &'static str,
+    grpc_requests: Option<&Arc<AtomicU64>>,
+) {
+    let series = shared
+        .metrics
+        .istio
+        .grpc_series(edge, response.status().as_u16(), flag, status);
+    let requests = grpc_requests.cloned().unwrap_or_default();
+    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+    *response.body_mut() = ProxyBody::Boxed(Box::pin(ReportMessages::new(body, requests, series)));
 }
 
 /// Count a request that got no answer: the client went away first (Envoy's code `0` with

@@ -66,6 +66,8 @@ struct Outcome {
     /// The upstream connection's local address and a TLS origination's failure (access log).
     upstream_local: Option<std::net::SocketAddr>,
     transport_failure: Option<Box<str>>,
+    /// A gRPC request's messages, counted as its body goes upstream.
+    grpc_requests: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
@@ -176,10 +178,11 @@ fn finish(
         shared,
         conn,
         elapsed,
-        &response,
+        &mut response,
         outcome.route.as_deref(),
         outcome.istio,
         notes.flag,
+        outcome.grpc_requests.as_ref(),
     );
     record(
         shared,
@@ -325,6 +328,17 @@ fn finish_record(
         r.dynamic_metadata = metadata.cloned();
     }
     r
+}
+
+/// A gRPC request's body, counting its messages as it goes upstream (Istio's
+/// `istio_request_messages_total`, reported with the response).
+#[cold]
+fn count_grpc_requests(body: ProxyBody, outcome: &mut Outcome) -> ProxyBody {
+    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    outcome.grpc_requests = Some(count.clone());
+    ProxyBody::Boxed(Box::pin(crate::core::grpc_messages::CountedMessages::new(
+        body, count,
+    )))
 }
 
 /// Queue the record now when the answer's body is in memory (or empty), else when its streamed
@@ -808,6 +822,9 @@ async fn act(
                 // The id the log line names is the one the upstream gets.
                 if let Some(id) = pending.log.as_ref().and_then(|l| l.request_id) {
                     forwarding = forwarding.with_request_id(id);
+                }
+                if pending.outcome.istio.grpc {
+                    body = count_grpc_requests(body, &mut pending.outcome);
                 }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
