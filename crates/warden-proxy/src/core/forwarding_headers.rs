@@ -58,23 +58,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         (PROXY_CONNECTION_BIT, &PROXY_CONNECTION),
         (TRANSFER_ENCODING_BIT, &header::TRANSFER_ENCODING),
         (UPGRADE_BIT, &header::UPGRADE),
+        (TE_BIT, &header::TE),
     ] {
         if present & bit != 0 {
             headers.remove(name);
-        }
-    }
-    if present & TE_BIT != 0 {
-        // As Envoy: `te` goes, except its `trailers` (gRPC servers require it).
-        let trailers = headers.get_all(header::TE).iter().any(|v| {
-            v.as_bytes().split(|&b| b == b',').any(|t| {
-                let token = t.split(|&b| b == b';').next().unwrap_or_default();
-                token.trim_ascii().eq_ignore_ascii_case(b"trailers")
-            })
-        });
-        if trailers {
-            headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        } else {
-            headers.remove(header::TE);
         }
     }
 }
@@ -576,7 +563,7 @@ mod tests {
         );
         h.insert("x-one", HeaderValue::from_static("1"));
         h.insert("x-two", HeaderValue::from_static("2"));
-        h.insert(header::TE, HeaderValue::from_static("gzip"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
         h.insert(
@@ -586,18 +573,6 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
-        // `te: trailers` stays (gRPC), alone.
-        for (te, kept) in [
-            ("trailers", Some("trailers")),
-            ("gzip, Trailers;q=1", Some("trailers")),
-            ("gzip", None),
-        ] {
-            let mut h = HeaderMap::new();
-            h.insert(header::TE, HeaderValue::from_static(te));
-            strip_hop_by_hop(&mut h);
-            let got = h.get(header::TE).map(|v| v.to_str().unwrap_or_default());
-            assert_eq!(got, kept, "{te}");
-        }
     }
 
     #[test]

@@ -476,24 +476,44 @@ impl Connection {
 /// The pipeline's answer, or `None` when the client closes its connection first: the answer's
 /// future is dropped, which counts and logs the request as Envoy's `DC` and abandons its
 /// upstream request, as Envoy (and hyper's server) do. Bytes sent meanwhile (a pipelined
-/// request) end the watch: they are read after the answer. The watch is a readiness wait: no
-/// syscall until the socket turns readable (its read readiness was cleared by the last read).
+/// request) end the watch: they are read after the answer. The watch is the socket's read
+/// readiness (its waker slot, no waiter to add and remove): no syscall until the socket turns
+/// readable, its readiness having been cleared by the last read.
 async fn answer_unless_closed(
     stream: &TcpStream,
     mut waiting: std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send + '_>>,
 ) -> Option<Answer> {
     let mut watching = true;
-    let mut one = [0u8; 1];
-    loop {
-        tokio::select! {
-            biased;
-            answer = &mut waiting => return Some(answer),
-            seen = stream.peek(&mut one), if watching => match seen {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => watching = false,
-            },
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(answer) = waiting.as_mut().poll(cx) {
+            return Poll::Ready(Some(answer));
         }
-    }
+        while watching {
+            match stream.poll_read_ready(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(())) => match peek_one(stream) {
+                    // End of stream: the client closed.
+                    Ok(0) => return Poll::Ready(None),
+                    Ok(_) => watching = false,
+                    // Readiness was stale and is cleared now: wait for it again.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Poll::Ready(None),
+                },
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Whether the client sent bytes (`> 0`), closed (`0`), or nothing is there (`WouldBlock`,
+/// which clears the socket's read readiness).
+fn peek_one(stream: &TcpStream) -> io::Result<usize> {
+    stream.try_io(tokio::io::Interest::READABLE, || {
+        let mut one = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        socket2::SockRef::from(stream).peek(&mut one)
+    })
 }
 
 /// A request the fast path answers: the request with an empty header map and its lines as

@@ -469,6 +469,9 @@ async fn attempt(
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         if let Some(tls) = &cluster.tls {
             let mut parts = head.into_owned();
+            if tls.http2 {
+                keep_grpc_te(&mut parts.headers);
+            }
             parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
             parts.version = if tls.http2 {
                 Version::HTTP_2
@@ -510,6 +513,7 @@ async fn attempt(
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
+                keep_grpc_te(&mut parts.headers);
                 parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
                 parts.version = Version::HTTP_2;
                 Box::pin(h2.request(Request::from_parts(parts, body)))
@@ -576,6 +580,17 @@ async fn attempt(
             metrics.upstream_error("reset");
             Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
         }
+    }
+}
+
+/// A gRPC request to an HTTP/2 upstream keeps `te: trailers`, which gRPC servers require (the
+/// hop-by-hop headers went with the downstream connection; Envoy keeps `trailers` too).
+fn keep_grpc_te(headers: &mut http::HeaderMap) {
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     }
 }
 
