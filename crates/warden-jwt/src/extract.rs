@@ -105,8 +105,9 @@ impl Extractor {
         &self,
         headers: &impl RequestHeaders<'a>,
         query: Option<&str>,
-    ) -> Vec<Found<'a>> {
-        let mut out = Vec::new();
+    ) -> smallvec::SmallVec<[Found<'a>; 2]> {
+        // Inline: a request carries one token, almost always.
+        let mut out = smallvec::SmallVec::new();
         for (i, loc) in self.locations.iter().enumerate() {
             match &loc.place {
                 Place::Header { name, prefix } => {
