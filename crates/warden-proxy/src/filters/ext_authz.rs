@@ -237,7 +237,7 @@ impl ExtAuthzFilter {
                 p.address,
                 p.via,
                 if p.grpc_tls.is_some() || p.https.is_some() {
-                    ", TLS by DestinationRule"
+                    ", TLS (DestinationRule or auto mTLS)"
                 } else {
                     ""
                 },
