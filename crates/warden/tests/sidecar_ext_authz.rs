@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warden_testkit::{KillOnDrop, NetNs, TempDir};
 
+/// The sleep workload's SPIFFE id: the gRPC provider allows TCP connections from it.
+const SLEEP_ID: &str = "spiffe://cluster.local/ns/foo/sa/sleep";
+
 const DENY_BODY: &str =
     "denied by ext_authz for not found header `x-ext-authz: allow` in the request";
 
@@ -151,7 +154,8 @@ impl Task {
             let mut c = outsider.command("python3");
             c.arg(script(name))
                 .arg(format!("{OUTSIDER_IP}:{port}"))
-                .arg(log);
+                .arg(log)
+                .args(["--allow-tcp", SLEEP_ID]);
             providers.push(KillOnDrop::spawn(c).expect("python3 runs the provider"));
             let up = outsider
                 .run_in(|| {
@@ -352,4 +356,75 @@ fn a_meshed_provider_is_called_over_auto_mtls() {
         "{}",
         server.admin_stats()
     );
+}
+
+/// A TCP service on httpbin's pod: `warden echo`'s TCP port 8078 as tcp-echo:9078.
+fn tcp_service() -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Service
+metadata: {{name: tcp-echo, namespace: foo}}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {{app: httpbin}}
+  ports: [{{name: tcp, port: 9078, targetPort: 8078}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: tcp-echo-1
+  namespace: foo
+  labels: {{kubernetes.io/service-name: tcp-echo}}
+addressType: IPv4
+endpoints:
+- addresses: [{SERVER_IP}]
+  conditions: {{ready: true}}
+  targetRef: {{kind: Pod, name: httpbin-1, namespace: foo}}
+ports: [{{name: tcp, port: 8078}}]
+"#
+    )
+}
+
+/// The task's policy on httpbin's inbound TCP port (Envoy's network ext_authz): its `paths`
+/// are ignored there, so every connection is checked with its peers; the provider allows the
+/// sleep workload's SPIFFE id (over mTLS from its sidecar), not the outsider's plaintext
+/// connection, which is closed unanswered.
+#[test]
+fn custom_on_a_sidecar_inbound_tcp_port() {
+    let config = cluster_with("sample-ext-authz-grpc", false, &tcp_service());
+    let Some((task, _)) = Task::start(&config) else {
+        return;
+    };
+    let back = task
+        .client
+        .ns
+        .run_in(|| tcp_exchange("10.96.0.30:9078", b"hello"))
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&back).contains("hello"), "{back:?}");
+    let back = task
+        .outsider
+        .run_in(|| tcp_exchange(&format!("{SERVER_IP}:8078"), b"hello"))
+        .unwrap()
+        .unwrap();
+    assert!(back.is_empty(), "{back:?}");
+    let checks = std::fs::read_to_string(&task.grpc_log).unwrap();
+    assert_eq!(
+        checks,
+        format!(
+            "tcp\t{CLIENT_IP}\t{SLEEP_ID}\tspiffe://cluster.local/ns/foo/sa/httpbin\n\
+             tcp\t{OUTSIDER_IP}\t\t\n"
+        )
+    );
+    for (outcome, n) in [("ok", 1.0), ("denied", 1.0)] {
+        assert_eq!(
+            task.server.metric(&format!(
+                "warden_ext_authz_tcp_checks_total{{outcome=\"{outcome}\"}}"
+            )),
+            n,
+            "{}",
+            task.server.admin_stats()
+        );
+    }
 }
