@@ -834,11 +834,17 @@ async fn tcp_connections_are_checked_and_denied_ones_never_reach_the_upstream() 
 }
 
 /// A TCP check that cannot be made (the provider down): the connection is closed unrelayed,
-/// or relayed with `failOpen`.
+/// or relayed with `failOpen`. A provider the mesh config lacks closes the connections the
+/// policy matches (Istio's deny rules for a bad CUSTOM action).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_checks_fail_closed_or_open() {
     let down = closed_port().await;
     let (echo, accepted) = counting_tcp_echo().await;
+    let unknown = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: nowhere");
+    let proxy = start(&tcp_config(echo, down.addr(), &unknown), TASK_MESH);
+    assert_eq!(tcp_exchange([127, 0, 0, 1], addr(&proxy, 0)).await, b"");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    proxy.shutdown(Duration::from_secs(1));
     let yaml = tcp_config(echo, down.addr(), TASK_POLICY);
     for (settings, back, relayed) in [
         ("    timeout: 300ms\n", &b""[..], 0),
