@@ -48,9 +48,9 @@ pub fn tcp_notes(
                         code: None,
                         location: set.locate(doc, "spec.provider.name"),
                         message: format!(
-                            "CUSTOM with the envoyExtAuthzHttp provider {provider:?}: on {tcp} \
-                             connections are not checked (Istio leaves this policy out of \
-                             TCP filter chains); HTTP requests are"
+                            "CUSTOM with the envoyExtAuthzHttp provider {provider:?} does not \
+                             apply to {tcp}: those connections are not checked (Istio leaves \
+                             this policy out of TCP filter chains); HTTP requests are"
                         ),
                     });
                     continue;
