@@ -4,8 +4,8 @@
 //!
 //! The provider comes from `meshConfig.extensionProviders` by the policies' `provider.name`, its
 //! service resolved through the registry (ServiceEntry, Kubernetes Service) as Istio's
-//! `LookupCluster` does, with TLS by its DestinationRule as for any upstream
-//! ([`ExtAuthzFilter::set_tls`], called by the snapshot). As in Istio, a workload whose CUSTOM policies name more than one
+//! `LookupCluster` does, with TLS by its DestinationRule as for any upstream, or auto mTLS to
+//! meshed endpoints ([`ExtAuthzFilter::set_tls`], called by the snapshot). As in Istio, a workload whose CUSTOM policies name more than one
 //! provider, a provider the mesh config lacks, or a service the registry lacks, gets every
 //! request denied (RBAC's 403), and `warden check` says why.
 //!
@@ -72,7 +72,9 @@ pub struct Provider {
     /// The registry host and service port (its DestinationRule's TLS applies).
     host: String,
     port: u16,
-    /// TLS by the service's DestinationRule ([`ExtAuthzFilter::set_tls`]).
+    /// TLS by the service's DestinationRule or auto mTLS ([`ExtAuthzFilter::set_tls`]): the
+    /// latter, for `warden check`.
+    auto_mtls: bool,
     grpc_tls: Option<rls_connection::GrpcTls>,
     https: Option<Arc<UpstreamTls>>,
     timeout: Duration,
@@ -210,10 +212,12 @@ impl ExtAuthzFilter {
     }
 
     /// Check over TLS (the provider service's DestinationRule `tls`, built as any upstream's).
-    pub fn set_tls(&mut self, tls: Arc<UpstreamTls>) {
+    /// `auto_mtls`: Istio's auto mTLS chose it, not a DestinationRule.
+    pub fn set_tls(&mut self, tls: Arc<UpstreamTls>, auto_mtls: bool) {
         let Some(Target::Provider(p)) = &mut self.target else {
             return;
         };
+        p.auto_mtls = auto_mtls;
         if matches!(p.kind, Kind::Grpc) {
             let mut config = (*tls.config).clone();
             config.alpn_protocols = vec![b"h2".to_vec()];
@@ -242,9 +246,16 @@ impl ExtAuthzFilter {
                 p.address,
                 p.via,
                 if p.grpc_tls.is_some() || p.https.is_some() {
-                    ", TLS (DestinationRule or auto mTLS)"
+                    format!(
+                        ", TLS by {}",
+                        if p.auto_mtls {
+                            "auto mTLS"
+                        } else {
+                            "DestinationRule"
+                        }
+                    )
                 } else {
-                    ""
+                    String::new()
                 },
                 p.timeout,
                 if p.fail_open {
@@ -321,6 +332,7 @@ fn resolve(set: &ConfigSet, providers: &[ExtensionProvider], rules: &CustomRules
         authority,
         host: host.to_owned(),
         port,
+        auto_mtls: false,
         grpc_tls: None,
         https: None,
         timeout: common.timeout,

@@ -207,7 +207,7 @@ impl Snapshot {
                 b.provider_tls(&host, port, http2),
                 filters.ext_authz.as_mut(),
             ) {
-                f.set_tls(tls);
+                f.set_tls(tls.0, tls.1);
             }
         }
         b.warnings.extend(filters.warnings.iter().cloned());

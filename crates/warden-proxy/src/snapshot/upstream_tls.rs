@@ -22,26 +22,32 @@ impl Builder<'_> {
         self.identity.mesh.is_some() && self.identity.sidecar.is_some()
     }
 
-    /// TLS to an ext_authz provider's service `host`:`port`, as to any upstream cluster of it:
-    /// its DestinationRule's `tls` for the port (DISABLE included) wins; without one, auto
-    /// mTLS when every endpoint is a meshed pod.
-    pub(super) fn provider_tls(&mut self, host: &str, port: u16, http2: bool) -> Built {
+    /// TLS to an ext_authz provider's service `host`:`port`, as to any upstream cluster of it,
+    /// and whether auto mTLS chose it: its DestinationRule's `tls` for the port (DISABLE included)
+    /// wins; without one, auto mTLS when every endpoint is a meshed pod.
+    pub(super) fn provider_tls(
+        &mut self,
+        host: &str,
+        port: u16,
+        http2: bool,
+    ) -> Result<Option<(Arc<UpstreamTls>, bool)>, ()> {
         let set = self.set;
         let dr = set.destination_rule_for_host(host);
         let policy = dr.and_then(|d| d.spec.policy_for(None));
-        match (dr, policy.as_ref().and_then(|p| p.tls_for_port(port))) {
-            (Some(dr), Some(tls)) => self.upstream_tls(dr, tls, host, http2),
+        let (built, auto) = match (dr, policy.as_ref().and_then(|p| p.tls_for_port(port))) {
+            (Some(dr), Some(tls)) => (self.upstream_tls(dr, tls, host, http2), false),
             _ => match set.service_entry_for_host(host) {
                 Some(se)
                     if !se.spec.endpoints.is_empty()
                         && meshed(&se.spec, None)
                         && self.auto_mtls_applies() =>
                 {
-                    self.upstream_tls(se, &auto_mtls(), host, http2)
+                    (self.upstream_tls(se, &auto_mtls(), host, http2), true)
                 }
-                _ => Ok(None),
+                _ => (Ok(None), false),
             },
-        }
+        };
+        Ok(built?.map(|tls| (tls, auto)))
     }
 
     /// `dr` is where problems are reported: the DestinationRule, or for auto mTLS the service.
