@@ -2,8 +2,8 @@
 //! file per filter: `jwt_authn` (RequestAuthentication), `ext_authz` (CUSTOM policies'
 //! external authorizer), `authz` (RBAC), `local_rate_limit`,
 //! `cors`, `global_rate_limit/`, `fault`, `lua` (Envoy's Lua filter, from EnvoyFilter patches);
-//! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
-//! limits). `route_sites` names every route the way EnvoyFilter patches do.
+//! `l4` holds what the TCP path applies to a connection (CUSTOM's network ext_authz and RBAC
+//! on the first byte, connection limits). `route_sites` names every route the way EnvoyFilter patches do.
 //!
 //! A snapshot compiles one [`Filters`] per side (gateway and sidecar inbound; a sidecar's
 //! outbound side has none, as in Istio).
