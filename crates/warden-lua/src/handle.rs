@@ -21,6 +21,8 @@ pub(crate) struct Live {
     pub dead: bool,
     pub respond: Option<LocalResponse>,
     pub call: Option<HttpCall>,
+    /// `body()` asked for a body not read yet ([`Stream::body_pending`]).
+    pub wants_body: bool,
     pub script: Arc<str>,
 }
 
@@ -185,12 +187,16 @@ impl UserData for BufferUd {
             }
             lua.create_string(&body[start..start + len])
         });
+        // Envoy answers the new length (and sets `content-length` to it, which the proxy
+        // does when it applies the body).
         m.add_method("setBytes", |_, this, bytes: mlua::LuaString| {
             check(&this.0)?;
             let mut live = this.0.borrow_mut();
-            live.stream.body = Some(bytes.as_bytes().to_vec());
+            let bytes = bytes.as_bytes().to_vec();
+            let len = bytes.len();
+            live.stream.body = Some(bytes);
             live.stream.body_changed = true;
-            Ok(())
+            Ok(len)
         });
     }
 }
@@ -481,6 +487,17 @@ for name, f in pairs(rust) do
   M[name] = function(self, ...) return f(self[1], ...) end
 end
 local call, respond = rust.httpCall, rust.respond
+local need_body, body, chunks = rust.needBody, rust.body, rust.bodyChunks
+M.needBody = nil
+-- The body is read (the coroutine suspended) only when a script asks for it.
+M.body = function(self, ...)
+  if need_body(self[1]) then yield() end
+  return body(self[1], ...)
+end
+M.bodyChunks = function(self)
+  if need_body(self[1]) then yield() end
+  return chunks(self[1])
+end
 M.httpCall = function(self, ...)
   if call(self[1], ...) then return yield() end
 end
@@ -517,6 +534,15 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                 live.borrow_mut().stream.body = Some(Vec::new());
             }
             Ok((has || always_wrap == Some(true)).then_some(BufferUd(live)))
+        })?,
+    )?;
+    rust.set(
+        "needBody",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            l.wants_body = l.stream.body_pending;
+            Ok(l.wants_body)
         })?,
     )?;
     rust.set(

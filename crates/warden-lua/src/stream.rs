@@ -59,6 +59,11 @@ pub struct Stream {
     pub headers: HeaderList,
     /// The buffered body, when the proxy buffered it (`body()` is nil otherwise).
     pub body: Option<Vec<u8>>,
+    /// The body is still on its way: `body()` / `bodyChunks()` suspend the phase
+    /// ([`crate::Run::Body`]) until the proxy has read it, so a phase that never asks reads
+    /// nothing.
+    pub body_pending: bool,
+    /// The trailers that came after the body (nil in Lua when none, as Envoy has it).
     pub trailers: Option<HeaderList>,
     pub info: StreamInfo,
     pub dynamic_metadata: DynamicMetadata,

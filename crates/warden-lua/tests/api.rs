@@ -460,3 +460,96 @@ fn globals_are_per_script_state() {
     };
     assert_eq!([n(0), n(0), n(1)], ["1", "2", "1"]);
 }
+
+fn response(status: &str) -> Stream {
+    let mut headers = HeaderList::new();
+    headers.add(":status", status.as_bytes());
+    headers.add("foo", b"1".to_vec());
+    Stream {
+        headers,
+        body_pending: true,
+        ..Stream::default()
+    }
+}
+
+/// Envoy's documentation ("Script examples"): the response script waits for the whole body
+/// (`body()` suspends the phase until the proxy has read it) and removes `foo`; a script that
+/// never asks for the body runs without waiting.
+#[test]
+fn response_body_is_read_only_when_a_script_asks() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+  -- Wait for the entire response body and add a response header with the body size.
+  response_handle:headers():add("response_body_size", response_handle:body():length())
+  -- Remove a response header named 'foo'
+  response_handle:headers():remove("foo")
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Body(wait) => wait,
+        other => panic!("{other:?}"),
+    };
+    let mut trailers = HeaderList::new();
+    trailers.add("grpc-status", b"0".to_vec());
+    let out = continued(wait.resume(Some(b"hello".to_vec()), Some(trailers)));
+    assert_eq!(text(out.headers.get("response_body_size")).unwrap(), "5");
+    assert!(out.headers.get("foo").is_none());
+    assert_eq!(out.body.as_deref(), Some(&b"hello"[..]));
+    assert!(out.trailers.is_some());
+
+    let headers_only =
+        program(r#"function envoy_on_response(h) h:headers():add("x-seen", "1") end"#);
+    let out = continued(headers_only.run(0, Phase::Response, response("200")));
+    assert!(out.body.is_none() && out.body_pending, "nothing was read");
+}
+
+/// Envoy's documentation: `setBytes` on the response body (its new length is answered), and
+/// `bodyChunks()` over an empty body yields nothing; `trailers()` is nil without trailers
+/// and edits them when there are.
+#[test]
+fn response_set_bytes_chunks_and_trailers() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+  local n = response_handle:body():setBytes("<html><b>Not Found<b></html>")
+  response_handle:headers():replace("content-type", "text/html")
+  response_handle:headers():add("x-len", n)
+  local chunks = 0
+  for chunk in response_handle:bodyChunks() do chunks = chunks + chunk:length() end
+  response_handle:headers():add("x-chunks", chunks)
+  local t = response_handle:trailers()
+  if t == nil then
+    response_handle:headers():add("x-trailers", "none")
+  else
+    response_handle:headers():add("x-trailers", t:get("grpc-status"))
+    t:replace("grpc-message", "from lua")
+  end
+end"#,
+    );
+    for trailers in [false, true] {
+        let wait = match p.run(0, Phase::Response, response("404")) {
+            Run::Body(wait) => wait,
+            other => panic!("{other:?}"),
+        };
+        let t = trailers.then(|| {
+            let mut t = HeaderList::new();
+            t.add("grpc-status", b"5".to_vec());
+            t
+        });
+        let out = continued(wait.resume(Some(b"{\"error\":1}".to_vec()), t));
+        assert_eq!(
+            out.body.as_deref(),
+            Some(&b"<html><b>Not Found<b></html>"[..])
+        );
+        assert!(out.body_changed);
+        assert_eq!(text(out.headers.get("x-len")).unwrap(), "28");
+        assert_eq!(text(out.headers.get("x-chunks")).unwrap(), "28");
+        assert_eq!(text(out.headers.get("content-type")).unwrap(), "text/html");
+        if trailers {
+            assert_eq!(text(out.headers.get("x-trailers")).unwrap(), "5");
+            let t = out.trailers.unwrap();
+            assert_eq!(text(t.get("grpc-message")).unwrap(), "from lua");
+        } else {
+            assert_eq!(text(out.headers.get("x-trailers")).unwrap(), "none");
+        }
+    }
+}

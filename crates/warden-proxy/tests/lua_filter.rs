@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{addr, client, counting_echo, echo_http, http_config, inline};
+use common::{addr, client, counting_echo, echo_http, http_config, inline, raw_upstream};
 use std::time::Duration;
 use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
 
@@ -559,4 +559,139 @@ end"#
         .unwrap();
     assert_eq!(r.status(), 413);
     proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's docs ("Script examples"), the first script unchanged: the request script waits for
+/// the request body, the response script for the response body, each adding its size; `foo`
+/// is removed from the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_and_response_body_sizes_from_envoy_docs() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"-- Called on the request path.
+function envoy_on_request(request_handle)
+  -- Wait for the entire request body and add a request header with the body size.
+  request_handle:headers():add("request_body_size", request_handle:body():length())
+end
+
+-- Called on the response path.
+function envoy_on_response(response_handle)
+  -- Wait for the entire response body and add a response header with the body size.
+  response_handle:headers():add("response_body_size", response_handle:body():length())
+  -- Remove a response header named 'foo'
+  response_handle:headers():remove("foo")
+end"#
+        )
+    ));
+    let r = client()
+        .post(format!("http://{}/echo", addr(&proxy, 0)))
+        .header("foo", "kept upstream")
+        .body("hello world")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-request_body_size"], "11");
+    assert_eq!(r.headers()["response_body_size"], "11");
+    assert_eq!(r.headers()["x-echo-h-foo"], "kept upstream");
+    assert_eq!(r.text().await.unwrap(), "hello world");
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// An HTTP/1.1 upstream's 404 with a JSON body (read by the proxy's own exchange: its header
+/// lines are kept as read until a script reads them).
+fn json_404(_head: &str) -> Vec<u8> {
+    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nx-raw: 1\r\ncontent-length: 18\r\n\r\n{\"error\":\"absent\"}".to_vec()
+}
+
+/// Envoy's docs: rewriting an upstream's non-2xx JSON answer as HTML, through `body()` (the
+/// body is buffered, `content-length` follows the new body) and through `bodyChunks()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_body_rewritten_with_body_and_body_chunks_from_envoy_docs() {
+    let up = raw_upstream(json_404).await;
+    let with_body = r#"function envoy_on_response(response_handle)
+  response_handle:body():setBytes("<html><b>Not Found<b></html>")
+  response_handle:headers():replace("content-type", "text/html")
+end"#;
+    let with_chunks = r#"function envoy_on_response(response_handle)
+
+  -- Sets the content-type.
+  response_handle:headers():replace("content-type", "text/html")
+
+  local last
+  for chunk in response_handle:bodyChunks() do
+    -- Clears each received chunk.
+    chunk:setBytes("")
+    last = chunk
+  end
+
+  last:setBytes("<html><b>Not Found<b></html>")
+end"#;
+    for script in [with_body, with_chunks] {
+        let proxy = start(&format!(
+            "{}{}",
+            http_config(up, "", ""),
+            lua_filter(script)
+        ));
+        let r = client()
+            .get(format!("http://{}/missing", addr(&proxy, 0)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        assert_eq!(r.headers()["content-type"], "text/html");
+        assert_eq!(r.headers()["content-length"], "28");
+        assert_eq!(
+            r.headers()["x-raw"],
+            "1",
+            "the upstream's other headers stay"
+        );
+        assert_eq!(r.text().await.unwrap(), "<html><b>Not Found<b></html>");
+        assert_eq!(lua_errors(&proxy), 0);
+        proxy.shutdown(Duration::from_secs(1));
+    }
+}
+
+/// A response body over the buffer limit (Envoy's default 1 MiB) that a script waits for is
+/// answered 500, as Envoy answers it; a script that never asks for the body leaves the same
+/// response streaming through whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_over_the_limit_is_answered_500_only_when_a_script_reads_it() {
+    let up = echo_http("up").await;
+    let big = vec![b'x'; (1 << 20) + 1];
+    let reads = r#"function envoy_on_response(h)
+  h:headers():add("x-size", h:body():length())
+end"#;
+    let headers_only = r#"function envoy_on_response(h)
+  h:headers():add("x-size", "unread")
+end"#;
+    for (script, want) in [(reads, 500), (headers_only, 200)] {
+        let proxy = start(&format!(
+            "{}{}",
+            http_config(up.addr, "", ""),
+            lua_filter(script)
+        ));
+        let url = format!("http://{}/echo", addr(&proxy, 0));
+        let r = client().post(&url).body(big.clone()).send().await.unwrap();
+        assert_eq!(r.status(), want, "{script}");
+        if want == 200 {
+            assert_eq!(r.headers()["x-size"], "unread");
+            assert_eq!(r.bytes().await.unwrap().len(), big.len());
+        } else {
+            assert_eq!(r.text().await.unwrap(), "Internal Server Error");
+        }
+        // A body within the limit is read and passed on.
+        let r = client().post(&url).body("small").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["x-size"],
+            if want == 500 { "5" } else { "unread" }
+        );
+        assert_eq!(r.text().await.unwrap(), "small");
+        proxy.shutdown(Duration::from_secs(1));
+    }
 }

@@ -799,6 +799,88 @@ impl LuaFilter {
                     let answer = self.calls.make(&pending.call).await;
                     run = pending.resume(answer);
                 }
+                // The request's body was buffered before the script ran, or is not the
+                // filter's to read.
+                Run::Body(wait) => run = wait.resume(None, None),
+            }
+        }
+    }
+
+    /// The script this filter's request phase chose for the response phase, if any.
+    fn response_script(&self, state: &FilterState) -> Option<usize> {
+        let key = self.key();
+        state
+            .response_choices
+            .as_ref()
+            .and_then(|c| c.iter().find(|(k, _)| *k == key))
+            .map(|(_, s)| *s)
+    }
+
+    /// `envoy_on_response`: the body is read only when the script asks (`body()`,
+    /// `bodyChunks()`), bounded as Envoy bounds it; `httpCall()` waits here as in the request
+    /// phase.
+    async fn response_phase(
+        &self,
+        script: usize,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) {
+        state.settle_metadata();
+        // The upstream's header lines kept as read go into the map: the script sees (and
+        // edits) every header.
+        crate::upstream::h1_exchange::response_headers_mut(response);
+        let mut stream = response_stream(response, state);
+        stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
+        let mut read = false;
+        let mut run = self.program.run(script, Phase::Response, stream);
+        loop {
+            match run {
+                Run::Continue(s) | Run::Failed(s, _) => {
+                    self.send_async(&s);
+                    apply_response(s, read, state, response);
+                    return;
+                }
+                Run::Respond(s, _) => {
+                    tracing::error!("script log: respond() is not allowed in the response flow");
+                    self.send_async(&s);
+                    apply_response(s, read, state, response);
+                    return;
+                }
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
+                }
+                Run::Body(wait) => {
+                    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+                    match buffer_response(body).await {
+                        Ok((bytes, trailers)) => {
+                            read = true;
+                            let body = (!bytes.is_empty()).then(|| bytes.to_vec());
+                            run = wait.resume(body, trailers.map(|t| header_list(&t)));
+                        }
+                        Err(BodyTrouble::TooLarge) => {
+                            // Envoy: a response over the buffer limit whose headers were not
+                            // sent yet is answered 500 (`response_payload_too_large`).
+                            drop(wait);
+                            state.notes.replied(None);
+                            state.notes.details = Some("response_payload_too_large");
+                            *response = LocalReply::new(
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "Internal Server Error",
+                                None,
+                            )
+                            .into_response();
+                            return;
+                        }
+                        Err(BodyTrouble::Broken(e)) => {
+                            // The upstream broke off mid-body: the client's stream is reset,
+                            // as Envoy resets it once the response has begun.
+                            drop(wait);
+                            *response.body_mut() = failing_body(e);
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
@@ -841,6 +923,68 @@ async fn buffer(body: ProxyBody) -> Result<bytes::Bytes, LocalReply> {
         )),
         Err(_) => Err(LocalReply::bad_request()),
     }
+}
+
+/// Why a response body could not be buffered.
+enum BodyTrouble {
+    TooLarge,
+    Broken(crate::upstream::body::BoxError),
+}
+
+/// The response body, whole, and its trailers.
+async fn buffer_response(
+    body: ProxyBody,
+) -> Result<(bytes::Bytes, Option<HeaderMap>), BodyTrouble> {
+    match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned();
+            Ok((collected.to_bytes(), trailers))
+        }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyTrouble::TooLarge),
+        Err(e) => Err(BodyTrouble::Broken(e)),
+    }
+}
+
+/// A body that fails at once with `e` (the server resets the client's stream).
+fn failing_body(e: crate::upstream::body::BoxError) -> ProxyBody {
+    let frames = futures_util::stream::once(std::future::ready(Err::<
+        http_body::Frame<bytes::Bytes>,
+        _,
+    >(e)));
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(frames)))
+}
+
+/// A body of `bytes` then `trailers`.
+fn body_with_trailers(bytes: bytes::Bytes, trailers: HeaderMap) -> ProxyBody {
+    let mut frames = Vec::with_capacity(2);
+    if !bytes.is_empty() {
+        frames.push(Ok(http_body::Frame::data(bytes)));
+    }
+    frames.push(Ok(http_body::Frame::trailers(trailers)));
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(
+        futures_util::stream::iter(frames),
+    )))
+}
+
+fn header_list(map: &HeaderMap) -> HeaderList {
+    let mut list = HeaderList::with_capacity(map.len());
+    for (n, v) in map {
+        list.add(n.as_str(), v.as_bytes());
+    }
+    list
+}
+
+fn header_map(list: &HeaderList) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(list.len());
+    for (n, v) in list.iter() {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
 }
 
 /// `respond()`'s answer: its status, its headers, its body.
@@ -904,9 +1048,9 @@ fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) ->
 
 fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
     StreamInfo {
-        protocol: "HTTP/1.1",
+        protocol: crate::core::request_attrs::protocol_text(req.version),
         downstream_local_address: req.local_addr,
-        downstream_direct_remote_address: SocketAddr::new(req.peer_ip, 0),
+        downstream_direct_remote_address: SocketAddr::new(req.peer_ip, req.peer_port),
         downstream_remote_address: SocketAddr::new(req.client_ip, 0),
         requested_server_name: req.tls.and_then(|t| t.sni.clone()).unwrap_or_default(),
         route_name: route
@@ -1021,6 +1165,11 @@ fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Strea
     }
     Stream {
         headers,
+        info: state
+            .lua_stream_info
+            .as_deref()
+            .cloned()
+            .unwrap_or_default(),
         dynamic_metadata: state
             .dynamic_metadata
             .as_deref()
@@ -1030,8 +1179,33 @@ fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Strea
     }
 }
 
-fn apply_response(s: Stream, state: &mut FilterState, response: &mut Response<ProxyBody>) {
+/// What the response script changed, applied to the response; `read`: the body was
+/// buffered (it goes back, as the script left it, with its trailers).
+fn apply_response(
+    mut s: Stream,
+    read: bool,
+    state: &mut FilterState,
+    response: &mut Response<ProxyBody>,
+) {
     keep_metadata(&s, state);
+    if let Some(reason) = s.reason_phrase.take() {
+        if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.into_bytes()) {
+            response.extensions_mut().insert(reason);
+        }
+    }
+    if read {
+        let bytes = bytes::Bytes::from(s.body.take().unwrap_or_default());
+        if s.body_changed {
+            // Envoy's `setBytes` sets `content-length` to the new length.
+            s.headers.replace("content-length", bytes.len().to_string());
+            s.headers.remove("transfer-encoding");
+            s.headers_changed = true;
+        }
+        *response.body_mut() = match s.trailers.take() {
+            Some(t) if !t.is_empty() => body_with_trailers(bytes, header_map(&t)),
+            _ => ProxyBody::full(bytes),
+        };
+    }
     if !s.headers_changed {
         return;
     }
@@ -1071,15 +1245,22 @@ impl HttpFilter for LuaFilter {
         let Some(script) = self.script_for(req, route) else {
             return Flow::Continue;
         };
-        if self.program.has(script, Phase::Response) {
+        let responds = self.program.has(script, Phase::Response);
+        if responds {
             state
                 .response_choices
                 .get_or_insert_with(Box::default)
                 .push((self.key(), script));
+            // The response script may read the body or make a call: its phase may wait, so
+            // the request takes the pipeline's waiting path (also for a direct response).
+            state.response_waits = true;
+            if state.lua_stream_info.is_none() {
+                state.lua_stream_info = Some(Box::new(stream_info(req, route)));
+            }
         }
         // The script runs in the waiting phase, where the pipeline applies its changes to the
         // request before the next filter reads it.
-        if self.program.has(script, Phase::Request) {
+        if responds || self.program.has(script, Phase::Request) {
             Flow::Wait
         } else {
             Flow::Continue
@@ -1094,8 +1275,10 @@ impl HttpFilter for LuaFilter {
         _metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
         match self.script_for(req, route) {
-            Some(script) => Box::pin(self.request_phase(script, req, route, state)),
-            None => Box::pin(std::future::ready(Verdict::Continue)),
+            Some(script) if self.program.has(script, Phase::Request) => {
+                Box::pin(self.request_phase(script, req, route, state))
+            }
+            _ => Box::pin(std::future::ready(Verdict::Continue)),
         }
     }
 
@@ -1103,33 +1286,28 @@ impl HttpFilter for LuaFilter {
         self.reads_body
     }
 
+    /// Not reached for a request whose script has a response phase (that sets
+    /// [`FilterState::response_waits`]); kept for the trait's sake.
     fn on_response(
         &self,
         _route: &Route,
         state: &mut FilterState,
-        response: &mut Response<ProxyBody>,
+        _response: &mut Response<ProxyBody>,
     ) {
-        let key = self.key();
-        let Some(script) = state
-            .response_choices
-            .as_ref()
-            .and_then(|c| c.iter().find(|(k, _)| *k == key))
-            .map(|(_, s)| *s)
-        else {
-            return;
-        };
-        match self.program.run(script, Phase::Response, {
-            state.settle_metadata();
-            response_stream(response, state)
-        }) {
-            Run::Continue(s) | Run::Failed(s, _) => apply_response(s, state, response),
-            Run::Respond(s, _) => {
-                tracing::error!("script log: respond() is not allowed in the response flow");
-                apply_response(s, state, response);
-            }
-            Run::Call(_) => tracing::error!(
-                "script log: httpCall() in the response flow is not supported; no call was made"
-            ),
+        if self.response_script(state).is_some() {
+            tracing::error!("script log: a Lua response phase ran without waiting; skipped");
+        }
+    }
+
+    fn on_response_waiting<'a>(
+        &'a self,
+        _route: &'a Route,
+        state: &'a mut FilterState,
+        response: &'a mut Response<ProxyBody>,
+    ) -> super::chain::ResponseFuture<'a> {
+        match self.response_script(state) {
+            Some(script) => Box::pin(self.response_phase(script, state, response)),
+            None => Box::pin(std::future::ready(())),
         }
     }
 }
