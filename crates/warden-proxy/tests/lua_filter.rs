@@ -470,30 +470,7 @@ async fn http_call_to_a_cluster_added_by_a_cluster_patch() {
   request_handle:headers():add("x-missing-status", h2[":status"])
 end"#,
     );
-    let cluster = format!(
-        r#"    - applyTo: CLUSTER
-      match:
-        context: GATEWAY
-      patch:
-        operation: ADD
-        value:
-          name: "lua_cluster"
-          type: STRICT_DNS
-          connect_timeout: 0.5s
-          lb_policy: ROUND_ROBIN
-          load_assignment:
-            cluster_name: lua_cluster
-            endpoints:
-            - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address:
-                      protocol: TCP
-                      address: "127.0.0.1"
-                      port_value: {}
-"#,
-        acl.addr.port()
-    );
+    let cluster = cluster_patch("lua_cluster", acl.addr.port());
     let proxy = start(&format!("{}{lua}\n{cluster}", http_config(up.addr, "", "")));
     let r = client()
         .get(format!("http://{}/", addr(&proxy, 0)))
@@ -694,4 +671,81 @@ end"#;
         assert_eq!(r.text().await.unwrap(), "small");
         proxy.shutdown(Duration::from_secs(1));
     }
+}
+
+/// A CLUSTER ADD patch (Istio's EnvoyFilter docs' shape) naming `name` at 127.0.0.1:`port`.
+fn cluster_patch(name: &str, port: u16) -> String {
+    format!(
+        r#"    - applyTo: CLUSTER
+      match:
+        context: GATEWAY
+      patch:
+        operation: ADD
+        value:
+          name: "{name}"
+          type: STRICT_DNS
+          connect_timeout: 0.5s
+          lb_policy: ROUND_ROBIN
+          load_assignment:
+            cluster_name: {name}
+            endpoints:
+            - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address:
+                      protocol: TCP
+                      address: "127.0.0.1"
+                      port_value: {port}
+"#
+    )
+}
+
+/// `httpCall()` in the response flow, as Envoy allows it: a synchronous call whose answer
+/// becomes a response header (the response waits for it), and an asynchronous one that is
+/// sent while the response goes on (Envoy's `options` table form).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_call_in_the_response_flow_sync_and_async() {
+    let up = echo_http("up").await;
+    let acl = echo_http("acl").await;
+    let audit = counting_echo().await;
+    let lua = lua_filter(
+        r#"function envoy_on_response(response_handle)
+  local headers, body = response_handle:httpCall(
+    "lua_cluster",
+    {[":method"] = "POST", [":path"] = "/stamp", [":authority"] = "lua_cluster"},
+    response_handle:headers():get(":status"),
+    5000)
+  response_handle:headers():add("x-stamp-status", headers[":status"])
+  response_handle:headers():add("x-stamp-body", body)
+  response_handle:httpCall("audit_cluster",
+    {[":method"] = "GET", [":path"] = "/audit", [":authority"] = "audit"}, "",
+    {["asynchronous"] = true, ["timeout_ms"] = 1000})
+end"#,
+    );
+    let yaml = format!(
+        "{}{lua}\n{}{}",
+        http_config(up.addr, "", ""),
+        cluster_patch("lua_cluster", acl.addr.port()),
+        cluster_patch("audit_cluster", audit.http_addr().unwrap().port()),
+    );
+    let proxy = start(&yaml);
+    let r = client()
+        .get(format!("http://{}/status/201", addr(&proxy, 0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(r.headers()["x-stamp-status"], "200");
+    assert_eq!(
+        r.headers()["x-stamp-body"],
+        "201",
+        "the call carried the status"
+    );
+    assert_eq!(r.headers()["x-upstream"], "up");
+    assert!(
+        warden_testkit::wait_until(Duration::from_secs(5), || audit.total() == 1),
+        "the asynchronous call was sent"
+    );
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
 }
