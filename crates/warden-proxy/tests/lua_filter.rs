@@ -749,3 +749,98 @@ end"#,
     assert_eq!(lua_errors(&proxy), 0);
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// Runs tests/lua/h2_trailers_client.py (python-h2, Debian's python3-h2) against `at`.
+async fn h2_post(
+    at: std::net::SocketAddr,
+    path: &str,
+    body: &str,
+    trailers: &[&str],
+) -> serde_json::Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/lua/h2_trailers_client.py"
+    );
+    let mut args = vec![
+        script.to_string(),
+        at.ip().to_string(),
+        at.port().to_string(),
+        path.to_string(),
+        body.to_string(),
+    ];
+    args.extend(trailers.iter().map(|t| t.to_string()));
+    let out = tokio::process::Command::new("/usr/bin/python3")
+        .args(&args)
+        .output()
+        .await
+        .expect("python3 runs (Debian's python3-h2: apt-get install python3-h2)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `trailers()` in both flows over HTTP/2: python-h2 sends a body with trailers, the request
+/// script reads them (after `body()`, as Envoy asks) into a header and adds one; the upstream
+/// (h2c, an HTTP2 port) echoes body and trailers back, and the response script edits the
+/// response's trailers. Without trailers `trailers()` is nil in both flows. An HTTP/1.1
+/// chunked request's trailers reach the request script too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_in_the_request_and_response_flows() {
+    let up = echo_http("up").await;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  request_handle:body()
+  local trailers = request_handle:trailers()
+  if trailers == nil then
+    request_handle:headers():add("x-request-trailers", "none")
+  else
+    request_handle:headers():add("x-request-checksum", trailers:get("x-checksum"))
+    trailers:add("x-lua-request", "added")
+  end
+end
+function envoy_on_response(response_handle)
+  response_handle:body()
+  local trailers = response_handle:trailers()
+  if trailers == nil then
+    response_handle:headers():add("x-response-trailers", "none")
+  else
+    response_handle:headers():add("x-response-trailers", trailers:getNumValues("x-checksum"))
+    trailers:replace("x-checksum", "lua:" .. trailers:get("x-checksum"))
+  end
+end"#,
+    );
+    let yaml = format!("{}{lua}", http_config(up.addr, "", ""))
+        .replace("protocol: HTTP}", "protocol: HTTP2}");
+    let proxy = start(&yaml);
+    let at = addr(&proxy, 0);
+
+    let r = h2_post(at, "/echo", "hello", &["x-checksum=abc"]).await;
+    assert_eq!(r["reset"], serde_json::Value::Null, "{r}");
+    assert_eq!(r["headers"][":status"], "200", "{r}");
+    assert_eq!(r["headers"]["x-echo-h-x-request-checksum"], "abc", "{r}");
+    assert_eq!(r["headers"]["x-response-trailers"], "1", "{r}");
+    assert_eq!(r["body"], "hello", "{r}");
+    assert_eq!(r["trailers"]["x-checksum"], "lua:abc", "{r}");
+    assert_eq!(r["trailers"]["x-lua-request"], "added", "{r}");
+
+    let r = h2_post(at, "/echo", "hello", &[]).await;
+    assert_eq!(r["headers"]["x-echo-h-x-request-trailers"], "none", "{r}");
+    assert_eq!(r["headers"]["x-response-trailers"], "none", "{r}");
+    assert_eq!(r["body"], "hello", "{r}");
+    assert_eq!(r["trailers"], serde_json::Value::Null, "{r}");
+
+    // HTTP/1.1: a chunked body with a trailer line.
+    let text = common::raw(
+        at,
+        b"POST /echo HTTP/1.1\r\nhost: lua.test\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: h1\r\n\r\n",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("x-echo-h-x-request-checksum: h1"), "{text}");
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}

@@ -765,11 +765,25 @@ impl LuaFilter {
     ) -> Verdict {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
+        let mut read = false;
         if let Some(body) = state.request_body.take() {
-            match buffer(*body).await {
-                // No body: `body()` is nil, as Envoy has it.
-                Ok(bytes) => stream.body = (!bytes.is_empty()).then(|| bytes.to_vec()),
-                Err(reply) => return Verdict::Reply(reply),
+            match buffer_body(*body).await {
+                // No body: `body()` is nil, as Envoy has it; no trailers: `trailers()` is nil.
+                Ok((bytes, trailers)) => {
+                    read = true;
+                    stream.body = (!bytes.is_empty()).then(|| bytes.to_vec());
+                    stream.trailers = trailers.map(|t| header_list(&t));
+                }
+                // Envoy's answer to a request body over the buffer limit.
+                Err(BodyTrouble::TooLarge) => {
+                    return Verdict::Reply(LocalReply::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "Payload Too Large",
+                        None,
+                    ))
+                }
+                // The client's body broke off.
+                Err(BodyTrouble::Broken(_)) => return Verdict::Reply(LocalReply::bad_request()),
             }
         }
         let mut run = self.program.run(script, Phase::Request, stream);
@@ -777,14 +791,18 @@ impl LuaFilter {
             match run {
                 Run::Continue(mut s) | Run::Failed(mut s, _) => {
                     self.send_async(&s);
-                    if let Some(body) = s.body.take() {
+                    if read {
+                        let body = bytes::Bytes::from(s.body.take().unwrap_or_default());
                         if s.body_changed {
                             // The upstream gets the new body with its length.
                             s.headers.replace("content-length", body.len().to_string());
                             s.headers.remove("transfer-encoding");
                             s.headers_changed = true;
                         }
-                        state.request_body = Some(Box::new(ProxyBody::full(body.into())));
+                        state.request_body = Some(Box::new(match s.trailers.take() {
+                            Some(t) if !t.is_empty() => body_with_trailers(body, header_map(&t)),
+                            _ => ProxyBody::full(body),
+                        }));
                     }
                     apply_request(s, req, state);
                     return Verdict::Continue;
@@ -852,7 +870,7 @@ impl LuaFilter {
                 }
                 Run::Body(wait) => {
                     let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
-                    match buffer_response(body).await {
+                    match buffer_body(body).await {
                         Ok((bytes, trailers)) => {
                             read = true;
                             let body = (!bytes.is_empty()).then(|| bytes.to_vec());
@@ -912,29 +930,14 @@ pub fn register_metrics(
     );
 }
 
-/// The request body, whole: 413 beyond [`MAX_BODY`], 400 when the client's body breaks off.
-async fn buffer(body: ProxyBody) -> Result<bytes::Bytes, LocalReply> {
-    match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(LocalReply::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "Payload Too Large",
-            None,
-        )),
-        Err(_) => Err(LocalReply::bad_request()),
-    }
-}
-
 /// Why a response body could not be buffered.
 enum BodyTrouble {
     TooLarge,
     Broken(crate::upstream::body::BoxError),
 }
 
-/// The response body, whole, and its trailers.
-async fn buffer_response(
-    body: ProxyBody,
-) -> Result<(bytes::Bytes, Option<HeaderMap>), BodyTrouble> {
+/// A body, whole, and its trailers (HTTP/2's, or a chunked HTTP/1.1 body's that hyper read).
+async fn buffer_body(body: ProxyBody) -> Result<(bytes::Bytes, Option<HeaderMap>), BodyTrouble> {
     match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
         Ok(collected) => {
             let trailers = collected.trailers().cloned();
