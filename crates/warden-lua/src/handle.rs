@@ -280,6 +280,12 @@ impl UserData for StreamInfoUd {
         m.add_method("downstreamLocalAddress", |_, this, ()| {
             info(this, |i| i.downstream_local_address.to_string())
         });
+        // No original-destination rewrite of the local address here: the same one.
+        m.add_method("downstreamDirectLocalAddress", |_, this, ()| {
+            info(this, |i| i.downstream_local_address.to_string())
+        });
+        // warden has no virtual clusters: Envoy's answer when none matched.
+        m.add_method("virtualClusterName", |_, this, ()| info(this, |_| ""));
         m.add_method("downstreamDirectRemoteAddress", |_, this, ()| {
             info(this, |i| i.downstream_direct_remote_address.to_string())
         });
@@ -338,6 +344,9 @@ impl UserData for SslUd {
         });
         m.add_method("uriSanPeerCertificate", |_, this, ()| {
             ssl(this, |s| s.uri_san_peer_certificate.clone())
+        });
+        m.add_method("dnsSansPeerCertificate", |_, this, ()| {
+            ssl(this, |s| s.dns_sans_peer_certificate.clone())
         });
         m.add_method("subjectPeerCertificate", |_, this, ()| {
             ssl(this, |s| s.subject_peer_certificate.clone())

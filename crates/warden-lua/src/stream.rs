@@ -16,7 +16,9 @@ pub struct SslInfo {
     pub peer_certificate_validated: bool,
     /// URI SANs of the peer certificate (SPIFFE ids).
     pub uri_san_peer_certificate: Vec<String>,
+    pub dns_sans_peer_certificate: Vec<String>,
     pub subject_peer_certificate: String,
+    /// `TLSv1.2`, `TLSv1.3`.
     pub tls_version: String,
 }
 

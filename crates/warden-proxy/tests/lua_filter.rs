@@ -844,3 +844,244 @@ end"#,
     assert_eq!(lua_errors(&proxy), 0);
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// `streamInfo()` in both flows and `connection():ssl()` on a MUTUAL TLS gateway with curl
+/// presenting a SPIFFE client certificate; the response script's `setHttp1ReasonPhrase`
+/// is the status line's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_info_ssl_connection_and_reason_phrase_over_mutual_tls() {
+    use warden_testkit::pki::{Leaf, Pki};
+    let up = echo_http("up").await;
+    let pki = Pki::new("lua-gw");
+    let (cert, key) = pki.issue("gw", &common::leaf("lua.example.com"));
+    let (client_cert, client_key) = pki.issue(
+        "client",
+        &Leaf {
+            common_name: "client".into(),
+            uris: vec!["spiffe://cluster.local/ns/default/sa/client".into()],
+            dns: vec!["client.example.com".into()],
+            ..Leaf::default()
+        },
+    );
+    let yaml = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  servers:
+  - port: {{number: 0, protocol: HTTPS, name: https}}
+    hosts: ["*"]
+    tls: {{mode: MUTUAL, serverCertificate: {cert}, privateKey: {key}, caCertificates: {ca}}}
+{se}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: site}}
+spec:
+  hosts: ["*"]
+  gateways: [gw]
+  http:
+  - name: all
+    route: [{{destination: {{host: echo.internal}}}}]
+{lua}"#,
+        cert = cert.display(),
+        key = key.display(),
+        ca = pki.ca_path.display(),
+        se = common::service_entry("echo.internal", &[up.addr]),
+        lua = lua_filter(
+            r#"function envoy_on_request(request_handle)
+  local info = request_handle:streamInfo()
+  local h = request_handle:headers()
+  h:add("x-protocol", info:protocol())
+  h:add("x-route", info:routeName())
+  h:add("x-sni", info:requestedServerName())
+  h:add("x-local", info:downstreamLocalAddress())
+  h:add("x-direct-remote", info:downstreamDirectRemoteAddress())
+  h:add("x-remote", info:downstreamRemoteAddress())
+  h:add("x-virtual-cluster", "[" .. info:virtualClusterName() .. "]")
+  local ssl = request_handle:connection():ssl()
+  if ssl == nil then
+    h:add("x-ssl", "plain")
+  else
+    h:add("x-ssl", "secure")
+    h:add("x-peer-presented", tostring(ssl:peerCertificatePresented()))
+    h:add("x-peer-uri", table.concat(ssl:uriSanPeerCertificate(), ","))
+    h:add("x-peer-dns", table.concat(ssl:dnsSansPeerCertificate(), ","))
+    h:add("x-peer-subject", ssl:subjectPeerCertificate())
+    h:add("x-tls", ssl:tlsVersion())
+  end
+  h:add("x-stream-ssl", tostring(info:downstreamSslConnection() ~= nil))
+end
+function envoy_on_response(response_handle)
+  local info = response_handle:streamInfo()
+  response_handle:headers():add("x-response-protocol", info:protocol())
+  response_handle:headers():add("x-response-route", info:routeName())
+  response_handle:headers():setHttp1ReasonPhrase("Lua Says OK")
+end"#
+        ),
+    );
+    let proxy = start(&yaml);
+    let at = addr(&proxy, 0);
+    let args: Vec<String> = [
+        "-sS",
+        "--http1.1",
+        "--max-time",
+        "10",
+        "--cacert",
+        &pki.ca_path.display().to_string(),
+        "--cert",
+        &client_cert.display().to_string(),
+        "--key",
+        &client_key.display().to_string(),
+        "--resolve",
+        &format!("lua.example.com:{}:127.0.0.1", at.port()),
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        &format!("https://lua.example.com:{}/info", at.port()),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (ok, out) = common::run("curl", args).await;
+    assert!(ok, "{out}");
+    let header = |name: &str| {
+        out.lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+    };
+    assert!(out.starts_with("HTTP/1.1 200 Lua Says OK\r\n"), "{out}");
+    assert_eq!(header("x-echo-h-x-protocol"), "HTTP/1.1");
+    assert_eq!(header("x-echo-h-x-route"), "all");
+    assert_eq!(header("x-echo-h-x-sni"), "lua.example.com");
+    assert_eq!(header("x-echo-h-x-local"), at.to_string());
+    let direct = header("x-echo-h-x-direct-remote");
+    assert!(
+        direct.starts_with("127.0.0.1:") && !direct.ends_with(":0"),
+        "{direct}"
+    );
+    assert_eq!(
+        header("x-echo-h-x-remote"),
+        direct,
+        "no x-forwarded-for: the peer"
+    );
+    assert_eq!(header("x-echo-h-x-virtual-cluster"), "[]");
+    assert_eq!(header("x-echo-h-x-ssl"), "secure");
+    assert_eq!(header("x-echo-h-x-peer-presented"), "true");
+    assert_eq!(
+        header("x-echo-h-x-peer-uri"),
+        "spiffe://cluster.local/ns/default/sa/client"
+    );
+    assert_eq!(header("x-echo-h-x-peer-dns"), "client.example.com");
+    assert_eq!(header("x-echo-h-x-peer-subject"), "CN=client");
+    assert_eq!(header("x-echo-h-x-tls"), "TLSv1.3");
+    assert_eq!(header("x-echo-h-x-stream-ssl"), "true");
+    assert_eq!(header("x-response-protocol"), "HTTP/1.1");
+    assert_eq!(header("x-response-route"), "all");
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's docs: `filterContext()` answers the route's `LuaPerRoute.filter_context` (here
+/// with a script by name; the default script's routes get an empty table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_context_comes_from_the_routes_lua_per_route() {
+    let up = echo_http("up").await;
+    let routes = r#"
+  - name: ctx
+    match: [{uri: {prefix: /ctx}}]
+    route: [{destination: {host: echo.internal}}]"#;
+    let filter = lua_filter_with(
+        r#"default_source_code:
+  inline_string: |
+    function envoy_on_request(request_handle)
+      local value = request_handle:filterContext()["key"]
+      request_handle:headers():add("x-ctx", tostring(value))
+    end
+source_codes:
+  with_context:
+    inline_string: |
+      function envoy_on_request(request_handle)
+        -- Get the filter context
+        local filter_context = request_handle:filterContext()
+
+        -- Access the filter context data
+        local value = filter_context["key"]
+        request_handle:headers():add("x-ctx", value)
+      end
+      function envoy_on_response(response_handle)
+        response_handle:headers():add("x-ctx-response", response_handle:filterContext()["key"])
+      end"#,
+    );
+    let per_route = r#"    - applyTo: HTTP_ROUTE
+      match:
+        context: GATEWAY
+        routeConfiguration: {vhost: {route: {name: ctx}}}
+      patch:
+        operation: MERGE
+        value:
+          typed_per_filter_config:
+            envoy.filters.http.lua:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute
+              name: with_context
+              filter_context:
+                key: xxxxxx
+"#;
+    let proxy = start(&format!(
+        "{}{filter}\n{per_route}",
+        http_config(up.addr, routes, "")
+    ));
+    let get = |path: &'static str| {
+        let url = format!("http://{}{path}", addr(&proxy, 0));
+        async move { client().get(url).send().await.unwrap() }
+    };
+    let r = get("/ctx").await;
+    assert_eq!(r.headers()["x-echo-h-x-ctx"], "xxxxxx");
+    assert_eq!(r.headers()["x-ctx-response"], "xxxxxx");
+    let r = get("/other").await;
+    assert_eq!(r.headers()["x-echo-h-x-ctx"], "nil");
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Envoy's docs: after a script changes what routing reads, `clearRouteCache()` routes the
+/// request again; without it the request keeps the route it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_route_cache_routes_the_changed_request_again() {
+    let up = echo_http("up").await;
+    let routes = r#"
+  - name: moved
+    match: [{uri: {prefix: /new}}]
+    directResponse: {status: 200, body: {string: "the new route"}}"#;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, routes, ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  request_handle:headers():replace(":path", "/new/place")
+  if request_handle:headers():get("x-clear") then
+    -- Clear the route cache
+    request_handle:clearRouteCache()
+  end
+end"#
+        )
+    ));
+    let url = format!("http://{}/old", addr(&proxy, 0));
+    let r = client()
+        .get(&url)
+        .header("x-clear", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-upstream").is_none());
+    assert_eq!(r.text().await.unwrap(), "the new route");
+    let r = client().get(&url).send().await.unwrap();
+    assert_eq!(r.headers()["x-upstream"], "up", "the route it had");
+    assert_eq!(r.headers()["x-echo-path"], "/new/place");
+    proxy.shutdown(Duration::from_secs(1));
+}

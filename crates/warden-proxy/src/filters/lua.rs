@@ -42,8 +42,16 @@ enum RouteScript {
     Default,
     /// `LuaPerRoute.disabled`.
     Disabled,
-    /// A script of the program (`LuaPerRoute.name` or `source_code`).
+    /// A [`Choice`] (`LuaPerRoute.name` or `source_code`, with its `filter_context`).
     Script(usize),
+}
+
+/// A script a route runs, and the `filter_context` its `LuaPerRoute` gives it.
+#[derive(Debug)]
+struct Choice {
+    /// The script's index in the program.
+    script: usize,
+    context: serde_json::Map<String, Value>,
 }
 
 /// One Lua filter of a chain.
@@ -52,7 +60,9 @@ pub struct LuaFilter {
     /// The name the patch gave it (positions of later patches refer to it).
     name: String,
     program: Program,
-    /// The default script's index in `program`.
+    /// The scripts routes run, with their contexts ([`RouteScript::Script`] indexes it).
+    choices: Vec<Choice>,
+    /// The default script's choice.
     default: Option<usize>,
     per_route: SiteTable<RouteScript>,
     /// Where `httpCall` reaches the clusters its scripts name.
@@ -534,13 +544,21 @@ pub fn build(
         }
         // Route overrides: each per-route patch naming this filter's name lands on routes.
         let mut landed: Vec<(super::route_sites::Landing, RouteScript)> = Vec::new();
+        let mut choices: Vec<Choice> = Vec::new();
+        let default = default.map(|script| {
+            choices.push(Choice {
+                script,
+                context: serde_json::Map::new(),
+            });
+            choices.len() - 1
+        });
         for r in per_route.iter().filter(|r| {
             r.filter_name == name || (is_lua_name(&r.filter_name) && is_lua_name(&name))
         }) {
-            let choice = match &r.config {
-                PerRoute::Disabled => RouteScript::Disabled,
+            let script = match &r.config {
+                PerRoute::Disabled => None,
                 PerRoute::Named(n) => match named.get(n) {
-                    Some(&idx) => RouteScript::Script(idx),
+                    Some(&idx) => Some(idx),
                     None => {
                         compiler.problems.push(problem(
                             Location {
@@ -562,9 +580,19 @@ pub fn build(
                         format!("{}/{}", r.origin.filter, r.origin.field),
                         code,
                     ) {
-                        Some(idx) => RouteScript::Script(idx),
+                        Some(idx) => Some(idx),
                         None => continue,
                     }
+                }
+            };
+            let choice = match script {
+                None => RouteScript::Disabled,
+                Some(script) => {
+                    choices.push(Choice {
+                        script,
+                        context: r.context.clone(),
+                    });
+                    RouteScript::Script(choices.len() - 1)
                 }
             };
             let mut landings = Vec::new();
@@ -600,6 +628,7 @@ pub fn build(
             filter: Arc::new(LuaFilter {
                 name: canonical_filter_name(&name),
                 program: Program::new(scripts, Limits::default()),
+                choices,
                 default,
                 per_route,
                 calls,
@@ -631,6 +660,8 @@ struct RoutePatch<'a> {
     /// The key under `typed_per_filter_config` (the filter's name).
     filter_name: String,
     config: PerRoute,
+    /// `LuaPerRoute.filter_context` (`filterContext()`).
+    context: serde_json::Map<String, Value>,
     /// Field path of the LuaPerRoute's fields.
     config_field: String,
 }
@@ -723,6 +754,12 @@ fn route_patches<'a>(
                     },
                     filter_name: filter_name.clone(),
                     config,
+                    context: fields
+                        .get("filter_context")
+                        .or_else(|| fields.get("filterContext"))
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default(),
                     config_field,
                 });
             }
@@ -733,12 +770,14 @@ fn route_patches<'a>(
 
 impl LuaFilter {
     /// The script `route` runs, if any.
-    fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<usize> {
-        match self.per_route.get(req, route) {
-            RouteScript::Default => self.default,
-            RouteScript::Disabled => None,
-            RouteScript::Script(i) => Some(*i),
-        }
+    /// The [`Choice`] `route` runs, if any, and its index.
+    fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<(usize, &Choice)> {
+        let i = match self.per_route.get(req, route) {
+            RouteScript::Default => self.default?,
+            RouteScript::Disabled => return None,
+            RouteScript::Script(i) => *i,
+        };
+        Some((i, self.choices.get(i)?))
     }
 
     /// This filter's key in [`FilterState::response_choices`].
@@ -758,13 +797,14 @@ impl LuaFilter {
 
     async fn request_phase(
         &self,
-        script: usize,
+        choice: &Choice,
         req: &RequestAttrs<'_>,
         route: &Route,
         state: &mut FilterState,
     ) -> Verdict {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
+        stream.filter_context.clone_from(&choice.context);
         let mut read = false;
         if let Some(body) = state.request_body.take() {
             match buffer_body(*body).await {
@@ -786,7 +826,7 @@ impl LuaFilter {
                 Err(BodyTrouble::Broken(_)) => return Verdict::Reply(LocalReply::bad_request()),
             }
         }
-        let mut run = self.program.run(script, Phase::Request, stream);
+        let mut run = self.program.run(choice.script, Phase::Request, stream);
         loop {
             match run {
                 Run::Continue(mut s) | Run::Failed(mut s, _) => {
@@ -824,14 +864,14 @@ impl LuaFilter {
         }
     }
 
-    /// The script this filter's request phase chose for the response phase, if any.
-    fn response_script(&self, state: &FilterState) -> Option<usize> {
+    /// The [`Choice`] this filter's request phase made for the response phase, if any.
+    fn response_script(&self, state: &FilterState) -> Option<&Choice> {
         let key = self.key();
         state
             .response_choices
             .as_ref()
             .and_then(|c| c.iter().find(|(k, _)| *k == key))
-            .map(|(_, s)| *s)
+            .and_then(|(_, i)| self.choices.get(*i))
     }
 
     /// `envoy_on_response`: the body is read only when the script asks (`body()`,
@@ -839,7 +879,7 @@ impl LuaFilter {
     /// phase.
     async fn response_phase(
         &self,
-        script: usize,
+        choice: &Choice,
         state: &mut FilterState,
         response: &mut Response<ProxyBody>,
     ) {
@@ -848,9 +888,10 @@ impl LuaFilter {
         // edits) every header.
         crate::upstream::h1_exchange::response_headers_mut(response);
         let mut stream = response_stream(response, state);
+        stream.filter_context.clone_from(&choice.context);
         stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
         let mut read = false;
-        let mut run = self.program.run(script, Phase::Response, stream);
+        let mut run = self.program.run(choice.script, Phase::Response, stream);
         loop {
             match run {
                 Run::Continue(s) | Run::Failed(s, _) => {
@@ -1054,7 +1095,15 @@ fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
         protocol: crate::core::request_attrs::protocol_text(req.version),
         downstream_local_address: req.local_addr,
         downstream_direct_remote_address: SocketAddr::new(req.peer_ip, req.peer_port),
-        downstream_remote_address: SocketAddr::new(req.client_ip, 0),
+        // An address taken from `x-forwarded-for` has no port (Envoy's `:0`).
+        downstream_remote_address: SocketAddr::new(
+            req.client_ip,
+            if req.client_ip == req.peer_ip {
+                req.peer_port
+            } else {
+                0
+            },
+        ),
         requested_server_name: req.tls.and_then(|t| t.sni.clone()).unwrap_or_default(),
         route_name: route
             .envoy_names
@@ -1068,12 +1117,17 @@ fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
                 .as_ref()
                 .map(|p| p.uri_sans.clone())
                 .unwrap_or_default(),
+            dns_sans_peer_certificate: t
+                .peer
+                .as_ref()
+                .map(|p| p.dns_sans.clone())
+                .unwrap_or_default(),
             subject_peer_certificate: t
                 .peer
                 .as_ref()
                 .map(|p| p.subject.clone())
                 .unwrap_or_default(),
-            tls_version: String::new(),
+            tls_version: t.version.unwrap_or_default().to_string(),
         }),
     }
 }
@@ -1245,15 +1299,16 @@ impl HttpFilter for LuaFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
-        let Some(script) = self.script_for(req, route) else {
+        let Some((choice, c)) = self.script_for(req, route) else {
             return Flow::Continue;
         };
+        let script = c.script;
         let responds = self.program.has(script, Phase::Response);
         if responds {
             state
                 .response_choices
                 .get_or_insert_with(Box::default)
-                .push((self.key(), script));
+                .push((self.key(), choice));
             // The response script may read the body or make a call: its phase may wait, so
             // the request takes the pipeline's waiting path (also for a direct response).
             state.response_waits = true;
@@ -1278,8 +1333,8 @@ impl HttpFilter for LuaFilter {
         _metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
         match self.script_for(req, route) {
-            Some(script) if self.program.has(script, Phase::Request) => {
-                Box::pin(self.request_phase(script, req, route, state))
+            Some((_, c)) if self.program.has(c.script, Phase::Request) => {
+                Box::pin(self.request_phase(c, req, route, state))
             }
             _ => Box::pin(std::future::ready(Verdict::Continue)),
         }
@@ -1309,7 +1364,7 @@ impl HttpFilter for LuaFilter {
         response: &'a mut Response<ProxyBody>,
     ) -> super::chain::ResponseFuture<'a> {
         match self.response_script(state) {
-            Some(script) => Box::pin(self.response_phase(script, state, response)),
+            Some(choice) => Box::pin(self.response_phase(choice, state, response)),
             None => Box::pin(std::future::ready(())),
         }
     }
