@@ -23,6 +23,7 @@ pub(crate) struct Live {
     pub call: Option<HttpCall>,
     /// `body()` asked for a body not read yet ([`Stream::body_pending`]).
     pub wants_body: bool,
+    pub phase: crate::Phase,
     pub script: Arc<str>,
 }
 
@@ -463,11 +464,16 @@ fn header_table(t: &Table) -> mlua::Result<HeaderList> {
     Ok(h)
 }
 
-/// The Lua table of a header list (several values of a name become a list).
-pub(crate) fn headers_to_table(lua: &Lua, h: &HeaderList) -> mlua::Result<Table> {
+/// The Lua table of a header list: the last value of a name (Envoy's default), or with
+/// `duplicates` every value, several as a list (`return_duplicate_headers`).
+pub(crate) fn headers_to_table(lua: &Lua, h: &HeaderList, duplicates: bool) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     for (n, v) in h.iter() {
         let v = lua.create_string(v)?;
+        if !duplicates {
+            t.raw_set(n, v)?;
+            continue;
+        }
         match t.raw_get::<Value>(n)? {
             Value::Nil => t.raw_set(n, v)?,
             Value::Table(list) => list.raw_set(list.raw_len() + 1, v)?,
@@ -646,6 +652,12 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
         lua.create_function(
             |_, (ud, headers, body): (AnyUserData, Table, Option<mlua::LuaString>)| {
                 let live = shared(&ud)?;
+                if live.borrow().phase == crate::Phase::Response {
+                    // Envoy's encoder callbacks refuse it (a script error).
+                    return Err(mlua::Error::runtime(
+                        "respond not currently supported in the response path",
+                    ));
+                }
                 let mut headers = header_table(&headers)?;
                 let status = headers
                     .first(":status")
@@ -686,13 +698,19 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                     }
                 }
                 // Either (timeout_ms, asynchronous) or an options table.
+                let mut return_duplicate_headers = false;
                 let (timeout_ms, asynchronous) = match timeout {
-                    Value::Table(options) => (
-                        options.get::<Option<u64>>("timeout_ms")?.unwrap_or(0),
-                        options
-                            .get::<Option<bool>>("asynchronous")?
-                            .unwrap_or(false),
-                    ),
+                    Value::Table(options) => {
+                        return_duplicate_headers = options
+                            .get::<Option<bool>>("return_duplicate_headers")?
+                            .unwrap_or(false);
+                        (
+                            options.get::<Option<u64>>("timeout_ms")?.unwrap_or(0),
+                            options
+                                .get::<Option<bool>>("asynchronous")?
+                                .unwrap_or(false),
+                        )
+                    }
                     Value::Integer(t) => {
                         (u64::try_from(t).unwrap_or(0), asynchronous == Some(true))
                     }
@@ -706,6 +724,7 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                     body: body.map(|b| b.as_bytes().to_vec()).unwrap_or_default(),
                     timeout_ms,
                     asynchronous,
+                    return_duplicate_headers,
                 };
                 let mut l = live.borrow_mut();
                 if asynchronous {

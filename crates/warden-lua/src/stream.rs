@@ -104,6 +104,8 @@ pub struct HttpCall {
     pub body: Vec<u8>,
     pub timeout_ms: u64,
     pub asynchronous: bool,
+    /// The answer's headers as lists when a name repeats (else its last value).
+    pub return_duplicate_headers: bool,
 }
 
 /// What a call answered (Envoy gives a failed call `:status` 503 and no body).

@@ -143,8 +143,9 @@ pub struct Pending {
 impl Pending {
     /// Resume the script with the call's answer, on the worker that suspended it.
     pub fn resume(self, reply: HttpReply) -> Run {
+        let duplicates = self.call.return_duplicate_headers;
         self.suspension.resume(|lua, _| {
-            let headers = handle::headers_to_table(lua, &reply.headers)?;
+            let headers = handle::headers_to_table(lua, &reply.headers, duplicates)?;
             let body = match &reply.body {
                 Some(b) => Value::String(lua.create_string(b)?),
                 None => Value::Nil,
@@ -250,6 +251,7 @@ impl Program {
             respond: None,
             call: None,
             wants_body: false,
+            phase,
             script,
         }));
         let started = (|| {

@@ -553,3 +553,61 @@ end"#,
         }
     }
 }
+
+/// Envoy's docs: `respond()` is only valid in the request flow; in the response flow it is a
+/// script error (Envoy's encoder callbacks refuse it) and the response goes on.
+#[test]
+fn respond_in_the_response_flow_is_a_script_error() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  h:headers():add("x-before", "1")
+  h:respond({[":status"] = "403"}, "nope")
+end"#,
+    );
+    let mut s = response("200");
+    s.body_pending = false;
+    match p.run(0, Phase::Response, s) {
+        Run::Failed(s, e) => {
+            assert!(e.message.contains("respond not currently supported"), "{e}");
+            assert_eq!(text(s.headers.get("x-before")).unwrap(), "1");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Envoy's docs: an answer's repeated headers are one string (the last value) unless the
+/// options table asks for `return_duplicate_headers`, which gives a list.
+#[test]
+fn http_call_answers_repeated_headers_as_envoy_does() {
+    let p = program(
+        r#"function envoy_on_request(h)
+  local mode = h:headers():get("x-mode")
+  local options = {["timeout_ms"] = 100}
+  if mode == "dup" then options["return_duplicate_headers"] = true end
+  local headers = h:httpCall("c", {[":method"] = "GET", [":path"] = "/", [":authority"] = "c"}, "", options)
+  local key = headers["key"]
+  if type(key) == "table" then key = table.concat(key, "|") end
+  h:headers():add("x-key", key)
+  h:headers():add("x-foo", headers["foo"])
+end"#,
+    );
+    for (mode, want) in [("last", "value_2"), ("dup", "value_0|value_1|value_2")] {
+        let pending = match p.run(0, Phase::Request, request("GET", "/", &[("x-mode", mode)])) {
+            Run::Call(pending) => pending,
+            other => panic!("{other:?}"),
+        };
+        let mut reply = HttpReply::default();
+        for (n, v) in [
+            (":status", "200"),
+            ("foo", "bar"),
+            ("key", "value_0"),
+            ("key", "value_1"),
+            ("key", "value_2"),
+        ] {
+            reply.headers.add(n, v.as_bytes());
+        }
+        let out = continued(pending.resume(reply));
+        assert_eq!(text(out.headers.get("x-key")).unwrap(), want, "{mode}");
+        assert_eq!(text(out.headers.get("x-foo")).unwrap(), "bar", "{mode}");
+    }
+}

@@ -1085,3 +1085,47 @@ end"#
     assert_eq!(r.headers()["x-echo-path"], "/new/place");
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// The request body is read only when the script calls `body()`: a script that could but
+/// does not leaves an upload over the buffer limit streaming to the upstream whole; when it
+/// does, the same upload is answered 413, as Envoy answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_body_is_read_only_when_the_script_asks() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(h)
+  if h:headers():get("x-read") then
+    h:headers():add("x-size", h:body():length())
+  end
+  h:headers():add("x-lua", "ran")
+end"#
+        )
+    ));
+    let url = format!("http://{}/upload", addr(&proxy, 0));
+    let big = vec![b'x'; (1 << 20) + 1];
+    let r = client().post(&url).body(big.clone()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-x-lua"], "ran");
+    assert_eq!(r.bytes().await.unwrap().len(), big.len());
+    let r = client()
+        .post(&url)
+        .header("x-read", "1")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let r = client()
+        .post(&url)
+        .header("x-read", "1")
+        .body("12345")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-echo-h-x-size"], "5");
+    assert_eq!(r.text().await.unwrap(), "12345");
+    proxy.shutdown(Duration::from_secs(1));
+}

@@ -805,27 +805,13 @@ impl LuaFilter {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
         stream.filter_context.clone_from(&choice.context);
+        // The body is read only if the script asks for it (`body()`, `bodyChunks()`), as
+        // Envoy suspends the script for it: the request otherwise streams on untouched.
+        stream.body_pending = state
+            .request_body
+            .as_deref()
+            .is_some_and(|b| !matches!(b, ProxyBody::Empty));
         let mut read = false;
-        if let Some(body) = state.request_body.take() {
-            match buffer_body(*body).await {
-                // No body: `body()` is nil, as Envoy has it; no trailers: `trailers()` is nil.
-                Ok((bytes, trailers)) => {
-                    read = true;
-                    stream.body = (!bytes.is_empty()).then(|| bytes.to_vec());
-                    stream.trailers = trailers.map(|t| header_list(&t));
-                }
-                // Envoy's answer to a request body over the buffer limit.
-                Err(BodyTrouble::TooLarge) => {
-                    return Verdict::Reply(LocalReply::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "Payload Too Large",
-                        None,
-                    ))
-                }
-                // The client's body broke off.
-                Err(BodyTrouble::Broken(_)) => return Verdict::Reply(LocalReply::bad_request()),
-            }
-        }
         let mut run = self.program.run(choice.script, Phase::Request, stream);
         loop {
             match run {
@@ -857,9 +843,32 @@ impl LuaFilter {
                     let answer = self.calls.make(&pending.call).await;
                     run = pending.resume(answer);
                 }
-                // The request's body was buffered before the script ran, or is not the
-                // filter's to read.
-                Run::Body(wait) => run = wait.resume(None, None),
+                Run::Body(wait) => {
+                    let Some(body) = state.request_body.take() else {
+                        run = wait.resume(None, None);
+                        continue;
+                    };
+                    match buffer_body(*body).await {
+                        // No body: `body()` is nil, as Envoy has it; no trailers: nil too.
+                        Ok((bytes, trailers)) => {
+                            read = true;
+                            let body = (!bytes.is_empty()).then(|| bytes.to_vec());
+                            run = wait.resume(body, trailers.map(|t| header_list(&t)));
+                        }
+                        // Envoy's answer to a request body over the buffer limit.
+                        Err(BodyTrouble::TooLarge) => {
+                            return Verdict::Reply(LocalReply::new(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                "Payload Too Large",
+                                None,
+                            ))
+                        }
+                        // The client's body broke off.
+                        Err(BodyTrouble::Broken(_)) => {
+                            return Verdict::Reply(LocalReply::bad_request())
+                        }
+                    }
+                }
             }
         }
     }
