@@ -23,6 +23,12 @@ pub(crate) struct Live {
     pub call: Option<HttpCall>,
     /// `body()` asked for a body not read yet ([`Stream::body_pending`]).
     pub wants_body: bool,
+    /// `bodyChunks()` streams the body: the iterator waits for the next chunk.
+    pub wants_chunk: bool,
+    /// The body is streaming through `bodyChunks()` (`body()` can no longer buffer it).
+    pub streaming: bool,
+    /// The streamed body ended: the iterator answers nil (the last chunk stays readable).
+    pub chunks_ended: bool,
     pub phase: crate::Phase,
     pub script: Arc<str>,
 }
@@ -503,15 +509,22 @@ for name, f in pairs(rust) do
 end
 local call, respond = rust.httpCall, rust.respond
 local need_body, body, chunks = rust.needBody, rust.body, rust.bodyChunks
-M.needBody = nil
+local stream_chunks, next_chunk, chunk = rust.streamChunks, rust.nextChunk, rust.chunk
+M.needBody, M.streamChunks, M.nextChunk, M.chunk = nil, nil, nil, nil
 -- The body is read (the coroutine suspended) only when a script asks for it.
 M.body = function(self, ...)
   if need_body(self[1]) then yield() end
   return body(self[1], ...)
 end
+-- A body not read yet streams: each step of the iterator waits for the next chunk.
 M.bodyChunks = function(self)
-  if need_body(self[1]) then yield() end
-  return chunks(self[1])
+  local ud = self[1]
+  if not stream_chunks(ud) then return chunks(ud) end
+  return function()
+    next_chunk(ud)
+    yield()
+    return chunk(ud)
+  end
 end
 M.httpCall = function(self, ...)
   if call(self[1], ...) then return yield() end
@@ -556,8 +569,44 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
         lua.create_function(|_, ud: AnyUserData| {
             let live = shared(&ud)?;
             let mut l = live.borrow_mut();
+            if l.streaming {
+                return Err(mlua::Error::runtime(
+                    "cannot call body() after body streaming has started",
+                ));
+            }
             l.wants_body = l.stream.body_pending;
             Ok(l.wants_body)
+        })?,
+    )?;
+    rust.set(
+        "streamChunks",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            if l.stream.body_pending {
+                l.stream.body_pending = false;
+                l.streaming = true;
+            }
+            Ok(l.streaming && !l.chunks_ended)
+        })?,
+    )?;
+    rust.set(
+        "nextChunk",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            if !l.chunks_ended {
+                l.wants_chunk = true;
+            }
+            Ok(())
+        })?,
+    )?;
+    rust.set(
+        "chunk",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let ended = live.borrow().chunks_ended;
+            Ok((!ended).then_some(BufferUd(live)))
         })?,
     )?;
     rust.set(

@@ -86,9 +86,13 @@ pub enum Run {
     Failed(Stream, ScriptError),
     /// `httpCall()`: make the call, then [`Pending::resume`] with its answer.
     Call(Pending),
-    /// `body()` / `bodyChunks()` on a body not read yet ([`Stream::body_pending`]): read it,
-    /// then [`BodyWait::resume`] with it.
+    /// `body()` on a body not read yet ([`Stream::body_pending`]): read it, then
+    /// [`BodyWait::resume`] with it.
     Body(BodyWait),
+    /// `bodyChunks()` on a body not read yet: the iterator waits for the next chunk
+    /// ([`ChunkWait::resume`]); the headers as the script left them go on meanwhile
+    /// ([`ChunkWait::stream`]).
+    Chunk(ChunkWait),
 }
 
 /// A phase suspended on this worker (its coroutine is in the worker's table under `token`).
@@ -151,6 +155,65 @@ impl Pending {
                 None => Value::Nil,
             };
             Ok(mlua::MultiValue::from_iter([Value::Table(headers), body]))
+        })
+    }
+}
+
+/// A phase suspended in `bodyChunks()` until the next chunk (or the body's end) comes.
+#[derive(Debug)]
+pub struct ChunkWait {
+    suspension: Suspension,
+}
+
+impl ChunkWait {
+    fn live<R>(&self, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
+        WORKER.with(|w| {
+            let w = w.borrow();
+            let s = w.suspended.get(&self.suspension.token)?;
+            let mut l = s.live.borrow_mut();
+            Some(f(&mut l.stream))
+        })
+    }
+
+    /// The stream as the script left it so far (its headers go on before the body), without
+    /// the body.
+    pub fn stream(&self) -> Option<Stream> {
+        self.live(|s| Stream {
+            headers: s.headers.clone(),
+            body: None,
+            body_pending: false,
+            trailers: None,
+            info: s.info.clone(),
+            dynamic_metadata: s.dynamic_metadata.clone(),
+            route_metadata: serde_json::Map::new(),
+            filter_context: serde_json::Map::new(),
+            headers_changed: s.headers_changed,
+            body_changed: false,
+            dynamic_metadata_changed: s.dynamic_metadata_changed,
+            reason_phrase: s.reason_phrase.clone(),
+            clear_route_cache: s.clear_route_cache,
+            async_calls: std::mem::take(&mut s.async_calls),
+        })
+    }
+
+    /// The chunk the script had (as it left it), taken to be sent on.
+    pub fn take_chunk(&self) -> Option<Vec<u8>> {
+        self.live(|s| s.body.take()).flatten()
+    }
+
+    /// Resume with the next chunk, or (None) the body's end and the trailers after it: the
+    /// iterator then answers nil, and the last chunk stays the script's to change.
+    pub fn resume(self, chunk: Option<Vec<u8>>, trailers: Option<HeaderList>) -> Run {
+        self.suspension.resume(|_, live| {
+            let mut l = live.borrow_mut();
+            match chunk {
+                Some(c) => l.stream.body = Some(c),
+                None => {
+                    l.chunks_ended = true;
+                    l.stream.trailers = trailers;
+                }
+            }
+            Ok(mlua::MultiValue::new())
         })
     }
 }
@@ -251,6 +314,9 @@ impl Program {
             respond: None,
             call: None,
             wants_body: false,
+            wants_chunk: false,
+            streaming: false,
+            chunks_ended: false,
             phase,
             script,
         }));
@@ -288,8 +354,14 @@ impl Program {
             if let Some(r) = respond {
                 return Run::Respond(take(live), r);
             }
-            let wants_body = std::mem::take(&mut live.borrow_mut().wants_body);
-            if call.is_some() || wants_body {
+            let (wants_body, wants_chunk) = {
+                let mut l = live.borrow_mut();
+                (
+                    std::mem::take(&mut l.wants_body),
+                    std::mem::take(&mut l.wants_chunk),
+                )
+            };
+            if call.is_some() || wants_body || wants_chunk {
                 let token = WORKER.with(|w| {
                     let mut w = w.borrow_mut();
                     w.next_token += 1;
@@ -311,6 +383,7 @@ impl Program {
                 };
                 return match call {
                     Some(call) => Run::Call(Pending { suspension, call }),
+                    None if wants_chunk => Run::Chunk(ChunkWait { suspension }),
                     None => Run::Body(BodyWait { suspension }),
                 };
             }

@@ -611,3 +611,68 @@ end"#,
         assert_eq!(text(out.headers.get("x-foo")).unwrap(), "bar", "{mode}");
     }
 }
+
+/// Envoy's docs: `bodyChunks()` streams a body not read yet, chunk by chunk, without
+/// buffering it: the headers go on first, each chunk as the script left it, and after the
+/// loop the last chunk is still the script's (the docs' example replaces the whole body).
+#[test]
+fn body_chunks_stream_a_body_not_read_yet() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+
+  -- Sets the content-type.
+  response_handle:headers():replace("content-type", "text/html")
+
+  local last
+  for chunk in response_handle:bodyChunks() do
+    -- Clears each received chunk.
+    chunk:setBytes("")
+    last = chunk
+  end
+
+  last:setBytes("<html><b>Not Found<b></html>")
+end"#,
+    );
+    let mut wait = match p.run(0, Phase::Response, response("404")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    let head = wait.stream().unwrap();
+    assert_eq!(text(head.headers.get("content-type")).unwrap(), "text/html");
+    assert_eq!(wait.take_chunk(), None, "no chunk yet");
+    wait = match wait.resume(Some(b"{\"error\":".to_vec()), None) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    // The next chunk came: the held one goes on as the script left it (cleared).
+    assert_eq!(wait.take_chunk().as_deref(), Some(&b""[..]));
+    wait = match wait.resume(Some(b"\"absent\"}".to_vec()), None) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    // The body ended: the last chunk stays the script's, which replaces it after the loop.
+    let out = continued(wait.resume(None, None));
+    assert_eq!(
+        out.body.as_deref(),
+        Some(&b"<html><b>Not Found<b></html>"[..])
+    );
+}
+
+/// Envoy: `body()` after the body started streaming through `bodyChunks()` is an error.
+#[test]
+fn body_after_streaming_chunks_is_an_error() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  for chunk in h:bodyChunks() do end
+  h:body()
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    match wait.resume(None, None) {
+        Run::Failed(_, e) => assert!(e.message.contains("after body streaming"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -586,7 +586,8 @@ fn json_404(_head: &str) -> Vec<u8> {
 }
 
 /// Envoy's docs: rewriting an upstream's non-2xx JSON answer as HTML, through `body()` (the
-/// body is buffered, `content-length` follows the new body) and through `bodyChunks()`.
+/// body is buffered, `content-length` follows the new body) and through `bodyChunks()` (the
+/// body streams, chunk by chunk, without its length).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_body_rewritten_with_body_and_body_chunks_from_envoy_docs() {
     let up = raw_upstream(json_404).await;
@@ -608,7 +609,7 @@ end"#;
 
   last:setBytes("<html><b>Not Found<b></html>")
 end"#;
-    for script in [with_body, with_chunks] {
+    for (script, length) in [(with_body, Some("28")), (with_chunks, None)] {
         let proxy = start(&format!(
             "{}{}",
             http_config(up, "", ""),
@@ -621,7 +622,12 @@ end"#;
             .unwrap();
         assert_eq!(r.status(), 404);
         assert_eq!(r.headers()["content-type"], "text/html");
-        assert_eq!(r.headers()["content-length"], "28");
+        assert_eq!(
+            r.headers()
+                .get("content-length")
+                .map(|v| v.to_str().unwrap()),
+            length
+        );
         assert_eq!(
             r.headers()["x-raw"],
             "1",
@@ -1127,5 +1133,52 @@ end"#
         .unwrap();
     assert_eq!(r.headers()["x-echo-h-x-size"], "5");
     assert_eq!(r.text().await.unwrap(), "12345");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// `bodyChunks()` streams: bodies over the buffer limit go through a chunk loop in both flows
+/// (Envoy does not buffer them), each chunk changed as the script leaves it; headers the script
+/// set before its loop go on first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_chunks_stream_bodies_over_the_buffer_limit() {
+    let up = echo_http("up").await;
+    let proxy = start(&format!(
+        "{}{}",
+        http_config(up.addr, "", ""),
+        lua_filter(
+            r#"function envoy_on_request(request_handle)
+  request_handle:headers():add("x-request-streamed", "yes")
+  for chunk in request_handle:bodyChunks() do
+    chunk:setBytes(string.upper(chunk:getBytes(0, chunk:length())))
+  end
+end
+function envoy_on_response(response_handle)
+  response_handle:headers():add("x-response-streamed", "yes")
+  local n = 0
+  for chunk in response_handle:bodyChunks() do
+    n = n + chunk:length()
+    chunk:setBytes((string.gsub(chunk:getBytes(0, chunk:length()), "X", "y")))
+  end
+  response_handle:logInfo("streamed " .. n .. " bytes")
+end"#
+        )
+    ));
+    let big = vec![b'x'; 3 << 20];
+    let r = client()
+        .post(format!("http://{}/echo", addr(&proxy, 0)))
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-echo-h-x-request-streamed"], "yes");
+    assert_eq!(r.headers()["x-response-streamed"], "yes");
+    let body = r.bytes().await.unwrap();
+    assert_eq!(body.len(), big.len());
+    assert!(
+        body.iter().all(|b| *b == b'y'),
+        "upper-cased, then replaced"
+    );
+    assert_eq!(lua_errors(&proxy), 0);
     proxy.shutdown(Duration::from_secs(1));
 }

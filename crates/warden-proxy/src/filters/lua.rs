@@ -19,7 +19,7 @@ use crate::core::local_reply::LocalReply;
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
 use crate::routing::Route;
-use crate::upstream::body::ProxyBody;
+use crate::upstream::body::{BoxError, ProxyBody};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -843,6 +843,20 @@ impl LuaFilter {
                     let answer = self.calls.make(&pending.call).await;
                     run = pending.resume(answer);
                 }
+                Run::Chunk(wait) => {
+                    if let Some(mut s) = wait.stream() {
+                        self.send_async(&s);
+                        s.async_calls.clear();
+                        // Chunks the script changes may change the body's length.
+                        s.headers.remove("content-length");
+                        s.headers_changed = true;
+                        apply_request(s, req, state);
+                    }
+                    let body = state.request_body.take().map_or(ProxyBody::Empty, |b| *b);
+                    state.request_body =
+                        Some(Box::new(chunk_stream(body, wait, self.calls.clone())));
+                    return Verdict::Continue;
+                }
                 Run::Body(wait) => {
                     let Some(body) = state.request_body.take() else {
                         run = wait.resume(None, None);
@@ -918,6 +932,19 @@ impl LuaFilter {
                     let answer = self.calls.make(&pending.call).await;
                     run = pending.resume(answer);
                 }
+                Run::Chunk(wait) => {
+                    if let Some(mut s) = wait.stream() {
+                        self.send_async(&s);
+                        s.async_calls.clear();
+                        // Chunks the script changes may change the body's length.
+                        s.headers.remove("content-length");
+                        s.headers_changed = true;
+                        apply_response(s, false, state, response);
+                    }
+                    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+                    *response.body_mut() = chunk_stream(body, wait, self.calls.clone());
+                    return;
+                }
                 Run::Body(wait) => {
                     let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
                     match buffer_body(body).await {
@@ -955,12 +982,123 @@ impl LuaFilter {
 
     /// `httpCall(..., asynchronous = true)`: sent, answers dropped.
     fn send_async(&self, s: &Stream) {
-        for call in &s.async_calls {
-            let calls = self.calls.clone();
-            let call = call.clone();
-            tokio::spawn(async move {
-                calls.make(&call).await;
-            });
+        send_async(&self.calls, s);
+    }
+}
+
+/// `httpCall(..., asynchronous = true)` of `s`: sent, answers dropped.
+fn send_async(calls: &Arc<Calls>, s: &Stream) {
+    for call in &s.async_calls {
+        let calls = calls.clone();
+        let call = call.clone();
+        tokio::spawn(async move {
+            calls.make(&call).await;
+        });
+    }
+}
+
+/// A body streamed through a script's `bodyChunks()` loop: each chunk the body brings is
+/// handed to the script, and what the script left of it goes on once the next one comes (the
+/// last is held until the body ends, for the script to change after its loop, as Envoy holds
+/// the frame that ends the stream). Once the script is done the rest passes through.
+struct ChunkFeed {
+    inner: ProxyBody,
+    /// The script waiting for the next chunk; None once it is done.
+    wait: Option<warden_lua::ChunkWait>,
+    calls: Arc<Calls>,
+    out: std::collections::VecDeque<Result<http_body::Frame<bytes::Bytes>, BoxError>>,
+    /// The body ended (nothing comes after `out`).
+    ended: bool,
+}
+
+fn chunk_stream(inner: ProxyBody, wait: warden_lua::ChunkWait, calls: Arc<Calls>) -> ProxyBody {
+    let feed = ChunkFeed {
+        inner,
+        wait: Some(wait),
+        calls,
+        out: std::collections::VecDeque::new(),
+        ended: false,
+    };
+    let frames = futures_util::stream::unfold(feed, ChunkFeed::step);
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(frames)))
+}
+
+impl ChunkFeed {
+    async fn step(
+        mut self,
+    ) -> Option<(Result<http_body::Frame<bytes::Bytes>, BoxError>, ChunkFeed)> {
+        loop {
+            if let Some(frame) = self.out.pop_front() {
+                return Some((frame, self));
+            }
+            if self.ended {
+                return None;
+            }
+            let next = http_body_util::BodyExt::frame(&mut self.inner).await;
+            let Some(wait) = self.wait.take() else {
+                return next.map(|frame| (frame, self));
+            };
+            let run = match next {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        // The held chunk goes on as the script left it.
+                        self.push(wait.take_chunk());
+                        wait.resume(Some(data.to_vec()), None)
+                    }
+                    Err(frame) => {
+                        self.ended = true;
+                        let trailers = frame.into_trailers().ok().map(|t| header_list(&t));
+                        wait.resume(None, trailers)
+                    }
+                },
+                None => {
+                    self.ended = true;
+                    wait.resume(None, None)
+                }
+                Some(Err(e)) => {
+                    self.ended = true;
+                    return Some((Err(e), self));
+                }
+            };
+            self.drive(run).await;
+        }
+    }
+
+    fn push(&mut self, chunk: Option<Vec<u8>>) {
+        if let Some(c) = chunk.filter(|c| !c.is_empty()) {
+            self.out
+                .push_back(Ok(http_body::Frame::data(bytes::Bytes::from(c))));
+        }
+    }
+
+    /// Run the script to its next wait for a chunk, or its end.
+    async fn drive(&mut self, mut run: Run) {
+        loop {
+            match run {
+                Run::Chunk(w) => {
+                    self.wait = Some(w);
+                    return;
+                }
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
+                }
+                // Refused by the script's `body()` once streaming began; answered nil.
+                Run::Body(w) => run = w.resume(None, None),
+                // Done (or failed: Envoy goes on with the stream as it is): the chunk it had
+                // goes on, and at the body's end its trailers.
+                Run::Continue(mut s) | Run::Failed(mut s, _) | Run::Respond(mut s, _) => {
+                    send_async(&self.calls, &s);
+                    self.push(s.body.take());
+                    if self.ended {
+                        if let Some(t) = s.trailers.take().filter(|t| !t.is_empty()) {
+                            self.out
+                                .push_back(Ok(http_body::Frame::trailers(header_map(&t))));
+                        }
+                    }
+                    return;
+                }
+            }
         }
     }
 }
