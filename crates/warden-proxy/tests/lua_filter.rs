@@ -798,6 +798,7 @@ async fn trailers_in_the_request_and_response_flows() {
     let up = echo_http("up").await;
     let lua = lua_filter(
         r#"function envoy_on_request(request_handle)
+  request_handle:headers():add("x-protocol", request_handle:streamInfo():protocol())
   request_handle:body()
   local trailers = request_handle:trailers()
   if trailers == nil then
@@ -827,6 +828,7 @@ end"#,
     assert_eq!(r["reset"], serde_json::Value::Null, "{r}");
     assert_eq!(r["headers"][":status"], "200", "{r}");
     assert_eq!(r["headers"]["x-echo-h-x-request-checksum"], "abc", "{r}");
+    assert_eq!(r["headers"]["x-echo-h-x-protocol"], "HTTP/2", "{r}");
     assert_eq!(r["headers"]["x-response-trailers"], "1", "{r}");
     assert_eq!(r["body"], "hello", "{r}");
     assert_eq!(r["trailers"]["x-checksum"], "lua:abc", "{r}");
@@ -847,6 +849,7 @@ end"#,
     .await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains("x-echo-h-x-request-checksum: h1"), "{text}");
+    assert!(text.contains("x-echo-h-x-protocol: HTTP/1.1"), "{text}");
     assert_eq!(lua_errors(&proxy), 0);
     proxy.shutdown(Duration::from_secs(1));
 }
