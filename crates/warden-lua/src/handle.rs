@@ -75,6 +75,10 @@ impl HeadersUd {
         check(&self.0)?;
         let mut live = self.0.borrow_mut();
         match self.1 {
+            // Streaming through `bodyChunks()` sent the headers on (Envoy's error).
+            Which::Headers if live.streaming => {
+                return Err(mlua::Error::runtime("header map can no longer be modified"))
+            }
             Which::Headers => {
                 f(&mut live.stream.headers);
                 live.stream.headers_changed = true;

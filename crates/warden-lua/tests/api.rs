@@ -676,3 +676,22 @@ end"#,
         other => panic!("{other:?}"),
     }
 }
+
+/// Envoy: once `bodyChunks()` streams, the headers went on and can no longer be modified.
+#[test]
+fn headers_are_fixed_once_chunks_stream() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  for chunk in h:bodyChunks() do end
+  h:headers():add("x-late", "1")
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    match wait.resume(None, None) {
+        Run::Failed(_, e) => assert!(e.message.contains("can no longer be modified"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
