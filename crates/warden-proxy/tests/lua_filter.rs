@@ -1185,3 +1185,74 @@ end"#
     assert_eq!(lua_errors(&proxy), 0);
     proxy.shutdown(Duration::from_secs(1));
 }
+
+/// Envoy's docs: `metadata()` answers the route's metadata under the filter's name (or, with
+/// none there, under `envoy.filters.http.lua`), here merged into routes by HTTP_ROUTE patches
+/// (one for every route, one for a named route); later merges override earlier fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_metadata_from_merge_patches() {
+    let up = echo_http("up").await;
+    let routes = r#"
+  - name: tagged
+    match: [{uri: {prefix: /tagged}}]
+    route: [{destination: {host: echo.internal}}]"#;
+    let lua = lua_filter(
+        r#"function envoy_on_request(request_handle)
+  local metadata = request_handle:metadata()
+  request_handle:headers():add("x-foo", tostring(metadata:get("foo")))
+  request_handle:headers():add("x-tier", tostring(metadata:get("tier")))
+  local n = 0
+  for key, value in pairs(metadata) do n = n + 1 end
+  request_handle:headers():add("x-keys", n)
+end
+function envoy_on_response(response_handle)
+  response_handle:headers():add("x-foo", tostring(response_handle:metadata():get("foo")))
+end"#,
+    );
+    let patches = r#"    - applyTo: HTTP_ROUTE
+      match:
+        context: GATEWAY
+      patch:
+        operation: MERGE
+        value:
+          metadata:
+            filter_metadata:
+              envoy.filters.http.lua:
+                foo: every-route
+                tier: bronze
+    - applyTo: HTTP_ROUTE
+      match:
+        context: GATEWAY
+        routeConfiguration: {vhost: {route: {name: tagged}}}
+      patch:
+        operation: MERGE
+        value:
+          metadata:
+            filter_metadata:
+              envoy.filters.http.lua:
+                foo: bar
+                list: [1, 2]
+              envoy.filters.http.other:
+                foo: not ours
+"#;
+    let proxy = start(&format!(
+        "{}{lua}\n{patches}",
+        http_config(up.addr, routes, "")
+    ));
+    for (path, foo, tier, keys) in [
+        ("/tagged", "bar", "bronze", "3"),
+        ("/other", "every-route", "bronze", "2"),
+    ] {
+        let r = client()
+            .get(format!("http://{}{path}", addr(&proxy, 0)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()["x-echo-h-x-foo"], foo, "{path}");
+        assert_eq!(r.headers()["x-echo-h-x-tier"], tier, "{path}");
+        assert_eq!(r.headers()["x-echo-h-x-keys"], keys, "{path}");
+        assert_eq!(r.headers()["x-foo"], foo, "{path}: the response flow too");
+    }
+    assert_eq!(lua_errors(&proxy), 0);
+    proxy.shutdown(Duration::from_secs(1));
+}

@@ -35,23 +35,14 @@ pub const LUA: &str = "envoy.filters.http.lua";
 pub const LUA_OLD_NAME: &str = "envoy.lua";
 pub use warden_local_ratelimit::envoy::patches::{LUA_PER_ROUTE_TYPE, LUA_TYPE};
 
-/// Which script a route runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RouteScript {
-    /// The filter's default script (if it has one).
-    Default,
-    /// `LuaPerRoute.disabled`.
-    Disabled,
-    /// A [`Choice`] (`LuaPerRoute.name` or `source_code`, with its `filter_context`).
-    Script(usize),
-}
-
-/// A script a route runs, and the `filter_context` its `LuaPerRoute` gives it.
-#[derive(Debug)]
+/// What a route runs: a script, the `filter_context` its `LuaPerRoute` gives it, and the
+/// route's metadata for the filter (`metadata()`).
+#[derive(Debug, PartialEq)]
 struct Choice {
     /// The script's index in the program.
     script: usize,
     context: serde_json::Map<String, Value>,
+    metadata: serde_json::Map<String, Value>,
 }
 
 /// One Lua filter of a chain.
@@ -60,11 +51,11 @@ pub struct LuaFilter {
     /// The name the patch gave it (positions of later patches refer to it).
     name: String,
     program: Program,
-    /// The scripts routes run, with their contexts ([`RouteScript::Script`] indexes it).
+    /// What routes run (`per_route` indexes it).
     choices: Vec<Choice>,
-    /// The default script's choice.
-    default: Option<usize>,
-    per_route: SiteTable<RouteScript>,
+    /// Each route's choice; None: the filter does nothing there (no default script, or
+    /// `LuaPerRoute.disabled`).
+    per_route: SiteTable<Option<usize>>,
     /// Where `httpCall` reaches the clusters its scripts name.
     calls: Arc<Calls>,
     /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
@@ -454,6 +445,7 @@ pub fn build(
 ) -> Vec<PlacedLua> {
     let patches = filter_patches(set, identity);
     let per_route = route_patches(set, identity, problems);
+    let route_metadata = route_metadata_patches(set, identity);
     let mut out = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         if !p.is_lua() {
@@ -543,15 +535,12 @@ pub fn build(
             }
         }
         // Route overrides: each per-route patch naming this filter's name lands on routes.
-        let mut landed: Vec<(super::route_sites::Landing, RouteScript)> = Vec::new();
-        let mut choices: Vec<Choice> = Vec::new();
-        let default = default.map(|script| {
-            choices.push(Choice {
-                script,
-                context: serde_json::Map::new(),
-            });
-            choices.len() - 1
-        });
+        // (where, the script and context; None: disabled)
+        type Landed = (
+            super::route_sites::Landing,
+            Option<(usize, serde_json::Map<String, Value>)>,
+        );
+        let mut landed: Vec<Landed> = Vec::new();
         for r in per_route.iter().filter(|r| {
             r.filter_name == name || (is_lua_name(&r.filter_name) && is_lua_name(&name))
         }) {
@@ -585,16 +574,7 @@ pub fn build(
                     }
                 }
             };
-            let choice = match script {
-                None => RouteScript::Disabled,
-                Some(script) => {
-                    choices.push(Choice {
-                        script,
-                        context: r.context.clone(),
-                    });
-                    RouteScript::Script(choices.len() - 1)
-                }
-            };
+            let choice = script.map(|script| (script, r.context.clone()));
             let mut landings = Vec::new();
             if let Some(landing) =
                 routes.land(&r.origin, "LuaPerRoute", &mut landings, compiler.problems)
@@ -611,13 +591,52 @@ pub fn build(
             scripts.len(),
             if scripts.len() == 1 { "" } else { "s" }
         );
+        // Route metadata under the filter's name, else under its canonical name (Envoy's
+        // fallback).
+        let mut metadata_landed = Vec::new();
+        for m in route_metadata
+            .iter()
+            .filter(|m| m.key == name || m.key == LUA)
+        {
+            let mut landings = Vec::new();
+            if let Some(landing) = routes.land(&m.origin, "metadata", &mut landings, problems) {
+                metadata_landed.push((landing, m));
+            }
+        }
+        let metadata_at = |site, key: &str| {
+            let mut merged: Option<serde_json::Map<String, Value>> = None;
+            for (l, m) in &metadata_landed {
+                if m.key == key && l.covers(site) {
+                    // Later merges override earlier fields, as proto merges do.
+                    merged
+                        .get_or_insert_with(Default::default)
+                        .extend(m.fields.clone());
+                }
+            }
+            merged
+        };
+        let mut choices: Vec<Choice> = Vec::new();
         let per_route = SiteTable::build(&routes.keys(), |site| {
             // The last patch that lands on a route decides, as later merges override.
-            landed
-                .iter()
-                .rev()
-                .find(|(l, _)| l.covers(site))
-                .map_or(RouteScript::Default, |(_, c)| *c)
+            let (script, context) = match landed.iter().rev().find(|(l, _)| l.covers(site)) {
+                Some((_, choice)) => choice.clone()?,
+                None => (default?, serde_json::Map::new()),
+            };
+            let metadata = metadata_at(site, &name)
+                .or_else(|| metadata_at(site, LUA))
+                .unwrap_or_default();
+            let choice = Choice {
+                script,
+                context,
+                metadata,
+            };
+            Some(match choices.iter().position(|c| *c == choice) {
+                Some(i) => i,
+                None => {
+                    choices.push(choice);
+                    choices.len() - 1
+                }
+            })
         });
         let calls = Arc::new(Calls::resolve(set, identity, &scripts));
         let reads_body = scripts
@@ -629,7 +648,6 @@ pub fn build(
                 name: canonical_filter_name(&name),
                 program: Program::new(scripts, Limits::default()),
                 choices,
-                default,
                 per_route,
                 calls,
                 reads_body,
@@ -768,15 +786,76 @@ fn route_patches<'a>(
     out
 }
 
+/// `metadata.filter_metadata.KEY` of an `HTTP_ROUTE` MERGE patch: what `metadata()` answers a
+/// Lua filter named KEY on the routes it lands on (Envoy reads the route entry's metadata, not
+/// the virtual host's).
+struct RouteMetadataPatch {
+    origin: PatchOrigin,
+    key: String,
+    fields: serde_json::Map<String, Value>,
+}
+
+fn route_metadata_patches(set: &ConfigSet, identity: &ProxyIdentity) -> Vec<RouteMetadataPatch> {
+    let mut out = Vec::new();
+    for doc in &set.envoy_filters {
+        let labels = doc
+            .spec
+            .workload_selector
+            .as_ref()
+            .map(|w| w.labels.clone());
+        if !selects(labels.as_ref(), identity) {
+            continue;
+        }
+        for (i, patch) in doc.spec.config_patches.iter().enumerate() {
+            if patch.apply_to != "HTTP_ROUTE" {
+                continue;
+            }
+            let Some(value) = patch.patch.value.as_ref() else {
+                continue;
+            };
+            let Some((key, filter_metadata)) = value.get("metadata").and_then(|m| {
+                m.get("filter_metadata")
+                    .map(|f| ("filter_metadata", f))
+                    .or_else(|| m.get("filterMetadata").map(|f| ("filterMetadata", f)))
+            }) else {
+                continue;
+            };
+            let Some(filter_metadata) = filter_metadata.as_object() else {
+                continue;
+            };
+            let field = format!("spec.configPatches[{i}]");
+            for (name, fields) in filter_metadata {
+                let Some(fields) = fields.as_object() else {
+                    continue;
+                };
+                out.push(RouteMetadataPatch {
+                    origin: PatchOrigin {
+                        filter: doc.id(),
+                        field: field.clone(),
+                        context: patch.matches.as_ref().and_then(|m| m.context.clone()),
+                        workload_labels: labels.clone(),
+                        apply_to: patch.apply_to.clone(),
+                        route_match: patch
+                            .matches
+                            .as_ref()
+                            .and_then(|m| m.route_configuration.clone())
+                            .unwrap_or_default(),
+                        document: set.locate(doc, ""),
+                        config_field: format!("{field}.patch.value.metadata.{key}.{name}"),
+                    },
+                    key: name.clone(),
+                    fields: fields.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
 impl LuaFilter {
-    /// The script `route` runs, if any.
     /// The [`Choice`] `route` runs, if any, and its index.
     fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<(usize, &Choice)> {
-        let i = match self.per_route.get(req, route) {
-            RouteScript::Default => self.default?,
-            RouteScript::Disabled => return None,
-            RouteScript::Script(i) => *i,
-        };
+        let i = (*self.per_route.get(req, route))?;
         Some((i, self.choices.get(i)?))
     }
 
@@ -805,6 +884,7 @@ impl LuaFilter {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
         stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
         // The body is read only if the script asks for it (`body()`, `bodyChunks()`), as
         // Envoy suspends the script for it: the request otherwise streams on untouched.
         stream.body_pending = state
@@ -912,6 +992,7 @@ impl LuaFilter {
         crate::upstream::h1_exchange::response_headers_mut(response);
         let mut stream = response_stream(response, state);
         stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
         stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
         let mut read = false;
         let mut run = self.program.run(choice.script, Phase::Response, stream);
