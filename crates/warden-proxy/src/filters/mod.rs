@@ -349,6 +349,32 @@ impl Filters {
         }
     }
 
+    /// [`Filters::on_response`] for a request whose filters' response phases may wait
+    /// ([`FilterState::response_waits`]); boxed, so a request that does not pays nothing
+    /// for its room.
+    pub fn on_response_waiting<'a>(
+        &'a self,
+        reached: usize,
+        route: &'a Route,
+        state: &'a mut FilterState,
+        response: &'a mut Response<ProxyBody>,
+    ) -> chain::ResponseFuture<'a> {
+        Box::pin(async move {
+            for stage in self.chain[..reached.min(self.chain.len())].iter().rev() {
+                match stage {
+                    Stage::Cors => CorsFilter.on_response(route, state, response),
+                    Stage::Added(f) => f.on_response_waiting(route, state, response).await,
+                    Stage::JwtAuthn
+                    | Stage::ExtAuthz
+                    | Stage::Rbac
+                    | Stage::LocalRateLimit
+                    | Stage::GlobalRateLimit
+                    | Stage::Fault => {}
+                }
+            }
+        })
+    }
+
     /// Register the counters the engines keep themselves, read at scrape time.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         if let Some(local) = &self.local_rate_limit {
