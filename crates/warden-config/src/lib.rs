@@ -36,6 +36,7 @@ pub mod proxy_config;
 pub mod schema;
 mod suggest;
 pub mod telemetry_access_logging;
+pub mod tracing_provider;
 mod unknown_field;
 mod validate;
 pub mod yaml_expansion;

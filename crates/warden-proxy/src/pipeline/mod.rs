@@ -62,6 +62,8 @@ struct Outcome {
     /// The upstream's response is the answer (`via_upstream`).
     answered_upstream: bool,
     istio: istio_record::RequestSide,
+    /// The request's trace, when tracing is configured.
+    trace: Option<crate::core::traces::RequestTrace>,
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
@@ -178,9 +180,47 @@ fn finish(
         notes.flag,
     );
     record(shared, elapsed, &response, outcome, notes, metadata, log);
+    if let Some(trace) = outcome.trace.as_ref().filter(|t| t.started.is_some()) {
+        report_span(shared, conn, elapsed, &response, outcome, notes, trace);
+    }
     Answer {
         response,
         limit_headers,
+    }
+}
+
+/// A sampled request's span, queued for the exporter.
+#[cold]
+fn report_span(
+    shared: &Shared,
+    conn: &ConnCtx,
+    elapsed: std::time::Duration,
+    response: &Response<ProxyBody>,
+    outcome: &Outcome,
+    notes: &Notes,
+    trace: &crate::core::traces::RequestTrace,
+) {
+    let Some(tracer) = &shared.tracer else {
+        return;
+    };
+    let upstream = outcome.upstream.as_ref().map(|a| a.as_str());
+    let answered = crate::core::traces::Answered {
+        status: response.status().as_u16(),
+        response_size: http_body::Body::size_hint(response.body())
+            .exact()
+            .or_else(|| content_length(response.headers()))
+            .unwrap_or(0),
+        flags: notes.flags(),
+        upstream_cluster: outcome.cluster.as_ref().map(|c| c.name.as_ref()),
+        upstream_address: upstream,
+        kind: match conn.side {
+            crate::core::destination::Side::Inbound => warden_trace::SpanKind::Server,
+            _ => warden_trace::SpanKind::Client,
+        },
+        elapsed,
+    };
+    if let Some((span, report)) = trace.finish(&answered) {
+        tracer.push(span, report);
     }
 }
 
@@ -499,7 +539,11 @@ fn decide(
     outcome.istio = istio_record::request_side(&parts, &body);
     // Readers of arbitrary headers get the map: the configured filters, the access log
     // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
-    if snapshot.reads_request_headers() || shared.access_log.is_some() || shared.reads_xff() {
+    if snapshot.reads_request_headers()
+        || shared.access_log.is_some()
+        || shared.reads_xff()
+        || snapshot.tracing.is_some()
+    {
         if let Some(lines) = lines.take() {
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
@@ -530,6 +574,26 @@ fn decide(
         let mut fields = log_fields(access_log, conn, &parts, authority, attrs.client_ip);
         fields.filter = snapshot.access_logging.filter;
         *log = Some(fields);
+    }
+    if let Some(plan) = &snapshot.tracing {
+        outcome.trace = Some(crate::core::traces::start(
+            plan,
+            &parts.headers,
+            &crate::core::traces::RequestFacts {
+                method: &parts.method,
+                scheme: if conn.tls.is_some() { "https" } else { "http" },
+                authority,
+                path_and_query: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
+                version: parts.version,
+                peer: conn.peer,
+                client_ip,
+                port: conn.port,
+                made_request_id: log.as_ref().and_then(|l| l.request_id),
+            },
+        ));
     }
 
     // 1. decode
@@ -757,8 +821,13 @@ async fn act(
                         parts.headers.insert(header::HOST, v);
                     }
                 }
-                if shared.access_log.is_some() {
+                if shared.access_log.is_some()
+                    || outcome.trace.as_ref().is_some_and(|t| t.started.is_some())
+                {
                     outcome.cluster = Some(target.cluster.clone());
+                }
+                if let (Some(trace), Some(plan)) = (&outcome.trace, &snapshot.tracing) {
+                    trace.inject(plan.propagation, &mut parts.headers);
                 }
                 let mut forwarding = Forwarding::new(
                     conn.peer.ip(),
@@ -774,7 +843,11 @@ async fn act(
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
                 // The id the log line names is the one the upstream gets.
-                if let Some(id) = log.as_ref().and_then(|l| l.request_id) {
+                if let Some(id) = log
+                    .as_ref()
+                    .and_then(|l| l.request_id)
+                    .or_else(|| outcome.trace.as_ref().and_then(|t| t.made_request_id()))
+                {
                     forwarding = forwarding.with_request_id(id);
                 }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per

@@ -144,17 +144,29 @@ impl Proxy {
             .as_ref()
             .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
             .transpose()?;
-        let serving = Arc::new(
-            Shared::new(
-                snapshot,
-                access_log,
-                topology.num_trusted_proxies,
-                topology.client_cert,
-                identity,
-                opts.http_filters.clone(),
-            )
-            .with_trusted_cidrs(opts.xff_trusted_cidrs.clone()),
-        );
+        let serving = Shared::new(
+            snapshot,
+            access_log,
+            topology.num_trusted_proxies,
+            topology.client_cert,
+            identity,
+            opts.http_filters.clone(),
+        )
+        .with_trusted_cidrs(opts.xff_trusted_cidrs.clone());
+        // The exporter runs when a tracing provider is named (its spans may go nowhere yet:
+        // a collector not in the registry is a warning, and a reload may add it).
+        let tracer = match &opts.tracing.provider {
+            Some(_) => Some(
+                crate::core::trace_export::Tracer::start(serving.metrics.tracing.clone()).map_err(
+                    |source| ProxyError::Thread {
+                        what: "trace exporter thread",
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let serving = Arc::new(serving.with_tracer(tracer));
         let downstream = Arc::new(DownstreamLimits {
             connections: ConnLimits::new(
                 opts.max_connections.unwrap_or_else(|| {
