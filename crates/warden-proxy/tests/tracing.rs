@@ -10,11 +10,11 @@ mod common;
 
 use common::{addr, client, gateway, inline, recording_upstream, service_entry, Recording};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use warden_proxy::{Proxy, ProxyOptions, RunningProxy};
-use warden_testkit::free_port;
+use warden_testkit::{free_port, wait_until, KillOnDrop};
 
 const COLLECTOR: &str = "otel-collector.observability.svc.cluster.local";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -202,5 +202,237 @@ async fn without_a_tracing_provider_headers_pass_untouched() {
         Some(sent.as_str())
     );
     assert!(header(&received(&recording, 1), "traceparent").is_none());
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// `fixtures/tracing/otlp_receiver.py` on a free port, its spans logged as JSON lines.
+struct Receiver {
+    port: u16,
+    log: PathBuf,
+    _dir: warden_testkit::TempDir,
+    process: Option<KillOnDrop>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let dir = warden_testkit::TempDir::new("otlp").unwrap();
+        let log = dir.path().join("spans.jsonl");
+        std::fs::write(&log, "").unwrap();
+        let port = free_port().unwrap();
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracing/otlp_receiver.py");
+        let mut command = std::process::Command::new("python3");
+        command.arg(script).arg(port.to_string()).arg(&log);
+        let process = KillOnDrop::spawn(command).expect(
+            "python3 runs (grpcio and the OpenTelemetry protos: python3 -m pip install grpcio xds-protos)",
+        );
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "the OTLP receiver listens on {port}");
+        Receiver {
+            port,
+            log,
+            _dir: dir,
+            process: Some(process),
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        ([127, 0, 0, 1], self.port).into()
+    }
+
+    fn spans(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Wait until `n` spans arrived (they leave the proxy in batches, at least every second).
+    fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
+        wait_until(Duration::from_secs(20), || self.spans().len() >= n);
+        self.spans()
+    }
+
+    fn stop(&mut self) {
+        self.process = None;
+    }
+}
+
+/// A counter of the proxy's exposition (`warden_tracing_...`), 0 when absent.
+fn counter(proxy: &RunningProxy, series: &str) -> u64 {
+    proxy
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+const EXPORTED: &str = "warden_tracing_spans_exported_total ";
+const FAILED: &str = "warden_tracing_spans_dropped_total{reason=\"export_failed\"} ";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_receiver_with_istios_tags() {
+    let receiver = Receiver::start();
+    let (upstream, recording) = recording_upstream().await;
+    let proxy = start(upstream, receiver.addr(), &mesh("otel-tracing", 100.0));
+    let sent = format!("00-{TRACE_ID}-{SPAN_ID}-01");
+    assert_eq!(
+        get(
+            &proxy,
+            &[
+                ("traceparent", &sent),
+                ("x-request-id", "req-1"),
+                ("user-agent", "tracing-test")
+            ]
+        )
+        .await,
+        200
+    );
+    assert_eq!(get(&proxy, &[]).await, 200);
+    let spans = receiver.wait_for(2);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let (_, app_parent, _) = traceparent(header(&received(&recording, 0), "traceparent").unwrap());
+    let s = spans
+        .iter()
+        .find(|s| s["trace_id"] == TRACE_ID)
+        .expect("the continued trace's span");
+    assert_eq!(
+        s["parent_span_id"], SPAN_ID,
+        "the caller's span is the parent"
+    );
+    assert_eq!(
+        s["span_id"],
+        app_parent.as_str(),
+        "the app's parent is this span"
+    );
+    assert_eq!(s["name"], "echo.internal:80/*", "Istio's route decorator");
+    assert_eq!(
+        s["kind"], 3,
+        "SPAN_KIND_CLIENT: a gateway is an outbound listener"
+    );
+    assert_eq!(s["service"], "istio-ingressgateway.istio-system");
+    assert!(s["end"].as_u64() >= s["start"].as_u64());
+    for (k, v) in [
+        ("component", "proxy"),
+        ("guid:x-request-id", "req-1"),
+        ("http.method", "GET"),
+        ("http.url", "http://app.example.com/"),
+        ("http.protocol", "HTTP/1.1"),
+        ("http.status_code", "200"),
+        ("user_agent", "tracing-test"),
+        ("response_flags", "-"),
+        ("response_size", "2"),
+        ("upstream_cluster", "outbound|80||echo.internal"),
+        ("istio.canonical_service", "istio-ingressgateway"),
+        ("istio.canonical_revision", "latest"),
+        ("istio.namespace", "istio-system"),
+        ("istio.mesh_id", "cluster.local"),
+        ("istio.cluster_id", "Kubernetes"),
+        ("peer.address", "127.0.0.1"),
+        ("upstream_address", &upstream.to_string()),
+    ] {
+        assert_eq!(s["attributes"][k], v, "{k} in {s}");
+    }
+    let root = spans.iter().find(|s| s["trace_id"] != TRACE_ID).unwrap();
+    assert_eq!(
+        root["parent_span_id"], "",
+        "a new trace's span has no parent"
+    );
+    // The id made for a request without one is the one its span names and the app got.
+    assert_eq!(
+        root["attributes"]["guid:x-request-id"],
+        header(&received(&recording, 1), "x-request-id").unwrap()
+    );
+    assert_eq!(counter(&proxy, EXPORTED), 2);
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_follows_the_percentage_and_a_sampled_parent_wins() {
+    let receiver = Receiver::start();
+    let (upstream, _recording) = recording_upstream().await;
+
+    // 100%: every request.
+    let proxy = start(upstream, receiver.addr(), &mesh("otel-tracing", 100.0));
+    for _ in 0..50 {
+        assert_eq!(get(&proxy, &[]).await, 200);
+    }
+    assert_eq!(receiver.wait_for(50).len(), 50);
+    proxy.shutdown(Duration::from_secs(1));
+
+    // 1% of 2000 requests: binomial mean 20, sd 4.4; [5, 45] is beyond 3 sd either side.
+    let proxy = start(upstream, receiver.addr(), &mesh("otel-tracing", 1.0));
+    for _ in 0..2000 {
+        assert_eq!(get(&proxy, &[]).await, 200);
+    }
+    // Callers that decided: 20 sampled ones are all traced, 20 unsampled ones never.
+    let sampled = format!("00-{TRACE_ID}-{SPAN_ID}-01");
+    let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
+    let unsampled = format!("00-{unsampled_trace}-{SPAN_ID}-00");
+    for _ in 0..20 {
+        assert_eq!(get(&proxy, &[("traceparent", &sampled)]).await, 200);
+        assert_eq!(get(&proxy, &[("traceparent", &unsampled)]).await, 200);
+    }
+    let settled = wait_until(Duration::from_secs(20), || {
+        let exported = counter(&proxy, EXPORTED);
+        exported >= 20 && receiver.spans().len() as u64 == 50 + exported
+    });
+    assert!(settled, "exported {}", counter(&proxy, EXPORTED));
+    let spans = receiver.spans();
+    let at_one_percent = &spans[50..];
+    let parented = at_one_percent
+        .iter()
+        .filter(|s| s["trace_id"] == TRACE_ID)
+        .count();
+    assert_eq!(parented, 20, "a sampled parent wins over 1%");
+    assert!(!at_one_percent
+        .iter()
+        .any(|s| s["trace_id"] == unsampled_trace));
+    let random = at_one_percent.len() - parented;
+    assert!((5..=45).contains(&random), "{random} of 2000 sampled at 1%");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_collector_leaves_requests_alone_and_drops_are_counted() {
+    let mut receiver = Receiver::start();
+    let (upstream, _recording) = recording_upstream().await;
+    let proxy = start(upstream, receiver.addr(), &mesh("otel-tracing", 100.0));
+    for _ in 0..5 {
+        assert_eq!(get(&proxy, &[]).await, 200);
+    }
+    assert_eq!(receiver.wait_for(5).len(), 5);
+    receiver.stop();
+    let refused = wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(receiver.addr()).is_err()
+    });
+    assert!(refused, "the receiver is gone");
+    for _ in 0..100 {
+        assert_eq!(
+            get(&proxy, &[]).await,
+            200,
+            "requests do not wait for spans"
+        );
+    }
+    let counted = wait_until(Duration::from_secs(30), || counter(&proxy, FAILED) == 100);
+    assert!(counted, "dropped: {}", counter(&proxy, FAILED));
+    assert_eq!(counter(&proxy, EXPORTED), 5);
+    // Envoy's `/stats` lists them too.
+    let admin = proxy.admin_addr().unwrap();
+    let stats = client()
+        .get(format!("http://{admin}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        stats.contains("warden_tracing_spans_dropped_total{reason=\"export_failed\"}: 100"),
+        "{stats}"
+    );
     proxy.shutdown(Duration::from_secs(1));
 }
