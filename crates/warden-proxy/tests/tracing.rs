@@ -33,8 +33,18 @@ fn mesh(provider: &str, sampling: f64) -> String {
 /// A gateway in namespace istio-system (`app: istio-ingressgateway`) routing everything to
 /// `upstream` as `echo.internal`, the collector's service at `collector`.
 fn start(upstream: SocketAddr, collector: SocketAddr, mesh_text: &str) -> RunningProxy {
+    start_with(upstream, collector, mesh_text, "")
+}
+
+/// [`start`] with more documents (Telemetry resources).
+fn start_with(
+    upstream: SocketAddr,
+    collector: SocketAddr,
+    mesh_text: &str,
+    extra: &str,
+) -> RunningProxy {
     let yaml = format!(
-        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: app\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - route:\n    - destination: {{host: echo.internal}}\n{se}---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: otel-collector, namespace: observability}}\nspec:\n  hosts: [{COLLECTOR}]\n  resolution: STATIC\n  ports:\n  - {{number: 4317, name: grpc-otlp, protocol: GRPC}}\n  endpoints:\n  - address: {ip}\n    ports: {{grpc-otlp: {port}}}\n",
+        "{gw}---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: app\nspec:\n  hosts: [\"*\"]\n  gateways: [gw]\n  http:\n  - route:\n    - destination: {{host: echo.internal}}\n{se}---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: otel-collector, namespace: observability}}\nspec:\n  hosts: [{COLLECTOR}]\n  resolution: STATIC\n  ports:\n  - {{number: 4317, name: grpc-otlp, protocol: GRPC}}\n  endpoints:\n  - address: {ip}\n    ports: {{grpc-otlp: {port}}}\n{extra}",
         gw = gateway(&[(0, "HTTP")]),
         se = service_entry("echo.internal", &[upstream]),
         ip = collector.ip(),
@@ -376,9 +386,12 @@ async fn sampling_follows_the_percentage_and_a_sampled_parent_wins() {
         assert_eq!(get(&proxy, &[("traceparent", &sampled)]).await, 200);
         assert_eq!(get(&proxy, &[("traceparent", &unsampled)]).await, 200);
     }
+    // The exporter sends in queue order: once the parented spans (sent last) are in, so is
+    // every earlier one.
     let settled = wait_until(Duration::from_secs(20), || {
-        let exported = counter(&proxy, EXPORTED);
-        exported >= 20 && receiver.spans().len() as u64 == 50 + exported
+        let spans = receiver.spans();
+        let parented = spans.iter().filter(|s| s["trace_id"] == TRACE_ID).count();
+        parented == 20 && spans.len() as u64 == 50 + counter(&proxy, EXPORTED)
     });
     assert!(settled, "exported {}", counter(&proxy, EXPORTED));
     let spans = receiver.spans();
@@ -434,5 +447,94 @@ async fn a_stopped_collector_leaves_requests_alone_and_drops_are_counted() {
         stats.contains("warden_tracing_spans_dropped_total{reason=\"export_failed\"}: 100"),
         "{stats}"
     );
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// Providers only: tracing comes from Telemetry resources.
+const PROVIDERS_ONLY: &str = "defaultConfig:\n  tracing:\n    sampling: 100\nextensionProviders:\n- name: otel-tracing\n  opentelemetry:\n    port: 4317\n    service: otel-collector.observability.svc.cluster.local\n";
+
+fn telemetry(name: &str, selector: &str, tracing: &str) -> String {
+    format!(
+        "---\napiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {{name: {name}, namespace: istio-system}}\nspec:\n{selector}  tracing:\n{tracing}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_tracing_names_the_provider_sampling_tags_and_reporting() {
+    let receiver = Receiver::start();
+    let (upstream, recording) = recording_upstream().await;
+
+    // The mesh-wide Telemetry names the provider and tags; the gateway's own overrides one tag
+    // and adds one (Istio merges root, namespace and workload Telemetry field by field).
+    let mesh_wide = telemetry(
+        "mesh-default",
+        "",
+        "  - providers: [{name: otel-tracing}]\n    randomSamplingPercentage: 100\n    customTags:\n      team: {literal: {value: platform}}\n      user: {header: {name: x-user, defaultValue: anonymous}}\n      region: {environment: {name: WARDEN_TRACING_TEST_UNSET, defaultValue: eu-1}}\n",
+    );
+    let own = telemetry(
+        "gateway",
+        "  selector: {matchLabels: {app: istio-ingressgateway}}\n",
+        "  - customTags:\n      team: {literal: {value: edge}}\n",
+    );
+    let proxy = start_with(
+        upstream,
+        receiver.addr(),
+        PROVIDERS_ONLY,
+        &format!("{mesh_wide}{own}"),
+    );
+    assert_eq!(get(&proxy, &[("x-user", "alice")]).await, 200);
+    assert_eq!(get(&proxy, &[]).await, 200);
+    let spans = receiver.wait_for(2);
+    assert_eq!(spans.len(), 2);
+    let users: Vec<&str> = spans
+        .iter()
+        .map(|s| s["attributes"]["user"].as_str().unwrap())
+        .collect();
+    assert!(
+        users.contains(&"alice") && users.contains(&"anonymous"),
+        "{users:?}"
+    );
+    for s in &spans {
+        assert_eq!(s["attributes"]["team"], "edge", "{s}");
+        assert_eq!(s["attributes"]["region"], "eu-1", "{s}");
+    }
+    proxy.shutdown(Duration::from_secs(1));
+
+    // Telemetry's 0% wins over the mesh config's 100%.
+    let zero = telemetry(
+        "mesh-default",
+        "",
+        "  - providers: [{name: otel-tracing}]\n    randomSamplingPercentage: 0\n",
+    );
+    let proxy = start_with(upstream, receiver.addr(), PROVIDERS_ONLY, &zero);
+    get(&proxy, &[]).await;
+    let (_, _, flags) = traceparent(header(&received(&recording, 2), "traceparent").unwrap());
+    assert_eq!(flags, "00");
+    proxy.shutdown(Duration::from_secs(1));
+
+    // disableSpanReporting: sampled and propagated, never sent.
+    let quiet = telemetry(
+        "mesh-default",
+        "",
+        "  - providers: [{name: otel-tracing}]\n    disableSpanReporting: true\n",
+    );
+    let proxy = start_with(upstream, receiver.addr(), PROVIDERS_ONLY, &quiet);
+    get(&proxy, &[]).await;
+    let (_, _, flags) = traceparent(header(&received(&recording, 3), "traceparent").unwrap());
+    assert_eq!(flags, "01", "sampled at the mesh config's 100%");
+    assert_eq!(counter(&proxy, EXPORTED), 0);
+    assert_eq!(
+        counter(
+            &proxy,
+            "warden_tracing_spans_dropped_total{reason=\"queue_full\"} "
+        ),
+        0
+    );
+    proxy.shutdown(Duration::from_secs(1));
+
+    // Without Telemetry or defaultProviders nothing is traced.
+    let proxy = start(upstream, receiver.addr(), PROVIDERS_ONLY);
+    get(&proxy, &[]).await;
+    assert!(header(&received(&recording, 4), "traceparent").is_none());
     proxy.shutdown(Duration::from_secs(1));
 }

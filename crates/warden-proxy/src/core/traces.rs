@@ -49,8 +49,11 @@ pub struct TracePlan {
     /// does not have, or Telemetry's `disableSpanReporting`).
     pub report: Option<Arc<Report>>,
     pub max_path_tag_length: usize,
-    /// Tags on every span: Istio's `istio.*`, `node_id`, `component`, and custom tags.
+    /// Tags on every span: Istio's `istio.*`, `component`, and literal and environment custom
+    /// tags.
     pub tags: Vec<(Cow<'static, str>, String)>,
+    /// Custom tags from a request header: (tag, header, default when absent).
+    pub header_tags: Vec<(Cow<'static, str>, HeaderName, String)>,
 }
 
 /// An OTLP collector and who reports to it.
@@ -92,6 +95,8 @@ pub struct Started {
     request_size: u64,
     trace_state: Option<String>,
     peer: SocketAddr,
+    /// The header custom tags' values.
+    header_tags: Vec<(Cow<'static, str>, String)>,
 }
 
 /// What [`start`] reads of a request besides its headers.
@@ -231,6 +236,13 @@ fn started(
             .unwrap_or(0),
         trace_state: text(&TRACESTATE),
         peer: facts.peer,
+        header_tags: plan
+            .header_tags
+            .iter()
+            .map(|(tag, header, default)| {
+                (tag.clone(), text(header).unwrap_or_else(|| default.clone()))
+            })
+            .collect(),
     }
 }
 
@@ -287,6 +299,7 @@ impl RequestTrace {
         let plan = &s.plan;
         let mut tags: Vec<(Cow<'static, str>, String)> = Vec::with_capacity(plan.tags.len() + 18);
         tags.extend(plan.tags.iter().cloned());
+        tags.extend(s.header_tags.iter().cloned());
         let mut flags = String::new();
         answer.flags.write_to(&mut flags);
         let cluster = answer.upstream_cluster.unwrap_or("-");
@@ -394,6 +407,11 @@ mod tests {
             })),
             max_path_tag_length: 20,
             tags: vec![("component".into(), "proxy".into())],
+            header_tags: vec![(
+                "user".into(),
+                HeaderName::from_static("x-user"),
+                "anonymous".into(),
+            )],
         })
     }
 
@@ -524,6 +542,7 @@ mod tests {
             ("upstream_cluster", "outbound|80||a.b"),
             ("error", "true"),
             ("user_agent", "-"),
+            ("user", "anonymous"),
         ] {
             assert_eq!(span.attribute(k), Some(v), "{k}");
         }

@@ -153,10 +153,14 @@ impl Proxy {
             opts.http_filters.clone(),
         )
         .with_trusted_cidrs(opts.xff_trusted_cidrs.clone());
-        // The exporter runs when a tracing provider is named (its spans may go nowhere yet:
-        // a collector not in the registry is a warning, and a reload may add it).
-        let tracer = match &opts.tracing.provider {
-            Some(_) => Some(
+        // The exporter runs when the mesh config has an OpenTelemetry provider (Telemetry
+        // resources may name it on a reload; a collector not in the registry is a warning).
+        let has_otel = opts
+            .extension_providers
+            .iter()
+            .any(|p| p.opentelemetry.is_some());
+        let tracer = match has_otel {
+            true => Some(
                 crate::core::trace_export::Tracer::start(serving.metrics.tracing.clone()).map_err(
                     |source| ProxyError::Thread {
                         what: "trace exporter thread",
@@ -164,7 +168,7 @@ impl Proxy {
                     },
                 )?,
             ),
-            None => None,
+            false => None,
         };
         let serving = Arc::new(serving.with_tracer(tracer));
         let downstream = Arc::new(DownstreamLimits {
