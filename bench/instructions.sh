@@ -18,7 +18,9 @@
 # Env: N (default 10000), WARMUP (2000), CONNS (64); KEEP=DIR keeps the callgrind profiles
 # there (cg.SERVER-PATH.N, for callgrind_annotate); ONLY=warden skips nginx and HAProxy (a
 # before/after comparison of two warden builds), ONLY=sidecar runs the sidecar path alone;
-# WARDEN_BIN: an already built binary.
+# WARDEN_BIN: an already built binary. PATHS="proxy direct" counts those warden gateway paths
+# only; WARDEN_ARGS: more `warden proxy` flags for them (`--mesh-config FILE`: tracing at 1%);
+# SIDECAR=0 skips the sidecar path.
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables openssl:openssl
 /usr/bin/python3 -c 'import jwt, cryptography' 2>/dev/null || ensure_pkgs x-python3-jwt:python3-jwt x-python3-cryptography:python3-cryptography
@@ -113,7 +115,8 @@ YAML
 }
 # jwt: the direct response behind jwt_authn, every request with a valid token (cached): its
 # count minus direct's is what the filter costs a request that uses it.
-[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || WARDEN_PATHS=(proxy direct limit jwt)
+[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || read -ra WARDEN_PATHS <<<"${PATHS:-proxy direct limit jwt}"
+read -ra EXTRA_WARDEN_ARGS <<<"${WARDEN_ARGS:-}"
 for path in "${WARDEN_PATHS[@]}"; do
   port=$(free_port); mkdir -p "$WORK/w-$path"
   LOAD_ARGS=()
@@ -127,7 +130,7 @@ for path in "${WARDEN_PATHS[@]}"; do
            per_ip_policy_yaml 300 Minute >"$WORK/w-$path/policy.yaml" ;;
   esac
   under_callgrind "warden-$path" "$WARDEN" proxy -c "$WORK/w-$path" --concurrency 1 \
-    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch
+    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch "${EXTRA_WARDEN_ARGS[@]}"
   wait_tcp "$port"
   count "warden-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done
@@ -193,7 +196,7 @@ teardown() {
   cleanup
 }
 trap teardown EXIT
-if [ "$(id -u)" = 0 ]; then sidecar_path; else echo "sidecar path skipped: needs root (namespaces)" >&2; fi
+if [ "${SIDECAR:-1}" = 0 ]; then :; elif [ "$(id -u)" = 0 ]; then sidecar_path; else echo "sidecar path skipped: needs root (namespaces)" >&2; fi
 
 if [ -z "${ONLY:-}" ]; then
 N_PROXY=$(free_port); N_DIRECT=$(free_port); N_LIMIT=$(free_port)
