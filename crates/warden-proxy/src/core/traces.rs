@@ -56,6 +56,26 @@ pub struct TracePlan {
     pub header_tags: Vec<(Cow<'static, str>, HeaderName, String)>,
 }
 
+impl TracePlan {
+    /// One line for `warden check`.
+    pub fn describe(&self) -> String {
+        let format = match (self.propagation.w3c, self.propagation.b3) {
+            (true, _) => "W3C traceparent",
+            (false, true) => "B3",
+            (false, false) => "no headers",
+        };
+        let percent = f64::from(self.per_ten_thousand) / 100.0;
+        let spans = match &self.report {
+            Some(r) => format!("spans over OTLP/gRPC to {}", r.address),
+            None => "spans not reported".to_owned(),
+        };
+        format!(
+            "provider {}, {format}, {percent}% sampled, {spans}",
+            self.provider
+        )
+    }
+}
+
 /// An OTLP collector and who reports to it.
 #[derive(Debug)]
 pub struct Report {
@@ -547,6 +567,14 @@ mod tests {
             assert_eq!(span.attribute(k), Some(v), "{k}");
         }
         assert!(span.error && span.parent_span_id.is_none());
+    }
+
+    #[test]
+    fn warden_check_says_what_is_traced() {
+        assert_eq!(
+            plan(W3C, 100).describe(),
+            "provider otel, W3C traceparent, 1% sampled, spans over OTLP/gRPC to 127.0.0.1:4317"
+        );
     }
 
     #[test]
