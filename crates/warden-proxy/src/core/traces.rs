@@ -33,6 +33,27 @@ pub static X_ENVOY_FORCE_TRACE: HeaderName = HeaderName::from_static("x-envoy-fo
 static X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER: HeaderName =
     HeaderName::from_static("x-envoy-downstream-service-cluster");
 
+/// A request's headers as the pipeline holds them: the fast path's lines kept as read (no map
+/// is built for tracing), or the map.
+#[derive(Clone, Copy)]
+pub struct Headers<'a> {
+    pub map: &'a HeaderMap,
+    pub lines: Option<&'a warden_http1::request_lines::RequestLines>,
+}
+
+impl<'a> Headers<'a> {
+    pub fn get(&self, name: &HeaderName) -> Option<&'a [u8]> {
+        match self.lines {
+            Some(lines) => lines.get(name.as_str().as_bytes()),
+            None => self.map.get(name).map(HeaderValue::as_bytes),
+        }
+    }
+
+    fn has(&self, name: &HeaderName) -> bool {
+        self.get(name).is_some()
+    }
+}
+
 /// Envoy's `max_path_tag_length` default: the longest `http.url` tag.
 pub const DEFAULT_MAX_PATH_TAG_LENGTH: usize = 256;
 
@@ -136,7 +157,11 @@ pub struct RequestFacts<'a> {
 
 /// The request's trace: the caller's context (by the plan's propagation), the decision, a new
 /// span id for this hop.
-pub fn start(plan: &Arc<TracePlan>, headers: &HeaderMap, facts: &RequestFacts<'_>) -> RequestTrace {
+pub fn start(
+    plan: &Arc<TracePlan>,
+    headers: Headers<'_>,
+    facts: &RequestFacts<'_>,
+) -> RequestTrace {
     let caller = extract(plan.propagation, headers);
     let (parent, parent_sampled) = match caller {
         Some(B3::Context(p)) => (Some(p), p.sampled),
@@ -145,8 +170,8 @@ pub fn start(plan: &Arc<TracePlan>, headers: &HeaderMap, facts: &RequestFacts<'_
     };
     let input = SamplingInput {
         parent: parent_sampled,
-        client_trace_id: headers.contains_key(&X_CLIENT_TRACE_ID),
-        forced_internal: headers.contains_key(&X_ENVOY_FORCE_TRACE) && is_internal(facts.client_ip),
+        client_trace_id: headers.has(&X_CLIENT_TRACE_ID),
+        forced_internal: headers.has(&X_ENVOY_FORCE_TRACE) && is_internal(facts.client_ip),
     };
     let mut rng = fastrand::Rng::new();
     let decision = sampling::decide(input, plan.per_ten_thousand, rng.u32(..));
@@ -181,28 +206,24 @@ fn is_internal(ip: IpAddr) -> bool {
 }
 
 /// The caller's context: W3C first when the provider speaks it, then B3 (single, then multi).
-fn extract(propagation: Propagation, headers: &HeaderMap) -> Option<B3> {
+fn extract(propagation: Propagation, headers: Headers<'_>) -> Option<B3> {
     if propagation.w3c {
         if let Some(p) = headers
             .get(&TRACEPARENT)
-            .and_then(|v| context::parse_traceparent(v.as_bytes()))
+            .and_then(context::parse_traceparent)
         {
             return Some(B3::Context(p));
         }
     }
     if propagation.b3 {
-        if let Some(b3) = headers
-            .get(&B3_SINGLE)
-            .and_then(|v| context::parse_b3_single(v.as_bytes()))
-        {
+        if let Some(b3) = headers.get(&B3_SINGLE).and_then(context::parse_b3_single) {
             return Some(b3);
         }
-        let get = |n: &HeaderName| headers.get(n).map(|v| v.as_bytes());
         return context::parse_b3_multi(
-            get(&X_B3_TRACEID),
-            get(&X_B3_SPANID),
-            get(&X_B3_SAMPLED),
-            get(&X_B3_FLAGS),
+            headers.get(&X_B3_TRACEID),
+            headers.get(&X_B3_SPANID),
+            headers.get(&X_B3_SAMPLED),
+            headers.get(&X_B3_FLAGS),
         );
     }
     None
@@ -211,7 +232,7 @@ fn extract(propagation: Propagation, headers: &HeaderMap) -> Option<B3> {
 fn started(
     plan: &Arc<TracePlan>,
     report: &Arc<Report>,
-    headers: &HeaderMap,
+    headers: Headers<'_>,
     facts: &RequestFacts<'_>,
     max_path: usize,
     rng: &mut fastrand::Rng,
@@ -219,7 +240,7 @@ fn started(
     let text = |n: &HeaderName| {
         headers
             .get(n)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
     };
     let sent_id = text(&crate::core::forwarding_headers::X_REQUEST_ID);
     let made = match (&sent_id, facts.made_request_id) {
@@ -251,8 +272,8 @@ fn started(
         made_request_id: made,
         client_trace_id: text(&X_CLIENT_TRACE_ID),
         request_size: headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .get(&http::header::CONTENT_LENGTH)
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
             .unwrap_or(0),
         trace_state: text(&TRACESTATE),
         peer: facts.peer,
@@ -284,32 +305,53 @@ impl RequestTrace {
     }
 
     /// The context the upstream gets: this hop's span as the parent, the decision, in the
-    /// provider's format. A `tracestate` is passed on as it came.
-    pub fn inject(&self, propagation: Propagation, headers: &mut HeaderMap) {
+    /// provider's format. A `tracestate` is passed on as it came. Lines kept as read stay
+    /// lines (one new buffer), else the map is changed.
+    pub fn inject(
+        &self,
+        propagation: Propagation,
+        headers: &mut HeaderMap,
+        lines: Option<&mut warden_http1::request_lines::RequestLines>,
+    ) {
+        let mut remove: Vec<HeaderName> = Vec::new();
+        let mut add: Vec<(HeaderName, HeaderValue)> = Vec::new();
         if propagation.w3c {
             let value = context::traceparent(self.trace_id, self.span_id, self.sampled);
             if let Ok(v) = HeaderValue::from_bytes(&value) {
-                headers.insert(TRACEPARENT.clone(), v);
+                remove.push(TRACEPARENT.clone());
+                add.push((TRACEPARENT.clone(), v));
             }
         }
         if propagation.b3 {
             // One context upstream: the multi-header form Envoy's Zipkin tracer writes.
-            headers.remove(&B3_SINGLE);
-            headers.remove(&X_B3_FLAGS);
-            headers.insert(X_B3_TRACEID.clone(), hex_value(&self.trace_id.0));
-            headers.insert(X_B3_SPANID.clone(), hex_value(&self.span_id.0));
-            match self.parent {
-                Some(p) => {
-                    headers.insert(X_B3_PARENTSPANID.clone(), hex_value(&p.0));
-                }
-                None => {
-                    headers.remove(&X_B3_PARENTSPANID);
-                }
+            remove.extend([
+                B3_SINGLE.clone(),
+                X_B3_FLAGS.clone(),
+                X_B3_TRACEID.clone(),
+                X_B3_SPANID.clone(),
+                X_B3_PARENTSPANID.clone(),
+                X_B3_SAMPLED.clone(),
+            ]);
+            add.push((X_B3_TRACEID.clone(), hex_value(&self.trace_id.0)));
+            add.push((X_B3_SPANID.clone(), hex_value(&self.span_id.0)));
+            if let Some(p) = self.parent {
+                add.push((X_B3_PARENTSPANID.clone(), hex_value(&p.0)));
             }
-            headers.insert(
+            add.push((
                 X_B3_SAMPLED.clone(),
                 HeaderValue::from_static(if self.sampled { "1" } else { "0" }),
-            );
+            ));
+        }
+        match lines {
+            Some(lines) => lines.edit(&remove, &add),
+            None => {
+                for name in &remove {
+                    headers.remove(name);
+                }
+                for (name, value) in add {
+                    headers.append(name, value);
+                }
+            }
         }
     }
 
@@ -450,6 +492,13 @@ mod tests {
         }
     }
 
+    fn map(h: &HeaderMap) -> Headers<'_> {
+        Headers {
+            map: h,
+            lines: None,
+        }
+    }
+
     const W3C: Propagation = Propagation {
         w3c: true,
         b3: false,
@@ -465,12 +514,12 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
         h.insert(&TRACESTATE, HeaderValue::from_static("v=1"));
-        let t = start(&plan(W3C, 0), &h, &facts());
+        let t = start(&plan(W3C, 0), map(&h), &facts());
         assert!(t.sampled, "the caller's flag wins over 0%");
         assert_eq!(t.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
         let mut out = h.clone();
-        t.inject(W3C, &mut out);
+        t.inject(W3C, &mut out, None);
         let sent = out.get(&TRACEPARENT).unwrap().to_str().unwrap();
         assert_eq!(
             sent,
@@ -480,7 +529,7 @@ mod tests {
         // A W3C provider leaves B3 headers alone, and reads none.
         let mut h = HeaderMap::new();
         h.insert(&X_B3_SAMPLED, HeaderValue::from_static("1"));
-        let t = start(&plan(W3C, 0), &h, &facts());
+        let t = start(&plan(W3C, 0), map(&h), &facts());
         assert!(!t.sampled && t.parent.is_none());
     }
 
@@ -491,9 +540,9 @@ mod tests {
             &B3_SINGLE,
             HeaderValue::from_static("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0"),
         );
-        let t = start(&plan(B3M, 10_000), &h, &facts());
+        let t = start(&plan(B3M, 10_000), map(&h), &facts());
         assert!(!t.sampled, "the caller's 0 wins over 100%");
-        t.inject(B3M, &mut h);
+        t.inject(B3M, &mut h, None);
         assert!(h.get(&B3_SINGLE).is_none() && h.get(&TRACEPARENT).is_none());
         assert_eq!(
             h.get(&X_B3_TRACEID).unwrap(),
@@ -510,23 +559,23 @@ mod tests {
     #[test]
     fn a_new_trace_is_sampled_by_the_percentage_or_the_client() {
         let h = HeaderMap::new();
-        let t = start(&plan(W3C, 0), &h, &facts());
+        let t = start(&plan(W3C, 0), map(&h), &facts());
         assert!(!t.sampled && t.parent.is_none() && t.started.is_none());
-        let t = start(&plan(W3C, 10_000), &h, &facts());
+        let t = start(&plan(W3C, 10_000), map(&h), &facts());
         assert!(t.sampled && t.started.is_some());
         assert!(t.made_request_id().is_some());
         let mut h = HeaderMap::new();
         h.insert(&X_CLIENT_TRACE_ID, HeaderValue::from_static("abc"));
-        assert!(start(&plan(W3C, 0), &h, &facts()).sampled);
+        assert!(start(&plan(W3C, 0), map(&h), &facts()).sampled);
         // Forced only from an internal address.
         let mut h = HeaderMap::new();
         h.insert(&X_ENVOY_FORCE_TRACE, HeaderValue::from_static("true"));
-        assert!(!start(&plan(W3C, 0), &h, &facts()).sampled);
+        assert!(!start(&plan(W3C, 0), map(&h), &facts()).sampled);
         let internal = RequestFacts {
             client_ip: "10.1.2.3".parse().unwrap(),
             ..facts()
         };
-        assert!(start(&plan(W3C, 0), &h, &internal).sampled);
+        assert!(start(&plan(W3C, 0), map(&h), &internal).sampled);
     }
 
     #[test]
@@ -537,7 +586,7 @@ mod tests {
             &crate::core::forwarding_headers::X_REQUEST_ID,
             HeaderValue::from_static("rid"),
         );
-        let t = start(&p, &h, &facts());
+        let t = start(&p, map(&h), &facts());
         assert_eq!(t.made_request_id(), None);
         let (span, _) = t
             .finish(&Answered {
@@ -567,6 +616,38 @@ mod tests {
             assert_eq!(span.attribute(k), Some(v), "{k}");
         }
         assert!(span.error && span.parent_span_id.is_none());
+    }
+
+    #[test]
+    fn header_lines_kept_as_read_are_read_and_edited_in_place() {
+        let read = [
+            httparse::Header {
+                name: "Host",
+                value: b"a",
+            },
+            httparse::Header {
+                name: "TraceParent",
+                value: TP.as_bytes(),
+            },
+        ];
+        let mut lines = warden_http1::request_lines::RequestLines::new(&read).unwrap();
+        let empty = HeaderMap::new();
+        let t = start(
+            &plan(W3C, 0),
+            Headers {
+                map: &empty,
+                lines: Some(&lines),
+            },
+            &facts(),
+        );
+        assert!(t.sampled && t.parent.is_some());
+        let mut map = HeaderMap::new();
+        t.inject(W3C, &mut map, Some(&mut lines));
+        assert!(map.is_empty());
+        let sent: Vec<&[u8]> = lines.get_all(b"traceparent").collect();
+        assert_eq!(sent.len(), 1);
+        assert_ne!(sent[0], TP.as_bytes());
+        assert_eq!(lines.get(b"host"), Some(&b"a"[..]));
     }
 
     #[test]

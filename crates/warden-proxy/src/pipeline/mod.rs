@@ -539,11 +539,7 @@ fn decide(
     outcome.istio = istio_record::request_side(&parts, &body);
     // Readers of arbitrary headers get the map: the configured filters, the access log
     // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
-    if snapshot.reads_request_headers()
-        || shared.access_log.is_some()
-        || shared.reads_xff()
-        || snapshot.tracing.is_some()
-    {
+    if snapshot.reads_request_headers() || shared.access_log.is_some() || shared.reads_xff() {
         if let Some(lines) = lines.take() {
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
@@ -578,7 +574,10 @@ fn decide(
     if let Some(plan) = &snapshot.tracing {
         outcome.trace = Some(crate::core::traces::start(
             plan,
-            &parts.headers,
+            crate::core::traces::Headers {
+                map: &parts.headers,
+                lines: lines.as_ref(),
+            },
             &crate::core::traces::RequestFacts {
                 method: &parts.method,
                 scheme: if conn.tls.is_some() { "https" } else { "http" },
@@ -827,7 +826,7 @@ async fn act(
                     outcome.cluster = Some(target.cluster.clone());
                 }
                 if let (Some(trace), Some(plan)) = (&outcome.trace, &snapshot.tracing) {
-                    trace.inject(plan.propagation, &mut parts.headers);
+                    trace.inject(plan.propagation, &mut parts.headers, lines.as_mut());
                 }
                 let mut forwarding = Forwarding::new(
                     conn.peer.ip(),
