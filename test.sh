@@ -29,6 +29,8 @@ command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
 # The JWT tests mint tokens with PyJWT (Debian's python3-jwt, with cryptography for RSA/EC/EdDSA).
 /usr/bin/python3 -c 'import jwt, cryptography' >/dev/null 2>&1 || missing+=(python3-jwt python3-cryptography)
+# The Lua filter's trailers test sends HTTP/2 request trailers with python-h2.
+/usr/bin/python3 -c 'import h2' >/dev/null 2>&1 || missing+=(python3-h2)
 # The test image of Redis gets busybox's sh (redis:alpine has one): redis-sentinel.yaml's
 # containers pick their role with it.
 command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)

@@ -926,7 +926,13 @@ async fn act(
         limit_headers = state.local_limit_headers.take();
         response
     };
-    filters.on_response(reached, &route, &mut state, &mut response);
+    if state.response_waits {
+        filters
+            .on_response_waiting(reached, &route, &mut state, &mut response)
+            .await;
+    } else {
+        filters.on_response(reached, &route, &mut state, &mut response);
+    }
     settle_for_log(shared, &mut state);
     finish(
         shared,

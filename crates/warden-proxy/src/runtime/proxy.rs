@@ -389,6 +389,12 @@ fn watch_files(
     tx: mpsc::UnboundedSender<()>,
 ) -> Result<notify::RecommendedWatcher, ProxyError> {
     use notify::event::{AccessKind, AccessMode, EventKind};
+    // Events name absolute paths: a relative `-c cfg` folder would never match them.
+    // (`absolute`, not `canonicalize`: a ConfigMap key's symlink must stay a symlink.)
+    let paths: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
     let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
     let dirs: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
     let watched_dirs = dirs.clone();
@@ -414,7 +420,7 @@ fn watch_files(
             let _ = tx.send(());
         }
     })?;
-    for p in paths {
+    for p in &paths {
         if p.is_dir() {
             watcher.watch(p, notify::RecursiveMode::Recursive)?;
         } else {

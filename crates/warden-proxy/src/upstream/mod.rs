@@ -333,6 +333,17 @@ struct Pick<'a> {
 }
 
 /// A client's error as an attempt's failure: a connect failure or anything else.
+/// gRPC over HTTP/2 carries `te: trailers` end to end (gRPC servers refuse a call without
+/// it, "Missing :te header"); as a hop-by-hop header it was stripped, and Envoy keeps it.
+fn keep_grpc_te(headers: &mut http::HeaderMap) {
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
+}
+
 fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendError {
     if is_connect {
         SendError::Connect
@@ -343,7 +354,15 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
     } else if caused_by_malformed_response(&e) {
         SendError::Protocol(e.to_string())
     } else {
-        SendError::Other(e.to_string())
+        // hyper's own text is only the outermost ("client error (SendRequest)").
+        let mut text = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        SendError::Other(text)
     }
 }
 
@@ -443,6 +462,7 @@ async fn attempt(
             let mut parts = head.into_owned();
             parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
             parts.version = if tls.http2 {
+                keep_grpc_te(&mut parts.headers);
                 Version::HTTP_2
             } else {
                 Version::HTTP_11
@@ -455,7 +475,7 @@ async fn attempt(
             .map(|r| r.map(ProxyBody::Streamed))
             .map_err(|e| send_error(e.is_connect(), e));
         }
-        match cluster.protocol {
+        match cluster.protocol.for_request(head.get().version) {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
                     &endpoint,
@@ -468,7 +488,7 @@ async fn attempt(
                 )
                 .await
                 .map_err(|e| send_error(e.is_connect(), e)),
-            UpstreamProtocol::Http1 => {
+            UpstreamProtocol::Http1 | UpstreamProtocol::Downstream => {
                 let mut parts = head.into_owned();
                 // Origin-form: the connection is already to the endpoint.
                 parts.version = Version::HTTP_11;
@@ -484,6 +504,7 @@ async fn attempt(
                 let mut parts = head.into_owned();
                 parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
                 parts.version = Version::HTTP_2;
+                keep_grpc_te(&mut parts.headers);
                 Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await
                     .map(|r| r.map(ProxyBody::Streamed))
