@@ -149,6 +149,21 @@ async fn w3c_context_reaches_the_app_with_this_hop_as_parent() {
     assert_ne!(ta, TRACE_ID);
     assert_eq!((fa.as_str(), fb.as_str()), ("01", "01"));
     assert_eq!(header(&a, "x-request-id").map(str::len), Some(36));
+
+    // A request with a body goes through hyper's client and the header map: the same context.
+    let resp = client()
+        .post(format!("http://{}/upload", addr(&proxy, 0)))
+        .header("host", "app.example.com")
+        .header("traceparent", &sent)
+        .body("payload")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let h = received(&recording, 4);
+    let (trace, parent, flags) = traceparent(header(&h, "traceparent").unwrap());
+    assert_eq!((trace.as_str(), flags.as_str()), (TRACE_ID, "01"));
+    assert_ne!(parent, SPAN_ID);
     proxy.shutdown(Duration::from_secs(1));
 }
 

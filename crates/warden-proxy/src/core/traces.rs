@@ -304,15 +304,11 @@ impl RequestTrace {
         self.started.as_ref().and_then(|s| s.made_request_id)
     }
 
-    /// The context the upstream gets: this hop's span as the parent, the decision, in the
-    /// provider's format. A `tracestate` is passed on as it came. Lines kept as read stay
-    /// lines (one new buffer), else the map is changed.
-    pub fn inject(
-        &self,
-        propagation: Propagation,
-        headers: &mut HeaderMap,
-        lines: Option<&mut warden_http1::request_lines::RequestLines>,
-    ) {
+    /// The context the upstream gets, in a header map: this hop's span as the parent, the
+    /// decision, in the provider's format, replacing the request's. A `tracestate` is passed
+    /// on as it came. (Lines kept as read are not edited: the upstream encoder leaves the
+    /// request's out and writes [`Self::encode`]'s.)
+    pub fn inject(&self, propagation: Propagation, headers: &mut HeaderMap) {
         let mut remove: Vec<HeaderName> = Vec::new();
         let mut add: Vec<(HeaderName, HeaderValue)> = Vec::new();
         if propagation.w3c {
@@ -342,16 +338,44 @@ impl RequestTrace {
                 HeaderValue::from_static(if self.sampled { "1" } else { "0" }),
             ));
         }
-        match lines {
-            Some(lines) => lines.edit(&remove, &add),
-            None => {
-                for name in &remove {
-                    headers.remove(name);
-                }
-                for (name, value) in add {
-                    headers.append(name, value);
-                }
+        for name in &remove {
+            headers.remove(name);
+        }
+        for (name, value) in add {
+            headers.append(name, value);
+        }
+    }
+
+    /// [`Self::inject`]'s lines, written into an upstream request head (the fast path's:
+    /// nothing allocated).
+    pub fn encode(&self, propagation: Propagation, out: &mut Vec<u8>) {
+        if propagation.w3c {
+            out.extend_from_slice(b"traceparent: ");
+            out.extend_from_slice(&context::traceparent(
+                self.trace_id,
+                self.span_id,
+                self.sampled,
+            ));
+            out.extend_from_slice(b"\r\n");
+        }
+        if propagation.b3 {
+            let mut hex = [0u8; 32];
+            context::write_hex(&self.trace_id.0, &mut hex);
+            out.extend_from_slice(b"x-b3-traceid: ");
+            out.extend_from_slice(&hex);
+            context::write_hex(&self.span_id.0, &mut hex[..16]);
+            out.extend_from_slice(b"\r\nx-b3-spanid: ");
+            out.extend_from_slice(&hex[..16]);
+            if let Some(p) = self.parent {
+                context::write_hex(&p.0, &mut hex[..16]);
+                out.extend_from_slice(b"\r\nx-b3-parentspanid: ");
+                out.extend_from_slice(&hex[..16]);
             }
+            out.extend_from_slice(if self.sampled {
+                b"\r\nx-b3-sampled: 1\r\n"
+            } else {
+                b"\r\nx-b3-sampled: 0\r\n"
+            });
         }
     }
 
@@ -411,6 +435,19 @@ impl RequestTrace {
             s.report.clone(),
         ))
     }
+}
+
+/// Whether a request's own header line (lowercase `name`) gives way to the context this hop
+/// sends ([`RequestTrace::encode`]).
+pub fn replaces_line(propagation: Propagation, name: &[u8]) -> bool {
+    (propagation.w3c && name == b"traceparent")
+        || (propagation.b3
+            && (name == b"b3"
+                || name == b"x-b3-traceid"
+                || name == b"x-b3-spanid"
+                || name == b"x-b3-parentspanid"
+                || name == b"x-b3-sampled"
+                || name == b"x-b3-flags"))
 }
 
 /// What [`RequestTrace::finish`] reads of the answer.
@@ -519,7 +556,7 @@ mod tests {
         assert_eq!(t.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
         let mut out = h.clone();
-        t.inject(W3C, &mut out, None);
+        t.inject(W3C, &mut out);
         let sent = out.get(&TRACEPARENT).unwrap().to_str().unwrap();
         assert_eq!(
             sent,
@@ -542,7 +579,7 @@ mod tests {
         );
         let t = start(&plan(B3M, 10_000), map(&h), &facts());
         assert!(!t.sampled, "the caller's 0 wins over 100%");
-        t.inject(B3M, &mut h, None);
+        t.inject(B3M, &mut h);
         assert!(h.get(&B3_SINGLE).is_none() && h.get(&TRACEPARENT).is_none());
         assert_eq!(
             h.get(&X_B3_TRACEID).unwrap(),
@@ -619,7 +656,7 @@ mod tests {
     }
 
     #[test]
-    fn header_lines_kept_as_read_are_read_and_edited_in_place() {
+    fn header_lines_kept_as_read_are_read_without_a_map() {
         let read = [
             httparse::Header {
                 name: "Host",
@@ -630,7 +667,7 @@ mod tests {
                 value: TP.as_bytes(),
             },
         ];
-        let mut lines = warden_http1::request_lines::RequestLines::new(&read).unwrap();
+        let lines = warden_http1::request_lines::RequestLines::new(&read).unwrap();
         let empty = HeaderMap::new();
         let t = start(
             &plan(W3C, 0),
@@ -640,14 +677,42 @@ mod tests {
             },
             &facts(),
         );
-        assert!(t.sampled && t.parent.is_some());
-        let mut map = HeaderMap::new();
-        t.inject(W3C, &mut map, Some(&mut lines));
-        assert!(map.is_empty());
-        let sent: Vec<&[u8]> = lines.get_all(b"traceparent").collect();
-        assert_eq!(sent.len(), 1);
-        assert_ne!(sent[0], TP.as_bytes());
-        assert_eq!(lines.get(b"host"), Some(&b"a"[..]));
+        assert!(t.sampled);
+        assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn encoded_lines_are_the_injected_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
+        let both = Propagation {
+            w3c: true,
+            b3: true,
+        };
+        let t = start(&plan(both, 0), map(&h), &facts());
+        let mut map_headers = HeaderMap::new();
+        t.inject(both, &mut map_headers);
+        let mut written = Vec::new();
+        t.encode(both, &mut written);
+        let text = String::from_utf8(written).unwrap();
+        let lines: Vec<(String, String)> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let from_map: Vec<(String, String)> = map_headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(lines, from_map);
+        for (name, _) in &lines {
+            assert!(replaces_line(both, name.as_bytes()), "{name}");
+        }
+        assert!(!replaces_line(W3C, b"x-b3-sampled"));
+        assert!(!replaces_line(B3M, b"traceparent"));
+        assert!(!replaces_line(both, b"tracestate"));
     }
 
     #[test]

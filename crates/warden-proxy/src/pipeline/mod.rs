@@ -825,9 +825,6 @@ async fn act(
                 {
                     outcome.cluster = Some(target.cluster.clone());
                 }
-                if let (Some(trace), Some(plan)) = (&outcome.trace, &snapshot.tracing) {
-                    trace.inject(plan.propagation, &mut parts.headers, lines.as_mut());
-                }
                 let mut forwarding = Forwarding::new(
                     conn.peer.ip(),
                     &conn.peer_value,
@@ -848,6 +845,9 @@ async fn act(
                     .or_else(|| outcome.trace.as_ref().and_then(|t| t.made_request_id()))
                 {
                     forwarding = forwarding.with_request_id(id);
+                }
+                if let (Some(trace), Some(plan)) = (&outcome.trace, &snapshot.tracing) {
+                    forwarding = forwarding.with_trace(trace, plan.propagation);
                 }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
