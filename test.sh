@@ -50,8 +50,9 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "test.sh: installing kubernetes-validate (PyPI)"
   python3 -m pip install -q kubernetes-validate
 fi
-# The ext_authz tests' providers are Python grpcio servers on Envoy's published protos.
-if ! python3 -c 'import grpc; from envoy.service.auth.v3 import external_auth_pb2_grpc' >/dev/null 2>&1; then
+# The ext_authz tests' providers are Python grpcio servers on Envoy's published protos; the
+# tracing tests' OTLP receiver uses the OpenTelemetry protos xds-protos ships.
+if ! python3 -c 'import grpc; from envoy.service.auth.v3 import external_auth_pb2_grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1; then
   echo "test.sh: installing grpcio and xds-protos (PyPI)"
   python3 -m pip install -q grpcio xds-protos
 fi

@@ -20,6 +20,7 @@
 # before/after comparison of two warden builds), ONLY=sidecar runs the sidecar path alone;
 # WARDEN_BIN: an already built binary; PATHS: the warden paths to count (default all: proxy
 # direct limit jwt lua lua-response; set, it also skips the sidecar path).
+# WARDEN_ARGS: more `warden proxy` flags for the gateway paths (`--mesh-config FILE`: tracing).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables openssl:openssl
 /usr/bin/python3 -c 'import jwt, cryptography' 2>/dev/null || ensure_pkgs x-python3-jwt:python3-jwt x-python3-cryptography:python3-cryptography
@@ -154,6 +155,7 @@ SEED_LUA='              local path = request_handle:headers():get(":path")
               request_handle:headers():add("x-envoy-original-limit-rate-path", method .. path)'
 if [ "${ONLY:-}" = sidecar ]; then WARDEN_PATHS=()
 else read -r -a WARDEN_PATHS <<<"${PATHS:-proxy direct limit jwt lua lua-response}"; fi
+read -r -a EXTRA_WARDEN_ARGS <<<"${WARDEN_ARGS:-}"
 for path in "${WARDEN_PATHS[@]}"; do
   port=$(free_port); mkdir -p "$WORK/w-$path"
   LOAD_ARGS=()
@@ -171,7 +173,7 @@ for path in "${WARDEN_PATHS[@]}"; do
            per_ip_policy_yaml 300 Minute >"$WORK/w-$path/policy.yaml" ;;
   esac
   under_callgrind "warden-$path" "$WARDEN" proxy -c "$WORK/w-$path" --concurrency 1 \
-    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch
+    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch "${EXTRA_WARDEN_ARGS[@]}"
   wait_tcp "$port"
   count "warden-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done

@@ -593,6 +593,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
             });
     opts.mesh_defaults = mesh.default_config.clone();
     opts.extension_providers = std::sync::Arc::new(mesh.extension_providers.clone());
+    opts.tracing = crate::core::identity::TracingDefaults::of(&mesh);
     let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
@@ -724,7 +725,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let (mesh_defaults, xff_trusted_cidrs, extension_providers) = match &args.mesh_config {
+    let (mesh_defaults, xff_trusted_cidrs, extension_providers, tracing) = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
@@ -732,9 +733,10 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("warning: {w}");
                 }
                 (
-                    mesh.default_config,
-                    mesh.warden.xff_trusted_cidrs,
-                    std::sync::Arc::new(mesh.extension_providers),
+                    mesh.default_config.clone(),
+                    mesh.warden.xff_trusted_cidrs.clone(),
+                    std::sync::Arc::new(mesh.extension_providers.clone()),
+                    crate::core::identity::TracingDefaults::of(&mesh),
                 )
             }
             Err(errors) => {
@@ -755,6 +757,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         credentials_dir: args.role.credentials_dir.clone(),
         mesh,
         extension_providers,
+        tracing,
     };
     let options = warden_config::LoadOptions {
         skip_kinds: args.skip_kinds,

@@ -38,6 +38,8 @@ pub struct ProxyOptions {
     pub mesh_defaults: warden_config::mesh_config::ProxyConfig,
     /// `meshConfig.extensionProviders` (CUSTOM AuthorizationPolicy providers).
     pub extension_providers: crate::core::identity::ExtensionProviders,
+    /// The mesh config's tracing defaults (`defaultProviders.tracing`, sampling).
+    pub tracing: crate::core::identity::TracingDefaults,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -106,6 +108,7 @@ impl ProxyOptions {
             mesh: self.mesh.clone(),
             sidecar: self.sidecar.clone(),
             extension_providers: self.extension_providers.clone(),
+            tracing: self.tracing.clone(),
         }
     }
 
@@ -123,6 +126,7 @@ impl ProxyOptions {
             xff_trusted_cidrs: None,
             mesh_defaults: Default::default(),
             extension_providers: Default::default(),
+            tracing: Default::default(),
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,

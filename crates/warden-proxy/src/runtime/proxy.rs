@@ -144,17 +144,33 @@ impl Proxy {
             .as_ref()
             .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
             .transpose()?;
-        let serving = Arc::new(
-            Shared::new(
-                snapshot,
-                access_log,
-                topology.num_trusted_proxies,
-                topology.client_cert,
-                identity,
-                opts.http_filters.clone(),
-            )
-            .with_trusted_cidrs(opts.xff_trusted_cidrs.clone()),
-        );
+        let serving = Shared::new(
+            snapshot,
+            access_log,
+            topology.num_trusted_proxies,
+            topology.client_cert,
+            identity,
+            opts.http_filters.clone(),
+        )
+        .with_trusted_cidrs(opts.xff_trusted_cidrs.clone());
+        // The exporter runs when the mesh config has an OpenTelemetry provider (Telemetry
+        // resources may name it on a reload; a collector not in the registry is a warning).
+        let has_otel = opts
+            .extension_providers
+            .iter()
+            .any(|p| p.opentelemetry.is_some());
+        let tracer = match has_otel {
+            true => Some(
+                crate::core::trace_export::Tracer::start(serving.metrics.tracing.clone()).map_err(
+                    |source| ProxyError::Thread {
+                        what: "trace exporter thread",
+                        source,
+                    },
+                )?,
+            ),
+            false => None,
+        };
+        let serving = Arc::new(serving.with_tracer(tracer));
         let downstream = Arc::new(DownstreamLimits {
             connections: ConnLimits::new(
                 opts.max_connections.unwrap_or_else(|| {

@@ -29,6 +29,7 @@ mod istio_edges;
 mod peer_authn;
 mod sidecar;
 pub mod telemetry_logging;
+mod tracing_plan;
 mod upstream_tls;
 pub use crate::core::identity::{MeshCredentials, ProxyIdentity, SidecarSettings};
 pub use crate::routing::ports::{ListenerProtocol, ListenerSpec, PortRoutes, TcpRoute};
@@ -64,6 +65,8 @@ pub struct Snapshot {
     reads_request_headers: bool,
     /// Istio metrics edges resolved against this snapshot's registry as requests meet them.
     pub istio_edges: crate::core::istio_metrics::EdgeCache,
+    /// Distributed tracing (none: nothing of it runs per request).
+    pub tracing: Option<Arc<crate::core::traces::TracePlan>>,
 }
 
 impl Snapshot {
@@ -238,8 +241,11 @@ impl Snapshot {
             || outbound_filters.reads_request_headers();
         let access_logging =
             telemetry_logging::access_log_policy(&loaded.set.telemetry_access_logging, identity);
+        let mut warnings = warnings;
+        let tracing = tracing_plan::build(&loaded.set, identity, &mut warnings);
         Ok(Snapshot {
             access_logging,
+            tracing,
             reads_request_headers,
             listeners,
             ports,
