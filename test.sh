@@ -29,6 +29,8 @@ command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
 # The JWT tests mint tokens with PyJWT (Debian's python3-jwt, with cryptography for RSA/EC/EdDSA).
 /usr/bin/python3 -c 'import jwt, cryptography' >/dev/null 2>&1 || missing+=(python3-jwt python3-cryptography)
+# The Lua filter's trailers test sends HTTP/2 request trailers with python-h2.
+/usr/bin/python3 -c 'import h2' >/dev/null 2>&1 || missing+=(python3-h2)
 # The test image of Redis gets busybox's sh (redis:alpine has one): redis-sentinel.yaml's
 # containers pick their role with it.
 command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
@@ -48,8 +50,9 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "test.sh: installing kubernetes-validate (PyPI)"
   python3 -m pip install -q kubernetes-validate
 fi
-# The ext_authz tests' providers are Python grpcio servers on Envoy's published protos.
-if ! python3 -c 'import grpc; from envoy.service.auth.v3 import external_auth_pb2_grpc' >/dev/null 2>&1; then
+# The ext_authz tests' providers are Python grpcio servers on Envoy's published protos; the
+# tracing tests' OTLP receiver uses the OpenTelemetry protos xds-protos ships.
+if ! python3 -c 'import grpc; from envoy.service.auth.v3 import external_auth_pb2_grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1; then
   echo "test.sh: installing grpcio and xds-protos (PyPI)"
   python3 -m pip install -q grpcio xds-protos
 fi

@@ -18,7 +18,9 @@
 # Env: N (default 10000), WARMUP (2000), CONNS (64); KEEP=DIR keeps the callgrind profiles
 # there (cg.SERVER-PATH.N, for callgrind_annotate); ONLY=warden skips nginx and HAProxy (a
 # before/after comparison of two warden builds), ONLY=sidecar runs the sidecar path alone;
-# WARDEN_BIN: an already built binary.
+# WARDEN_BIN: an already built binary; PATHS: the warden paths to count (default all: proxy
+# direct limit jwt lua lua-response; set, it also skips the sidecar path).
+# WARDEN_ARGS: more `warden proxy` flags for the gateway paths (`--mesh-config FILE`: tracing).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx haproxy:haproxy valgrind:valgrind curl:curl python3:python3 iptables:iptables openssl:openssl
 /usr/bin/python3 -c 'import jwt, cryptography' 2>/dev/null || ensure_pkgs x-python3-jwt:python3-jwt x-python3-cryptography:python3-cryptography
@@ -113,7 +115,47 @@ YAML
 }
 # jwt: the direct response behind jwt_authn, every request with a valid token (cached): its
 # count minus direct's is what the filter costs a request that uses it.
-[ "${ONLY:-}" = sidecar ] && WARDEN_PATHS=() || WARDEN_PATHS=(proxy direct limit jwt)
+# lua: the direct response behind seed 000's Lua script (its request phase adds a header);
+# lua-response: behind a script whose response phase adds one (the waiting response path).
+# Each count minus direct's is what the script costs a request.
+lua_yaml() { # ENTRY-POINT HANDLE-NAME BODY
+  cat <<YAML
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: bench-lua, namespace: istio-system}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match:
+      context: GATEWAY
+      listener:
+        filterChain:
+          filter:
+            name: envoy.filters.network.http_connection_manager
+            subFilter: {name: envoy.filters.http.router}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.lua
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+          inlineCode: |
+            function $1($2)
+$3
+            end
+YAML
+}
+SEED_LUA='              local path = request_handle:headers():get(":path")
+              local method = request_handle:headers():get(":method")
+              local params_start = string.find(path, "?")
+              if params_start then
+                path = string.sub(path, 1, params_start - 1)
+              end
+              request_handle:headers():add("x-envoy-original-limit-rate-path", method .. path)'
+if [ "${ONLY:-}" = sidecar ]; then WARDEN_PATHS=()
+else read -r -a WARDEN_PATHS <<<"${PATHS:-proxy direct limit jwt lua lua-response}"; fi
+read -r -a EXTRA_WARDEN_ARGS <<<"${WARDEN_ARGS:-}"
 for path in "${WARDEN_PATHS[@]}"; do
   port=$(free_port); mkdir -p "$WORK/w-$path"
   LOAD_ARGS=()
@@ -123,11 +165,15 @@ for path in "${WARDEN_PATHS[@]}"; do
     jwt) jwt_setup
          { direct_yaml "$port"; jwt_yaml; } >"$WORK/w-$path/gateway.yaml"
          LOAD_ARGS=(-H "Authorization: Bearer $JWT_TOKEN") ;;
+    lua) { direct_yaml "$port"; lua_yaml envoy_on_request request_handle "$SEED_LUA"; } >"$WORK/w-$path/gateway.yaml" ;;
+    lua-response) { direct_yaml "$port"
+                    lua_yaml envoy_on_response response_handle '              response_handle:headers():add("x-lua", "1")'
+                  } >"$WORK/w-$path/gateway.yaml" ;;
     limit) gateway_to_backend_yaml "$port" "$BACKEND" >"$WORK/w-$path/gateway.yaml"
            per_ip_policy_yaml 300 Minute >"$WORK/w-$path/policy.yaml" ;;
   esac
   under_callgrind "warden-$path" "$WARDEN" proxy -c "$WORK/w-$path" --concurrency 1 \
-    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch
+    --listen-host 127.0.0.1 --admin "127.0.0.1:$(free_port)" --no-watch "${EXTRA_WARDEN_ARGS[@]}"
   wait_tcp "$port"
   count "warden-$path" "http://127.0.0.1:$port/" "$LAST_PID"
 done
@@ -193,7 +239,8 @@ teardown() {
   cleanup
 }
 trap teardown EXIT
-if [ "$(id -u)" = 0 ]; then sidecar_path; else echo "sidecar path skipped: needs root (namespaces)" >&2; fi
+if [ -n "${PATHS:-}" ] && [ "${ONLY:-}" != sidecar ]; then :
+elif [ "$(id -u)" = 0 ]; then sidecar_path; else echo "sidecar path skipped: needs root (namespaces)" >&2; fi
 
 if [ -z "${ONLY:-}" ]; then
 N_PROXY=$(free_port); N_DIRECT=$(free_port); N_LIMIT=$(free_port)
@@ -250,11 +297,11 @@ rows = {}
 for line in open(sys.argv[1]):
     name, ir, codes = line.rstrip("\n").split("\t")
     rows[name] = (int(ir), codes)
-print(f"{'path':<8}{'warden':>10}{'nginx':>10}{'haproxy':>10}{'warden/best':>13}   status codes (warden | nginx | haproxy)")
-for path in ("proxy", "direct", "limit", "jwt", "sidecar"):
+print(f"{'path':<14}{'warden':>10}{'nginx':>10}{'haproxy':>10}{'warden/best':>13}   status codes (warden | nginx | haproxy)")
+for path in ("proxy", "direct", "limit", "jwt", "lua", "lua-response", "sidecar"):
     w, n, h = (rows.get(f"{who}-{path}", (0, "-")) for who in ("warden", "nginx", "haproxy"))
     best = min(x[0] for x in (n, h)) if n[0] and h[0] else 0
     ratio = f"{w[0] / best:.3f}" if best else "-"
     cell = lambda x: str(x[0]) if x[0] else "-"
-    print(f"{path:<8}{cell(w):>10}{cell(n):>10}{cell(h):>10}{ratio:>13}   {w[1]} | {n[1]} | {h[1]}")
+    print(f"{path:<14}{cell(w):>10}{cell(n):>10}{cell(h):>10}{ratio:>13}   {w[1]} | {n[1]} | {h[1]}")
 PY

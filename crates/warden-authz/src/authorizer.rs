@@ -69,6 +69,17 @@ impl CustomRules {
         }
     }
 
+    /// Which CUSTOM rules match a TCP connection (checked on its first byte). Istio builds
+    /// CUSTOM's TCP rules as DENY ones: HTTP-only fields are ignored, so a rule matches by
+    /// its other fields alone.
+    pub fn check_tcp(&self, attrs: &TcpAttrs<'_>) -> CustomMatch {
+        let req = Request::from(attrs);
+        CustomMatch {
+            rule: self.rules.first_match(&req, false).map(|r| r.name.clone()),
+            shadow: self.shadow.first_match(&req, false).map(|r| r.name.clone()),
+        }
+    }
+
     /// The distinct provider names of the enforced policies, sorted.
     pub fn provider_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.providers.iter().map(|(p, _)| p.as_str()).collect();

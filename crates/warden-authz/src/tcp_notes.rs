@@ -1,10 +1,11 @@
 //! What the rules with HTTP-only fields do to TCP connections, said out loud. Istio builds its
 //! TCP filter chains without those fields: an ALLOW rule that has one is left out (it never
-//! matches a connection; with no other ALLOW rule left, the connection is denied), and a DENY
-//! or AUDIT rule is built from its other fields alone (it matches more, every connection when
-//! nothing else is left). Istio only logs this at debug level; the istio.io authz-tcp task shows
-//! both effects. `warden check` reports one located note per such rule of the policies that
-//! apply to a proxy serving TCP.
+//! matches a connection; with no other ALLOW rule left, the connection is denied), and a DENY,
+//! AUDIT or CUSTOM rule is built from its other fields alone (it matches more, every connection
+//! when nothing else is left). A CUSTOM policy whose provider is an `envoyExtAuthzHttp` one is
+//! left out of TCP chains altogether (Istio's network ext_authz speaks gRPC only). Istio only
+//! logs this at debug level; the istio.io authz-tcp task shows the RBAC effects. `warden check`
+//! reports one located note per such rule of the policies that apply to a proxy serving TCP.
 
 use crate::compile::{dry_run_value, DRY_RUN_ANNOTATION};
 use crate::scope::ProxyScope;
@@ -13,7 +14,14 @@ use warden_config::{ConfigSet, Problem};
 
 /// One note per rule, in a policy that applies to `scope`, that uses HTTP-only fields; `tcp`
 /// names the TCP traffic this proxy serves (e.g. `TCP ports 9000, 9001`), for the message.
-pub fn tcp_notes(set: &ConfigSet, scope: &ProxyScope, tcp: &str) -> Vec<Problem> {
+/// `checks_tcp` says whether a named extension provider is asked about TCP connections (a
+/// gRPC one is, an HTTP one is not).
+pub fn tcp_notes(
+    set: &ConfigSet,
+    scope: &ProxyScope,
+    tcp: &str,
+    checks_tcp: &dyn Fn(&str) -> bool,
+) -> Vec<Problem> {
     let mut notes = Vec::new();
     for doc in set
         .authorization_policies
@@ -31,21 +39,23 @@ pub fn tcp_notes(set: &ConfigSet, scope: &ProxyScope, tcp: &str) -> Vec<Problem>
             (Action::Deny, false) => "DENY",
             (Action::Deny, true) => "dry-run DENY",
             (Action::Audit, _) => "AUDIT",
-            // Istio also asks a gRPC provider about TCP connections (ext_authz's network
-            // filter); warden asks about HTTP requests only, and says so.
-            (Action::Custom, dry_run) => {
-                if !dry_run {
+            // Dry-run CUSTOM policies send nothing, on HTTP or TCP.
+            (Action::Custom, true) => continue,
+            (Action::Custom, false) => {
+                let provider = doc.spec.provider.as_ref().map_or("", |p| p.name.as_str());
+                if !checks_tcp(provider) {
                     notes.push(Problem {
                         code: None,
-                        location: set.locate(doc, "spec.action"),
+                        location: set.locate(doc, "spec.provider.name"),
                         message: format!(
-                            "CUSTOM: on {tcp} warden does not ask the provider (Istio's \
-                             ext_authz network filter is not implemented); its rules apply to \
-                             HTTP requests only"
+                            "CUSTOM with the envoyExtAuthzHttp provider {provider:?} does not \
+                             apply to {tcp}: those connections are not checked (Istio leaves \
+                             this policy out of TCP filter chains); HTTP requests are"
                         ),
                     });
+                    continue;
                 }
-                continue;
+                "CUSTOM"
             }
         };
         for (i, rule) in doc.spec.rules.iter().enumerate() {

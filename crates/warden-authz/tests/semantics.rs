@@ -684,16 +684,20 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
             "  - to: [{operation: {methods: [GET]}}, {operation: {ports: [\"9000\"]}}]",
         ),
         policy("elsewhere", "other", "DENY", "  - to: [{operation: {methods: [GET]}}]"),
-        policy("ext", "default", "CUSTOM", "  - {}")
-            .replace("  action: CUSTOM\n", "  action: CUSTOM\n  provider: {name: authz}\n"),
+        // A gRPC provider checks connections by the rule's other fields; an HTTP one none.
+        policy("ext", "default", "CUSTOM", "  - to: [{operation: {paths: [/x]}}]")
+            .replace("  action: CUSTOM\n", "  action: CUSTOM\n  provider: {name: grpc}\n"),
+        policy("ext-http", "default", "CUSTOM", "  - {}")
+            .replace("  action: CUSTOM\n", "  action: CUSTOM\n  provider: {name: http}\n"),
     ]
     .concat();
     let loaded = warden_config::load_str("tcp.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
-    let notes: Vec<String> = warden_authz::tcp_notes(&loaded.set, &scope(), "TCP connections")
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    assert_eq!(notes.len(), 5, "{notes:#?}");
+    let notes: Vec<String> =
+        warden_authz::tcp_notes(&loaded.set, &scope(), "TCP connections", &|p| p == "grpc")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+    assert_eq!(notes.len(), 6, "{notes:#?}");
     let has = |i: usize, parts: &[&str]| {
         for part in parts {
             assert!(notes[i].contains(part), "{part:?} not in {}", notes[i]);
@@ -729,9 +733,18 @@ fn tcp_notes_say_what_http_only_rules_do_on_tcp() {
     has(
         4,
         &[
-            "AuthorizationPolicy/ext",
-            "field spec.action",
-            "warden does not ask the provider",
+            "AuthorizationPolicy/ext)",
+            "field spec.rules[0]",
+            "(paths)",
+            "this CUSTOM rule matches every connection",
+        ],
+    );
+    has(
+        5,
+        &[
+            "AuthorizationPolicy/ext-http",
+            "field spec.provider.name",
+            "connections are not checked",
         ],
     );
 }
@@ -1251,6 +1264,22 @@ fn custom_policies_say_which_requests_go_to_the_provider() {
     assert_eq!(
         attrs(&req().path("/headers").method("POST")),
         (rule, shadow)
+    );
+    // On a TCP connection the HTTP-only fields are ignored (Istio builds CUSTOM's TCP rules
+    // as DENY ones): both rules match every connection.
+    let ip = Req::ip("10.0.0.1");
+    let tcp = custom.check_tcp(&TcpAttrs {
+        direct_peer: ip,
+        client_ip: ip,
+        dest_ip: ip,
+        dest_port: 9000,
+        sni: None,
+        principal: None,
+    });
+    assert_eq!(tcp.rule.as_deref(), Some("ns[default]-policy[ext]-rule[0]"));
+    assert_eq!(
+        tcp.shadow.as_deref(),
+        Some("ns[default]-policy[shadow]-rule[0]")
     );
     assert_eq!(
         custom.provider_names(),

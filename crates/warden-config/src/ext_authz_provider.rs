@@ -24,6 +24,11 @@ pub struct ExtensionProvider {
     pub envoy_ext_authz_grpc: Option<GrpcProvider>,
     #[serde(default)]
     pub envoy_ext_authz_http: Option<HttpProvider>,
+    /// A tracing provider (`crate::tracing_provider`).
+    #[serde(default)]
+    pub opentelemetry: Option<crate::tracing_provider::TracingProvider>,
+    #[serde(default)]
+    pub zipkin: Option<crate::tracing_provider::TracingProvider>,
 }
 
 /// `envoyExtAuthzGrpc` (Istio's EnvoyExternalAuthorizationGrpcProvider).
@@ -159,12 +164,10 @@ pub fn status_on_error(text: Option<&str>) -> Result<u16, String> {
 const TELEMETRY_KINDS: &[&str] = &[
     "prometheus",
     "stackdriver",
-    "zipkin",
     "lightstep",
     "datadog",
     "opencensus",
     "skywalking",
-    "opentelemetry",
     "envoyFileAccessLog",
     "envoyHttpAls",
     "envoyTcpAls",
@@ -276,7 +279,7 @@ pub fn validate(providers: &[ExtensionProvider]) -> Vec<(FieldPath, String)> {
 }
 
 /// A port as Istio's samples write it: a number or a quoted number.
-fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+pub(crate) fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Port {

@@ -52,13 +52,13 @@ const REFUSED_KINDS: &[(&str, &str, &str)] = &[
     (
         "Telemetry",
         "telemetry.istio.io",
-        "Telemetry `tracing` is not implemented by warden; it changes the trace headers sent \
-         upstream",
+        "a Telemetry field that changes what upstreams get is not implemented by warden",
     ),
 ];
 
-/// `Telemetry` fields that change what upstreams get; `metrics` and `accessLogging` do not.
-const TELEMETRY_BEHAVIOUR_FIELDS: &[&str] = &["tracing"];
+/// `Telemetry` fields that change what upstreams get and that warden does not read (`tracing`
+/// is read: `telemetry_tracing`; `metrics` and `accessLogging` change nothing upstream).
+const TELEMETRY_BEHAVIOUR_FIELDS: &[&str] = &[];
 
 /// The first field of a `Telemetry` spec that changes what upstreams get: a Telemetry without
 /// one cannot change a request's outcome, and is passed by like someone else's object.
@@ -266,7 +266,7 @@ mod tests {
             ("Service", "", "read"),
             ("RequestAuthentication", "security.istio.io", "read"),
             ("WasmPlugin", "extensions.istio.io", "refused: Wasm"),
-            ("Telemetry", "telemetry.istio.io", "refused: Telemetry `tracing`"),
+            ("Telemetry", "telemetry.istio.io", "refused: a Telemetry field"),
             ("HTTPRoute", "gateway.networking.k8s.io", "read"),
             ("Gateway", "gateway.networking.k8s.io", "read"),
             ("ReferenceGrant", "gateway.networking.k8s.io", "read"),
@@ -306,11 +306,11 @@ mod tests {
     }
 
     #[test]
-    fn telemetry_is_refused_for_tracing_only() {
+    fn telemetry_is_read_for_tracing_metrics_and_access_logging() {
         let cases = [
             (
                 serde_json::json!({"tracing": [{"randomSamplingPercentage": 0}]}),
-                Some("tracing"),
+                None,
             ),
             (
                 serde_json::json!({"accessLogging": [{}], "metrics": [{}]}),

@@ -36,6 +36,8 @@ pub mod proxy_config;
 pub mod schema;
 mod suggest;
 pub mod telemetry_access_logging;
+pub mod telemetry_tracing;
+pub mod tracing_provider;
 mod unknown_field;
 mod validate;
 pub mod yaml_expansion;
@@ -88,6 +90,8 @@ pub struct ConfigSet {
     pub gateway_api: gateway_api::GatewayApiSet,
     /// Telemetry documents' `accessLogging` (their `metrics` and `tracing` are not here).
     pub telemetry_access_logging: Vec<Doc<telemetry_access_logging::TelemetryAccessLogging>>,
+    /// Telemetry documents' `tracing`.
+    pub telemetry_tracing: Vec<Doc<telemetry_tracing::TelemetryTracing>>,
     /// Route destinations that nothing in the load defines (each also a coded warning): the
     /// proxy answers 503 for them, as Envoy does for a route whose cluster does not exist.
     /// See [`ConfigSet::dangling_destination`].

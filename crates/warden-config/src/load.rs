@@ -330,11 +330,29 @@ impl Loader {
                         return;
                     }
                 }
+                match crate::telemetry_tracing::parse_telemetry(&env.spec) {
+                    Ok(Some(tracing)) => self.loaded.set.telemetry_tracing.push(Doc {
+                        file: file.to_path_buf(),
+                        index,
+                        api_version: env.api_version.clone(),
+                        kind: env.kind.clone(),
+                        metadata: env.metadata.clone(),
+                        spec: tracing,
+                    }),
+                    Ok(None) => {}
+                    Err(problems) => {
+                        for (field, message) in problems {
+                            self.errors.push(problem_at(&loc, &lines, &field, message));
+                        }
+                        return;
+                    }
+                }
                 // Its `metrics` were read above (`add_telemetry_metrics`); anything else is
                 // passed by with a warning.
                 let read_all = env.spec.as_object().is_some_and(|m| {
-                    m.keys()
-                        .all(|k| k == "accessLogging" || k == "selector" || k == "metrics")
+                    m.keys().all(|k| {
+                        k == "accessLogging" || k == "selector" || k == "metrics" || k == "tracing"
+                    })
                 });
                 if !read_all {
                     let key = (env.kind.clone(), env.api_version.clone());

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// What a mesh-config file sets; `None` leaves the flag's default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshConfig {
     /// Upstream connect timeout (MeshConfig `connectTimeout`).
@@ -36,6 +36,14 @@ pub struct MeshConfig {
     pub extension_providers: Vec<crate::ext_authz_provider::ExtensionProvider>,
     #[serde(default)]
     pub warden: WardenSection,
+    /// `enableTracing`: read for completeness; it gates only Istio's legacy tracers
+    /// (`crate::tracing_provider`).
+    #[serde(default)]
+    pub enable_tracing: Option<bool>,
+    /// `defaultProviders`: the tracing provider when no Telemetry resource names one, and the
+    /// metrics providers under the Telemetry API's.
+    #[serde(default)]
+    pub default_providers: crate::tracing_provider::DefaultProviders,
     /// Where requests are logged (`accessLogFile`; empty or unset: not logged).
     #[serde(default)]
     pub access_log_file: Option<String>,
@@ -49,27 +57,6 @@ pub struct MeshConfig {
     /// Where `accessLogFormat` is, for the problems the proxy finds in it.
     #[serde(skip)]
     pub access_log_format_at: Option<Location>,
-    /// `defaultProviders`: the telemetry providers that apply where no Telemetry names any.
-    #[serde(default)]
-    pub default_providers: DefaultProviders,
-}
-
-/// MeshConfig `defaultProviders` (its `metrics`; warden writes the `prometheus` provider's).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DefaultProviders {
-    /// Unset: Istio's installed mesh config (`[prometheus]`).
-    #[serde(default)]
-    pub metrics: Option<Vec<String>>,
-}
-
-impl DefaultProviders {
-    /// Whether Istio's metrics are on where no Telemetry says otherwise.
-    pub fn prometheus(&self) -> bool {
-        self.metrics
-            .as_ref()
-            .is_none_or(|m| m.iter().any(|p| p == "prometheus"))
-    }
 }
 
 /// MeshConfig `accessLogEncoding`.
@@ -82,7 +69,7 @@ pub enum AccessLogEncoding {
 }
 
 /// MeshConfig `defaultConfig` (Istio's ProxyConfig).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyConfig {
     /// How long a stopping proxy lets in-flight requests finish (`--drain-timeout`).
@@ -96,6 +83,9 @@ pub struct ProxyConfig {
     /// its pod's annotation wins field by field. Other `proxyHeaders` fields are errors.
     #[serde(default)]
     pub proxy_headers: crate::proxy_config::ProxyHeaders,
+    /// `tracing.sampling`: the sampling percentage when Telemetry sets none.
+    #[serde(default)]
+    pub tracing: crate::tracing_provider::ProxyTracing,
 }
 
 /// Envoy's downstream settings, under Envoy's names in camelCase.
@@ -137,7 +127,6 @@ pub struct XffTrustedCidrs {
 /// MeshConfig fields warden does not read that change nothing a request gets (the control
 /// plane's, telemetry's): a warning each. Any other unread field is an error.
 const HARMLESS: &[&str] = &[
-    "enableTracing",
     "enablePrometheusMerge",
     "rootNamespace",
     "trustDomain",
@@ -148,11 +137,37 @@ const HARMLESS: &[&str] = &[
     "ingressSelector",
     "defaultConfig.discoveryAddress",
     "defaultConfig.proxyMetadata",
-    "defaultConfig.tracing",
+    "defaultProviders.accessLogging",
     "defaultConfig.holdApplicationUntilProxyStarts",
     "defaultConfig.statusPort",
     "defaultConfig.proxyStatsMatcher",
 ];
+
+/// An unread tracing field: a warning (`Ok`) when it changes only what is reported, an error
+/// when it would change the trace headers requests get.
+fn tracing_field(field: &FieldPath) -> Option<Result<&'static str, &'static str>> {
+    use crate::field_path::Segment;
+    match field.segments() {
+        [Segment::Key(a), Segment::Key(b), ..] if a == "defaultConfig" && b == "tracing" => {
+            Some(Ok(
+                "Istio's legacy tracer settings; warden traces through extensionProviders and \
+                defaultProviders.tracing; ignored",
+            ))
+        }
+        [Segment::Key(top), Segment::Index(_), Segment::Key(kind), Segment::Key(name), ..]
+            if top == "extensionProviders" && (kind == "opentelemetry" || kind == "zipkin") =>
+        {
+            Some(match name.as_str() {
+                "dynatraceSampler" | "traceContextOption" => Err(
+                    "not supported by warden; it changes which requests are sampled or the \
+                     trace headers they carry, so it is an error rather than ignored",
+                ),
+                _ => Ok("changes only how spans are reported; not used by warden; ignored"),
+            })
+        }
+        _ => None,
+    }
+}
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = Option::<String>::deserialize(d)?;
@@ -240,6 +255,11 @@ pub fn parse_mesh_config(
                 "a telemetry provider (Telemetry resources name it); warden does not read it"
                     .into(),
             ));
+        } else if let Some(tracing) = tracing_field(&field) {
+            match tracing {
+                Ok(message) => warnings.push(at(&field, message.into())),
+                Err(message) => errors.push(at(&field, message.into())),
+            }
         } else if HARMLESS.contains(&field.to_string().as_str()) {
             warnings.push(at(&field, "not used by warden; ignored".into()));
         } else {
@@ -253,6 +273,9 @@ pub fn parse_mesh_config(
     }
     if let Ok(config) = &decoded {
         for (field, message) in crate::ext_authz_provider::validate(&config.extension_providers) {
+            errors.push(at(&field, message));
+        }
+        for (field, message) in crate::tracing_provider::validate(config) {
             errors.push(at(&field, message));
         }
         let metrics = config
@@ -347,7 +370,8 @@ mod tests {
         assert_eq!(config.warden.max_connections_per_ip, Some(50));
         assert_eq!(config.warden.max_connection_duration, None);
         let warned: Vec<_> = warnings.iter().map(|w| w.location.field.as_str()).collect();
-        assert_eq!(warned, ["defaultConfig.discoveryAddress", "enableTracing"]);
+        assert_eq!(warned, ["defaultConfig.discoveryAddress"]);
+        assert_eq!(config.enable_tracing, Some(true));
         assert_eq!(parse("").unwrap().0, MeshConfig::default());
         let (config, _) = parse(
             "defaultConfig:\n  gatewayTopology:\n    numTrustedProxies: 2\n    \
@@ -481,6 +505,81 @@ mod tests {
                 "warden:\n  xffTrustedCidrs:\n    cidr: [10.0.0.0/8]\n",
                 "warden.xffTrustedCidrs",
                 "cidrs",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("field {field}")) && err.contains(says),
+                "{text}: {err}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tracing_tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<(MeshConfig, Vec<Problem>), ConfigErrors> {
+        parse_mesh_config(Path::new("mesh.yaml"), text)
+    }
+
+    #[test]
+    fn tracing_providers_defaults_and_sampling_are_read() {
+        let (config, warnings) = parse(
+            "enableTracing: true\ndefaultProviders:\n  tracing: [otel]\n  metrics: [prometheus]\n\
+             defaultConfig:\n  tracing:\n    sampling: 25.5\n    zipkin: {address: z:9411}\n\
+             extensionProviders:\n- name: otel\n  opentelemetry:\n    service: otel.observability.svc.cluster.local\n    port: 4317\n    resourceDetectors: {environment: {}}\n\
+             - name: zip\n  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: \"9411\"}\n",
+        )
+        .unwrap();
+        let warned: Vec<_> = warnings.iter().map(|w| w.location.field.as_str()).collect();
+        assert_eq!(
+            warned,
+            [
+                "defaultConfig.tracing.zipkin",
+                "extensionProviders[0].opentelemetry.resourceDetectors"
+            ]
+        );
+        assert_eq!(config.default_config.tracing.sampling, Some(25.5));
+        let chosen = crate::tracing_provider::find(&config.extension_providers, "otel").unwrap();
+        assert_eq!(
+            chosen.kind,
+            crate::tracing_provider::TracingKind::OpenTelemetry
+        );
+        assert_eq!(chosen.provider.port, 4317);
+        let zip = crate::tracing_provider::find(&config.extension_providers, "zip").unwrap();
+        assert_eq!(zip.kind, crate::tracing_provider::TracingKind::Zipkin);
+        assert_eq!(zip.provider.port, 9411);
+    }
+
+    #[test]
+    fn tracing_problems_name_their_field() {
+        for (text, field, says) in [
+            (
+                "defaultProviders: {tracing: [nope]}\n",
+                "defaultProviders.tracing[0]",
+                "not an opentelemetry or zipkin provider",
+            ),
+            (
+                "defaultConfig: {tracing: {sampling: 101}}\n",
+                "defaultConfig.tracing.sampling",
+                "[0, 100]",
+            ),
+            (
+                "extensionProviders:\n- name: o\n  opentelemetry: {service: c, port: 0}\n",
+                "extensionProviders[0].opentelemetry.port",
+                "range",
+            ),
+            (
+                "extensionProviders:\n- name: o\n  opentelemetry: {port: 4317}\n",
+                "extensionProviders[0].opentelemetry.service",
+                "required",
+            ),
+            (
+                "extensionProviders:\n- name: o\n  opentelemetry:\n    service: c\n    port: 4317\n    dynatraceSampler: {tenant: t}\n",
+                "extensionProviders[0].opentelemetry.dynatraceSampler",
+                "sampled",
             ),
         ] {
             let err = parse(text).unwrap_err().to_string();

@@ -260,7 +260,7 @@ fn gateway_api_samples_load_as_the_istio_routes_they_stand_for() {
 }
 
 #[test]
-fn telemetry_is_refused_only_for_fields_that_change_requests() {
+fn telemetry_access_logging_and_tracing_are_read() {
     // Access logging cannot change what a request gets: read, and an OpenTelemetry provider
     // warden does not have is one warning at its name.
     let loki = fixture("samples-open-telemetry-loki-telemetry.yaml");
@@ -273,22 +273,31 @@ fn telemetry_is_refused_only_for_fields_that_change_requests() {
     );
     assert_eq!(loaded.set.telemetry_access_logging.len(), 1);
 
-    // Tracing changes the trace headers upstreams get: refused, at the field.
+    // Istio's OpenTelemetry sample: its tracing is read.
     let tracing = fixture("samples-open-telemetry-tracing-telemetry.yaml");
-    let err = load_paths(std::slice::from_ref(&tracing)).unwrap_err();
+    let loaded = load_paths(std::slice::from_ref(&tracing)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
+    let t = &loaded.set.telemetry_tracing[0].spec.tracing;
+    assert_eq!(t.providers, ["otel-tracing"]);
+    assert_eq!(t.random_sampling_percentage, Some(0.0));
+
+    // A tracing field warden does not implement changes which requests are sampled: an
+    // error at the field, with its line.
+    let dir = std::env::temp_dir().join(format!("warden-tracing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let by_id = dir.join("by-request-id.yaml");
+    let text =
+        std::fs::read_to_string(&tracing).unwrap() + "    useRequestIdForTraceSampling: true\n";
+    std::fs::write(&by_id, text).unwrap();
+    let err = load_paths(std::slice::from_ref(&by_id)).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(err.errors.len(), 1, "{err}");
     let e = &err.errors[0];
     assert_eq!(
-        (e.location.line, e.location.field.as_str(), e.code),
-        (Some(7), "spec.tracing", Some(Code::KindNotSupported)),
+        (e.location.line, e.location.field.as_str()),
+        (Some(10), "spec.tracing[0].useRequestIdForTraceSampling"),
         "{err}"
     );
-    let options = LoadOptions {
-        skip_kinds: vec!["Telemetry".into()],
-    };
-    let loaded =
-        load_paths_with(std::slice::from_ref(&tracing), &options).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(loaded.warnings[0].code, Some(Code::KindSkipped));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Telemetry's `metrics`: overrides decoded with Istio's enums (a wrong name is an error at
-//! its line), UPSERT a warning, `tracing` still refused, `accessLogging` read beside them.
+//! its line), UPSERT a warning, `tracing` and `accessLogging` read beside them.
 
 use warden_config::kinds::telemetry::{IstioMetric, TagOperation, WorkloadMode};
 
@@ -65,15 +65,32 @@ fn a_wrong_metric_name_is_an_error_at_its_line() {
 }
 
 #[test]
-fn tracing_stays_refused_and_access_logging_is_read_too() {
+fn tracing_and_access_logging_are_read_too() {
     let tracing = MESH_WIDE.replace(
         "spec:\n",
         "spec:\n  tracing: [{randomSamplingPercentage: 10}]\n",
     );
-    let err = warden_config::load_str("t.yaml", &tracing)
-        .expect_err("tracing is refused")
+    let loaded = warden_config::load_str("t.yaml", &tracing).expect("loads");
+    assert_eq!(loaded.set.telemetries.len(), 1);
+    assert_eq!(
+        loaded.set.telemetry_tracing[0]
+            .spec
+            .tracing
+            .random_sampling_percentage,
+        Some(10.0)
+    );
+    // A tracing field warden does not implement is an error naming it.
+    let by_id = MESH_WIDE.replace(
+        "spec:\n",
+        "spec:\n  tracing: [{useRequestIdForTraceSampling: true}]\n",
+    );
+    let err = warden_config::load_str("t.yaml", &by_id)
+        .expect_err("refused")
         .to_string();
-    assert!(err.contains("tracing"), "{err}");
+    assert!(
+        err.contains("spec.tracing[0].useRequestIdForTraceSampling"),
+        "{err}"
+    );
     // With `accessLogging` too, both are read: no "passed by" warning.
     let logging = MESH_WIDE.replace("spec:\n", "spec:\n  accessLogging: [{}]\n");
     let loaded = warden_config::load_str("t.yaml", &logging).expect("loads");

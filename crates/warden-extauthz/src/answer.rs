@@ -229,6 +229,12 @@ pub fn edit_query(
 }
 
 /// A failed check: `None` lets the request continue (`failOpen`), else the status to answer.
+/// Whether Envoy's network ext_authz lets a TCP connection on: a CheckResponse whose status
+/// is OK (unset counts as OK); any other closes it.
+pub fn connection_allowed(response: &CheckResponse) -> bool {
+    response.status.as_ref().map_or(GRPC_OK, |s| s.code) == GRPC_OK
+}
+
 pub fn on_error(fail_open: bool, status_on_error: u16) -> Option<u16> {
     (!fail_open).then_some(status_on_error)
 }
@@ -254,6 +260,21 @@ mod tests {
             append_action: action,
             ..HeaderValueOption::default()
         }
+    }
+
+    #[test]
+    fn a_connection_goes_on_only_with_ok() {
+        let status = |code| CheckResponse {
+            status: Some(Status {
+                code,
+                ..Status::default()
+            }),
+            ..CheckResponse::default()
+        };
+        assert!(connection_allowed(&CheckResponse::default()));
+        assert!(connection_allowed(&status(0)));
+        assert!(!connection_allowed(&status(7)));
+        assert!(!connection_allowed(&status(16)));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The `CheckRequest` Envoy's ext_authz filter sends for a request: source and destination
 //! (address, principal), the request's time, id, method, path (query included), host, scheme,
 //! protocol and headers (pseudo-headers included, repeated values joined with `,`), the body
-//! when the provider asks for it (with `x-envoy-auth-partial-body`), and the TLS session's SNI.
+//! when the provider asks for it (with `x-envoy-auth-partial-body`), and the TLS session's SNI;
+//! and the one of a TCP connection (its peers alone, [`build_tcp`]).
 
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
@@ -148,10 +149,61 @@ pub fn build(a: &Attributes<'_>, body: Option<Body<'_>>) -> CheckRequest {
     }
 }
 
+/// What the proxy knows of a TCP connection, for Envoy's network ext_authz
+/// (`envoy.filters.network.ext_authz`).
+#[derive(Debug, Clone, Copy)]
+pub struct Connection<'a> {
+    pub source: SocketAddr,
+    /// The peer's mTLS identity as a URI (`spiffe://...`).
+    pub source_principal: Option<&'a str>,
+    pub destination: SocketAddr,
+    /// This proxy's own mTLS identity as a URI, on a connection whose mTLS ended here.
+    pub destination_principal: Option<&'a str>,
+}
+
+/// The CheckRequest of a TCP connection, as Envoy's network filter makes it: the source and
+/// destination peers only, no request (Istio sets neither the peer certificate nor the TLS
+/// session for it).
+pub fn build_tcp(c: &Connection<'_>) -> CheckRequest {
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            source: Some(peer(c.source, c.source_principal)),
+            destination: Some(peer(c.destination, c.destination_principal)),
+            ..AttributeContext::default()
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn a_connection_is_its_peers_alone() {
+        let req = build_tcp(&Connection {
+            source: "10.0.0.7:41000".parse().unwrap(),
+            source_principal: Some("spiffe://cluster.local/ns/foo/sa/sleep"),
+            destination: "[fd00::9]:9000".parse().unwrap(),
+            destination_principal: None,
+        });
+        let ctx = req.attributes.unwrap();
+        assert!(ctx.request.is_none() && ctx.tls_session.is_none());
+        let src = ctx.source.unwrap();
+        assert_eq!(src.principal, "spiffe://cluster.local/ns/foo/sa/sleep");
+        let dst = ctx.destination.unwrap();
+        assert_eq!(dst.principal, "");
+        match dst.address.unwrap().address.unwrap() {
+            address::Address::SocketAddress(s) => {
+                assert_eq!(s.address, "fd00::9");
+                assert_eq!(
+                    s.port_specifier,
+                    Some(socket_address::PortSpecifier::PortValue(9000))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn attrs(headers: &http::HeaderMap) -> Attributes<'_> {
         Attributes {

@@ -1,6 +1,6 @@
 //! Envoy's `ext_authz` filter as Istio configures it for `action: CUSTOM` AuthorizationPolicies,
-//! without I/O: the `envoy.service.auth.v3` CheckRequest a request becomes
-//! ([`check_request`]), what the provider's CheckResponse does to the request and the answer
+//! without I/O: the `envoy.service.auth.v3` CheckRequest a request, or a TCP connection for
+//! the network filter, becomes ([`check_request`]), what the provider's CheckResponse does to the request and the answer
 //! ([`answer`]: allowed with header edits and dynamic metadata, or denied with the provider's
 //! status, headers and body), what a failed check gives (`failOpen`, `statusOnError`), and
 //! `google.protobuf.Struct` as JSON ([`metadata`]); for HTTP providers, the check request and

@@ -11,14 +11,38 @@
 //! allocation, and walking the lines skips from one to the next without scanning bytes.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A request's end-to-end header lines, as httparse validated them (which is what `http`
 /// accepts, see the tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct RequestLines {
     /// Exactly as long as the lines: a box, two words in the futures that carry it.
     text: Box<[u8]>,
+    /// Lines a filter removed through a shared reference ([`RequestLines::remove_shared`]):
+    /// bit `i` is the `i`-th line of `text`. A filter sees the request by reference, so a
+    /// removal made this way needs no edit pass (an atomic only to stay `Sync`: one thread
+    /// owns a request).
+    removed: AtomicU64,
 }
+
+impl Clone for RequestLines {
+    fn clone(&self) -> Self {
+        RequestLines {
+            text: self.text.clone(),
+            removed: AtomicU64::new(self.removed.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The same lines, whatever their layout.
+impl PartialEq for RequestLines {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for RequestLines {}
 
 /// Bytes before each line's name: the name's and the value's lengths.
 const LENGTHS: usize = 8;
@@ -45,12 +69,41 @@ impl RequestLines {
         }
         Some(RequestLines {
             text: text.into_boxed_slice(),
+            removed: AtomicU64::new(0),
         })
     }
 
     /// `(lowercase name, value)` of every line, in order.
     pub fn iter(&self) -> Lines<'_> {
-        Lines { rest: &self.text }
+        Lines {
+            rest: &self.text,
+            index: 0,
+            removed: self.removed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Remove every line named `name` (lowercase) through a shared reference; `false`, and
+    /// nothing removed, when one of them is past the 64th line (then [`RequestLines::edit`]).
+    pub fn remove_shared(&self, name: &[u8]) -> bool {
+        let mut marks = 0u64;
+        let mut rest = &self.text[..];
+        let mut index = 0u32;
+        while let Some((name_len, value_len)) = lengths_at(rest, 0) {
+            let line_name = rest.get(LENGTHS..LENGTHS + name_len);
+            if line_name == Some(name) {
+                let Some(bit) = 1u64.checked_shl(index) else {
+                    return false;
+                };
+                marks |= bit;
+            }
+            rest = rest
+                .get(LENGTHS + name_len + value_len..)
+                .unwrap_or_default();
+            index += 1;
+        }
+        let removed = self.removed.load(Ordering::Relaxed);
+        self.removed.store(removed | marks, Ordering::Relaxed);
+        true
     }
 
     /// The values of the lines named `name` (lowercase).
@@ -68,8 +121,14 @@ impl RequestLines {
     }
 
     /// The lines without those named in `remove`, then `append`'s: what a filter that only
-    /// drops and adds headers (jwt_authn's token) leaves, without building a map.
+    /// drops and adds headers (jwt_authn's token) leaves, without building a map. A removal
+    /// alone is made in place: the line's name length becomes 0 (no header has an empty name)
+    /// and its bytes count as its value, and iteration skips it — no copy of the other lines, no allocation.
     pub fn edit(&mut self, remove: &[HeaderName], append: &[(HeaderName, HeaderValue)]) {
+        if append.is_empty() {
+            self.drop_lines(remove);
+            return;
+        }
         let added = append
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
@@ -98,6 +157,28 @@ impl RequestLines {
             text.extend_from_slice(value);
         }
         self.text = text.into_boxed_slice();
+        // The kept lines are renumbered: none of them is removed.
+        self.removed = AtomicU64::new(0);
+    }
+
+    /// Every line named in `remove` marked removed, in place.
+    fn drop_lines(&mut self, remove: &[HeaderName]) {
+        let mut at = 0;
+        while let Some((name_len, value_len)) = lengths_at(&self.text, at) {
+            let name_at = at + LENGTHS;
+            let gone = self
+                .text
+                .get(name_at..name_at + name_len)
+                .is_some_and(|n| remove.iter().any(|r| r.as_str().as_bytes() == n));
+            // The name's bytes join the value's, so the line keeps its length to skip.
+            if let (true, Ok(skip)) = (gone, u32::try_from(name_len + value_len)) {
+                if let Some(lengths) = self.text.get_mut(at..at + LENGTHS) {
+                    lengths[..4].copy_from_slice(&0u32.to_le_bytes());
+                    lengths[4..].copy_from_slice(&skip.to_le_bytes());
+                }
+            }
+            at = name_at + name_len + value_len;
+        }
     }
 
     /// Append every line to `headers` (which gets room for `extra` more).
@@ -117,21 +198,43 @@ impl RequestLines {
 /// The lines of a [`RequestLines`].
 pub struct Lines<'a> {
     rest: &'a [u8],
+    /// The next line's number, for `removed`.
+    index: u32,
+    removed: u64,
 }
 
 impl<'a> Iterator for Lines<'a> {
     type Item = (&'a [u8], &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (lengths, rest) = self.rest.split_first_chunk::<LENGTHS>()?;
-        let (name_len, value_len) = lengths.split_at(4);
-        let name_len = u32::from_le_bytes(name_len.try_into().ok()?) as usize;
-        let value_len = u32::from_le_bytes(value_len.try_into().ok()?) as usize;
-        let (name, rest) = rest.split_at_checked(name_len)?;
-        let (value, rest) = rest.split_at_checked(value_len)?;
-        self.rest = rest;
-        Some((name, value))
+        loop {
+            let (name_len, value_len) = lengths_at(self.rest, 0)?;
+            let rest = self.rest.get(LENGTHS..)?;
+            let (name, rest) = rest.split_at_checked(name_len)?;
+            let (value, rest) = rest.split_at_checked(value_len)?;
+            self.rest = rest;
+            let marked = self.removed != 0
+                && self
+                    .removed
+                    .checked_shr(self.index)
+                    .is_some_and(|bits| bits & 1 == 1);
+            self.index += 1;
+            // An empty name is a line an edit removed.
+            if !name.is_empty() && !marked {
+                return Some((name, value));
+            }
+        }
     }
+}
+
+/// The name's and the value's lengths of the line that starts at `at`.
+fn lengths_at(text: &[u8], at: usize) -> Option<(usize, usize)> {
+    let lengths = text.get(at..)?.first_chunk::<LENGTHS>()?;
+    let (name_len, value_len) = lengths.split_at(4);
+    Some((
+        u32::from_le_bytes(name_len.try_into().ok()?) as usize,
+        u32::from_le_bytes(value_len.try_into().ok()?) as usize,
+    ))
 }
 
 #[cfg(test)]
@@ -181,7 +284,50 @@ mod tests {
             l.edit(&remove, &append);
             let got: Vec<(&[u8], &[u8])> = l.iter().collect();
             assert_eq!(got, want, "{remove:?} {append:?}");
+            // A later edit of edited lines (removed in place, then rebuilt) sees the same.
+            l.edit(&[name("x-none")], &[line("x-late", "1")]);
+            let got: Vec<(&[u8], &[u8])> = l.iter().collect();
+            let mut want = want.to_vec();
+            want.push((b"x-late", b"1"));
+            assert_eq!(got, want, "then appended to");
         }
+    }
+
+    #[test]
+    fn a_shared_removal_hides_lines_until_an_edit_rebuilds_them() {
+        let head = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer t\r\nX-A: 1\r\nauthorization: again\r\n\r\n";
+        let l = lines(head).unwrap();
+        assert!(l.remove_shared(b"authorization"));
+        let got: Vec<(&[u8], &[u8])> = l.iter().collect();
+        assert_eq!(got, [(&b"host"[..], &b"a"[..]), (b"x-a", b"1")]);
+        assert_eq!(l.get(b"authorization"), None);
+        assert!(l.remove_shared(b"x-none"), "nothing to remove is fine");
+        // An edit keeps what the removal left, then appends.
+        let mut l = l.clone();
+        let add = [(
+            HeaderName::from_static("x-b"),
+            HeaderValue::from_static("2"),
+        )];
+        l.edit(&[HeaderName::from_static("host")], &add);
+        let got: Vec<(&[u8], &[u8])> = l.iter().collect();
+        assert_eq!(got, [(&b"x-a"[..], &b"1"[..]), (b"x-b", b"2")]);
+        assert!(l.remove_shared(b"x-b"));
+        assert_eq!(l.iter().count(), 1);
+
+        // Past the 64th line a shared removal refuses, removing nothing.
+        let mut many = String::from("GET / HTTP/1.1\r\nHost: a\r\n");
+        for i in 0..70 {
+            many.push_str(&format!("X-{i}: v\r\n"));
+        }
+        many.push_str("X-0: again\r\n\r\n");
+        let mut slots = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut slots);
+        assert!(req.parse(many.as_bytes()).unwrap().is_complete());
+        let l = RequestLines::new(req.headers).unwrap();
+        assert!(l.remove_shared(b"x-3"), "line 4 of 72");
+        assert!(!l.remove_shared(b"x-0"), "one of them is line 72");
+        assert_eq!(l.get_all(b"x-0").count(), 2);
+        assert_eq!(l.iter().count(), 71);
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! `jwt_verify_lib`'s `CheckAudience`: audiences compared without an `http://` or `https://`
 //! scheme and without a trailing `/`; a rule without audiences allows any.
 
-use std::collections::HashSet;
-
+/// A short list, compared one by one: rules name one to three audiences, and a hash of each
+/// token audience (checked on every request, cached tokens too) costs more than the scan.
 #[derive(Debug, Clone, Default)]
-pub struct Audiences(HashSet<String>);
+pub struct Audiences(Vec<String>);
 
 fn sanitize(aud: &str) -> &str {
     let a = aud
@@ -16,17 +16,22 @@ fn sanitize(aud: &str) -> &str {
 
 impl Audiences {
     pub fn new<'a>(configured: impl IntoIterator<Item = &'a String>) -> Audiences {
-        Audiences(
-            configured
-                .into_iter()
-                .map(|a| sanitize(a).to_owned())
-                .collect(),
-        )
+        let mut list: Vec<String> = Vec::new();
+        for a in configured {
+            let a = sanitize(a);
+            if !list.iter().any(|b| b == a) {
+                list.push(a.to_owned());
+            }
+        }
+        Audiences(list)
     }
 
     /// Whether a token with these `aud` values is allowed.
     pub fn allow(&self, token_audiences: &[String]) -> bool {
-        self.0.is_empty() || token_audiences.iter().any(|a| self.0.contains(sanitize(a)))
+        self.0.is_empty()
+            || token_audiences
+                .iter()
+                .any(|a| self.0.iter().any(|b| b == sanitize(a)))
     }
 }
 

@@ -117,7 +117,7 @@ impl Rule {
 /// Changes to the request for the upstream (and for the filters after jwt_authn).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Edits {
-    pub remove_headers: Vec<HeaderName>,
+    pub remove_headers: smallvec::SmallVec<[HeaderName; 2]>,
     pub add_headers: Vec<(HeaderName, HeaderValue)>,
     pub remove_params: Vec<String>,
 }
@@ -242,7 +242,7 @@ impl Authenticator {
     /// One token, found where `rules` read: the rule that accepts it and the verified token.
     fn verify(
         &self,
-        token: &str,
+        token: &[u8],
         rules: &[usize],
         now: u64,
     ) -> Result<(&Rule, Arc<Verified>), Status> {
@@ -260,7 +260,8 @@ impl Authenticator {
                 }
             }
         }
-        let jwt = Jwt::parse(token)?;
+        // Not text: it fails to parse, with the status Envoy gives a malformed token.
+        let jwt = Jwt::parse(&String::from_utf8_lossy(token))?;
         let mut first_failure = None;
         for &i in rules {
             let rule = &self.rules[i];

@@ -15,7 +15,7 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 struct Entry {
     hash: u64,
-    token: Box<str>,
+    token: Box<[u8]>,
     jwt: Arc<Verified>,
 }
 
@@ -43,12 +43,15 @@ impl TokenCache {
 
     /// The token's hash and its shard (chosen by middle bits: the table places entries by the
     /// low bits and tags them with the top ones).
-    fn shard(&self, token: &str) -> (u64, &Shard) {
-        let hash = self.hasher.hash_one(token);
+    /// Only the token's last bytes are hashed: they are its signature's (random, ≥ 192 bits in
+    /// 32 base64url characters), and the whole token is compared anyway.
+    fn shard(&self, token: &[u8]) -> (u64, &Shard) {
+        let tail = token.get(token.len().saturating_sub(32)..).unwrap_or(token);
+        let hash = self.hasher.hash_one(tail);
         (hash, &self.shards[(hash >> 32) as usize % SHARDS])
     }
 
-    pub fn get(&self, token: &str, now: u64, skew: u64) -> Option<Arc<Verified>> {
+    pub fn get(&self, token: &[u8], now: u64, skew: u64) -> Option<Arc<Verified>> {
         let (hash, shard) = self.shard(token);
         let mut shard = shard.lock();
         let found = shard.find_entry(hash, |e| &*e.token == token).ok()?;
@@ -60,7 +63,7 @@ impl TokenCache {
         Some(jwt.clone())
     }
 
-    pub fn insert(&self, token: &str, jwt: Arc<Verified>, now: u64, skew: u64) {
+    pub fn insert(&self, token: &[u8], jwt: Arc<Verified>, now: u64, skew: u64) {
         if self.per_shard == 0 {
             return;
         }
@@ -122,36 +125,36 @@ mod tests {
     #[test]
     fn entries_end_at_exp_plus_skew() {
         let c = TokenCache::new(64);
-        c.insert("t", jwt(100), 50, 60);
+        c.insert(b"t", jwt(100), 50, 60);
         let cases = [(50, true), (160, true), (161, false), (100, false)];
         for (now, hit) in cases {
-            assert_eq!(c.get("t", now, 60).is_some(), hit, "now {now}");
+            assert_eq!(c.get(b"t", now, 60).is_some(), hit, "now {now}");
         }
-        c.insert("forever", jwt(0), 0, 60);
-        assert!(c.get("forever", u64::MAX, 60).is_some());
+        c.insert(b"forever", jwt(0), 0, 60);
+        assert!(c.get(b"forever", u64::MAX, 60).is_some());
     }
 
     #[test]
     fn the_cache_stays_bounded() {
         let c = TokenCache::new(32);
         for i in 0..10_000 {
-            c.insert(&format!("token-{i}"), jwt(1_000), 0, 60);
+            c.insert(format!("token-{i}").as_bytes(), jwt(1_000), 0, 60);
         }
         assert!(c.len() <= 32, "{}", c.len());
         // Expired entries make room first.
         let c = TokenCache::new(16);
         for i in 0..16 {
-            c.insert(&format!("old-{i}"), jwt(10), 0, 0);
+            c.insert(format!("old-{i}").as_bytes(), jwt(10), 0, 0);
         }
-        c.insert("new", jwt(1_000), 500, 0);
-        assert!(c.get("new", 500, 0).is_some());
+        c.insert(b"new", jwt(1_000), 500, 0);
+        assert!(c.get(b"new", 500, 0).is_some());
         assert!(c.len() <= 16);
     }
 
     #[test]
     fn capacity_zero_keeps_nothing() {
         let c = TokenCache::new(0);
-        c.insert("t", jwt(0), 0, 0);
+        c.insert(b"t", jwt(0), 0, 0);
         assert!(c.is_empty());
     }
 }

@@ -33,7 +33,7 @@ impl<'a> RequestHeaders<'a> for &'a HeaderMap {
 /// A token and where it was (borrowed from a header; a parameter's or cookie's is decoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found<'a> {
-    pub token: std::borrow::Cow<'a, str>,
+    pub token: std::borrow::Cow<'a, [u8]>,
     /// Index into [`Extractor::locations`].
     pub location: usize,
 }
@@ -105,21 +105,22 @@ impl Extractor {
         &self,
         headers: &impl RequestHeaders<'a>,
         query: Option<&str>,
-    ) -> Vec<Found<'a>> {
-        let mut out = Vec::new();
+    ) -> smallvec::SmallVec<[Found<'a>; 2]> {
+        // Inline: a request carries one token, almost always.
+        let mut out = smallvec::SmallVec::new();
         for (i, loc) in self.locations.iter().enumerate() {
             match &loc.place {
                 Place::Header { name, prefix } => {
+                    // Bytes, not text: a cached token is found without a UTF-8 pass over it
+                    // (a token that is not text fails to parse after the cache misses).
+                    let prefix = prefix.as_bytes();
                     for v in headers.values(name) {
-                        let Ok(v) = std::str::from_utf8(v) else {
-                            continue;
-                        };
                         // Envoy looks for the prefix anywhere in the value; it is almost
                         // always at the start, which needs no substring search.
-                        let at = if v.starts_with(prefix.as_str()) {
+                        let at = if v.starts_with(prefix) {
                             Some(0)
                         } else {
-                            v.find(prefix.as_str())
+                            v.windows(prefix.len().max(1)).position(|w| w == prefix)
                         };
                         let token = match at {
                             _ if prefix.is_empty() => v,
@@ -135,7 +136,7 @@ impl Extractor {
                 Place::Param(key) => {
                     if let Some(v) = query.and_then(|q| param(q, key)) {
                         out.push(Found {
-                            token: v.into(),
+                            token: v.into_bytes().into(),
                             location: i,
                         });
                     }
@@ -143,7 +144,7 @@ impl Extractor {
                 Place::Cookie(key) => {
                     if let Some(v) = cookie(headers, key) {
                         out.push(Found {
-                            token: v.into(),
+                            token: v.into_bytes().into(),
                             location: i,
                         });
                     }
@@ -164,15 +165,18 @@ fn sort_key(place: &Place) -> (u8, String) {
     }
 }
 
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+fn is_token_byte(c: &u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')
 }
 
 /// The value from the first base64url character at or after `at` (the whole value when there
 /// is none, as Envoy keeps it).
-fn after_prefix(v: &str, at: usize) -> &str {
-    match v.get(at..).and_then(|rest| rest.find(is_token_char)) {
-        Some(start) => &v[at + start..],
+fn after_prefix(v: &[u8], at: usize) -> &[u8] {
+    match v
+        .get(at..)
+        .and_then(|rest| rest.iter().position(is_token_byte))
+    {
+        Some(start) => v.get(at + start..).unwrap_or(v),
         None => v,
     }
 }
@@ -252,7 +256,7 @@ mod tests {
             let got: Vec<String> = x
                 .extract(&&headers(h), q)
                 .into_iter()
-                .map(|f| f.token.into_owned())
+                .map(|f| String::from_utf8(f.token.into_owned()).expect("text"))
                 .collect();
             assert_eq!(got, want, "{h:?} {q:?}");
         }
@@ -280,7 +284,12 @@ mod tests {
         let found = x.extract(&&h, Some("token=p%2Ep.p&access_token=no"));
         let got: Vec<(&str, &[usize])> = found
             .iter()
-            .map(|f| (f.token.as_ref(), &x.locations[f.location].rules[..]))
+            .map(|f| {
+                (
+                    std::str::from_utf8(&f.token).expect("text"),
+                    &x.locations[f.location].rules[..],
+                )
+            })
             .collect();
         assert_eq!(
             got,

@@ -21,6 +21,15 @@ pub(crate) struct Live {
     pub dead: bool,
     pub respond: Option<LocalResponse>,
     pub call: Option<HttpCall>,
+    /// `body()` asked for a body not read yet ([`Stream::body_pending`]).
+    pub wants_body: bool,
+    /// `bodyChunks()` streams the body: the iterator waits for the next chunk.
+    pub wants_chunk: bool,
+    /// The body is streaming through `bodyChunks()` (`body()` can no longer buffer it).
+    pub streaming: bool,
+    /// The streamed body ended: the iterator answers nil (the last chunk stays readable).
+    pub chunks_ended: bool,
+    pub phase: crate::Phase,
     pub script: Arc<str>,
 }
 
@@ -66,6 +75,10 @@ impl HeadersUd {
         check(&self.0)?;
         let mut live = self.0.borrow_mut();
         match self.1 {
+            // Streaming through `bodyChunks()` sent the headers on (Envoy's error).
+            Which::Headers if live.streaming => {
+                return Err(mlua::Error::runtime("header map can no longer be modified"))
+            }
             Which::Headers => {
                 f(&mut live.stream.headers);
                 live.stream.headers_changed = true;
@@ -185,12 +198,16 @@ impl UserData for BufferUd {
             }
             lua.create_string(&body[start..start + len])
         });
+        // Envoy answers the new length (and sets `content-length` to it, which the proxy
+        // does when it applies the body).
         m.add_method("setBytes", |_, this, bytes: mlua::LuaString| {
             check(&this.0)?;
             let mut live = this.0.borrow_mut();
-            live.stream.body = Some(bytes.as_bytes().to_vec());
+            let bytes = bytes.as_bytes().to_vec();
+            let len = bytes.len();
+            live.stream.body = Some(bytes);
             live.stream.body_changed = true;
-            Ok(())
+            Ok(len)
         });
     }
 }
@@ -274,6 +291,12 @@ impl UserData for StreamInfoUd {
         m.add_method("downstreamLocalAddress", |_, this, ()| {
             info(this, |i| i.downstream_local_address.to_string())
         });
+        // No original-destination rewrite of the local address here: the same one.
+        m.add_method("downstreamDirectLocalAddress", |_, this, ()| {
+            info(this, |i| i.downstream_local_address.to_string())
+        });
+        // warden has no virtual clusters: Envoy's answer when none matched.
+        m.add_method("virtualClusterName", |_, this, ()| info(this, |_| ""));
         m.add_method("downstreamDirectRemoteAddress", |_, this, ()| {
             info(this, |i| i.downstream_direct_remote_address.to_string())
         });
@@ -332,6 +355,9 @@ impl UserData for SslUd {
         });
         m.add_method("uriSanPeerCertificate", |_, this, ()| {
             ssl(this, |s| s.uri_san_peer_certificate.clone())
+        });
+        m.add_method("dnsSansPeerCertificate", |_, this, ()| {
+            ssl(this, |s| s.dns_sans_peer_certificate.clone())
         });
         m.add_method("subjectPeerCertificate", |_, this, ()| {
             ssl(this, |s| s.subject_peer_certificate.clone())
@@ -448,11 +474,16 @@ fn header_table(t: &Table) -> mlua::Result<HeaderList> {
     Ok(h)
 }
 
-/// The Lua table of a header list (several values of a name become a list).
-pub(crate) fn headers_to_table(lua: &Lua, h: &HeaderList) -> mlua::Result<Table> {
+/// The Lua table of a header list: the last value of a name (Envoy's default), or with
+/// `duplicates` every value, several as a list (`return_duplicate_headers`).
+pub(crate) fn headers_to_table(lua: &Lua, h: &HeaderList, duplicates: bool) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     for (n, v) in h.iter() {
         let v = lua.create_string(v)?;
+        if !duplicates {
+            t.raw_set(n, v)?;
+            continue;
+        }
         match t.raw_get::<Value>(n)? {
             Value::Nil => t.raw_set(n, v)?,
             Value::Table(list) => list.raw_set(list.raw_len() + 1, v)?,
@@ -481,6 +512,24 @@ for name, f in pairs(rust) do
   M[name] = function(self, ...) return f(self[1], ...) end
 end
 local call, respond = rust.httpCall, rust.respond
+local need_body, body, chunks = rust.needBody, rust.body, rust.bodyChunks
+local stream_chunks, next_chunk, chunk = rust.streamChunks, rust.nextChunk, rust.chunk
+M.needBody, M.streamChunks, M.nextChunk, M.chunk = nil, nil, nil, nil
+-- The body is read (the coroutine suspended) only when a script asks for it.
+M.body = function(self, ...)
+  if need_body(self[1]) then yield() end
+  return body(self[1], ...)
+end
+-- A body not read yet streams: each step of the iterator waits for the next chunk.
+M.bodyChunks = function(self)
+  local ud = self[1]
+  if not stream_chunks(ud) then return chunks(ud) end
+  return function()
+    next_chunk(ud)
+    yield()
+    return chunk(ud)
+  end
+end
 M.httpCall = function(self, ...)
   if call(self[1], ...) then return yield() end
 end
@@ -517,6 +566,51 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                 live.borrow_mut().stream.body = Some(Vec::new());
             }
             Ok((has || always_wrap == Some(true)).then_some(BufferUd(live)))
+        })?,
+    )?;
+    rust.set(
+        "needBody",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            if l.streaming {
+                return Err(mlua::Error::runtime(
+                    "cannot call body() after body streaming has started",
+                ));
+            }
+            l.wants_body = l.stream.body_pending;
+            Ok(l.wants_body)
+        })?,
+    )?;
+    rust.set(
+        "streamChunks",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            if l.stream.body_pending {
+                l.stream.body_pending = false;
+                l.streaming = true;
+            }
+            Ok(l.streaming && !l.chunks_ended)
+        })?,
+    )?;
+    rust.set(
+        "nextChunk",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let mut l = live.borrow_mut();
+            if !l.chunks_ended {
+                l.wants_chunk = true;
+            }
+            Ok(())
+        })?,
+    )?;
+    rust.set(
+        "chunk",
+        lua.create_function(|_, ud: AnyUserData| {
+            let live = shared(&ud)?;
+            let ended = live.borrow().chunks_ended;
+            Ok((!ended).then_some(BufferUd(live)))
         })?,
     )?;
     rust.set(
@@ -611,6 +705,12 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
         lua.create_function(
             |_, (ud, headers, body): (AnyUserData, Table, Option<mlua::LuaString>)| {
                 let live = shared(&ud)?;
+                if live.borrow().phase == crate::Phase::Response {
+                    // Envoy's encoder callbacks refuse it (a script error).
+                    return Err(mlua::Error::runtime(
+                        "respond not currently supported in the response path",
+                    ));
+                }
                 let mut headers = header_table(&headers)?;
                 let status = headers
                     .first(":status")
@@ -651,13 +751,19 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                     }
                 }
                 // Either (timeout_ms, asynchronous) or an options table.
+                let mut return_duplicate_headers = false;
                 let (timeout_ms, asynchronous) = match timeout {
-                    Value::Table(options) => (
-                        options.get::<Option<u64>>("timeout_ms")?.unwrap_or(0),
-                        options
-                            .get::<Option<bool>>("asynchronous")?
-                            .unwrap_or(false),
-                    ),
+                    Value::Table(options) => {
+                        return_duplicate_headers = options
+                            .get::<Option<bool>>("return_duplicate_headers")?
+                            .unwrap_or(false);
+                        (
+                            options.get::<Option<u64>>("timeout_ms")?.unwrap_or(0),
+                            options
+                                .get::<Option<bool>>("asynchronous")?
+                                .unwrap_or(false),
+                        )
+                    }
                     Value::Integer(t) => {
                         (u64::try_from(t).unwrap_or(0), asynchronous == Some(true))
                     }
@@ -671,6 +777,7 @@ pub(crate) fn install(lua: &Lua, clock: fn() -> SystemTime) -> mlua::Result<Func
                     body: body.map(|b| b.as_bytes().to_vec()).unwrap_or_default(),
                     timeout_ms,
                     asynchronous,
+                    return_duplicate_headers,
                 };
                 let mut l = live.borrow_mut();
                 if asynchronous {

@@ -26,4 +26,4 @@ pub use script::{Script, SyntaxError};
 pub use stream::{
     DynamicMetadata, HttpCall, HttpReply, LocalResponse, SslInfo, Stream, StreamInfo,
 };
-pub use vm::{ErrorKind, Limits, Pending, Phase, Program, Run, ScriptError};
+pub use vm::{BodyWait, ChunkWait, ErrorKind, Limits, Pending, Phase, Program, Run, ScriptError};

@@ -16,7 +16,9 @@ pub struct SslInfo {
     pub peer_certificate_validated: bool,
     /// URI SANs of the peer certificate (SPIFFE ids).
     pub uri_san_peer_certificate: Vec<String>,
+    pub dns_sans_peer_certificate: Vec<String>,
     pub subject_peer_certificate: String,
+    /// `TLSv1.2`, `TLSv1.3`.
     pub tls_version: String,
 }
 
@@ -59,6 +61,11 @@ pub struct Stream {
     pub headers: HeaderList,
     /// The buffered body, when the proxy buffered it (`body()` is nil otherwise).
     pub body: Option<Vec<u8>>,
+    /// The body is still on its way: `body()` / `bodyChunks()` suspend the phase
+    /// ([`crate::Run::Body`]) until the proxy has read it, so a phase that never asks reads
+    /// nothing.
+    pub body_pending: bool,
+    /// The trailers that came after the body (nil in Lua when none, as Envoy has it).
     pub trailers: Option<HeaderList>,
     pub info: StreamInfo,
     pub dynamic_metadata: DynamicMetadata,
@@ -97,6 +104,8 @@ pub struct HttpCall {
     pub body: Vec<u8>,
     pub timeout_ms: u64,
     pub asynchronous: bool,
+    /// The answer's headers as lists when a name repeats (else its last value).
+    pub return_duplicate_headers: bool,
 }
 
 /// What a call answered (Envoy gives a failed call `:status` 503 and no body).

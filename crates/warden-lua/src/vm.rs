@@ -5,6 +5,7 @@
 //! thread-local table, and [`Pending`] names it.
 
 use crate::handle::{self, Live, Shared};
+use crate::headers::HeaderList;
 use crate::script::Script;
 use crate::stream::{HttpCall, HttpReply, LocalResponse, Stream};
 use mlua::thread::ThreadStatus;
@@ -85,19 +86,25 @@ pub enum Run {
     Failed(Stream, ScriptError),
     /// `httpCall()`: make the call, then [`Pending::resume`] with its answer.
     Call(Pending),
+    /// `body()` on a body not read yet ([`Stream::body_pending`]): read it, then
+    /// [`BodyWait::resume`] with it.
+    Body(BodyWait),
+    /// `bodyChunks()` on a body not read yet: the iterator waits for the next chunk
+    /// ([`ChunkWait::resume`]); the headers as the script left them go on meanwhile
+    /// ([`ChunkWait::stream`]).
+    Chunk(ChunkWait),
 }
 
-/// A phase suspended in `httpCall`, on this worker.
+/// A phase suspended on this worker (its coroutine is in the worker's table under `token`).
 #[derive(Debug)]
-pub struct Pending {
+struct Suspension {
     token: u64,
-    pub call: HttpCall,
     program: Program,
 }
 
-impl Pending {
-    /// Resume the script with the call's answer, on the worker that suspended it.
-    pub fn resume(self, reply: HttpReply) -> Run {
+impl Suspension {
+    /// Resume the coroutine: `prepare` sets the stream up and makes the resumption's values.
+    fn resume(self, prepare: impl FnOnce(&Lua, &Shared) -> mlua::Result<mlua::MultiValue>) -> Run {
         let suspended = WORKER.with(|w| w.borrow_mut().suspended.remove(&self.token));
         let Some(s) = suspended else {
             return Run::Failed(
@@ -109,16 +116,8 @@ impl Pending {
                 },
             );
         };
-        let args = (|| {
-            let headers = handle::headers_to_table(&s.lua, &reply.headers)?;
-            let body = match &reply.body {
-                Some(b) => Value::String(s.lua.create_string(b)?),
-                None => Value::Nil,
-            };
-            Ok::<_, mlua::Error>((headers, body))
-        })();
         s.budget.set(self.program.0.budget_steps());
-        let result = match args {
+        let result = match prepare(&s.lua, &s.live) {
             Ok(args) => s.thread.resume::<()>(args),
             Err(e) => Err(e),
         };
@@ -127,14 +126,114 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl Drop for Suspension {
     fn drop(&mut self) {
-        // A request that went away while its call was out: its coroutine goes too.
+        // A request that went away while its phase waited: its coroutine goes too.
         let _ = WORKER.try_with(|w| {
             if let Ok(mut w) = w.try_borrow_mut() {
                 w.suspended.remove(&self.token);
             }
         });
+    }
+}
+
+/// A phase suspended in `httpCall`, on this worker.
+#[derive(Debug)]
+pub struct Pending {
+    suspension: Suspension,
+    pub call: HttpCall,
+}
+
+impl Pending {
+    /// Resume the script with the call's answer, on the worker that suspended it.
+    pub fn resume(self, reply: HttpReply) -> Run {
+        let duplicates = self.call.return_duplicate_headers;
+        self.suspension.resume(|lua, _| {
+            let headers = handle::headers_to_table(lua, &reply.headers, duplicates)?;
+            let body = match &reply.body {
+                Some(b) => Value::String(lua.create_string(b)?),
+                None => Value::Nil,
+            };
+            Ok(mlua::MultiValue::from_iter([Value::Table(headers), body]))
+        })
+    }
+}
+
+/// A phase suspended in `bodyChunks()` until the next chunk (or the body's end) comes.
+#[derive(Debug)]
+pub struct ChunkWait {
+    suspension: Suspension,
+}
+
+impl ChunkWait {
+    fn live<R>(&self, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
+        WORKER.with(|w| {
+            let w = w.borrow();
+            let s = w.suspended.get(&self.suspension.token)?;
+            let mut l = s.live.borrow_mut();
+            Some(f(&mut l.stream))
+        })
+    }
+
+    /// The stream as the script left it so far (its headers go on before the body), without
+    /// the body.
+    pub fn stream(&self) -> Option<Stream> {
+        self.live(|s| Stream {
+            headers: s.headers.clone(),
+            body: None,
+            body_pending: false,
+            trailers: None,
+            info: s.info.clone(),
+            dynamic_metadata: s.dynamic_metadata.clone(),
+            route_metadata: serde_json::Map::new(),
+            filter_context: serde_json::Map::new(),
+            headers_changed: s.headers_changed,
+            body_changed: false,
+            dynamic_metadata_changed: s.dynamic_metadata_changed,
+            reason_phrase: s.reason_phrase.clone(),
+            clear_route_cache: s.clear_route_cache,
+            async_calls: std::mem::take(&mut s.async_calls),
+        })
+    }
+
+    /// The chunk the script had (as it left it), taken to be sent on.
+    pub fn take_chunk(&self) -> Option<Vec<u8>> {
+        self.live(|s| s.body.take()).flatten()
+    }
+
+    /// Resume with the next chunk, or (None) the body's end and the trailers after it: the
+    /// iterator then answers nil, and the last chunk stays the script's to change.
+    pub fn resume(self, chunk: Option<Vec<u8>>, trailers: Option<HeaderList>) -> Run {
+        self.suspension.resume(|_, live| {
+            let mut l = live.borrow_mut();
+            match chunk {
+                Some(c) => l.stream.body = Some(c),
+                None => {
+                    l.chunks_ended = true;
+                    l.stream.trailers = trailers;
+                }
+            }
+            Ok(mlua::MultiValue::new())
+        })
+    }
+}
+
+/// A phase suspended in `body()` until the whole body is read.
+#[derive(Debug)]
+pub struct BodyWait {
+    suspension: Suspension,
+}
+
+impl BodyWait {
+    /// Resume the script with the body (None: there was none) and the trailers after it.
+    pub fn resume(self, body: Option<Vec<u8>>, trailers: Option<HeaderList>) -> Run {
+        self.suspension.resume(|_, live| {
+            let mut l = live.borrow_mut();
+            l.stream.body = body;
+            l.stream.trailers = trailers;
+            l.stream.body_pending = false;
+            Ok(mlua::MultiValue::new())
+        })
     }
 }
 
@@ -214,6 +313,11 @@ impl Program {
             dead: false,
             respond: None,
             call: None,
+            wants_body: false,
+            wants_chunk: false,
+            streaming: false,
+            chunks_ended: false,
+            phase,
             script,
         }));
         let started = (|| {
@@ -250,7 +354,14 @@ impl Program {
             if let Some(r) = respond {
                 return Run::Respond(take(live), r);
             }
-            if let Some(call) = call {
+            let (wants_body, wants_chunk) = {
+                let mut l = live.borrow_mut();
+                (
+                    std::mem::take(&mut l.wants_body),
+                    std::mem::take(&mut l.wants_chunk),
+                )
+            };
+            if call.is_some() || wants_body || wants_chunk {
                 let token = WORKER.with(|w| {
                     let mut w = w.borrow_mut();
                     w.next_token += 1;
@@ -266,11 +377,15 @@ impl Program {
                     );
                     token
                 });
-                return Run::Call(Pending {
+                let suspension = Suspension {
                     token,
-                    call,
                     program: self.clone(),
-                });
+                };
+                return match call {
+                    Some(call) => Run::Call(Pending { suspension, call }),
+                    None if wants_chunk => Run::Chunk(ChunkWait { suspension }),
+                    None => Run::Body(BodyWait { suspension }),
+                };
             }
             return self.failed(
                 lua,

@@ -460,3 +460,238 @@ fn globals_are_per_script_state() {
     };
     assert_eq!([n(0), n(0), n(1)], ["1", "2", "1"]);
 }
+
+fn response(status: &str) -> Stream {
+    let mut headers = HeaderList::new();
+    headers.add(":status", status.as_bytes());
+    headers.add("foo", b"1".to_vec());
+    Stream {
+        headers,
+        body_pending: true,
+        ..Stream::default()
+    }
+}
+
+/// Envoy's documentation ("Script examples"): the response script waits for the whole body
+/// (`body()` suspends the phase until the proxy has read it) and removes `foo`; a script that
+/// never asks for the body runs without waiting.
+#[test]
+fn response_body_is_read_only_when_a_script_asks() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+  -- Wait for the entire response body and add a response header with the body size.
+  response_handle:headers():add("response_body_size", response_handle:body():length())
+  -- Remove a response header named 'foo'
+  response_handle:headers():remove("foo")
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Body(wait) => wait,
+        other => panic!("{other:?}"),
+    };
+    let mut trailers = HeaderList::new();
+    trailers.add("grpc-status", b"0".to_vec());
+    let out = continued(wait.resume(Some(b"hello".to_vec()), Some(trailers)));
+    assert_eq!(text(out.headers.get("response_body_size")).unwrap(), "5");
+    assert!(out.headers.get("foo").is_none());
+    assert_eq!(out.body.as_deref(), Some(&b"hello"[..]));
+    assert!(out.trailers.is_some());
+
+    let headers_only =
+        program(r#"function envoy_on_response(h) h:headers():add("x-seen", "1") end"#);
+    let out = continued(headers_only.run(0, Phase::Response, response("200")));
+    assert!(out.body.is_none() && out.body_pending, "nothing was read");
+}
+
+/// Envoy's documentation: `setBytes` on the response body (its new length is answered), and
+/// `bodyChunks()` over an empty body yields nothing; `trailers()` is nil without trailers
+/// and edits them when there are.
+#[test]
+fn response_set_bytes_chunks_and_trailers() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+  local n = response_handle:body():setBytes("<html><b>Not Found<b></html>")
+  response_handle:headers():replace("content-type", "text/html")
+  response_handle:headers():add("x-len", n)
+  local chunks = 0
+  for chunk in response_handle:bodyChunks() do chunks = chunks + chunk:length() end
+  response_handle:headers():add("x-chunks", chunks)
+  local t = response_handle:trailers()
+  if t == nil then
+    response_handle:headers():add("x-trailers", "none")
+  else
+    response_handle:headers():add("x-trailers", t:get("grpc-status"))
+    t:replace("grpc-message", "from lua")
+  end
+end"#,
+    );
+    for trailers in [false, true] {
+        let wait = match p.run(0, Phase::Response, response("404")) {
+            Run::Body(wait) => wait,
+            other => panic!("{other:?}"),
+        };
+        let t = trailers.then(|| {
+            let mut t = HeaderList::new();
+            t.add("grpc-status", b"5".to_vec());
+            t
+        });
+        let out = continued(wait.resume(Some(b"{\"error\":1}".to_vec()), t));
+        assert_eq!(
+            out.body.as_deref(),
+            Some(&b"<html><b>Not Found<b></html>"[..])
+        );
+        assert!(out.body_changed);
+        assert_eq!(text(out.headers.get("x-len")).unwrap(), "28");
+        assert_eq!(text(out.headers.get("x-chunks")).unwrap(), "28");
+        assert_eq!(text(out.headers.get("content-type")).unwrap(), "text/html");
+        if trailers {
+            assert_eq!(text(out.headers.get("x-trailers")).unwrap(), "5");
+            let t = out.trailers.unwrap();
+            assert_eq!(text(t.get("grpc-message")).unwrap(), "from lua");
+        } else {
+            assert_eq!(text(out.headers.get("x-trailers")).unwrap(), "none");
+        }
+    }
+}
+
+/// Envoy's docs: `respond()` is only valid in the request flow; in the response flow it is a
+/// script error (Envoy's encoder callbacks refuse it) and the response goes on.
+#[test]
+fn respond_in_the_response_flow_is_a_script_error() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  h:headers():add("x-before", "1")
+  h:respond({[":status"] = "403"}, "nope")
+end"#,
+    );
+    let mut s = response("200");
+    s.body_pending = false;
+    match p.run(0, Phase::Response, s) {
+        Run::Failed(s, e) => {
+            assert!(e.message.contains("respond not currently supported"), "{e}");
+            assert_eq!(text(s.headers.get("x-before")).unwrap(), "1");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Envoy's docs: an answer's repeated headers are one string (the last value) unless the
+/// options table asks for `return_duplicate_headers`, which gives a list.
+#[test]
+fn http_call_answers_repeated_headers_as_envoy_does() {
+    let p = program(
+        r#"function envoy_on_request(h)
+  local mode = h:headers():get("x-mode")
+  local options = {["timeout_ms"] = 100}
+  if mode == "dup" then options["return_duplicate_headers"] = true end
+  local headers = h:httpCall("c", {[":method"] = "GET", [":path"] = "/", [":authority"] = "c"}, "", options)
+  local key = headers["key"]
+  if type(key) == "table" then key = table.concat(key, "|") end
+  h:headers():add("x-key", key)
+  h:headers():add("x-foo", headers["foo"])
+end"#,
+    );
+    for (mode, want) in [("last", "value_2"), ("dup", "value_0|value_1|value_2")] {
+        let pending = match p.run(0, Phase::Request, request("GET", "/", &[("x-mode", mode)])) {
+            Run::Call(pending) => pending,
+            other => panic!("{other:?}"),
+        };
+        let mut reply = HttpReply::default();
+        for (n, v) in [
+            (":status", "200"),
+            ("foo", "bar"),
+            ("key", "value_0"),
+            ("key", "value_1"),
+            ("key", "value_2"),
+        ] {
+            reply.headers.add(n, v.as_bytes());
+        }
+        let out = continued(pending.resume(reply));
+        assert_eq!(text(out.headers.get("x-key")).unwrap(), want, "{mode}");
+        assert_eq!(text(out.headers.get("x-foo")).unwrap(), "bar", "{mode}");
+    }
+}
+
+/// Envoy's docs: `bodyChunks()` streams a body not read yet, chunk by chunk, without
+/// buffering it: the headers go on first, each chunk as the script left it, and after the
+/// loop the last chunk is still the script's (the docs' example replaces the whole body).
+#[test]
+fn body_chunks_stream_a_body_not_read_yet() {
+    let p = program(
+        r#"function envoy_on_response(response_handle)
+
+  -- Sets the content-type.
+  response_handle:headers():replace("content-type", "text/html")
+
+  local last
+  for chunk in response_handle:bodyChunks() do
+    -- Clears each received chunk.
+    chunk:setBytes("")
+    last = chunk
+  end
+
+  last:setBytes("<html><b>Not Found<b></html>")
+end"#,
+    );
+    let mut wait = match p.run(0, Phase::Response, response("404")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    let head = wait.stream().unwrap();
+    assert_eq!(text(head.headers.get("content-type")).unwrap(), "text/html");
+    assert_eq!(wait.take_chunk(), None, "no chunk yet");
+    wait = match wait.resume(Some(b"{\"error\":".to_vec()), None) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    // The next chunk came: the held one goes on as the script left it (cleared).
+    assert_eq!(wait.take_chunk().as_deref(), Some(&b""[..]));
+    wait = match wait.resume(Some(b"\"absent\"}".to_vec()), None) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    // The body ended: the last chunk stays the script's, which replaces it after the loop.
+    let out = continued(wait.resume(None, None));
+    assert_eq!(
+        out.body.as_deref(),
+        Some(&b"<html><b>Not Found<b></html>"[..])
+    );
+}
+
+/// Envoy: `body()` after the body started streaming through `bodyChunks()` is an error.
+#[test]
+fn body_after_streaming_chunks_is_an_error() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  for chunk in h:bodyChunks() do end
+  h:body()
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    match wait.resume(None, None) {
+        Run::Failed(_, e) => assert!(e.message.contains("after body streaming"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Envoy: once `bodyChunks()` streams, the headers went on and can no longer be modified.
+#[test]
+fn headers_are_fixed_once_chunks_stream() {
+    let p = program(
+        r#"function envoy_on_response(h)
+  for chunk in h:bodyChunks() do end
+  h:headers():add("x-late", "1")
+end"#,
+    );
+    let wait = match p.run(0, Phase::Response, response("200")) {
+        Run::Chunk(w) => w,
+        other => panic!("{other:?}"),
+    };
+    match wait.resume(None, None) {
+        Run::Failed(_, e) => assert!(e.message.contains("can no longer be modified"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}

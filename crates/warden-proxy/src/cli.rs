@@ -594,6 +594,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
     opts.mesh_defaults = mesh.default_config.clone();
     opts.extension_providers = std::sync::Arc::new(mesh.extension_providers.clone());
     opts.mesh_metrics_off = !mesh.default_providers.prometheus();
+    opts.tracing = crate::core::identity::TracingDefaults::of(&mesh);
     let (namespace, labels) = info.identity(args.namespace, args.labels);
     tracing::info!(%namespace, ?labels, "proxy identity");
     opts.namespace = namespace;
@@ -725,7 +726,7 @@ pub fn run_proxy(mut args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let (mesh_defaults, xff_trusted_cidrs, extension_providers) = match &args.mesh_config {
+    let (mesh_defaults, xff_trusted_cidrs, extension_providers, tracing) = match &args.mesh_config {
         None => Default::default(),
         Some(path) => match warden_config::mesh_config::load_mesh_config(path) {
             Ok((mesh, warnings)) => {
@@ -733,9 +734,10 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("warning: {w}");
                 }
                 (
-                    mesh.default_config,
-                    mesh.warden.xff_trusted_cidrs,
-                    std::sync::Arc::new(mesh.extension_providers),
+                    mesh.default_config.clone(),
+                    mesh.warden.xff_trusted_cidrs.clone(),
+                    std::sync::Arc::new(mesh.extension_providers.clone()),
+                    crate::core::identity::TracingDefaults::of(&mesh),
                 )
             }
             Err(errors) => {
@@ -757,6 +759,7 @@ pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         mesh,
         extension_providers,
         mesh_metrics_off: false,
+        tracing,
     };
     let options = warden_config::LoadOptions {
         skip_kinds: args.skip_kinds,

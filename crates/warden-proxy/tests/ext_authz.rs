@@ -731,3 +731,145 @@ async fn tls_to_the_provider_by_destination_rule() {
         plain.shutdown(Duration::from_secs(1));
     }
 }
+
+/// A TCP echo that counts the connections it accepted (what reached the upstream): echoes
+/// until the client's EOF, then closes.
+async fn counting_tcp_echo() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    if s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (at, accepted)
+}
+
+/// From loopback address `from`, send `hello` to `to`, half-close and read all that comes
+/// back; a connection closed unanswered (or reset) reads as nothing.
+async fn tcp_exchange(from: [u8; 4], to: SocketAddr) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((from, 0).into()).unwrap();
+    let mut s = socket.connect(to).await.unwrap();
+    // A peer that already closed fails the write or the shutdown; the read says how it ended.
+    let _ = s.write_all(b"hello").await;
+    let _ = s.shutdown().await;
+    let mut back = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut back))
+        .await
+        .expect("the connection ends");
+    match read {
+        Ok(_) => back,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => back,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A gateway TCP port relaying to `upstream`, with `policies` and the provider service at
+/// `provider`.
+fn tcp_config(upstream: SocketAddr, provider: SocketAddr, policies: &str) -> String {
+    format!(
+        "{gw}{route}{provider}---\n{policies}",
+        gw = gateway(&[(0, "TCP")]),
+        route = common::tcp_route(upstream.port()),
+        provider = provider_service(provider),
+    )
+}
+
+/// CUSTOM on a TCP port (Envoy's network ext_authz as Istio builds it for a gRPC provider):
+/// the task's policy, whose `paths` a connection does not have, sends every connection to the
+/// provider on its first byte with only the peers (no request); the provider allows by source
+/// address, and a denied connection is closed before anything reaches the upstream. An
+/// `envoyExtAuthzHttp` provider is left out of TCP chains: connections are not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_connections_are_checked_and_denied_ones_never_reach_the_upstream() {
+    let provider = Provider::start("grpc_provider.py", &["--allow-tcp", "127.0.0.2"]);
+    let (echo, accepted) = counting_tcp_echo().await;
+    let yaml = tcp_config(echo, provider.addr(), TASK_POLICY);
+    let proxy = start(&yaml, TASK_MESH);
+    let gateway = addr(&proxy, 0);
+    assert_eq!(tcp_exchange([127, 0, 0, 2], gateway).await, b"hello");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(tcp_exchange([127, 0, 0, 1], gateway).await, b"");
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the denied connection never reached the upstream"
+    );
+    let log = std::fs::read_to_string(&provider.log).unwrap();
+    assert_eq!(log, "tcp\t127.0.0.2\t\t\ntcp\t127.0.0.1\t\t\n");
+    let metrics = proxy.metrics_text();
+    for line in [
+        "warden_ext_authz_tcp_checks_total{outcome=\"ok\"} 1",
+        "warden_ext_authz_tcp_checks_total{outcome=\"denied\"} 1",
+        "warden_ext_authz_checks_total{outcome=\"ok\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    proxy.shutdown(Duration::from_secs(1));
+
+    let http_policy =
+        TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: sample-ext-authz-http");
+    let proxy = start(&tcp_config(echo, provider.addr(), &http_policy), TASK_MESH);
+    assert_eq!(
+        tcp_exchange([127, 0, 0, 1], addr(&proxy, 0)).await,
+        b"hello"
+    );
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(provider.checks().len(), 2, "an HTTP provider is not asked");
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+/// A TCP check that cannot be made (the provider down): the connection is closed unrelayed,
+/// or relayed with `failOpen`. A provider the mesh config lacks closes the connections the
+/// policy matches (Istio's deny rules for a bad CUSTOM action).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_checks_fail_closed_or_open() {
+    let down = closed_port().await;
+    let (echo, accepted) = counting_tcp_echo().await;
+    let unknown = TASK_POLICY.replace("name: sample-ext-authz-grpc", "name: nowhere");
+    let proxy = start(&tcp_config(echo, down.addr(), &unknown), TASK_MESH);
+    assert_eq!(tcp_exchange([127, 0, 0, 1], addr(&proxy, 0)).await, b"");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    proxy.shutdown(Duration::from_secs(1));
+    let yaml = tcp_config(echo, down.addr(), TASK_POLICY);
+    for (settings, back, relayed) in [
+        ("    timeout: 300ms\n", &b""[..], 0),
+        ("    timeout: 300ms\n    failOpen: true\n", &b"hello"[..], 1),
+    ] {
+        let proxy = start(&yaml, &grpc_mesh(settings));
+        assert_eq!(
+            tcp_exchange([127, 0, 0, 1], addr(&proxy, 0)).await,
+            back,
+            "{settings}"
+        );
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            relayed,
+            "{settings}"
+        );
+        let metrics = proxy.metrics_text();
+        for line in [
+            "warden_ext_authz_tcp_checks_total{outcome=\"error\"} 1".to_string(),
+            format!(
+                "warden_ext_authz_tcp_checks_total{{outcome=\"failure_mode_allowed\"}} {relayed}"
+            ),
+        ] {
+            assert!(metrics.contains(&line), "{settings}: {line} in\n{metrics}");
+        }
+        proxy.shutdown(Duration::from_secs(1));
+    }
+}

@@ -378,6 +378,47 @@ async fn tokens_get_what_envoy_jwt_authn_answers() {
     assert!(seen.lock().unwrap().requests[6].contains("session="));
 }
 
+/// A rule without output headers only removes the token's header: on a fast-path request that
+/// happens in the lines as read (no edit pass). The upstream gets every other line in order,
+/// none of the token's (two of them, both verified), on each request of a kept-alive connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_header_alone_is_removed_from_the_lines_as_read() {
+    let s = setup();
+    let (up, seen) = recording_upstream().await;
+    let proxy = start(&http_config(up, "", &s.yaml_rules));
+    let url = format!("http://{}/", addr(&proxy, 0));
+    let hs = s.tokens["hs_good"].as_str().unwrap().to_owned();
+    for round in 0..3 {
+        let got = get(
+            &url,
+            &[
+                ("x-before", "1".into()),
+                ("authorization", format!("Bearer {hs}")),
+                ("x-after", format!("{round}")),
+            ],
+        )
+        .await;
+        assert_eq!(got.0, 200, "{got:?}");
+        let req = seen.lock().unwrap().requests[round].to_ascii_lowercase();
+        assert!(!req.contains("authorization"), "{req}");
+        let (before, after) = (
+            req.find("x-before: 1"),
+            req.find(&format!("x-after: {round}")),
+        );
+        assert!(
+            before.is_some() && after.is_some() && before < after,
+            "the other lines, in order: {req}"
+        );
+    }
+    // Two tokens of the same rule in two lines: both verified, both removed.
+    let mut r = client().get(&url);
+    r = r.header("authorization", format!("Bearer {hs}"));
+    r = r.header("authorization", format!("Bearer {hs}"));
+    assert_eq!(r.send().await.unwrap().status(), 200);
+    let req = seen.lock().unwrap().requests[3].to_ascii_lowercase();
+    assert!(!req.contains("authorization"), "{req}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cannot_send_its_own_claim_headers() {
     let s = setup();

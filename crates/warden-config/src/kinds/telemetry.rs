@@ -1,9 +1,9 @@
 //! Telemetry (telemetry.istio.io) as far as its `metrics` go: which of Istio's standard
 //! metrics are reported (`overrides[].disabled`) and which labels they drop
 //! (`tagOverrides` REMOVE), for client (a gateway, a sidecar's outbound side) or server
-//! (a sidecar's inbound side) reporting. `tracing` is refused and `accessLogging` passed by
-//! where the loader decides about the kind (`kind_policy`); only `selector` and `metrics` are
-//! decoded here.
+//! (a sidecar's inbound side) reporting. `tracing` (`telemetry_tracing`) and `accessLogging`
+//! (`telemetry_access_logging`) are read by their own modules; only `selector` and `metrics`
+//! are decoded here.
 
 use crate::kinds::authorization_policy::WorkloadSelector;
 use serde::{Deserialize, Serialize};

@@ -132,6 +132,11 @@ pub struct Forwarding<'a> {
     /// This hop's element for [`XfccStep::Set`] / [`XfccStep::Append`], built once per
     /// connection at its handshake (`warden_tls::xfcc`).
     xfcc_element: Option<&'a HeaderValue>,
+    /// The trace context sent upstream (tracing configured): its lines replace the request's.
+    trace: Option<(
+        &'a crate::core::traces::RequestTrace,
+        warden_trace::Propagation,
+    )>,
 }
 
 /// What a request's `x-forwarded-client-cert` becomes, decided by
@@ -176,7 +181,18 @@ impl<'a> Forwarding<'a> {
             // Envoy's default (`forward_client_cert_details` unset) is SANITIZE.
             xfcc: XfccStep::Remove,
             xfcc_element: None,
+            trace: None,
         }
+    }
+
+    /// Send `trace`'s context upstream in `propagation`'s format, in place of the request's.
+    pub fn with_trace(
+        mut self,
+        trace: &'a crate::core::traces::RequestTrace,
+        propagation: warden_trace::Propagation,
+    ) -> Self {
+        self.trace = Some((trace, propagation));
+        self
     }
 
     /// The `x-request-id` a request without one gets: this one (the access log's).
@@ -239,6 +255,9 @@ impl<'a> Forwarding<'a> {
 
     /// Add the headers to `headers`.
     pub fn apply(&self, headers: &mut HeaderMap) {
+        if let Some((trace, propagation)) = self.trace {
+            trace.inject(propagation, headers);
+        }
         if self.append_peer {
             self.append_xff(headers);
         }
@@ -312,6 +331,11 @@ impl<'a> Forwarding<'a> {
     /// out are replaced by [`Self::encode`].
     /// `name` is lowercase, as a map holds it.
     pub fn keeps_line(&self, name: &[u8], seen: &mut SeenForwarding) -> bool {
+        if let Some((_, propagation)) = self.trace {
+            if crate::core::traces::replaces_line(propagation, name) {
+                return false;
+            }
+        }
         if name == X_FORWARDED_FOR.as_str().as_bytes() {
             seen.xff = true;
             !self.append_peer
@@ -370,6 +394,9 @@ impl<'a> Forwarding<'a> {
             }
             out.extend_from_slice(element.as_bytes());
             out.extend_from_slice(b"\r\n");
+        }
+        if let Some((trace, propagation)) = self.trace {
+            trace.encode(propagation, out);
         }
         if !seen.request_id {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];

@@ -26,6 +26,28 @@ pub struct ProxyIdentity {
     /// are written only where a Telemetry names it.
     #[serde(skip)]
     pub mesh_metrics_off: bool,
+    /// The mesh config's tracing defaults (`defaultProviders.tracing`,
+    /// `defaultConfig.tracing.sampling`).
+    #[serde(skip)]
+    pub tracing: TracingDefaults,
+}
+
+/// The mesh config's tracing defaults.
+#[derive(Debug, Clone, Default)]
+pub struct TracingDefaults {
+    /// The provider of `defaultProviders.tracing` (none: not traced unless Telemetry says).
+    pub provider: Option<String>,
+    /// `defaultConfig.tracing.sampling` (none: Istio's 1%).
+    pub sampling: Option<f64>,
+}
+
+impl TracingDefaults {
+    pub fn of(mesh: &warden_config::mesh_config::MeshConfig) -> Self {
+        TracingDefaults {
+            provider: mesh.default_providers.tracing.first().cloned(),
+            sampling: mesh.default_config.tracing.sampling,
+        }
+    }
 }
 
 /// `meshConfig.extensionProviders`, shared by every snapshot of a proxy.

@@ -156,6 +156,8 @@ pub struct Metrics {
     pub istio: crate::core::istio_metrics::IstioMetrics,
     pub authz: AuthzMetrics,
     pub global_rate_limit: GlobalRateLimitMetrics,
+    /// The span exporter's counters (`core::trace_export`).
+    pub tracing: crate::core::trace_export::TracingMetrics,
     pub requests_by_route: Family<RouteCodeLabels, Counter>,
     pub requests: Counter,
     /// Seconds, observed in microseconds (atomic buckets: no lock per request).
@@ -290,10 +292,13 @@ impl Metrics {
         global_rate_limit.register(&mut registry);
         let authz = AuthzMetrics::default();
         authz.register(&mut registry);
+        let tracing = crate::core::trace_export::TracingMetrics::default();
+        tracing.register(&mut registry);
         Metrics {
             registry,
             istio: Default::default(),
             authz,
+            tracing,
             global_rate_limit,
             requests_by_route,
             requests,

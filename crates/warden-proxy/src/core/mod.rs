@@ -25,3 +25,5 @@ pub mod request_attrs;
 pub mod share;
 pub mod timeouts;
 pub mod tls_info;
+pub mod trace_export;
+pub mod traces;

@@ -11,6 +11,8 @@ pub struct TlsInfo {
     /// This hop's `x-forwarded-client-cert` element for the client's certificate, when the
     /// listener's mode adds one (APPEND_FORWARD, SANITIZE_SET): built once per connection.
     pub xfcc: Option<http::HeaderValue>,
+    /// The negotiated version as Envoy names it (`TLSv1.2`, `TLSv1.3`), for Lua's `tlsVersion()`.
+    pub version: Option<&'static str>,
 }
 
 impl TlsInfo {
@@ -29,6 +31,11 @@ impl TlsInfo {
             sni: session.server_name().map(str::to_owned),
             peer: chain.first().and_then(PeerIdentity::from_leaf),
             xfcc,
+            version: session.protocol_version().and_then(|v| match v {
+                warden_tls::rustls::ProtocolVersion::TLSv1_2 => Some("TLSv1.2"),
+                warden_tls::rustls::ProtocolVersion::TLSv1_3 => Some("TLSv1.3"),
+                _ => None,
+            }),
         }
     }
 }

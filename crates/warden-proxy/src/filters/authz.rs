@@ -217,7 +217,14 @@ pub fn tcp_notes(
     let side = if sidecar.is_some() { "inbound " } else { "" };
     let plural = if list.len() > 1 { "s" } else { "" };
     let what = format!("TCP connections ({side}port{plural} {})", list.join(", "));
-    warden_authz::tcp_notes(set, &proxy_scope(set, identity), &what)
+    // Istio leaves HTTP providers out of TCP chains (an unknown one denies there too).
+    let grpc = |name: &str| {
+        !identity
+            .extension_providers
+            .iter()
+            .any(|p| p.name == name && p.envoy_ext_authz_http.is_some())
+    };
+    warden_authz::tcp_notes(set, &proxy_scope(set, identity), &what, &grpc)
 }
 
 /// Envoy's `rbac` filter: DENY, then ALLOW policies; a denial answers 403 and names the rule.

@@ -64,6 +64,9 @@ pub enum Verdict {
 
 pub type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
 
+/// A response phase that waits ([`HttpFilter::on_response_waiting`]).
+pub type ResponseFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// Why a request was answered as it was, for metrics, the access log and `/ratelimit/top`.
 #[derive(Default)]
 pub struct Notes {
@@ -145,6 +148,12 @@ pub struct FilterState {
     pub request_auth: Option<Arc<warden_jwt::Verified>>,
     /// `request_auth`'s payload is owed to `dynamic_metadata` ([`FilterState::settle_metadata`]).
     pub payload_pending: bool,
+    /// A filter's response phase may wait (read the body, make a call): the pipeline runs
+    /// the response phases through [`HttpFilter::on_response_waiting`].
+    pub response_waits: bool,
+    /// What the Lua filter's response phase tells a script of the stream (`streamInfo()`),
+    /// kept from the request phase, which has the request.
+    pub lua_stream_info: Option<Box<warden_lua::StreamInfo>>,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers
@@ -239,6 +248,18 @@ pub trait HttpFilter: Send + Sync + fmt::Debug {
         _state: &mut FilterState,
         _response: &mut Response<ProxyBody>,
     ) {
+    }
+
+    /// The response phase of a request whose filters said [`FilterState::response_waits`]
+    /// (a Lua script's `body()` or `httpCall()` in `envoy_on_response`).
+    fn on_response_waiting<'a>(
+        &'a self,
+        route: &'a Route,
+        state: &'a mut FilterState,
+        response: &'a mut Response<ProxyBody>,
+    ) -> ResponseFuture<'a> {
+        self.on_response(route, state, response);
+        Box::pin(std::future::ready(()))
     }
 
     /// Whether the request phase may read request headers other than `Host` (then a

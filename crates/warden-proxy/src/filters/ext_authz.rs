@@ -4,8 +4,8 @@
 //!
 //! The provider comes from `meshConfig.extensionProviders` by the policies' `provider.name`, its
 //! service resolved through the registry (ServiceEntry, Kubernetes Service) as Istio's
-//! `LookupCluster` does, with TLS by its DestinationRule as for any upstream
-//! ([`ExtAuthzFilter::set_tls`], called by the snapshot). As in Istio, a workload whose CUSTOM policies name more than one
+//! `LookupCluster` does, with TLS by its DestinationRule as for any upstream, or auto mTLS to
+//! meshed endpoints ([`ExtAuthzFilter::set_tls`], called by the snapshot). As in Istio, a workload whose CUSTOM policies name more than one
 //! provider, a provider the mesh config lacks, or a service the registry lacks, gets every
 //! request denied (RBAC's 403), and `warden check` says why.
 //!
@@ -26,6 +26,7 @@ use crate::core::identity::ProxyIdentity;
 use crate::core::local_reply::{LocalReply, ResponseFlag};
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
+use crate::core::tls_info::TlsInfo;
 use crate::filters::authz::{denied_reply, http_attrs, RBAC_DENIED};
 use crate::filters::chain::{
     FilterState, Flow, HttpFilter, RequestEdit, Verdict, VerdictFuture, EXT_AUTHZ,
@@ -42,12 +43,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
-use warden_authz::CustomRules;
+use warden_authz::{CustomRules, TcpAttrs};
 use warden_config::ext_authz_provider::{self, ExtensionProvider, RequestBody};
 use warden_config::{ConfigSet, Problem};
 use warden_extauthz::answer::{self, Outcome};
@@ -70,7 +72,9 @@ pub struct Provider {
     /// The registry host and service port (its DestinationRule's TLS applies).
     host: String,
     port: u16,
-    /// TLS by the service's DestinationRule ([`ExtAuthzFilter::set_tls`]).
+    /// TLS by the service's DestinationRule or auto mTLS ([`ExtAuthzFilter::set_tls`]): the
+    /// latter, for `warden check`.
+    auto_mtls: bool,
     grpc_tls: Option<rls_connection::GrpcTls>,
     https: Option<Arc<UpstreamTls>>,
     timeout: Duration,
@@ -151,6 +155,8 @@ pub struct ExtAuthzFilter {
     /// certificate gives it.
     own_principal: Option<String>,
     stats: Stats,
+    /// Connections' checks (Envoy's network ext_authz, stat prefix `tcp.`).
+    tcp_stats: Stats,
 }
 
 impl ExtAuthzFilter {
@@ -185,6 +191,7 @@ impl ExtAuthzFilter {
             target,
             own_principal,
             stats: Stats::default(),
+            tcp_stats: Stats::default(),
         })
     }
 
@@ -205,10 +212,12 @@ impl ExtAuthzFilter {
     }
 
     /// Check over TLS (the provider service's DestinationRule `tls`, built as any upstream's).
-    pub fn set_tls(&mut self, tls: Arc<UpstreamTls>) {
+    /// `auto_mtls`: Istio's auto mTLS chose it, not a DestinationRule.
+    pub fn set_tls(&mut self, tls: Arc<UpstreamTls>, auto_mtls: bool) {
         let Some(Target::Provider(p)) = &mut self.target else {
             return;
         };
+        p.auto_mtls = auto_mtls;
         if matches!(p.kind, Kind::Grpc) {
             let mut config = (*tls.config).clone();
             config.alpn_protocols = vec![b"h2".to_vec()];
@@ -237,9 +246,16 @@ impl ExtAuthzFilter {
                 p.address,
                 p.via,
                 if p.grpc_tls.is_some() || p.https.is_some() {
-                    ", TLS by DestinationRule"
+                    format!(
+                        ", TLS by {}",
+                        if p.auto_mtls {
+                            "auto mTLS"
+                        } else {
+                            "DestinationRule"
+                        }
+                    )
                 } else {
-                    ""
+                    String::new()
                 },
                 p.timeout,
                 if p.fail_open {
@@ -316,6 +332,7 @@ fn resolve(set: &ConfigSet, providers: &[ExtensionProvider], rules: &CustomRules
         authority,
         host: host.to_owned(),
         port,
+        auto_mtls: false,
         grpc_tls: None,
         https: None,
         timeout: common.timeout,
@@ -555,6 +572,91 @@ impl ExtAuthzFilter {
     }
 }
 
+/// CUSTOM on TCP: Envoy's network ext_authz as Istio builds it (`envoy.filters.network.ext_authz`
+/// behind a shadow network RBAC filter). Only gRPC providers are asked (Istio leaves a CUSTOM
+/// policy with an HTTP provider out of TCP filter chains); rules match as DENY rules do on
+/// TCP (HTTP-only fields ignored); the check is the connection's peers, made on its first byte;
+/// anything but OK closes the connection before a byte reaches the upstream, as does a failed
+/// check without `failOpen`; a provider that cannot be used closes the matching connections
+/// (Istio's deny rules for a bad CUSTOM action).
+impl ExtAuthzFilter {
+    /// Whether any connection can be checked: false without a CUSTOM policy that is enforced
+    /// on TCP, so a TCP port pays nothing for HTTP-only providers.
+    pub fn checks_tcp(&self) -> bool {
+        match &self.target {
+            Some(Target::Provider(p)) => matches!(p.kind, Kind::Grpc),
+            Some(Target::DenyAll(_)) => true,
+            None => false,
+        }
+    }
+
+    /// Whether a connection with `attrs` is sent to the provider (a pure rule match, made
+    /// before waiting for its first byte).
+    pub fn tcp_rule_matches(&self, attrs: &TcpAttrs<'_>) -> bool {
+        self.checks_tcp() && self.rules.check_tcp(attrs).rule.is_some()
+    }
+
+    /// Ask the provider about a connection a rule matched: true lets it on. `tls`: the
+    /// connection's terminated TLS (the peer's SPIFFE id is the source principal).
+    pub async fn check_connection(
+        &self,
+        source: SocketAddr,
+        destination: SocketAddr,
+        tls: Option<&TlsInfo>,
+    ) -> bool {
+        let provider = match &self.target {
+            Some(Target::Provider(p)) if matches!(p.kind, Kind::Grpc) => p,
+            Some(Target::DenyAll(why)) => {
+                tracing::debug!(%source, why = why.as_str(), "tcp connection closed: CUSTOM provider unusable");
+                return false;
+            }
+            _ => return true,
+        };
+        let peer = tls.and_then(|t| t.peer.as_ref());
+        let principal = peer.and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")));
+        let request = check_request::build_tcp(&check_request::Connection {
+            source,
+            source_principal: principal.map(String::as_str),
+            destination,
+            destination_principal: self
+                .own_principal
+                .as_deref()
+                .filter(|_| principal.is_some()),
+        });
+        let call = async {
+            let conn = rls_connection::get_with(&provider.authority, provider.grpc_tls.as_ref())
+                .await
+                .map_err(|e| e.to_string())?;
+            conn.unary::<CheckRequest, CheckResponse>(CHECK_METHOD, &request)
+                .await
+                .map_err(|s| format!("{}: {}", s.code(), s.message()))
+        };
+        let stats = &self.tcp_stats;
+        let sent = std::time::Instant::now();
+        let error = match tokio::time::timeout(provider.timeout, call).await {
+            Ok(Ok(answer)) => {
+                stats.latency.observe(sent.elapsed().as_secs_f64());
+                return if answer::connection_allowed(&answer) {
+                    stats.ok.fetch_add(1, Ordering::Relaxed);
+                    true
+                } else {
+                    stats.denied.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%source, %destination, "tcp connection denied by ext_authz");
+                    false
+                };
+            }
+            Ok(Err(e)) => e,
+            Err(_) => "timed out".to_owned(),
+        };
+        stats.error.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(provider = %provider.name, error, "ext_authz tcp check failed");
+        if provider.fail_open {
+            stats.failure_mode_allowed.fetch_add(1, Ordering::Relaxed);
+        }
+        provider.fail_open
+    }
+}
+
 /// One HTTP check: the request's head as Envoy's HTTP ext_authz sends it, then its answer's
 /// meaning; `Err` when no answer came.
 async fn http_check(
@@ -731,8 +833,15 @@ struct OutcomeLabels {
 /// `ext_authz_checks_total{outcome}`: ok, denied, error (of which failure_mode_allowed
 /// continued); `ext_authz_check_duration_seconds`.
 pub fn register_metrics(registry: &mut Registry, f: &ExtAuthzFilter) {
+    register_stats(registry, &f.stats, "");
+    if f.checks_tcp() {
+        register_stats(registry, &f.tcp_stats, "tcp_");
+    }
+}
+
+/// One set of counters: `ext_authz_{prefix}checks_total{outcome}` and the latency histogram.
+fn register_stats(registry: &mut Registry, s: &Stats, prefix: &str) {
     let family = Family::<OutcomeLabels, Counter>::default();
-    let s = &f.stats;
     for (outcome, n) in [
         ("ok", &s.ok),
         ("denied", &s.denied),
@@ -743,13 +852,20 @@ pub fn register_metrics(registry: &mut Registry, f: &ExtAuthzFilter) {
             .get_or_create(&OutcomeLabels { outcome })
             .inc_by(n.load(Ordering::Relaxed));
     }
+    let what = if prefix.is_empty() {
+        "requests"
+    } else {
+        "TCP connections"
+    };
     registry.register(
-        "ext_authz_checks",
-        "External authorization checks by outcome (failure_mode_allowed: errors let through by failOpen)",
+        format!("ext_authz_{prefix}checks"),
+        format!(
+            "External authorization checks of {what} by outcome (failure_mode_allowed: errors let through by failOpen)"
+        ),
         family,
     );
     registry.register(
-        "ext_authz_check_duration_seconds",
+        format!("ext_authz_{prefix}check_duration_seconds"),
         "Time from sending a check to the provider's answer",
         s.latency.clone(),
     );

@@ -95,6 +95,22 @@ fn details(status: Status) -> &'static str {
 
 /// The request as the upstream and the filters after jwt_authn get it: the token's header
 /// removed, claim and payload headers added, the token's query parameter removed.
+/// Lines kept as read lose the token's header where they are, and the filters after this one
+/// see the request without it with no edit pass (`Host` excepted: the request's authority is
+/// read from it once). `false`: the pipeline applies `edits`.
+fn removed_in_place(req: &RequestAttrs<'_>, edits: &Edits) -> bool {
+    let Some(lines) = req.lines else {
+        return false;
+    };
+    edits.add_headers.is_empty()
+        && edits.remove_params.is_empty()
+        && !edits.remove_headers.contains(&http::header::HOST)
+        && edits
+            .remove_headers
+            .iter()
+            .all(|h| lines.remove_shared(h.as_str().as_bytes()))
+}
+
 fn request_edit(req: &RequestAttrs<'_>, edits: Edits) -> RequestEdit {
     let path_and_query = (!edits.remove_params.is_empty()).then(|| {
         let query = edits
@@ -109,7 +125,7 @@ fn request_edit(req: &RequestAttrs<'_>, edits: Edits) -> RequestEdit {
         }
     });
     RequestEdit {
-        remove: edits.remove_headers,
+        remove: edits.remove_headers.into_vec(),
         append: edits.add_headers,
         path_and_query,
         ..RequestEdit::default()
@@ -138,7 +154,7 @@ impl HttpFilter for JwtAuthnFilter {
                 // read (`FilterState::settle_metadata`).
                 state.payload_pending = identity.is_some();
                 state.request_auth = identity;
-                if edits.is_empty() {
+                if edits.is_empty() || removed_in_place(req, &edits) {
                     return Flow::Continue;
                 }
                 state.request_edit = Some(Box::new(request_edit(req, edits)));
@@ -258,7 +274,7 @@ mod tests {
         let edit = request_edit(
             &attrs(None),
             Edits {
-                remove_headers: vec![auth.clone()],
+                remove_headers: [auth.clone()].into_iter().collect(),
                 add_headers: vec![(sub.clone(), HeaderValue::from_static("alice"))],
                 remove_params: vec![],
             },

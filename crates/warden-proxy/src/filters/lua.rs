@@ -19,7 +19,7 @@ use crate::core::local_reply::LocalReply;
 use crate::core::metrics::Metrics;
 use crate::core::request_attrs::RequestAttrs;
 use crate::routing::Route;
-use crate::upstream::body::ProxyBody;
+use crate::upstream::body::{BoxError, ProxyBody};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -35,15 +35,14 @@ pub const LUA: &str = "envoy.filters.http.lua";
 pub const LUA_OLD_NAME: &str = "envoy.lua";
 pub use warden_local_ratelimit::envoy::patches::{LUA_PER_ROUTE_TYPE, LUA_TYPE};
 
-/// Which script a route runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RouteScript {
-    /// The filter's default script (if it has one).
-    Default,
-    /// `LuaPerRoute.disabled`.
-    Disabled,
-    /// A script of the program (`LuaPerRoute.name` or `source_code`).
-    Script(usize),
+/// What a route runs: a script, the `filter_context` its `LuaPerRoute` gives it, and the
+/// route's metadata for the filter (`metadata()`).
+#[derive(Debug, PartialEq)]
+struct Choice {
+    /// The script's index in the program.
+    script: usize,
+    context: serde_json::Map<String, Value>,
+    metadata: serde_json::Map<String, Value>,
 }
 
 /// One Lua filter of a chain.
@@ -52,9 +51,11 @@ pub struct LuaFilter {
     /// The name the patch gave it (positions of later patches refer to it).
     name: String,
     program: Program,
-    /// The default script's index in `program`.
-    default: Option<usize>,
-    per_route: SiteTable<RouteScript>,
+    /// What routes run (`per_route` indexes it).
+    choices: Vec<Choice>,
+    /// Each route's choice; None: the filter does nothing there (no default script, or
+    /// `LuaPerRoute.disabled`).
+    per_route: SiteTable<Option<usize>>,
     /// Where `httpCall` reaches the clusters its scripts name.
     calls: Arc<Calls>,
     /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
@@ -444,6 +445,7 @@ pub fn build(
 ) -> Vec<PlacedLua> {
     let patches = filter_patches(set, identity);
     let per_route = route_patches(set, identity, problems);
+    let route_metadata = route_metadata_patches(set, identity);
     let mut out = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         if !p.is_lua() {
@@ -533,14 +535,19 @@ pub fn build(
             }
         }
         // Route overrides: each per-route patch naming this filter's name lands on routes.
-        let mut landed: Vec<(super::route_sites::Landing, RouteScript)> = Vec::new();
+        // (where, the script and context; None: disabled)
+        type Landed = (
+            super::route_sites::Landing,
+            Option<(usize, serde_json::Map<String, Value>)>,
+        );
+        let mut landed: Vec<Landed> = Vec::new();
         for r in per_route.iter().filter(|r| {
             r.filter_name == name || (is_lua_name(&r.filter_name) && is_lua_name(&name))
         }) {
-            let choice = match &r.config {
-                PerRoute::Disabled => RouteScript::Disabled,
+            let script = match &r.config {
+                PerRoute::Disabled => None,
                 PerRoute::Named(n) => match named.get(n) {
-                    Some(&idx) => RouteScript::Script(idx),
+                    Some(&idx) => Some(idx),
                     None => {
                         compiler.problems.push(problem(
                             Location {
@@ -562,11 +569,12 @@ pub fn build(
                         format!("{}/{}", r.origin.filter, r.origin.field),
                         code,
                     ) {
-                        Some(idx) => RouteScript::Script(idx),
+                        Some(idx) => Some(idx),
                         None => continue,
                     }
                 }
             };
+            let choice = script.map(|script| (script, r.context.clone()));
             let mut landings = Vec::new();
             if let Some(landing) =
                 routes.land(&r.origin, "LuaPerRoute", &mut landings, compiler.problems)
@@ -583,13 +591,52 @@ pub fn build(
             scripts.len(),
             if scripts.len() == 1 { "" } else { "s" }
         );
+        // Route metadata under the filter's name, else under its canonical name (Envoy's
+        // fallback).
+        let mut metadata_landed = Vec::new();
+        for m in route_metadata
+            .iter()
+            .filter(|m| m.key == name || m.key == LUA)
+        {
+            let mut landings = Vec::new();
+            if let Some(landing) = routes.land(&m.origin, "metadata", &mut landings, problems) {
+                metadata_landed.push((landing, m));
+            }
+        }
+        let metadata_at = |site, key: &str| {
+            let mut merged: Option<serde_json::Map<String, Value>> = None;
+            for (l, m) in &metadata_landed {
+                if m.key == key && l.covers(site) {
+                    // Later merges override earlier fields, as proto merges do.
+                    merged
+                        .get_or_insert_with(Default::default)
+                        .extend(m.fields.clone());
+                }
+            }
+            merged
+        };
+        let mut choices: Vec<Choice> = Vec::new();
         let per_route = SiteTable::build(&routes.keys(), |site| {
             // The last patch that lands on a route decides, as later merges override.
-            landed
-                .iter()
-                .rev()
-                .find(|(l, _)| l.covers(site))
-                .map_or(RouteScript::Default, |(_, c)| *c)
+            let (script, context) = match landed.iter().rev().find(|(l, _)| l.covers(site)) {
+                Some((_, choice)) => choice.clone()?,
+                None => (default?, serde_json::Map::new()),
+            };
+            let metadata = metadata_at(site, &name)
+                .or_else(|| metadata_at(site, LUA))
+                .unwrap_or_default();
+            let choice = Choice {
+                script,
+                context,
+                metadata,
+            };
+            Some(match choices.iter().position(|c| *c == choice) {
+                Some(i) => i,
+                None => {
+                    choices.push(choice);
+                    choices.len() - 1
+                }
+            })
         });
         let calls = Arc::new(Calls::resolve(set, identity, &scripts));
         let reads_body = scripts
@@ -600,7 +647,7 @@ pub fn build(
             filter: Arc::new(LuaFilter {
                 name: canonical_filter_name(&name),
                 program: Program::new(scripts, Limits::default()),
-                default,
+                choices,
                 per_route,
                 calls,
                 reads_body,
@@ -631,6 +678,8 @@ struct RoutePatch<'a> {
     /// The key under `typed_per_filter_config` (the filter's name).
     filter_name: String,
     config: PerRoute,
+    /// `LuaPerRoute.filter_context` (`filterContext()`).
+    context: serde_json::Map<String, Value>,
     /// Field path of the LuaPerRoute's fields.
     config_field: String,
 }
@@ -723,6 +772,12 @@ fn route_patches<'a>(
                     },
                     filter_name: filter_name.clone(),
                     config,
+                    context: fields
+                        .get("filter_context")
+                        .or_else(|| fields.get("filterContext"))
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default(),
                     config_field,
                 });
             }
@@ -731,14 +786,77 @@ fn route_patches<'a>(
     out
 }
 
-impl LuaFilter {
-    /// The script `route` runs, if any.
-    fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<usize> {
-        match self.per_route.get(req, route) {
-            RouteScript::Default => self.default,
-            RouteScript::Disabled => None,
-            RouteScript::Script(i) => Some(*i),
+/// `metadata.filter_metadata.KEY` of an `HTTP_ROUTE` MERGE patch: what `metadata()` answers a
+/// Lua filter named KEY on the routes it lands on (Envoy reads the route entry's metadata, not
+/// the virtual host's).
+struct RouteMetadataPatch {
+    origin: PatchOrigin,
+    key: String,
+    fields: serde_json::Map<String, Value>,
+}
+
+fn route_metadata_patches(set: &ConfigSet, identity: &ProxyIdentity) -> Vec<RouteMetadataPatch> {
+    let mut out = Vec::new();
+    for doc in &set.envoy_filters {
+        let labels = doc
+            .spec
+            .workload_selector
+            .as_ref()
+            .map(|w| w.labels.clone());
+        if !selects(labels.as_ref(), identity) {
+            continue;
         }
+        for (i, patch) in doc.spec.config_patches.iter().enumerate() {
+            if patch.apply_to != "HTTP_ROUTE" {
+                continue;
+            }
+            let Some(value) = patch.patch.value.as_ref() else {
+                continue;
+            };
+            let Some((key, filter_metadata)) = value.get("metadata").and_then(|m| {
+                m.get("filter_metadata")
+                    .map(|f| ("filter_metadata", f))
+                    .or_else(|| m.get("filterMetadata").map(|f| ("filterMetadata", f)))
+            }) else {
+                continue;
+            };
+            let Some(filter_metadata) = filter_metadata.as_object() else {
+                continue;
+            };
+            let field = format!("spec.configPatches[{i}]");
+            for (name, fields) in filter_metadata {
+                let Some(fields) = fields.as_object() else {
+                    continue;
+                };
+                out.push(RouteMetadataPatch {
+                    origin: PatchOrigin {
+                        filter: doc.id(),
+                        field: field.clone(),
+                        context: patch.matches.as_ref().and_then(|m| m.context.clone()),
+                        workload_labels: labels.clone(),
+                        apply_to: patch.apply_to.clone(),
+                        route_match: patch
+                            .matches
+                            .as_ref()
+                            .and_then(|m| m.route_configuration.clone())
+                            .unwrap_or_default(),
+                        document: set.locate(doc, ""),
+                        config_field: format!("{field}.patch.value.metadata.{key}.{name}"),
+                    },
+                    key: name.clone(),
+                    fields: fields.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+impl LuaFilter {
+    /// The [`Choice`] `route` runs, if any, and its index.
+    fn script_for(&self, req: &RequestAttrs<'_>, route: &Route) -> Option<(usize, &Choice)> {
+        let i = (*self.per_route.get(req, route))?;
+        Some((i, self.choices.get(i)?))
     }
 
     /// This filter's key in [`FilterState::response_choices`].
@@ -758,33 +876,39 @@ impl LuaFilter {
 
     async fn request_phase(
         &self,
-        script: usize,
+        choice: &Choice,
         req: &RequestAttrs<'_>,
         route: &Route,
         state: &mut FilterState,
     ) -> Verdict {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
-        if let Some(body) = state.request_body.take() {
-            match buffer(*body).await {
-                // No body: `body()` is nil, as Envoy has it.
-                Ok(bytes) => stream.body = (!bytes.is_empty()).then(|| bytes.to_vec()),
-                Err(reply) => return Verdict::Reply(reply),
-            }
-        }
-        let mut run = self.program.run(script, Phase::Request, stream);
+        stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
+        // The body is read only if the script asks for it (`body()`, `bodyChunks()`), as
+        // Envoy suspends the script for it: the request otherwise streams on untouched.
+        stream.body_pending = state
+            .request_body
+            .as_deref()
+            .is_some_and(|b| !matches!(b, ProxyBody::Empty));
+        let mut read = false;
+        let mut run = self.program.run(choice.script, Phase::Request, stream);
         loop {
             match run {
                 Run::Continue(mut s) | Run::Failed(mut s, _) => {
                     self.send_async(&s);
-                    if let Some(body) = s.body.take() {
+                    if read {
+                        let body = bytes::Bytes::from(s.body.take().unwrap_or_default());
                         if s.body_changed {
                             // The upstream gets the new body with its length.
                             s.headers.replace("content-length", body.len().to_string());
                             s.headers.remove("transfer-encoding");
                             s.headers_changed = true;
                         }
-                        state.request_body = Some(Box::new(ProxyBody::full(body.into())));
+                        state.request_body = Some(Box::new(match s.trailers.take() {
+                            Some(t) if !t.is_empty() => body_with_trailers(body, header_map(&t)),
+                            _ => ProxyBody::full(body),
+                        }));
                     }
                     apply_request(s, req, state);
                     return Verdict::Continue;
@@ -799,18 +923,263 @@ impl LuaFilter {
                     let answer = self.calls.make(&pending.call).await;
                     run = pending.resume(answer);
                 }
+                Run::Chunk(wait) => {
+                    if let Some(mut s) = wait.stream() {
+                        self.send_async(&s);
+                        s.async_calls.clear();
+                        // Chunks the script changes may change the body's length.
+                        s.headers.remove("content-length");
+                        s.headers_changed = true;
+                        apply_request(s, req, state);
+                    }
+                    let body = state.request_body.take().map_or(ProxyBody::Empty, |b| *b);
+                    state.request_body =
+                        Some(Box::new(chunk_stream(body, wait, self.calls.clone())));
+                    return Verdict::Continue;
+                }
+                Run::Body(wait) => {
+                    let Some(body) = state.request_body.take() else {
+                        run = wait.resume(None, None);
+                        continue;
+                    };
+                    match buffer_body(*body).await {
+                        // No body: `body()` is nil, as Envoy has it; no trailers: nil too.
+                        Ok((bytes, trailers)) => {
+                            read = true;
+                            let body = (!bytes.is_empty()).then(|| bytes.to_vec());
+                            run = wait.resume(body, trailers.map(|t| header_list(&t)));
+                        }
+                        // Envoy's answer to a request body over the buffer limit.
+                        Err(BodyTrouble::TooLarge) => {
+                            return Verdict::Reply(LocalReply::new(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                "Payload Too Large",
+                                None,
+                            ))
+                        }
+                        // The client's body broke off.
+                        Err(BodyTrouble::Broken(_)) => {
+                            return Verdict::Reply(LocalReply::bad_request())
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The [`Choice`] this filter's request phase made for the response phase, if any.
+    fn response_script(&self, state: &FilterState) -> Option<&Choice> {
+        let key = self.key();
+        state
+            .response_choices
+            .as_ref()
+            .and_then(|c| c.iter().find(|(k, _)| *k == key))
+            .and_then(|(_, i)| self.choices.get(*i))
+    }
+
+    /// `envoy_on_response`: the body is read only when the script asks (`body()`,
+    /// `bodyChunks()`), bounded as Envoy bounds it; `httpCall()` waits here as in the request
+    /// phase.
+    async fn response_phase(
+        &self,
+        choice: &Choice,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) {
+        state.settle_metadata();
+        // The upstream's header lines kept as read go into the map: the script sees (and
+        // edits) every header.
+        crate::upstream::h1_exchange::response_headers_mut(response);
+        let mut stream = response_stream(response, state);
+        stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
+        stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
+        let mut read = false;
+        let mut run = self.program.run(choice.script, Phase::Response, stream);
+        loop {
+            match run {
+                Run::Continue(s) | Run::Failed(s, _) => {
+                    self.send_async(&s);
+                    apply_response(s, read, state, response);
+                    return;
+                }
+                Run::Respond(s, _) => {
+                    tracing::error!("script log: respond() is not allowed in the response flow");
+                    self.send_async(&s);
+                    apply_response(s, read, state, response);
+                    return;
+                }
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
+                }
+                Run::Chunk(wait) => {
+                    if let Some(mut s) = wait.stream() {
+                        self.send_async(&s);
+                        s.async_calls.clear();
+                        // Chunks the script changes may change the body's length.
+                        s.headers.remove("content-length");
+                        s.headers_changed = true;
+                        apply_response(s, false, state, response);
+                    }
+                    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+                    *response.body_mut() = chunk_stream(body, wait, self.calls.clone());
+                    return;
+                }
+                Run::Body(wait) => {
+                    let body = std::mem::replace(response.body_mut(), ProxyBody::Empty);
+                    match buffer_body(body).await {
+                        Ok((bytes, trailers)) => {
+                            read = true;
+                            let body = (!bytes.is_empty()).then(|| bytes.to_vec());
+                            run = wait.resume(body, trailers.map(|t| header_list(&t)));
+                        }
+                        Err(BodyTrouble::TooLarge) => {
+                            // Envoy: a response over the buffer limit whose headers were not
+                            // sent yet is answered 500 (`response_payload_too_large`).
+                            drop(wait);
+                            state.notes.replied(None);
+                            state.notes.details = Some("response_payload_too_large");
+                            *response = LocalReply::new(
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "Internal Server Error",
+                                None,
+                            )
+                            .into_response();
+                            return;
+                        }
+                        Err(BodyTrouble::Broken(e)) => {
+                            // The upstream broke off mid-body: the client's stream is reset,
+                            // as Envoy resets it once the response has begun.
+                            drop(wait);
+                            *response.body_mut() = failing_body(e);
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
 
     /// `httpCall(..., asynchronous = true)`: sent, answers dropped.
     fn send_async(&self, s: &Stream) {
-        for call in &s.async_calls {
-            let calls = self.calls.clone();
-            let call = call.clone();
-            tokio::spawn(async move {
-                calls.make(&call).await;
-            });
+        send_async(&self.calls, s);
+    }
+}
+
+/// `httpCall(..., asynchronous = true)` of `s`: sent, answers dropped.
+fn send_async(calls: &Arc<Calls>, s: &Stream) {
+    for call in &s.async_calls {
+        let calls = calls.clone();
+        let call = call.clone();
+        tokio::spawn(async move {
+            calls.make(&call).await;
+        });
+    }
+}
+
+/// A body streamed through a script's `bodyChunks()` loop: each chunk the body brings is
+/// handed to the script, and what the script left of it goes on once the next one comes (the
+/// last is held until the body ends, for the script to change after its loop, as Envoy holds
+/// the frame that ends the stream). Once the script is done the rest passes through.
+struct ChunkFeed {
+    inner: ProxyBody,
+    /// The script waiting for the next chunk; None once it is done.
+    wait: Option<warden_lua::ChunkWait>,
+    calls: Arc<Calls>,
+    out: std::collections::VecDeque<Result<http_body::Frame<bytes::Bytes>, BoxError>>,
+    /// The body ended (nothing comes after `out`).
+    ended: bool,
+}
+
+fn chunk_stream(inner: ProxyBody, wait: warden_lua::ChunkWait, calls: Arc<Calls>) -> ProxyBody {
+    let feed = ChunkFeed {
+        inner,
+        wait: Some(wait),
+        calls,
+        out: std::collections::VecDeque::new(),
+        ended: false,
+    };
+    let frames = futures_util::stream::unfold(feed, ChunkFeed::step);
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(frames)))
+}
+
+impl ChunkFeed {
+    async fn step(
+        mut self,
+    ) -> Option<(Result<http_body::Frame<bytes::Bytes>, BoxError>, ChunkFeed)> {
+        loop {
+            if let Some(frame) = self.out.pop_front() {
+                return Some((frame, self));
+            }
+            if self.ended {
+                return None;
+            }
+            let next = http_body_util::BodyExt::frame(&mut self.inner).await;
+            let Some(wait) = self.wait.take() else {
+                return next.map(|frame| (frame, self));
+            };
+            let run = match next {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        // The held chunk goes on as the script left it.
+                        self.push(wait.take_chunk());
+                        wait.resume(Some(data.to_vec()), None)
+                    }
+                    Err(frame) => {
+                        self.ended = true;
+                        let trailers = frame.into_trailers().ok().map(|t| header_list(&t));
+                        wait.resume(None, trailers)
+                    }
+                },
+                None => {
+                    self.ended = true;
+                    wait.resume(None, None)
+                }
+                Some(Err(e)) => {
+                    self.ended = true;
+                    return Some((Err(e), self));
+                }
+            };
+            self.drive(run).await;
+        }
+    }
+
+    fn push(&mut self, chunk: Option<Vec<u8>>) {
+        if let Some(c) = chunk.filter(|c| !c.is_empty()) {
+            self.out
+                .push_back(Ok(http_body::Frame::data(bytes::Bytes::from(c))));
+        }
+    }
+
+    /// Run the script to its next wait for a chunk, or its end.
+    async fn drive(&mut self, mut run: Run) {
+        loop {
+            match run {
+                Run::Chunk(w) => {
+                    self.wait = Some(w);
+                    return;
+                }
+                Run::Call(pending) => {
+                    let answer = self.calls.make(&pending.call).await;
+                    run = pending.resume(answer);
+                }
+                // Refused by the script's `body()` once streaming began; answered nil.
+                Run::Body(w) => run = w.resume(None, None),
+                // Done (or failed: Envoy goes on with the stream as it is): the chunk it had
+                // goes on, and at the body's end its trailers.
+                Run::Continue(mut s) | Run::Failed(mut s, _) | Run::Respond(mut s, _) => {
+                    send_async(&self.calls, &s);
+                    self.push(s.body.take());
+                    if self.ended {
+                        if let Some(t) = s.trailers.take().filter(|t| !t.is_empty()) {
+                            self.out
+                                .push_back(Ok(http_body::Frame::trailers(header_map(&t))));
+                        }
+                    }
+                    return;
+                }
+            }
         }
     }
 }
@@ -830,17 +1199,64 @@ pub fn register_metrics(
     );
 }
 
-/// The request body, whole: 413 beyond [`MAX_BODY`], 400 when the client's body breaks off.
-async fn buffer(body: ProxyBody) -> Result<bytes::Bytes, LocalReply> {
+/// Why a response body could not be buffered.
+enum BodyTrouble {
+    TooLarge,
+    Broken(crate::upstream::body::BoxError),
+}
+
+/// A body, whole, and its trailers (HTTP/2's, or a chunked HTTP/1.1 body's that hyper read).
+async fn buffer_body(body: ProxyBody) -> Result<(bytes::Bytes, Option<HeaderMap>), BodyTrouble> {
     match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(LocalReply::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "Payload Too Large",
-            None,
-        )),
-        Err(_) => Err(LocalReply::bad_request()),
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned();
+            Ok((collected.to_bytes(), trailers))
+        }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyTrouble::TooLarge),
+        Err(e) => Err(BodyTrouble::Broken(e)),
     }
+}
+
+/// A body that fails at once with `e` (the server resets the client's stream).
+fn failing_body(e: crate::upstream::body::BoxError) -> ProxyBody {
+    let frames = futures_util::stream::once(std::future::ready(Err::<
+        http_body::Frame<bytes::Bytes>,
+        _,
+    >(e)));
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(frames)))
+}
+
+/// A body of `bytes` then `trailers`.
+fn body_with_trailers(bytes: bytes::Bytes, trailers: HeaderMap) -> ProxyBody {
+    let mut frames = Vec::with_capacity(2);
+    if !bytes.is_empty() {
+        frames.push(Ok(http_body::Frame::data(bytes)));
+    }
+    frames.push(Ok(http_body::Frame::trailers(trailers)));
+    ProxyBody::Boxed(Box::pin(http_body_util::StreamBody::new(
+        futures_util::stream::iter(frames),
+    )))
+}
+
+fn header_list(map: &HeaderMap) -> HeaderList {
+    let mut list = HeaderList::with_capacity(map.len());
+    for (n, v) in map {
+        list.add(n.as_str(), v.as_bytes());
+    }
+    list
+}
+
+fn header_map(list: &HeaderList) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(list.len());
+    for (n, v) in list.iter() {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
 }
 
 /// `respond()`'s answer: its status, its headers, its body.
@@ -904,10 +1320,18 @@ fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) ->
 
 fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
     StreamInfo {
-        protocol: "HTTP/1.1",
+        protocol: crate::core::request_attrs::protocol_text(req.version),
         downstream_local_address: req.local_addr,
-        downstream_direct_remote_address: SocketAddr::new(req.peer_ip, 0),
-        downstream_remote_address: SocketAddr::new(req.client_ip, 0),
+        downstream_direct_remote_address: SocketAddr::new(req.peer_ip, req.peer_port),
+        // An address taken from `x-forwarded-for` has no port (Envoy's `:0`).
+        downstream_remote_address: SocketAddr::new(
+            req.client_ip,
+            if req.client_ip == req.peer_ip {
+                req.peer_port
+            } else {
+                0
+            },
+        ),
         requested_server_name: req.tls.and_then(|t| t.sni.clone()).unwrap_or_default(),
         route_name: route
             .envoy_names
@@ -921,12 +1345,17 @@ fn stream_info(req: &RequestAttrs<'_>, route: &Route) -> StreamInfo {
                 .as_ref()
                 .map(|p| p.uri_sans.clone())
                 .unwrap_or_default(),
+            dns_sans_peer_certificate: t
+                .peer
+                .as_ref()
+                .map(|p| p.dns_sans.clone())
+                .unwrap_or_default(),
             subject_peer_certificate: t
                 .peer
                 .as_ref()
                 .map(|p| p.subject.clone())
                 .unwrap_or_default(),
-            tls_version: String::new(),
+            tls_version: t.version.unwrap_or_default().to_string(),
         }),
     }
 }
@@ -1021,6 +1450,11 @@ fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Strea
     }
     Stream {
         headers,
+        info: state
+            .lua_stream_info
+            .as_deref()
+            .cloned()
+            .unwrap_or_default(),
         dynamic_metadata: state
             .dynamic_metadata
             .as_deref()
@@ -1030,8 +1464,33 @@ fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Strea
     }
 }
 
-fn apply_response(s: Stream, state: &mut FilterState, response: &mut Response<ProxyBody>) {
+/// What the response script changed, applied to the response; `read`: the body was
+/// buffered (it goes back, as the script left it, with its trailers).
+fn apply_response(
+    mut s: Stream,
+    read: bool,
+    state: &mut FilterState,
+    response: &mut Response<ProxyBody>,
+) {
     keep_metadata(&s, state);
+    if let Some(reason) = s.reason_phrase.take() {
+        if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.into_bytes()) {
+            response.extensions_mut().insert(reason);
+        }
+    }
+    if read {
+        let bytes = bytes::Bytes::from(s.body.take().unwrap_or_default());
+        if s.body_changed {
+            // Envoy's `setBytes` sets `content-length` to the new length.
+            s.headers.replace("content-length", bytes.len().to_string());
+            s.headers.remove("transfer-encoding");
+            s.headers_changed = true;
+        }
+        *response.body_mut() = match s.trailers.take() {
+            Some(t) if !t.is_empty() => body_with_trailers(bytes, header_map(&t)),
+            _ => ProxyBody::full(bytes),
+        };
+    }
     if !s.headers_changed {
         return;
     }
@@ -1068,18 +1527,26 @@ impl HttpFilter for LuaFilter {
         state: &mut FilterState,
         _metrics: &Metrics,
     ) -> Flow {
-        let Some(script) = self.script_for(req, route) else {
+        let Some((choice, c)) = self.script_for(req, route) else {
             return Flow::Continue;
         };
-        if self.program.has(script, Phase::Response) {
+        let script = c.script;
+        let responds = self.program.has(script, Phase::Response);
+        if responds {
             state
                 .response_choices
                 .get_or_insert_with(Box::default)
-                .push((self.key(), script));
+                .push((self.key(), choice));
+            // The response script may read the body or make a call: its phase may wait, so
+            // the request takes the pipeline's waiting path (also for a direct response).
+            state.response_waits = true;
+            if state.lua_stream_info.is_none() {
+                state.lua_stream_info = Some(Box::new(stream_info(req, route)));
+            }
         }
         // The script runs in the waiting phase, where the pipeline applies its changes to the
         // request before the next filter reads it.
-        if self.program.has(script, Phase::Request) {
+        if responds || self.program.has(script, Phase::Request) {
             Flow::Wait
         } else {
             Flow::Continue
@@ -1094,8 +1561,10 @@ impl HttpFilter for LuaFilter {
         _metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
         match self.script_for(req, route) {
-            Some(script) => Box::pin(self.request_phase(script, req, route, state)),
-            None => Box::pin(std::future::ready(Verdict::Continue)),
+            Some((_, c)) if self.program.has(c.script, Phase::Request) => {
+                Box::pin(self.request_phase(c, req, route, state))
+            }
+            _ => Box::pin(std::future::ready(Verdict::Continue)),
         }
     }
 
@@ -1103,33 +1572,28 @@ impl HttpFilter for LuaFilter {
         self.reads_body
     }
 
+    /// Not reached for a request whose script has a response phase (that sets
+    /// [`FilterState::response_waits`]); kept for the trait's sake.
     fn on_response(
         &self,
         _route: &Route,
         state: &mut FilterState,
-        response: &mut Response<ProxyBody>,
+        _response: &mut Response<ProxyBody>,
     ) {
-        let key = self.key();
-        let Some(script) = state
-            .response_choices
-            .as_ref()
-            .and_then(|c| c.iter().find(|(k, _)| *k == key))
-            .map(|(_, s)| *s)
-        else {
-            return;
-        };
-        match self.program.run(script, Phase::Response, {
-            state.settle_metadata();
-            response_stream(response, state)
-        }) {
-            Run::Continue(s) | Run::Failed(s, _) => apply_response(s, state, response),
-            Run::Respond(s, _) => {
-                tracing::error!("script log: respond() is not allowed in the response flow");
-                apply_response(s, state, response);
-            }
-            Run::Call(_) => tracing::error!(
-                "script log: httpCall() in the response flow is not supported; no call was made"
-            ),
+        if self.response_script(state).is_some() {
+            tracing::error!("script log: a Lua response phase ran without waiting; skipped");
+        }
+    }
+
+    fn on_response_waiting<'a>(
+        &'a self,
+        _route: &'a Route,
+        state: &'a mut FilterState,
+        response: &'a mut Response<ProxyBody>,
+    ) -> super::chain::ResponseFuture<'a> {
+        match self.response_script(state) {
+            Some(choice) => Box::pin(self.response_phase(choice, state, response)),
+            None => Box::pin(std::future::ready(())),
         }
     }
 }

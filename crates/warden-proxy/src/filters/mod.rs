@@ -2,8 +2,8 @@
 //! file per filter: `jwt_authn` (RequestAuthentication), `ext_authz` (CUSTOM policies'
 //! external authorizer), `authz` (RBAC), `local_rate_limit`,
 //! `cors`, `global_rate_limit/`, `fault`, `lua` (Envoy's Lua filter, from EnvoyFilter patches);
-//! `l4` holds what the TCP path applies to a connection (RBAC on the first byte, connection
-//! limits). `route_sites` names every route the way EnvoyFilter patches do.
+//! `l4` holds what the TCP path applies to a connection (CUSTOM's network ext_authz and RBAC
+//! on the first byte, connection limits). `route_sites` names every route the way EnvoyFilter patches do.
 //!
 //! A snapshot compiles one [`Filters`] per side (gateway and sidecar inbound; a sidecar's
 //! outbound side has none, as in Istio).
@@ -347,6 +347,32 @@ impl Filters {
                 | Stage::Fault => {}
             }
         }
+    }
+
+    /// [`Filters::on_response`] for a request whose filters' response phases may wait
+    /// ([`FilterState::response_waits`]); boxed, so a request that does not pays nothing
+    /// for its room.
+    pub fn on_response_waiting<'a>(
+        &'a self,
+        reached: usize,
+        route: &'a Route,
+        state: &'a mut FilterState,
+        response: &'a mut Response<ProxyBody>,
+    ) -> chain::ResponseFuture<'a> {
+        Box::pin(async move {
+            for stage in self.chain[..reached.min(self.chain.len())].iter().rev() {
+                match stage {
+                    Stage::Cors => CorsFilter.on_response(route, state, response),
+                    Stage::Added(f) => f.on_response_waiting(route, state, response).await,
+                    Stage::JwtAuthn
+                    | Stage::ExtAuthz
+                    | Stage::Rbac
+                    | Stage::LocalRateLimit
+                    | Stage::GlobalRateLimit
+                    | Stage::Fault => {}
+                }
+            }
+        })
     }
 
     /// Register the counters the engines keep themselves, read at scrape time.

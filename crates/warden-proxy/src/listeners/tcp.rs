@@ -99,7 +99,7 @@ pub async fn proxy_decrypted<S>(
     };
     let metrics = &worker.shared.metrics;
     metrics.tcp_connections.inc();
-    if !l4::admitted_after_handshake(peer, &target, Some(tls), metrics) {
+    if !l4::admitted_after_handshake(peer, &target, Some(tls), metrics).await {
         return;
     }
     let Some(cluster) = route.pick_cluster() else {

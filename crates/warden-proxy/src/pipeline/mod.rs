@@ -68,6 +68,8 @@ struct Outcome {
     transport_failure: Option<Box<str>>,
     /// A gRPC request's messages, counted as its body goes upstream.
     grpc_requests: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The request's trace, when tracing is configured.
+    trace: Option<crate::core::traces::RequestTrace>,
 }
 
 /// Run a request through the pipeline; the body is hyper's stream (hyper's server) or nothing
@@ -193,9 +195,47 @@ fn finish(
         metadata,
         log,
     );
+    if let Some(trace) = outcome.trace.as_ref().filter(|t| t.started.is_some()) {
+        report_span(shared, conn, elapsed, &response, outcome, notes, trace);
+    }
     Answer {
         response,
         limit_headers,
+    }
+}
+
+/// A sampled request's span, queued for the exporter.
+#[cold]
+fn report_span(
+    shared: &Shared,
+    conn: &ConnCtx,
+    elapsed: std::time::Duration,
+    response: &Response<ProxyBody>,
+    outcome: &Outcome,
+    notes: &Notes,
+    trace: &crate::core::traces::RequestTrace,
+) {
+    let Some(tracer) = &shared.tracer else {
+        return;
+    };
+    let upstream = outcome.upstream.as_ref().map(|a| a.as_str());
+    let answered = crate::core::traces::Answered {
+        status: response.status().as_u16(),
+        response_size: http_body::Body::size_hint(response.body())
+            .exact()
+            .or_else(|| content_length(response.headers()))
+            .unwrap_or(0),
+        flags: notes.flags(),
+        upstream_cluster: outcome.cluster.as_ref().map(|c| c.name.as_ref()),
+        upstream_address: upstream,
+        kind: match conn.side {
+            crate::core::destination::Side::Inbound => warden_trace::SpanKind::Server,
+            _ => warden_trace::SpanKind::Client,
+        },
+        elapsed,
+    };
+    if let Some((span, report)) = trace.finish(&answered) {
+        tracer.push(span, report);
     }
 }
 
@@ -576,6 +616,29 @@ fn decide(
         fields.filter = snapshot.access_logging.filter;
         *log = Some(fields);
     }
+    if let Some(plan) = &snapshot.tracing {
+        outcome.trace = Some(crate::core::traces::start(
+            plan,
+            crate::core::traces::Headers {
+                map: &parts.headers,
+                lines: lines.as_ref(),
+            },
+            &crate::core::traces::RequestFacts {
+                method: &parts.method,
+                scheme: if conn.tls.is_some() { "https" } else { "http" },
+                authority,
+                path_and_query: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
+                version: parts.version,
+                peer: conn.peer,
+                client_ip,
+                port: conn.port,
+                made_request_id: log.as_ref().and_then(|l| l.request_id),
+            },
+        ));
+    }
 
     // 1. decode
     if conn.take_framing_violation() {
@@ -803,7 +866,13 @@ async fn act(
                         parts.headers.insert(header::HOST, v);
                     }
                 }
-                if shared.access_log.is_some() {
+                if shared.access_log.is_some()
+                    || pending
+                        .outcome
+                        .trace
+                        .as_ref()
+                        .is_some_and(|t| t.started.is_some())
+                {
                     pending.outcome.cluster = Some(target.cluster.clone());
                 }
                 let mut forwarding = Forwarding::new(
@@ -820,11 +889,20 @@ async fn act(
                     conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                 );
                 // The id the log line names is the one the upstream gets.
-                if let Some(id) = pending.log.as_ref().and_then(|l| l.request_id) {
+                if let Some(id) = pending.log.as_ref().and_then(|l| l.request_id).or_else(|| {
+                    pending
+                        .outcome
+                        .trace
+                        .as_ref()
+                        .and_then(|t| t.made_request_id())
+                }) {
                     forwarding = forwarding.with_request_id(id);
                 }
                 if pending.outcome.istio.grpc {
                     body = count_grpc_requests(body, &mut pending.outcome);
+                }
+                if let (Some(trace), Some(plan)) = (&pending.outcome.trace, &snapshot.tracing) {
+                    forwarding = forwarding.with_trace(trace, plan.propagation);
                 }
                 // Boxed (see `forward_boxed`): the request's future is moved into place per
                 // request, and direct responses should not pay for the upstream future's size.
@@ -905,7 +983,13 @@ async fn act(
         limit_headers = state.local_limit_headers.take();
         response
     };
-    filters.on_response(reached, &route, &mut state, &mut response);
+    if state.response_waits {
+        filters
+            .on_response_waiting(reached, &route, &mut state, &mut response)
+            .await;
+    } else {
+        filters.on_response(reached, &route, &mut state, &mut response);
+    }
     settle_for_log(shared, &mut state);
     let (outcome, log) = pending.answered();
     finish(

@@ -32,6 +32,8 @@ pub struct Shared {
     pub splicer: OnceLock<warden_accel::Splicer>,
     /// The clients each limiter answers 429 most (`/ratelimit/top`).
     pub limited: LimitedClients,
+    /// The span queue and its exporter, when a tracing provider reports spans.
+    pub tracer: Option<crate::core::trace_export::Tracer>,
 }
 
 impl Shared {
@@ -54,6 +56,7 @@ impl Shared {
             extensions,
             splicer: OnceLock::new(),
             limited: LimitedClients::default(),
+            tracer: None,
         }
     }
 }
@@ -62,6 +65,12 @@ impl Shared {
     /// Name the trusted proxies by address (`xff_trusted_cidrs`) instead of counting them.
     pub fn with_trusted_cidrs(mut self, cidrs: Option<TrustedCidrs>) -> Self {
         self.xff_trusted_cidrs = cidrs;
+        self
+    }
+
+    /// Export sampled spans (started when a tracing provider is configured).
+    pub fn with_tracer(mut self, tracer: Option<crate::core::trace_export::Tracer>) -> Self {
+        self.tracer = tracer;
         self
     }
 

@@ -156,6 +156,9 @@ pub fn describe_with(s: &Snapshot, mesh: &MeshDefaults) -> String {
         let _ = writeln!(out, "external authorization (CUSTOM): {}", f.describe());
     }
     describe_rate_limits(&mut out, s);
+    if let Some(t) = &s.tracing {
+        let _ = writeln!(out, "tracing: {}", t.describe());
+    }
     let api = &s.config.gateway_api;
     if !api.status.is_empty() {
         // The conditions a Gateway API controller would set, so a user sees why a route is

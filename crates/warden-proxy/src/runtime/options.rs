@@ -40,6 +40,8 @@ pub struct ProxyOptions {
     pub extension_providers: crate::core::identity::ExtensionProviders,
     /// `meshConfig.defaultProviders.metrics` leaves out `prometheus`.
     pub mesh_metrics_off: bool,
+    /// The mesh config's tracing defaults (`defaultProviders.tracing`, sampling).
+    pub tracing: crate::core::identity::TracingDefaults,
     /// The proxy's own namespace and labels (workload selectors of later policy kinds).
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -109,6 +111,7 @@ impl ProxyOptions {
             sidecar: self.sidecar.clone(),
             extension_providers: self.extension_providers.clone(),
             mesh_metrics_off: self.mesh_metrics_off,
+            tracing: self.tracing.clone(),
         }
     }
 
@@ -127,6 +130,7 @@ impl ProxyOptions {
             mesh_defaults: Default::default(),
             extension_providers: Default::default(),
             mesh_metrics_off: false,
+            tracing: Default::default(),
             namespace: "default".into(),
             labels: BTreeMap::new(),
             access_log: None,

@@ -144,17 +144,33 @@ impl Proxy {
             .as_ref()
             .map(|t| AccessLog::open_with(t, opts.access_log_format.clone()))
             .transpose()?;
-        let serving = Arc::new(
-            Shared::new(
-                snapshot,
-                access_log,
-                topology.num_trusted_proxies,
-                topology.client_cert,
-                identity,
-                opts.http_filters.clone(),
-            )
-            .with_trusted_cidrs(opts.xff_trusted_cidrs.clone()),
-        );
+        let serving = Shared::new(
+            snapshot,
+            access_log,
+            topology.num_trusted_proxies,
+            topology.client_cert,
+            identity,
+            opts.http_filters.clone(),
+        )
+        .with_trusted_cidrs(opts.xff_trusted_cidrs.clone());
+        // The exporter runs when the mesh config has an OpenTelemetry provider (Telemetry
+        // resources may name it on a reload; a collector not in the registry is a warning).
+        let has_otel = opts
+            .extension_providers
+            .iter()
+            .any(|p| p.opentelemetry.is_some());
+        let tracer = match has_otel {
+            true => Some(
+                crate::core::trace_export::Tracer::start(serving.metrics.tracing.clone()).map_err(
+                    |source| ProxyError::Thread {
+                        what: "trace exporter thread",
+                        source,
+                    },
+                )?,
+            ),
+            false => None,
+        };
+        let serving = Arc::new(serving.with_tracer(tracer));
         let downstream = Arc::new(DownstreamLimits {
             connections: ConnLimits::new(
                 opts.max_connections.unwrap_or_else(|| {
@@ -373,6 +389,12 @@ fn watch_files(
     tx: mpsc::UnboundedSender<()>,
 ) -> Result<notify::RecommendedWatcher, ProxyError> {
     use notify::event::{AccessKind, AccessMode, EventKind};
+    // Events name absolute paths: a relative `-c cfg` folder would never match them.
+    // (`absolute`, not `canonicalize`: a ConfigMap key's symlink must stay a symlink.)
+    let paths: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
     let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
     let dirs: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
     let watched_dirs = dirs.clone();
@@ -398,7 +420,7 @@ fn watch_files(
             let _ = tx.send(());
         }
     })?;
-    for p in paths {
+    for p in &paths {
         if p.is_dir() {
             watcher.watch(p, notify::RecursiveMode::Recursive)?;
         } else {

@@ -29,6 +29,7 @@ mod istio_edges;
 mod peer_authn;
 mod sidecar;
 pub mod telemetry_logging;
+mod tracing_plan;
 mod upstream_tls;
 pub use crate::core::identity::{MeshCredentials, ProxyIdentity, SidecarSettings};
 pub use crate::routing::ports::{ListenerProtocol, ListenerSpec, PortRoutes, TcpRoute};
@@ -64,6 +65,8 @@ pub struct Snapshot {
     reads_request_headers: bool,
     /// Istio metrics edges resolved against this snapshot's registry as requests meet them.
     pub istio_edges: crate::core::istio_metrics::EdgeCache,
+    /// Distributed tracing (none: nothing of it runs per request).
+    pub tracing: Option<Arc<crate::core::traces::TracePlan>>,
 }
 
 impl Snapshot {
@@ -196,22 +199,18 @@ impl Snapshot {
                 Filters::default()
             }
         };
-        // An ext_authz provider gets TLS from its service's DestinationRule, as any upstream.
+        // An ext_authz provider gets TLS as any upstream: its service's DestinationRule, else
+        // auto mTLS to meshed endpoints.
         if let Some((host, port, http2)) = filters
             .ext_authz
             .as_ref()
             .and_then(|f| f.provider_service())
         {
-            if let Some(dr) = loaded.set.destination_rule_for_host(&host) {
-                let policy = dr.spec.policy_for(None);
-                if let Some(tls) = policy.as_ref().and_then(|p| p.tls_for_port(port)) {
-                    if let (Ok(Some(tls)), Some(f)) = (
-                        b.upstream_tls(dr, tls, &host, http2),
-                        filters.ext_authz.as_mut(),
-                    ) {
-                        f.set_tls(tls);
-                    }
-                }
+            if let (Ok(Some(tls)), Some(f)) = (
+                b.provider_tls(&host, port, http2),
+                filters.ext_authz.as_mut(),
+            ) {
+                f.set_tls(tls.0, tls.1);
             }
         }
         b.warnings.extend(filters.warnings.iter().cloned());
@@ -242,8 +241,11 @@ impl Snapshot {
             || outbound_filters.reads_request_headers();
         let access_logging =
             telemetry_logging::access_log_policy(&loaded.set.telemetry_access_logging, identity);
+        let mut warnings = warnings;
+        let tracing = tracing_plan::build(&loaded.set, identity, &mut warnings);
         Ok(Snapshot {
             access_logging,
+            tracing,
             reads_request_headers,
             listeners,
             ports,
@@ -1222,23 +1224,10 @@ impl Builder<'_> {
             UpstreamProtocol::Http1
         };
         let http2 = protocol == UpstreamProtocol::Http2;
-        let meshed = !endpoints.is_empty()
-            && se
-                .spec
-                .endpoints
-                .iter()
-                .filter(|ep| {
-                    subset.is_none_or(|s| s.labels.iter().all(|(k, v)| ep.labels.get(k) == Some(v)))
-                })
-                .all(|ep| {
-                    ep.labels
-                        .get(upstream_tls::TLS_MODE_LABEL)
-                        .map(String::as_str)
-                        == Some("istio")
-                });
+        let meshed = !endpoints.is_empty() && upstream_tls::meshed(&se.spec, subset);
         let tls = match (dr, policy.and_then(|p| p.tls_for_port(svc_port.number))) {
             (Some(dr), Some(tls)) => self.upstream_tls(dr, tls, host, http2).ok()?,
-            _ if meshed && self.identity.mesh.is_some() && self.identity.sidecar.is_some() => self
+            _ if meshed && self.auto_mtls_applies() => self
                 .upstream_tls(se, &upstream_tls::auto_mtls(), host, http2)
                 .ok()?,
             _ => None,

@@ -109,10 +109,11 @@ impl SidecarRoutes {
         for table in outbound_http.values_mut() {
             table.add("*", std::slice::from_ref(&catch_all));
         }
-        let inbound_cluster = Arc::new(Cluster::original_dst(
-            "InboundPassthroughCluster".into(),
-            Some(INBOUND_SOURCE),
-        ));
+        let mut inbound_cluster =
+            Cluster::original_dst("InboundPassthroughCluster".into(), Some(INBOUND_SOURCE));
+        // gRPC in, gRPC out: Istio's inbound clusters use the downstream protocol.
+        inbound_cluster.protocol = crate::upstream::cluster::UpstreamProtocol::Downstream;
+        let inbound_cluster = Arc::new(inbound_cluster);
         let mut inbound_table = RouteTable::default();
         // Envoy's inbound routes have no retry policy.
         inbound_table.add(

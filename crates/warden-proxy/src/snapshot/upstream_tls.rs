@@ -6,7 +6,8 @@ use crate::upstream::tls_origination::UpstreamTls;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
-use warden_config::kinds::destination_rule::ClientTls;
+use warden_config::kinds::destination_rule::{ClientTls, Subset};
+use warden_config::kinds::service_entry::ServiceEntry;
 use warden_config::Doc;
 use warden_tls::client::ClientSpec;
 use warden_tls::rustls::pki_types::ServerName;
@@ -15,6 +16,40 @@ use warden_tls::rustls::pki_types::ServerName;
 pub(super) type Built = Result<Option<Arc<UpstreamTls>>, ()>;
 
 impl Builder<'_> {
+    /// Istio's enableAutoMtls (on by default) applies to this proxy: a sidecar with a mesh
+    /// certificate.
+    pub(super) fn auto_mtls_applies(&self) -> bool {
+        self.identity.mesh.is_some() && self.identity.sidecar.is_some()
+    }
+
+    /// TLS to an ext_authz provider's service `host`:`port`, as to any upstream cluster of it,
+    /// and whether auto mTLS chose it: its DestinationRule's `tls` for the port (DISABLE included)
+    /// wins; without one, auto mTLS when every endpoint is a meshed pod.
+    pub(super) fn provider_tls(
+        &mut self,
+        host: &str,
+        port: u16,
+        http2: bool,
+    ) -> Result<Option<(Arc<UpstreamTls>, bool)>, ()> {
+        let set = self.set;
+        let dr = set.destination_rule_for_host(host);
+        let policy = dr.and_then(|d| d.spec.policy_for(None));
+        let (built, auto) = match (dr, policy.as_ref().and_then(|p| p.tls_for_port(port))) {
+            (Some(dr), Some(tls)) => (self.upstream_tls(dr, tls, host, http2), false),
+            _ => match set.service_entry_for_host(host) {
+                Some(se)
+                    if !se.spec.endpoints.is_empty()
+                        && meshed(&se.spec, None)
+                        && self.auto_mtls_applies() =>
+                {
+                    (self.upstream_tls(se, &auto_mtls(), host, http2), true)
+                }
+                _ => (Ok(None), false),
+            },
+        };
+        Ok(built?.map(|tls| (tls, auto)))
+    }
+
     /// `dr` is where problems are reported: the DestinationRule, or for auto mTLS the service.
     pub(super) fn upstream_tls<T>(
         &mut self,
@@ -144,4 +179,15 @@ pub(super) fn auto_mtls() -> ClientTls {
         mode: Some("ISTIO_MUTUAL".into()),
         ..ClientTls::default()
     }
+}
+
+/// Whether every endpoint of `se` (of `subset`, when one is named) carries the meshed-pod
+/// label; true for none, so callers check that there are endpoints.
+pub(super) fn meshed(se: &ServiceEntry, subset: Option<&Subset>) -> bool {
+    se.endpoints
+        .iter()
+        .filter(|ep| {
+            subset.is_none_or(|s| s.labels.iter().all(|(k, v)| ep.labels.get(k) == Some(v)))
+        })
+        .all(|ep| ep.labels.get(TLS_MODE_LABEL).map(String::as_str) == Some("istio"))
 }

@@ -34,6 +34,22 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (h2c).
     Http2,
+    /// Envoy's USE_DOWNSTREAM_PROTOCOL (Istio's inbound clusters): HTTP/2 for an HTTP/2
+    /// request (gRPC), HTTP/1.1 otherwise.
+    Downstream,
+}
+
+impl UpstreamProtocol {
+    /// What a request of `version` is sent upstream in: never [`UpstreamProtocol::Downstream`].
+    pub fn for_request(self, version: http::Version) -> UpstreamProtocol {
+        match self {
+            UpstreamProtocol::Downstream if version == http::Version::HTTP_2 => {
+                UpstreamProtocol::Http2
+            }
+            UpstreamProtocol::Downstream => UpstreamProtocol::Http1,
+            p => p,
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -112,9 +112,10 @@ pub fn shadow(
         let mut parts = crate::upstream::clone_parts(&head);
         let cluster = m.cluster.clone();
         let metrics = metrics.clone();
-        let client = match cluster.protocol {
+        let protocol = cluster.protocol.for_request(parts.version);
+        let client = match protocol {
             UpstreamProtocol::Http2 => clients.h2.clone(),
-            UpstreamProtocol::Http1 => clients.h1.clone(),
+            _ => clients.h1.clone(),
         };
         let limit = timeout.unwrap_or(DEFAULT_SHADOW_TIMEOUT);
         tokio::spawn(async move {
@@ -127,9 +128,9 @@ pub fn shadow(
                         Err(_) => "failed",
                         Ok(uri) => {
                             parts.uri = uri;
-                            parts.version = match cluster.protocol {
+                            parts.version = match protocol {
                                 UpstreamProtocol::Http2 => Version::HTTP_2,
-                                UpstreamProtocol::Http1 => Version::HTTP_11,
+                                _ => Version::HTTP_11,
                             };
                             let exchange = async {
                                 let resp = client.request(Request::from_parts(parts, body)).await?;

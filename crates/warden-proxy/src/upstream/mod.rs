@@ -341,6 +341,17 @@ struct Pick<'a> {
 }
 
 /// A client's error as an attempt's failure: a connect failure or anything else.
+/// gRPC over HTTP/2 carries `te: trailers` end to end (gRPC servers refuse a call without
+/// it, "Missing :te header"); as a hop-by-hop header it was stripped, and Envoy keeps it.
+fn keep_grpc_te(headers: &mut http::HeaderMap) {
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
+}
+
 fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendError {
     if is_connect {
         SendError::Connect(transport_failure(&e))
@@ -351,7 +362,15 @@ fn send_error(is_connect: bool, e: impl std::error::Error + 'static) -> SendErro
     } else if caused_by_malformed_response(&e) {
         SendError::Protocol(e.to_string())
     } else {
-        SendError::Other(e.to_string())
+        // hyper's own text is only the outermost ("client error (SendRequest)").
+        let mut text = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        SendError::Other(text)
     }
 }
 
@@ -469,11 +488,9 @@ async fn attempt(
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         if let Some(tls) = &cluster.tls {
             let mut parts = head.into_owned();
-            if tls.http2 {
-                keep_grpc_te(&mut parts.headers);
-            }
             parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
             parts.version = if tls.http2 {
+                keep_grpc_te(&mut parts.headers);
                 Version::HTTP_2
             } else {
                 Version::HTTP_11
@@ -486,7 +503,7 @@ async fn attempt(
             .map(hyper_response)
             .map_err(|e| send_error(e.is_connect(), e));
         }
-        match cluster.protocol {
+        match cluster.protocol.for_request(head.get().version) {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
                     &endpoint,
@@ -499,7 +516,7 @@ async fn attempt(
                 )
                 .await
                 .map_err(|e| send_error(e.is_connect(), e)),
-            UpstreamProtocol::Http1 => {
+            UpstreamProtocol::Http1 | UpstreamProtocol::Downstream => {
                 let mut parts = head.into_owned();
                 // Origin-form: the connection is already to the endpoint.
                 parts.version = Version::HTTP_11;
@@ -513,9 +530,9 @@ async fn attempt(
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
-                keep_grpc_te(&mut parts.headers);
                 parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
                 parts.version = Version::HTTP_2;
+                keep_grpc_te(&mut parts.headers);
                 Box::pin(h2.request(Request::from_parts(parts, body)))
                     .await
                     .map(hyper_response)
@@ -580,17 +597,6 @@ async fn attempt(
             metrics.upstream_error("reset");
             Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
         }
-    }
-}
-
-/// A gRPC request to an HTTP/2 upstream keeps `te: trailers`, which gRPC servers require (the
-/// hop-by-hop headers went with the downstream connection; Envoy keeps `trailers` too).
-fn keep_grpc_te(headers: &mut http::HeaderMap) {
-    let grpc = headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if grpc {
-        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     }
 }
 

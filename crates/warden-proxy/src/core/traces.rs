@@ -1,0 +1,750 @@
+//! Distributed tracing on the request path, as Envoy does it for Istio: the caller's trace
+//! context read from the request (W3C `traceparent`, or B3 for a Zipkin provider), the
+//! sampling decision (`warden_trace::sampling`), this hop's span id sent upstream as the
+//! parent, and, for a sampled request, the span with Envoy's and Istio's tags once it is
+//! answered. The queue and the exporter are in `trace_export`.
+//!
+//! Cost: without a [`TracePlan`] nothing here runs. With one, every request has its header map
+//! read (no fast-path header lines), one random draw, an id pair and the propagation headers
+//! (one or four small values); a sampled and reported request also copies the few request
+//! fields its span names into one box, and its span is built and queued when it is answered.
+
+use crate::core::local_reply::ResponseFlags;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::SystemTime;
+use warden_trace::context::{self, B3};
+use warden_trace::otlp::Exporter;
+use warden_trace::sampling::{self, SamplingInput};
+use warden_trace::{Propagation, Span, SpanId, SpanKind, TraceId};
+
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub static X_B3_TRACEID: HeaderName = HeaderName::from_static("x-b3-traceid");
+pub static X_B3_SPANID: HeaderName = HeaderName::from_static("x-b3-spanid");
+pub static X_B3_PARENTSPANID: HeaderName = HeaderName::from_static("x-b3-parentspanid");
+pub static X_B3_SAMPLED: HeaderName = HeaderName::from_static("x-b3-sampled");
+pub static X_B3_FLAGS: HeaderName = HeaderName::from_static("x-b3-flags");
+pub static B3_SINGLE: HeaderName = HeaderName::from_static("b3");
+pub static X_CLIENT_TRACE_ID: HeaderName = HeaderName::from_static("x-client-trace-id");
+pub static X_ENVOY_FORCE_TRACE: HeaderName = HeaderName::from_static("x-envoy-force-trace");
+static X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER: HeaderName =
+    HeaderName::from_static("x-envoy-downstream-service-cluster");
+
+/// A request's headers as the pipeline holds them: the fast path's lines kept as read (no map
+/// is built for tracing), or the map.
+#[derive(Clone, Copy)]
+pub struct Headers<'a> {
+    pub map: &'a HeaderMap,
+    pub lines: Option<&'a warden_http1::request_lines::RequestLines>,
+}
+
+impl<'a> Headers<'a> {
+    pub fn get(&self, name: &HeaderName) -> Option<&'a [u8]> {
+        match self.lines {
+            Some(lines) => lines.get(name.as_str().as_bytes()),
+            None => self.map.get(name).map(HeaderValue::as_bytes),
+        }
+    }
+
+    fn has(&self, name: &HeaderName) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+/// Envoy's `max_path_tag_length` default: the longest `http.url` tag.
+pub const DEFAULT_MAX_PATH_TAG_LENGTH: usize = 256;
+
+/// A proxy's tracing, compiled with its snapshot: how contexts travel, how often a request is
+/// sampled, and where sampled spans go.
+#[derive(Debug)]
+pub struct TracePlan {
+    /// The provider's name (for `warden check`).
+    pub provider: String,
+    pub propagation: Propagation,
+    /// The sampling percentage as Envoy's fraction of 10000.
+    pub per_ten_thousand: u32,
+    /// Where sampled spans are sent; none: not reported (a Zipkin provider, whose export warden
+    /// does not have, or Telemetry's `disableSpanReporting`).
+    pub report: Option<Arc<Report>>,
+    pub max_path_tag_length: usize,
+    /// Tags on every span: Istio's `istio.*`, `component`, and literal and environment custom
+    /// tags.
+    pub tags: Vec<(Cow<'static, str>, String)>,
+    /// Custom tags from a request header: (tag, header, default when absent).
+    pub header_tags: Vec<(Cow<'static, str>, HeaderName, String)>,
+}
+
+impl TracePlan {
+    /// One line for `warden check`.
+    pub fn describe(&self) -> String {
+        let format = match (self.propagation.w3c, self.propagation.b3) {
+            (true, _) => "W3C traceparent",
+            (false, true) => "B3",
+            (false, false) => "no headers",
+        };
+        let percent = f64::from(self.per_ten_thousand) / 100.0;
+        let spans = match &self.report {
+            Some(r) => format!("spans over OTLP/gRPC to {}", r.address),
+            None => "spans not reported".to_owned(),
+        };
+        format!(
+            "provider {}, {format}, {percent}% sampled, {spans}",
+            self.provider
+        )
+    }
+}
+
+/// An OTLP collector and who reports to it.
+#[derive(Debug)]
+pub struct Report {
+    /// `host:port` of the collector's gRPC port.
+    pub address: String,
+    pub exporter: Exporter,
+}
+
+/// One request's trace: its ids, its decision, and (sampled and reported) what its span needs.
+#[derive(Debug)]
+pub struct RequestTrace {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    /// The caller's span.
+    pub parent: Option<SpanId>,
+    pub sampled: bool,
+    pub started: Option<Box<Started>>,
+}
+
+/// What a reported span names of its request, copied as the request starts.
+#[derive(Debug)]
+pub struct Started {
+    start: SystemTime,
+    plan: Arc<TracePlan>,
+    report: Arc<Report>,
+    /// The span's name when its cluster does not give one ([`operation_name`]).
+    fallback_operation: String,
+    method: String,
+    url: String,
+    protocol: &'static str,
+    user_agent: String,
+    downstream_cluster: String,
+    /// The request's `x-request-id`, or the one made for it ([`Started::made_request_id`]).
+    request_id: String,
+    made_request_id: Option<[u8; 16]>,
+    client_trace_id: Option<String>,
+    request_size: u64,
+    trace_state: Option<String>,
+    peer: SocketAddr,
+    /// The header custom tags' values.
+    header_tags: Vec<(Cow<'static, str>, String)>,
+}
+
+/// What [`start`] reads of a request besides its headers.
+pub struct RequestFacts<'a> {
+    pub method: &'a http::Method,
+    pub scheme: &'static str,
+    pub authority: &'a str,
+    pub path_and_query: &'a str,
+    pub version: http::Version,
+    pub peer: SocketAddr,
+    pub client_ip: IpAddr,
+    /// The listener's port (of the span name when no cluster gives one).
+    pub port: u16,
+    /// An `x-request-id` already made for this request (the access log's).
+    pub made_request_id: Option<[u8; 16]>,
+}
+
+/// The request's trace: the caller's context (by the plan's propagation), the decision, a new
+/// span id for this hop.
+pub fn start(
+    plan: &Arc<TracePlan>,
+    headers: Headers<'_>,
+    facts: &RequestFacts<'_>,
+) -> RequestTrace {
+    let caller = extract(plan.propagation, headers);
+    let (parent, parent_sampled) = match caller {
+        Some(B3::Context(p)) => (Some(p), p.sampled),
+        Some(B3::SamplingOnly(s)) => (None, Some(s)),
+        None => (None, None),
+    };
+    let input = SamplingInput {
+        parent: parent_sampled,
+        client_trace_id: headers.has(&X_CLIENT_TRACE_ID),
+        forced_internal: headers.has(&X_ENVOY_FORCE_TRACE) && is_internal(facts.client_ip),
+    };
+    let mut rng = fastrand::Rng::new();
+    let decision = sampling::decide(input, plan.per_ten_thousand, rng.u32(..));
+    let trace_id = parent.map_or_else(|| TraceId::random(&mut rng), |p| p.trace_id);
+    let span_id = SpanId::random(&mut rng);
+    let started = match (&plan.report, decision.sampled) {
+        (Some(report), true) => Some(Box::new(started(
+            plan,
+            report,
+            headers,
+            facts,
+            plan.max_path_tag_length,
+            &mut rng,
+        ))),
+        _ => None,
+    };
+    RequestTrace {
+        trace_id,
+        span_id,
+        parent: parent.map(|p| p.span_id),
+        sampled: decision.sampled,
+        started,
+    }
+}
+
+/// Envoy's internal request (`x-envoy-internal`): from a private or loopback address.
+fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_private() || v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+    }
+}
+
+/// The caller's context: W3C first when the provider speaks it, then B3 (single, then multi).
+fn extract(propagation: Propagation, headers: Headers<'_>) -> Option<B3> {
+    if propagation.w3c {
+        if let Some(p) = headers
+            .get(&TRACEPARENT)
+            .and_then(context::parse_traceparent)
+        {
+            return Some(B3::Context(p));
+        }
+    }
+    if propagation.b3 {
+        if let Some(b3) = headers.get(&B3_SINGLE).and_then(context::parse_b3_single) {
+            return Some(b3);
+        }
+        return context::parse_b3_multi(
+            headers.get(&X_B3_TRACEID),
+            headers.get(&X_B3_SPANID),
+            headers.get(&X_B3_SAMPLED),
+            headers.get(&X_B3_FLAGS),
+        );
+    }
+    None
+}
+
+fn started(
+    plan: &Arc<TracePlan>,
+    report: &Arc<Report>,
+    headers: Headers<'_>,
+    facts: &RequestFacts<'_>,
+    max_path: usize,
+    rng: &mut fastrand::Rng,
+) -> Started {
+    let text = |n: &HeaderName| {
+        headers
+            .get(n)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let sent_id = text(&crate::core::forwarding_headers::X_REQUEST_ID);
+    let made = match (&sent_id, facts.made_request_id) {
+        (Some(_), _) => None,
+        (None, Some(id)) => Some(id),
+        (None, None) => Some(rng.u128(..).to_le_bytes()),
+    };
+    let request_id = match (sent_id, made) {
+        (Some(id), _) => id,
+        (None, Some(id)) => crate::core::forwarding_headers::request_id_string(id),
+        (None, None) => String::new(),
+    };
+    let mut url = format!(
+        "{}://{}{}",
+        facts.scheme, facts.authority, facts.path_and_query
+    );
+    truncate_at_char(&mut url, max_path);
+    Started {
+        start: SystemTime::now(),
+        plan: plan.clone(),
+        report: report.clone(),
+        fallback_operation: format!("{}:{}/*", without_port(facts.authority), facts.port),
+        method: facts.method.as_str().to_owned(),
+        url,
+        protocol: crate::core::request_attrs::protocol_text(facts.version),
+        user_agent: text(&http::header::USER_AGENT).unwrap_or_else(|| "-".into()),
+        downstream_cluster: text(&X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER).unwrap_or_else(|| "-".into()),
+        request_id,
+        made_request_id: made,
+        client_trace_id: text(&X_CLIENT_TRACE_ID),
+        request_size: headers
+            .get(&http::header::CONTENT_LENGTH)
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0),
+        trace_state: text(&TRACESTATE),
+        peer: facts.peer,
+        header_tags: plan
+            .header_tags
+            .iter()
+            .map(|(tag, header, default)| {
+                (tag.clone(), text(header).unwrap_or_else(|| default.clone()))
+            })
+            .collect(),
+    }
+}
+
+fn truncate_at_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+}
+
+impl RequestTrace {
+    /// The `x-request-id` made for a reported request that came without one: the upstream
+    /// gets the id its span names.
+    pub fn made_request_id(&self) -> Option<[u8; 16]> {
+        self.started.as_ref().and_then(|s| s.made_request_id)
+    }
+
+    /// The context the upstream gets, in a header map: this hop's span as the parent, the
+    /// decision, in the provider's format, replacing the request's. A `tracestate` is passed
+    /// on as it came. (Lines kept as read are not edited: the upstream encoder leaves the
+    /// request's out and writes [`Self::encode`]'s.)
+    pub fn inject(&self, propagation: Propagation, headers: &mut HeaderMap) {
+        let mut remove: Vec<HeaderName> = Vec::new();
+        let mut add: Vec<(HeaderName, HeaderValue)> = Vec::new();
+        if propagation.w3c {
+            let value = context::traceparent(self.trace_id, self.span_id, self.sampled);
+            if let Ok(v) = HeaderValue::from_bytes(&value) {
+                remove.push(TRACEPARENT.clone());
+                add.push((TRACEPARENT.clone(), v));
+            }
+        }
+        if propagation.b3 {
+            // One context upstream: the multi-header form Envoy's Zipkin tracer writes.
+            remove.extend([
+                B3_SINGLE.clone(),
+                X_B3_FLAGS.clone(),
+                X_B3_TRACEID.clone(),
+                X_B3_SPANID.clone(),
+                X_B3_PARENTSPANID.clone(),
+                X_B3_SAMPLED.clone(),
+            ]);
+            add.push((X_B3_TRACEID.clone(), hex_value(&self.trace_id.0)));
+            add.push((X_B3_SPANID.clone(), hex_value(&self.span_id.0)));
+            if let Some(p) = self.parent {
+                add.push((X_B3_PARENTSPANID.clone(), hex_value(&p.0)));
+            }
+            add.push((
+                X_B3_SAMPLED.clone(),
+                HeaderValue::from_static(if self.sampled { "1" } else { "0" }),
+            ));
+        }
+        for name in &remove {
+            headers.remove(name);
+        }
+        for (name, value) in add {
+            headers.append(name, value);
+        }
+    }
+
+    /// [`Self::inject`]'s lines, written into an upstream request head (the fast path's:
+    /// nothing allocated).
+    pub fn encode(&self, propagation: Propagation, out: &mut Vec<u8>) {
+        if propagation.w3c {
+            out.extend_from_slice(b"traceparent: ");
+            out.extend_from_slice(&context::traceparent(
+                self.trace_id,
+                self.span_id,
+                self.sampled,
+            ));
+            out.extend_from_slice(b"\r\n");
+        }
+        if propagation.b3 {
+            let mut hex = [0u8; 32];
+            context::write_hex(&self.trace_id.0, &mut hex);
+            out.extend_from_slice(b"x-b3-traceid: ");
+            out.extend_from_slice(&hex);
+            context::write_hex(&self.span_id.0, &mut hex[..16]);
+            out.extend_from_slice(b"\r\nx-b3-spanid: ");
+            out.extend_from_slice(&hex[..16]);
+            if let Some(p) = self.parent {
+                context::write_hex(&p.0, &mut hex[..16]);
+                out.extend_from_slice(b"\r\nx-b3-parentspanid: ");
+                out.extend_from_slice(&hex[..16]);
+            }
+            out.extend_from_slice(if self.sampled {
+                b"\r\nx-b3-sampled: 1\r\n"
+            } else {
+                b"\r\nx-b3-sampled: 0\r\n"
+            });
+        }
+    }
+
+    /// The finished span of a reported request, with Envoy's tags of the answer.
+    pub fn finish(&self, answer: &Answered<'_>) -> Option<(Span, Arc<Report>)> {
+        let s = self.started.as_deref()?;
+        let plan = &s.plan;
+        let mut tags: Vec<(Cow<'static, str>, String)> = Vec::with_capacity(plan.tags.len() + 18);
+        tags.extend(plan.tags.iter().cloned());
+        tags.extend(s.header_tags.iter().cloned());
+        let mut flags = String::new();
+        answer.flags.write_to(&mut flags);
+        let cluster = answer.upstream_cluster.unwrap_or("-");
+        for (k, v) in [
+            ("guid:x-request-id", s.request_id.clone()),
+            ("http.url", s.url.clone()),
+            ("http.method", s.method.clone()),
+            ("downstream_cluster", s.downstream_cluster.clone()),
+            ("user_agent", s.user_agent.clone()),
+            ("http.protocol", s.protocol.to_owned()),
+            ("peer.address", s.peer.ip().to_string()),
+            ("request_size", s.request_size.to_string()),
+            ("response_size", answer.response_size.to_string()),
+            ("http.status_code", answer.status.to_string()),
+            ("response_flags", flags),
+            ("upstream_cluster", cluster.to_owned()),
+            ("upstream_cluster.name", cluster.to_owned()),
+        ] {
+            tags.push((Cow::Borrowed(k), v));
+        }
+        if let Some(a) = answer.upstream_address {
+            tags.push(("upstream_address".into(), a.to_owned()));
+        }
+        if let Some(id) = &s.client_trace_id {
+            tags.push(("guid:x-client-trace-id".into(), id.clone()));
+        }
+        let error = answer.status >= 500;
+        if error {
+            tags.push(("error".into(), "true".into()));
+        }
+        Some((
+            Span {
+                trace_id: self.trace_id,
+                span_id: self.span_id,
+                parent_span_id: self.parent,
+                name: answer
+                    .upstream_cluster
+                    .and_then(operation_name)
+                    .unwrap_or_else(|| s.fallback_operation.clone()),
+                kind: answer.kind,
+                start: s.start,
+                end: s.start + answer.elapsed,
+                attributes: tags,
+                error,
+                trace_state: s.trace_state.clone(),
+            },
+            s.report.clone(),
+        ))
+    }
+}
+
+/// Whether a request's own header line (lowercase `name`) gives way to the context this hop
+/// sends ([`RequestTrace::encode`]).
+pub fn replaces_line(propagation: Propagation, name: &[u8]) -> bool {
+    (propagation.w3c && name == b"traceparent")
+        || (propagation.b3
+            && (name == b"b3"
+                || name == b"x-b3-traceid"
+                || name == b"x-b3-spanid"
+                || name == b"x-b3-parentspanid"
+                || name == b"x-b3-sampled"
+                || name == b"x-b3-flags"))
+}
+
+/// What [`RequestTrace::finish`] reads of the answer.
+pub struct Answered<'a> {
+    pub status: u16,
+    pub response_size: u64,
+    pub flags: ResponseFlags,
+    pub upstream_cluster: Option<&'a str>,
+    pub upstream_address: Option<&'a str>,
+    pub kind: SpanKind,
+    pub elapsed: std::time::Duration,
+}
+
+/// Istio's span name, its route decorator: `host:port/*` of the destination service, from an
+/// `outbound|PORT|SUBSET|HOST` cluster (else the request's host and the listener's port).
+pub fn operation_name(cluster: &str) -> Option<String> {
+    let mut parts = cluster.split('|');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("outbound"), Some(p), Some(_), Some(h)) if !h.is_empty() && !p.is_empty() => {
+            Some(format!("{h}:{p}/*"))
+        }
+        _ => None,
+    }
+}
+
+/// The host of an authority (`[v6]` keeps its brackets).
+fn without_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.find(']').map_or(authority, |i| &authority[..=i]);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+fn hex_value(bytes: &[u8]) -> HeaderValue {
+    let mut out = [0u8; 32];
+    let n = bytes.len() * 2;
+    context::write_hex(bytes, &mut out[..n]);
+    HeaderValue::from_bytes(&out[..n]).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(propagation: Propagation, per_ten_thousand: u32) -> Arc<TracePlan> {
+        Arc::new(TracePlan {
+            provider: "otel".into(),
+            propagation,
+            per_ten_thousand,
+            report: Some(Arc::new(Report {
+                address: "127.0.0.1:4317".into(),
+                exporter: Exporter::default(),
+            })),
+            max_path_tag_length: 20,
+            tags: vec![("component".into(), "proxy".into())],
+            header_tags: vec![(
+                "user".into(),
+                HeaderName::from_static("x-user"),
+                "anonymous".into(),
+            )],
+        })
+    }
+
+    fn facts() -> RequestFacts<'static> {
+        static GET: http::Method = http::Method::GET;
+        RequestFacts {
+            method: &GET,
+            scheme: "http",
+            authority: "example.com",
+            path_and_query: "/a/very/long/path?q=1",
+            version: http::Version::HTTP_11,
+            peer: "10.0.0.1:5555".parse().unwrap(),
+            client_ip: "203.0.113.9".parse().unwrap(),
+            port: 8080,
+            made_request_id: None,
+        }
+    }
+
+    fn map(h: &HeaderMap) -> Headers<'_> {
+        Headers {
+            map: h,
+            lines: None,
+        }
+    }
+
+    const W3C: Propagation = Propagation {
+        w3c: true,
+        b3: false,
+    };
+    const B3M: Propagation = Propagation {
+        w3c: false,
+        b3: true,
+    };
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_caller_context_is_continued_with_a_new_span() {
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
+        h.insert(&TRACESTATE, HeaderValue::from_static("v=1"));
+        let t = start(&plan(W3C, 0), map(&h), &facts());
+        assert!(t.sampled, "the caller's flag wins over 0%");
+        assert_eq!(t.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
+        let mut out = h.clone();
+        t.inject(W3C, &mut out);
+        let sent = out.get(&TRACEPARENT).unwrap().to_str().unwrap();
+        assert_eq!(
+            sent,
+            format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01", t.span_id.hex())
+        );
+        assert_eq!(out.get(&TRACESTATE).unwrap(), "v=1");
+        // A W3C provider leaves B3 headers alone, and reads none.
+        let mut h = HeaderMap::new();
+        h.insert(&X_B3_SAMPLED, HeaderValue::from_static("1"));
+        let t = start(&plan(W3C, 0), map(&h), &facts());
+        assert!(!t.sampled && t.parent.is_none());
+    }
+
+    #[test]
+    fn b3_is_read_and_written_as_multi_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            &B3_SINGLE,
+            HeaderValue::from_static("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0"),
+        );
+        let t = start(&plan(B3M, 10_000), map(&h), &facts());
+        assert!(!t.sampled, "the caller's 0 wins over 100%");
+        t.inject(B3M, &mut h);
+        assert!(h.get(&B3_SINGLE).is_none() && h.get(&TRACEPARENT).is_none());
+        assert_eq!(
+            h.get(&X_B3_TRACEID).unwrap(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(
+            h.get(&X_B3_SPANID).unwrap().to_str().unwrap(),
+            t.span_id.hex()
+        );
+        assert_eq!(h.get(&X_B3_PARENTSPANID).unwrap(), "00f067aa0ba902b7");
+        assert_eq!(h.get(&X_B3_SAMPLED).unwrap(), "0");
+    }
+
+    #[test]
+    fn a_new_trace_is_sampled_by_the_percentage_or_the_client() {
+        let h = HeaderMap::new();
+        let t = start(&plan(W3C, 0), map(&h), &facts());
+        assert!(!t.sampled && t.parent.is_none() && t.started.is_none());
+        let t = start(&plan(W3C, 10_000), map(&h), &facts());
+        assert!(t.sampled && t.started.is_some());
+        assert!(t.made_request_id().is_some());
+        let mut h = HeaderMap::new();
+        h.insert(&X_CLIENT_TRACE_ID, HeaderValue::from_static("abc"));
+        assert!(start(&plan(W3C, 0), map(&h), &facts()).sampled);
+        // Forced only from an internal address.
+        let mut h = HeaderMap::new();
+        h.insert(&X_ENVOY_FORCE_TRACE, HeaderValue::from_static("true"));
+        assert!(!start(&plan(W3C, 0), map(&h), &facts()).sampled);
+        let internal = RequestFacts {
+            client_ip: "10.1.2.3".parse().unwrap(),
+            ..facts()
+        };
+        assert!(start(&plan(W3C, 0), map(&h), &internal).sampled);
+    }
+
+    #[test]
+    fn a_finished_span_has_envoys_tags() {
+        let p = plan(W3C, 10_000);
+        let mut h = HeaderMap::new();
+        h.insert(
+            &crate::core::forwarding_headers::X_REQUEST_ID,
+            HeaderValue::from_static("rid"),
+        );
+        let t = start(&p, map(&h), &facts());
+        assert_eq!(t.made_request_id(), None);
+        let (span, _) = t
+            .finish(&Answered {
+                status: 503,
+                response_size: 19,
+                flags: ResponseFlags::default().with(Some(
+                    crate::core::local_reply::ResponseFlag::NoHealthyUpstream,
+                )),
+                upstream_cluster: Some("outbound|80||a.b"),
+                upstream_address: None,
+                kind: SpanKind::Client,
+                elapsed: std::time::Duration::from_millis(3),
+            })
+            .unwrap();
+        assert_eq!(span.name, "a.b:80/*");
+        for (k, v) in [
+            ("component", "proxy"),
+            ("guid:x-request-id", "rid"),
+            ("http.url", "http://example.com/a"),
+            ("http.status_code", "503"),
+            ("response_flags", "UH"),
+            ("upstream_cluster", "outbound|80||a.b"),
+            ("error", "true"),
+            ("user_agent", "-"),
+            ("user", "anonymous"),
+        ] {
+            assert_eq!(span.attribute(k), Some(v), "{k}");
+        }
+        assert!(span.error && span.parent_span_id.is_none());
+    }
+
+    #[test]
+    fn header_lines_kept_as_read_are_read_without_a_map() {
+        let read = [
+            httparse::Header {
+                name: "Host",
+                value: b"a",
+            },
+            httparse::Header {
+                name: "TraceParent",
+                value: TP.as_bytes(),
+            },
+        ];
+        let lines = warden_http1::request_lines::RequestLines::new(&read).unwrap();
+        let empty = HeaderMap::new();
+        let t = start(
+            &plan(W3C, 0),
+            Headers {
+                map: &empty,
+                lines: Some(&lines),
+            },
+            &facts(),
+        );
+        assert!(t.sampled);
+        assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn encoded_lines_are_the_injected_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
+        let both = Propagation {
+            w3c: true,
+            b3: true,
+        };
+        let t = start(&plan(both, 0), map(&h), &facts());
+        let mut map_headers = HeaderMap::new();
+        t.inject(both, &mut map_headers);
+        let mut written = Vec::new();
+        t.encode(both, &mut written);
+        let text = String::from_utf8(written).unwrap();
+        let lines: Vec<(String, String)> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let from_map: Vec<(String, String)> = map_headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(lines, from_map);
+        for (name, _) in &lines {
+            assert!(replaces_line(both, name.as_bytes()), "{name}");
+        }
+        assert!(!replaces_line(W3C, b"x-b3-sampled"));
+        assert!(!replaces_line(B3M, b"traceparent"));
+        assert!(!replaces_line(both, b"tracestate"));
+    }
+
+    #[test]
+    fn warden_check_says_what_is_traced() {
+        assert_eq!(
+            plan(W3C, 100).describe(),
+            "provider otel, W3C traceparent, 1% sampled, spans over OTLP/gRPC to 127.0.0.1:4317"
+        );
+    }
+
+    #[test]
+    fn operation_names_are_istios_decorators() {
+        for (cluster, want) in [
+            (
+                "outbound|8000||httpbin.default.svc.cluster.local",
+                Some("httpbin.default.svc.cluster.local:8000/*"),
+            ),
+            (
+                "outbound|9080|v1|reviews.default.svc.cluster.local",
+                Some("reviews.default.svc.cluster.local:9080/*"),
+            ),
+            ("inbound|8080||", None),
+            ("PassthroughCluster", None),
+        ] {
+            assert_eq!(operation_name(cluster).as_deref(), want, "{cluster}");
+        }
+        for (authority, want) in [
+            ("example.com:8080", "example.com"),
+            ("example.com", "example.com"),
+            ("[::1]:80", "[::1]"),
+        ] {
+            assert_eq!(without_port(authority), want);
+        }
+    }
+}
