@@ -8,8 +8,8 @@
 #   (metrics)  this warden with Istio's metrics only (no tracing provider)
 #   (log)      the defaults plus `accessLogFile` (Istio's default TEXT format, to a file)
 # Goals (paired ratios over (before), back-to-back pairs, bench/lib/common.sh): (defaults)
-# >= 0.97, (log) >= 0.92. Env: BEFORE (required), WARDEN (else a release build), PAIRS (12),
-# PAIRED_SECS (2), CONNS (64), PIN (1).
+# >= 0.97, (log) >= 0.92; each case's proxy CPU per request too. Env: BEFORE (required), WARDEN
+# (else a release build), PAIRS (12), PAIRED_SECS (2), DURATION (5), ROUNDS (3), CONNS (64), PIN (1).
 source "$(dirname "$0")/lib/common.sh"
 ensure_pkgs nginx:nginx wrk:wrk curl:curl python3:python3
 [ -n "${BEFORE:-}" ] || { echo "BEFORE=<a warden binary built before the telemetry> is required" >&2; exit 2; }
@@ -61,6 +61,7 @@ start_gateway() {
     --admin "127.0.0.1:$admin" --no-watch --label istio=ingressgateway --namespace istio-system
   printf -v "PORT_$1" '%s' "$port"
   printf -v "ADMIN_$1" '%s' "$admin"
+  printf -v "PID_$1" '%s' "$LAST_PID"
   wait_http "http://127.0.0.1:$port/"
 }
 start_gateway before "$BEFORE"
@@ -78,8 +79,21 @@ echo "checks: $spans spans from 400 requests at 1% (expect a few), $lines access
 [ "$lines" -ge 1 ] || { echo "the access log is not written" >&2; exit 1; }
 
 bench_header
-PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-12}
+: >"$RESULTS"
 url() { local p="PORT_$1"; echo "http://127.0.0.1:${!p}/"; }
+# The proxy's CPU per request (user + system), which moves less than req/s with what else
+# the machine runs.
+run_rounds \
+  "CPU_PID=$PID_before wrk_run '(before)' $(url before)" \
+  "CPU_PID=$PID_metrics wrk_run '(metrics)' $(url metrics)" \
+  "CPU_PID=$PID_defaults wrk_run '(defaults) metrics + traces, 1 in 100' $(url defaults)" \
+  "CPU_PID=$PID_log wrk_run '(log) defaults + access log' $(url log)"
+summarize_rounds
+echo
+echo "proxy CPU per request (us, median of rounds):"
+cpu_medians | while IFS=$'\t' read -r name us; do printf '  %-36s%8s\n' "$name" "$us"; done
+PAIRED_SECS=${PAIRED_SECS:-2}; PAIRS=${PAIRS:-12}
+echo
 noise_floor "noise floor: before / itself" "$(url before)" "$PAIRS" "$PAIRED_SECS"
 paired_ratio "Istio metrics only / before" "$(url before)" "$(url metrics)" "$PAIRS" "$PAIRED_SECS" | paired_verdict 0.97
 paired_ratio "metrics + traces at 1% (Istio defaults) / before" "$(url before)" "$(url defaults)" "$PAIRS" "$PAIRED_SECS" | paired_verdict 0.97
