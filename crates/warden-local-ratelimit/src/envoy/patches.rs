@@ -42,6 +42,35 @@ pub struct PatchOrigin {
     pub config_field: String,
 }
 
+impl PatchOrigin {
+    /// Patch `index` of `doc`, found in `document`; `config_field` is left for the caller.
+    pub fn of(
+        doc: &Doc<EnvoyFilter>,
+        index: usize,
+        patch: &ConfigPatch,
+        document: Location,
+    ) -> PatchOrigin {
+        PatchOrigin {
+            filter: doc.id(),
+            field: format!("spec.configPatches[{index}]"),
+            context: patch.matches.as_ref().and_then(|m| m.context.clone()),
+            workload_labels: doc
+                .spec
+                .workload_selector
+                .as_ref()
+                .map(|w| w.labels.clone()),
+            apply_to: patch.apply_to.clone(),
+            route_match: patch
+                .matches
+                .as_ref()
+                .and_then(|m| m.route_configuration.clone())
+                .unwrap_or_default(),
+            document,
+            config_field: String::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Patched<T> {
     pub origin: PatchOrigin,
@@ -83,24 +112,7 @@ pub fn interpret(filters: &[Doc<EnvoyFilter>]) -> Result<EnvoyRateLimitPatches, 
     for doc in filters {
         let site = DocSite::of(doc);
         for (i, patch) in doc.spec.config_patches.iter().enumerate() {
-            let origin = PatchOrigin {
-                filter: doc.id(),
-                field: format!("spec.configPatches[{i}]"),
-                context: patch.matches.as_ref().and_then(|m| m.context.clone()),
-                workload_labels: doc
-                    .spec
-                    .workload_selector
-                    .as_ref()
-                    .map(|w| w.labels.clone()),
-                apply_to: patch.apply_to.clone(),
-                route_match: patch
-                    .matches
-                    .as_ref()
-                    .and_then(|m| m.route_configuration.clone())
-                    .unwrap_or_default(),
-                document: site.location().clone(),
-                config_field: String::new(),
-            };
+            let origin = PatchOrigin::of(doc, i, patch, site.location().clone());
             let mut cx = Cx {
                 site: &site,
                 origin,

@@ -757,18 +757,8 @@ fn route_patches<'a>(
                 out.push(RoutePatch {
                     doc,
                     origin: PatchOrigin {
-                        filter: doc.id(),
-                        field: field.clone(),
-                        context: patch.matches.as_ref().and_then(|m| m.context.clone()),
-                        workload_labels: labels.clone(),
-                        apply_to: patch.apply_to.clone(),
-                        route_match: patch
-                            .matches
-                            .as_ref()
-                            .and_then(|m| m.route_configuration.clone())
-                            .unwrap_or_default(),
-                        document: set.locate(doc, ""),
                         config_field: config_field.clone(),
+                        ..PatchOrigin::of(doc, i, patch, set.locate(doc, ""))
                     },
                     filter_name: filter_name.clone(),
                     config,
@@ -830,18 +820,8 @@ fn route_metadata_patches(set: &ConfigSet, identity: &ProxyIdentity) -> Vec<Rout
                 };
                 out.push(RouteMetadataPatch {
                     origin: PatchOrigin {
-                        filter: doc.id(),
-                        field: field.clone(),
-                        context: patch.matches.as_ref().and_then(|m| m.context.clone()),
-                        workload_labels: labels.clone(),
-                        apply_to: patch.apply_to.clone(),
-                        route_match: patch
-                            .matches
-                            .as_ref()
-                            .and_then(|m| m.route_configuration.clone())
-                            .unwrap_or_default(),
-                        document: set.locate(doc, ""),
                         config_field: format!("{field}.patch.value.metadata.{key}.{name}"),
+                        ..PatchOrigin::of(doc, i, patch, set.locate(doc, ""))
                     },
                     key: name.clone(),
                     fields: fields.clone(),
