@@ -8,9 +8,9 @@ use crate::core::traces::Report;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::HashMap;
-use std::sync::mpsc::{self, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use warden_trace::otlp::{self, TraceServiceClient};
 use warden_trace::Span;
 
@@ -18,12 +18,9 @@ use warden_trace::Span;
 const QUEUE: usize = 8 * 1024;
 /// Spans per export call at most.
 const BATCH: usize = 512;
-/// How often the exporter takes what is queued. It does not wait on the queue: a waiting
-/// receiver is woken by every send, a futex call and a context switch per sampled request on
-/// the worker's side (the access log's writer works the same way). Envoy flushes every 5 s;
-/// sooner here so a trace shows up while it is looked for. [`QUEUE`] holds this long at
-/// ~160k sampled requests/s.
-const DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How long a span waits for its batch to fill (Envoy flushes every 5 s; sooner here so a
+/// trace shows up while it is looked for).
+const FLUSH: Duration = Duration::from_secs(1);
 /// One export call's limit, connecting included.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -99,28 +96,31 @@ fn export_loop(rx: mpsc::Receiver<Finished>, metrics: TracingMetrics) {
         HashMap::new();
     let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
     loop {
-        let open = take_queued(&rx, &mut batch);
-        let full = batch.len() == BATCH;
+        let open = match rx.recv() {
+            Ok(first) => {
+                batch.push(first);
+                fill(&rx, &mut batch)
+            }
+            Err(_) => false,
+        };
         if !batch.is_empty() {
             runtime.block_on(export(&mut clients, &mut batch, &metrics));
         }
         if !open {
             return;
         }
-        if !full {
-            std::thread::sleep(DRAIN_EVERY);
-        }
     }
 }
 
-/// Move queued spans into the batch, up to [`BATCH`]; `false` once the queue is closed and
-/// empty.
-fn take_queued(rx: &mpsc::Receiver<Finished>, batch: &mut Vec<Finished>) -> bool {
+/// Fill the batch until it is full or [`FLUSH`] has passed; `false` once the queue is closed.
+fn fill(rx: &mpsc::Receiver<Finished>, batch: &mut Vec<Finished>) -> bool {
+    let deadline = Instant::now() + FLUSH;
     while batch.len() < BATCH {
-        match rx.try_recv() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
             Ok(f) => batch.push(f),
-            Err(TryRecvError::Empty) => return true,
-            Err(TryRecvError::Disconnected) => return false,
+            Err(RecvTimeoutError::Timeout) => return true,
+            Err(RecvTimeoutError::Disconnected) => return false,
         }
     }
     true
