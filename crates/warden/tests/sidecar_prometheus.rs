@@ -12,9 +12,10 @@
 //! reaches its own pod's status port, the other pod's over the veth and the gateway's admin
 //! port on loopback. The client calls through the gateway and, as the client pod's app,
 //! through its sidecar (HTTP and TCP), counting what it sent; the server pod's app delays the
-//! client app's calls by 300 ms. Checked: the dashboards' request volume, requests by source
-//! and response code, P50/P90/P99 by source (irate, while the client runs); exact raw counters
-//! on both reporters, the success rate and TCP bytes per service at the end; `promtool check
+//! client app's calls by 300 ms; the gateway's local limit answers 429 on `/limited`. Checked:
+//! the dashboards' request volume, requests by source and response code, P50/P90/P99 by source
+//! (irate, while the client runs); exact raw counters on both reporters, 429s by
+//! `response_flags="RL"`, the success rate and TCP bytes per service at the end; `promtool check
 //! metrics` on the three expositions. Skips, saying why, where pods cannot be made or
 //! prometheus, promtool or curl is missing.
 
@@ -42,6 +43,9 @@ const MAX_ROUNDS: u64 = 200;
 const GATEWAY_TCP_BYTES: usize = 2000;
 const SIDECAR_TCP_BYTES: usize = 3000;
 const SERVICE: &str = "echo.default.svc.cluster.local";
+/// Calls to the gateway's limited path, and how many of them its local limit lets through.
+const LIMITED_CALLS: u64 = 8;
+const LIMITED_ALLOWED: u64 = 5;
 
 /// Service `echo` (HTTP 80 -> 8080, TCP 78 -> 8078) on the server pod `api-1`, the client pod
 /// `client-1`, and the gateway's Deployment pod in `istio-system` (no address: the gateway
@@ -84,7 +88,8 @@ items:
     )
 }
 
-/// The ingress gateway's HTTP and TCP servers routed to `echo`, over mTLS to its pod.
+/// The ingress gateway's HTTP and TCP servers routed to `echo`, over mTLS to its pod, and a
+/// local limit of [`LIMITED_ALLOWED`] requests a day on `/limited`.
 fn gateway_config() -> String {
     format!(
         r#"apiVersion: networking.istio.io/v1
@@ -116,6 +121,16 @@ metadata: {{name: echo-mtls, namespace: default}}
 spec:
   host: {SERVICE}
   trafficPolicy: {{tls: {{mode: ISTIO_MUTUAL}}}}
+---
+apiVersion: warden.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {{name: limited, namespace: istio-system}}
+spec:
+  targetRefs: [{{kind: Gateway, name: ingress, namespace: istio-system}}]
+  local:
+    rules:
+    - clientSelectors: [{{path: {{type: PathPrefix, value: /limited}}}}]
+      limit: {{requests: {LIMITED_ALLOWED}, unit: Day}}
 "#
     )
 }
@@ -512,8 +527,33 @@ fn prometheus_scrapes_a_gateway_and_two_sidecar_pods() {
         assert_eq!(back.len(), len, "{at}");
     }
 
-    // HTTP while Prometheus scrapes; the dashboards are read while it runs, then it stops.
+    // The gateway's local limit: the first calls reach echo, the rest are answered 429 (RL).
     let sent = Sent::default();
+    let codes: Vec<u16> = client
+        .ns
+        .run_in(|| {
+            (0..LIMITED_CALLS)
+                .map(|_| {
+                    get(
+                        &format!("127.0.0.1:{GATEWAY_HTTP}"),
+                        "/limited",
+                        "echo.example.com",
+                    )
+                    .map_or(0, |r| r.status)
+                })
+                .collect()
+        })
+        .unwrap();
+    let allowed = codes.iter().filter(|c| **c == 200).count() as u64;
+    assert_eq!(allowed, LIMITED_ALLOWED, "{codes:?}");
+    assert_eq!(
+        codes.iter().filter(|c| **c == 429).count() as u64,
+        LIMITED_CALLS - LIMITED_ALLOWED,
+        "{codes:?}"
+    );
+    sent.gateway_ok.fetch_add(allowed, Ordering::Relaxed);
+
+    // HTTP while Prometheus scrapes; the dashboards are read while it runs, then it stops.
     let running = AtomicBool::new(true);
     let seen = std::thread::scope(|scope| {
         let traffic = scope.spawn(|| client.ns.run_in(|| run_client(&running, &sent)));
@@ -543,7 +583,8 @@ fn prometheus_scrapes_a_gateway_and_two_sidecar_pods() {
             ("istio-ingressgateway,istio-system,500", gateway_errors),
         ],
     );
-    // The calling side reports the same calls: the gateway and the client's sidecar.
+    // The calling side reports the same calls (the gateway also its 429s): the gateway and
+    // the client's sidecar.
     prometheus.expect_rows(
         &format!(
             r#"sum(istio_requests_total{{reporter="source",destination_workload="api-1",destination_service="{SERVICE}"}}) by (source_workload, response_code)"#
@@ -553,8 +594,18 @@ fn prometheus_scrapes_a_gateway_and_two_sidecar_pods() {
             ("client-1,200", sidecar_ok),
             ("client-1,500", sidecar_errors),
             ("istio-ingressgateway,200", gateway_ok),
+            ("istio-ingressgateway,429", (LIMITED_CALLS - LIMITED_ALLOWED) as f64),
             ("istio-ingressgateway,500", gateway_errors),
         ],
+    );
+    // 429s by `response_flags="RL"`: the gateway's answers alone (none reached the server).
+    prometheus.expect_rows(
+        r#"sum(istio_requests_total{response_code="429",response_flags="RL"}) by (reporter, source_workload, destination_service)"#,
+        &["reporter", "source_workload", "destination_service"],
+        &[(
+            &format!("source,istio-ingressgateway,{SERVICE}"),
+            (LIMITED_CALLS - LIMITED_ALLOWED) as f64,
+        )],
     );
     // "Incoming Success Rate (non-5xx responses)" over the raw counters.
     let ok = gateway_ok + sidecar_ok;
