@@ -106,10 +106,23 @@ impl Pod {
         labels: &str,
         args: &[&str],
     ) {
-        let out = self
-            .ns
-            .exec(WARDEN, &["capture", "--proxy-uid", &PROXY_UID.to_string()])
-            .expect("warden capture");
+        self.start_sidecar_capturing(config, ip, labels, &[], args);
+    }
+
+    /// [`Pod::start_sidecar`] with more `warden capture` flags (what Istio's
+    /// `traffic.sidecar.istio.io/*` pod annotations set), e.g. `--exclude-outbound-ports`.
+    pub fn start_sidecar_capturing(
+        &mut self,
+        config: &std::path::Path,
+        ip: &str,
+        labels: &str,
+        capture: &[&str],
+        args: &[&str],
+    ) {
+        let uid = PROXY_UID.to_string();
+        let mut capture_args = vec!["capture", "--proxy-uid", &uid];
+        capture_args.extend_from_slice(capture);
+        let out = self.ns.exec(WARDEN, &capture_args).expect("warden capture");
         assert!(out.status.success());
         let proxy = self.proxy.get_or_insert_with(|| {
             RunAs::new(PROXY_UID, PROXY_UID, WARDEN).expect("warden executable by uid 1337")
