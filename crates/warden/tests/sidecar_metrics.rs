@@ -9,39 +9,10 @@ mod common;
 
 use common::pods::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-/// Service `echo` (HTTP 80 -> 8080, TCP 78 -> 8078) on the server pod `api-1` (service
-/// account `api`), the client pod `client-1` (service account `client`).
 fn registry() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {{name: echo, namespace: default}}
-  spec:
-    clusterIP: {VIP}
-    selector: {{app: api}}
-    ports:
-    - {{name: http, port: 80, targetPort: 8080}}
-    - {{name: tcp-echo, port: 78, targetPort: 8078}}
-- apiVersion: v1
-  kind: Pod
-  metadata:
-    name: api-1
-    namespace: default
-    labels: {{app: api, version: v2, security.istio.io/tlsMode: istio}}
-  spec: {{serviceAccountName: api, containers: [{{name: echo}}]}}
-  status: {{podIP: {SERVER_IP}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: client-1, namespace: default, labels: {{app: client}}}}
-  spec: {{serviceAccountName: client, containers: [{{name: client}}]}}
-  status: {{podIP: {CLIENT_IP}}}
-"#
-    )
+    echo_api_and_client("")
 }
 
 /// The sum of `name`'s samples whose labels include every one of `labels`.
@@ -55,40 +26,6 @@ fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn promtool_accepts(text: &str) -> Result<(), String> {
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    {
-        use std::io::Write;
-        p.stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let out = p.wait_with_output().map_err(|e| e.to_string())?;
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    // Exit 3 is lint only; Istio's one name against Prometheus' base-unit advice is expected.
-    let istio_name =
-        "istio_request_duration_milliseconds use base unit \"seconds\" instead of \"milliseconds\"";
-    if out.status.success()
-        || (out.status.code() == Some(3)
-            && said
-                .lines()
-                .filter(|l| !l.is_empty())
-                .all(|l| l == istio_name))
-    {
-        Ok(())
-    } else {
-        Err(said)
-    }
 }
 
 #[test]

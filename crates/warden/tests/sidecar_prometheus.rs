@@ -47,37 +47,12 @@ const SERVICE: &str = "echo.default.svc.cluster.local";
 const LIMITED_CALLS: u64 = 8;
 const LIMITED_ALLOWED: u64 = 5;
 
-/// Service `echo` (HTTP 80 -> 8080, TCP 78 -> 8078) on the server pod `api-1`, the client pod
-/// `client-1`, and the gateway's Deployment pod in `istio-system` (no address: the gateway
-/// runs in the client pod's namespace here, whose address is client-1's).
+/// Service `echo` on `api-1` and the client pod `client-1` (common::pods), and the gateway's
+/// Deployment pod in `istio-system` (no address: the gateway runs in the client pod's
+/// namespace here, whose address is client-1's).
 fn registry() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {{name: echo, namespace: default}}
-  spec:
-    clusterIP: {VIP}
-    selector: {{app: api}}
-    ports:
-    - {{name: http, port: 80, targetPort: 8080}}
-    - {{name: tcp-echo, port: 78, targetPort: 8078}}
-- apiVersion: v1
-  kind: Pod
-  metadata:
-    name: api-1
-    namespace: default
-    labels: {{app: api, version: v2, security.istio.io/tlsMode: istio}}
-  spec: {{serviceAccountName: api, containers: [{{name: echo}}]}}
-  status: {{podIP: {SERVER_IP}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: client-1, namespace: default, labels: {{app: client}}}}
-  spec: {{serviceAccountName: client, containers: [{{name: client}}]}}
-  status: {{podIP: {CLIENT_IP}}}
-- apiVersion: v1
+    echo_api_and_client(&format!(
+        r#"- apiVersion: v1
   kind: Pod
   metadata:
     name: istio-ingressgateway-5c8f7b9d4-q2xkz
@@ -85,7 +60,7 @@ items:
     labels: {{app: istio-ingressgateway, istio: ingressgateway, pod-template-hash: 5c8f7b9d4}}
   spec: {{serviceAccountName: {GATEWAY_SA}, containers: [{{name: istio-proxy}}]}}
 "#
-    )
+    ))
 }
 
 /// The ingress gateway's HTTP and TCP servers routed to `echo`, over mTLS to its pod, and a
@@ -142,41 +117,6 @@ fn have(program: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-/// `promtool check metrics` on `text`: clean, or only the lint Istio's own duration name gets
-/// (Envoy's exposition gets the same line).
-fn promtool_accepts(text: &str) -> Result<(), String> {
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    {
-        use std::io::Write;
-        let mut stdin = p.stdin.take().ok_or("promtool's stdin")?;
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let out = p.wait_with_output().map_err(|e| e.to_string())?;
-    let said =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    let istio_name =
-        "istio_request_duration_milliseconds use base unit \"seconds\" instead of \"milliseconds\"";
-    if out.status.success()
-        || (out.status.code() == Some(3)
-            && said
-                .lines()
-                .filter(|l| !l.is_empty())
-                .all(|l| l == istio_name))
-    {
-        Ok(())
-    } else {
-        Err(format!("({:?}) {said}", out.status))
-    }
 }
 
 /// The ingress gateway in `ns` as uid 1337 with its own mesh identity, waited for.

@@ -18,37 +18,10 @@ use warden_testkit::{free_port, spawn_listening, KillOnDrop};
 
 const COLLECTOR: &str = "otel-collector.observability.svc.cluster.local";
 
-/// Service `echo` (HTTP 80 -> 8080) on `api-1`, the client pod `client-1`, and the collector
+/// Service `echo` on `api-1` and the client pod `client-1` (common::pods), and the collector
 /// at each pod's own loopback.
 fn registry(collector_port: u16) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {{name: echo, namespace: default}}
-  spec:
-    clusterIP: {VIP}
-    selector: {{app: api}}
-    ports:
-    - {{name: http, port: 80, targetPort: 8080}}
-- apiVersion: v1
-  kind: Pod
-  metadata:
-    name: api-1
-    namespace: default
-    labels: {{app: api, version: v2, security.istio.io/tlsMode: istio}}
-  spec: {{serviceAccountName: api, containers: [{{name: echo}}]}}
-  status: {{podIP: {SERVER_IP}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: client-1, namespace: default, labels: {{app: client}}}}
-  spec: {{serviceAccountName: client, containers: [{{name: client}}]}}
-  status: {{podIP: {CLIENT_IP}}}
-{collector}"#,
-        collector = collector_entry(collector_port, "")
-    )
+    echo_api_and_client(&collector_entry(collector_port, ""))
 }
 
 /// The collector's ServiceEntry on 127.0.0.1 (each proxy's own loopback), as a List item or,

@@ -17,6 +17,74 @@ pub const VIP: &str = "10.96.0.10";
 pub const CLIENT_IP: &str = "10.231.1.1";
 pub const SERVER_IP: &str = "10.231.1.2";
 
+/// Service `echo` (HTTP 80 -> 8080, TCP 78 -> 8078) on the server pod `api-1` (service account
+/// `api`, labelled as a meshed pod) and the client pod `client-1` (service account `client`),
+/// as a `List`; `more_items` (List items, `- ` each) follow.
+pub fn echo_api_and_client(more_items: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {{name: echo, namespace: default}}
+  spec:
+    clusterIP: {VIP}
+    selector: {{app: api}}
+    ports:
+    - {{name: http, port: 80, targetPort: 8080}}
+    - {{name: tcp-echo, port: 78, targetPort: 8078}}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: api-1
+    namespace: default
+    labels: {{app: api, version: v2, security.istio.io/tlsMode: istio}}
+  spec: {{serviceAccountName: api, containers: [{{name: echo}}]}}
+  status: {{podIP: {SERVER_IP}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: client-1, namespace: default, labels: {{app: client}}}}
+  spec: {{serviceAccountName: client, containers: [{{name: client}}]}}
+  status: {{podIP: {CLIENT_IP}}}
+{more_items}"#
+    )
+}
+
+/// `promtool check metrics` on `text`: clean, or only the lint Istio's own duration name gets
+/// (exit 3; Envoy's exposition gets the same line).
+pub fn promtool_accepts(text: &str) -> Result<(), String> {
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    {
+        let mut stdin = p.stdin.take().ok_or("promtool's stdin")?;
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = p.wait_with_output().map_err(|e| e.to_string())?;
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let istio_name =
+        "istio_request_duration_milliseconds use base unit \"seconds\" instead of \"milliseconds\"";
+    if out.status.success()
+        || (out.status.code() == Some(3)
+            && said
+                .lines()
+                .filter(|l| !l.is_empty())
+                .all(|l| l == istio_name))
+    {
+        Ok(())
+    } else {
+        Err(format!("({:?}) {said}", out.status))
+    }
+}
+
 /// istio.io's task cluster as `kubectl get -o yaml` lists it: httpbin (Service on `VIP`,
 /// EndpointSlice, Pod on the server pod, labelled as Istio's injector labels a meshed pod, so
 /// a client sidecar with mesh credentials speaks mTLS to it) and the sleep Pod (the client
