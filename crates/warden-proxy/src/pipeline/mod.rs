@@ -351,11 +351,7 @@ fn finish_record(
     notes.write_details(outcome.answered_upstream, &mut r.details);
     r.policy = notes.policy.clone();
     r.shadow_policy = notes.shadow_policy.clone();
-    r.upstream_host = outcome.upstream.clone();
-    r.upstream_local = outcome.upstream_local;
-    r.transport_failure = outcome.transport_failure.clone();
-    r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
-    r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
+    upstream_fields(&mut r, outcome);
     if !access_log.response_headers.is_empty() {
         r.take_response_headers(&access_log.response_headers, response.headers());
     }
@@ -368,6 +364,15 @@ fn finish_record(
         r.dynamic_metadata = metadata.cloned();
     }
     r
+}
+
+/// What the log line says of the route and the upstream (answered or not: `unanswered`).
+fn upstream_fields(r: &mut Record, outcome: &Outcome) {
+    r.upstream_host = outcome.upstream.clone();
+    r.upstream_local = outcome.upstream_local;
+    r.transport_failure = outcome.transport_failure.clone();
+    r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
+    r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
 }
 
 /// A gRPC request's body, counting its messages as it goes upstream (Istio's

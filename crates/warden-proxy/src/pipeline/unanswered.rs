@@ -61,7 +61,6 @@ impl<'a> Unanswered<'a> {
         if !fields.filter.is_none_or(|f| f.admits(0)) {
             return;
         }
-        let outcome = &self.outcome;
         let mut r = fields.record;
         r.duration = elapsed;
         r.status = 0;
@@ -69,10 +68,7 @@ impl<'a> Unanswered<'a> {
         flags.set(flag);
         r.flags = flags;
         r.details.push_str(flag.details());
-        r.upstream_host = outcome.upstream.clone();
-        r.upstream_local = outcome.upstream_local;
-        r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
-        r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
+        super::upstream_fields(&mut r, &self.outcome);
         access_log.log(r);
     }
 }
