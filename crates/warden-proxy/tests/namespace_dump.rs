@@ -4,7 +4,8 @@
 //! loopback): the gateway serves bookinfo's routes (samples/bookinfo/networking/
 //! bookinfo-gateway.yaml) from the dump's Services and Pods; the kinds warden does not act on
 //! are skipped with a warning each; the mesh-only VirtualService and its subsets validate
-//! without failing the load.
+//! without failing the load; one VirtualService routing to a Service the dump lacks loads with
+//! IST0101 and only its route answers 503.
 
 mod common;
 
@@ -157,6 +158,15 @@ items:
       route: [{{destination: {{host: reviews, subset: v2}}}}]
     - route: [{{destination: {{host: reviews, subset: v1}}}}]
 - apiVersion: networking.istio.io/v1
+  kind: VirtualService
+  metadata: {{name: ratings-gateway, namespace: bookinfo}}
+  spec:
+    hosts: ["*"]
+    gateways: [bookinfo-gateway]
+    http:
+    - match: [{{uri: {{prefix: /ratings}}}}]
+      route: [{{destination: {{host: ratings, port: {{number: 9080}}}}}}]
+- apiVersion: networking.istio.io/v1
   kind: DestinationRule
   metadata: {{name: reviews, namespace: bookinfo}}
   spec:
@@ -192,6 +202,17 @@ async fn a_namespace_dump_serves_its_gateway_routes() {
         );
     }
 
+    // The one dangling VirtualService (no `ratings` Service in the dump) loads with Istio's
+    // IST0101 at its destination; only its route fails at runtime.
+    assert!(
+        loaded.warnings.iter().any(|w| {
+            w.location.object == "VirtualService/ratings-gateway"
+                && w.code.is_some_and(|c| c.id() == "IST0101")
+        }),
+        "IST0101 for the dangling VirtualService: {:#?}",
+        loaded.warnings
+    );
+
     // The Telemetry's access logging is read (no warning).
     assert_eq!(loaded.set.telemetry_access_logging.len(), 1);
     assert!(!loaded
@@ -220,4 +241,8 @@ async fn a_namespace_dump_serves_its_gateway_routes() {
     }
     let r = c.get(format!("{base}/reviews/1")).send().await.unwrap();
     assert_eq!(r.status(), 404);
+    // The dangling route answers as Envoy does (503, no body: NC); the others above served.
+    let r = c.get(format!("{base}/ratings/1")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.text().await.unwrap(), "");
 }
