@@ -3,6 +3,8 @@
 //! volume's `..data` swap — each change exactly one reload; and a reload that carries one good
 //! change and one route to an undefined host, under a steady client: the good change is live,
 //! only the dangling route answers 503 (Envoy's NC), and no other request fails.
+//! Alias bombs (1 KB, 1 MB) written over the config under a steady client: each reload refused,
+//! the proxy's peak RSS up by less than 32 MB, no request failed.
 
 mod common;
 
@@ -242,4 +244,77 @@ fn a_dangling_route_does_not_hold_back_a_good_change_under_a_steady_client() {
         "steady client: {} served, 0 failed",
         served.load(Ordering::Relaxed)
     );
+}
+
+/// A billion-laughs document of `levels` anchors, each aliasing the previous one ten times,
+/// after `pad` bytes of an anchored string (as warden-config's alias_bomb test builds them).
+fn alias_bomb(levels: usize, pad: usize) -> String {
+    let mut text = format!("pad: &a0 \"{}\"\n", "x".repeat(pad));
+    for i in 1..levels {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+    }
+    text
+}
+
+/// A process's peak resident set (VmHWM), KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn alias_bombs_are_refused_under_a_steady_client_with_little_memory() {
+    let dir = TempDir::new("alias-bomb-reload").expect("temp dir");
+    let port = free_port().expect("a free port");
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(&file, gateway(port, "kept")).expect("written");
+    let (proxy, admin) = start_in(dir.path(), "gateway.yaml");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (served, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let client = {
+        let (stop, served, failed) = (stop.clone(), served.clone(), failed.clone());
+        thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                match answer(port, "/") {
+                    Some((200, body)) if body == "kept" => served.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        })
+    };
+    assert!(wait_until(Duration::from_secs(10), || served
+        .load(Ordering::Relaxed)
+        > 100));
+
+    let small = alias_bomb(16, 16);
+    let large = alias_bomb(12, 1024 * 1024 - 1024);
+    assert!((900..=1100).contains(&small.len()), "{}", small.len());
+    assert!((1_000_000..=1_100_000).contains(&large.len()));
+    let before = peak_rss_kib(proxy.id());
+    for (i, bomb) in [small, large].into_iter().enumerate() {
+        std::fs::write(&file, bomb).expect("bomb written");
+        let refused = wait_until(Duration::from_secs(15), || errors(admin) >= (i + 1) as f64);
+        assert!(refused, "reload {} of an alias bomb not refused", i + 1);
+    }
+    let growth_kib = peak_rss_kib(proxy.id()).saturating_sub(before);
+    let more = served.load(Ordering::Relaxed) + 100;
+    assert!(wait_until(Duration::from_secs(10), || served
+        .load(Ordering::Relaxed)
+        > more));
+    stop.store(true, Ordering::Relaxed);
+    client.join().expect("client thread");
+    eprintln!(
+        "two alias bombs refused; proxy peak RSS growth {growth_kib} KiB; {} served",
+        served.load(Ordering::Relaxed)
+    );
+    assert_eq!(errors(admin), 2.0, "each bomb one refused reload");
+    assert!(growth_kib < 32 * 1024, "peak RSS grew by {growth_kib} KiB");
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "failed requests");
 }
