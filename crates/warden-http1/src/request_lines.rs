@@ -208,19 +208,23 @@ impl<'a> Iterator for Lines<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let (name_len, value_len) = lengths_at(self.rest, 0)?;
-            let rest = self.rest.get(LENGTHS..)?;
+            let (lengths, rest) = self.rest.split_first_chunk::<LENGTHS>()?;
+            let (name_len, value_len) = lengths.split_at(4);
+            let name_len = u32::from_le_bytes(name_len.try_into().ok()?) as usize;
+            let value_len = u32::from_le_bytes(value_len.try_into().ok()?) as usize;
             let (name, rest) = rest.split_at_checked(name_len)?;
             let (value, rest) = rest.split_at_checked(value_len)?;
             self.rest = rest;
-            let marked = self.removed != 0
-                && self
-                    .removed
-                    .checked_shr(self.index)
-                    .is_some_and(|bits| bits & 1 == 1);
-            self.index += 1;
+            // Lines are numbered only when some are marked removed (most requests: none).
+            if self.removed != 0 {
+                let marked = self.removed.checked_shr(self.index).unwrap_or(0) & 1 == 1;
+                self.index += 1;
+                if marked {
+                    continue;
+                }
+            }
             // An empty name is a line an edit removed.
-            if !name.is_empty() && !marked {
+            if !name.is_empty() {
                 return Some((name, value));
             }
         }
