@@ -231,13 +231,25 @@ fn hex_array<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Every byte's two lowercase hex digits: one load per byte (a `traceparent` is written for
+/// every traced request, traced or not; two digit lookups and their bounds checks per byte cost
+/// it about twice as much).
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut table = [[0u8; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = [DIGITS[b >> 4], DIGITS[b & 0xf]];
+        b += 1;
+    }
+    table
+};
 
-/// `bytes` as lowercase hex into `out` (twice as long).
+/// `bytes` as lowercase hex into `out` (twice as long; a shorter `out` takes the first bytes).
+#[inline]
 pub fn write_hex(bytes: &[u8], out: &mut [u8]) {
-    for (i, b) in bytes.iter().enumerate() {
-        out[2 * i] = HEX[usize::from(b >> 4)];
-        out[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(*b)]);
     }
 }
 
@@ -378,6 +390,15 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(parse_b3_single(text.as_bytes()), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn every_byte_is_written_as_two_lowercase_digits() {
+        for b in 0..=255u8 {
+            let mut out = [0u8; 2];
+            write_hex(&[b], &mut out);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{b:02x}"));
         }
     }
 

@@ -22,8 +22,25 @@ pub fn export_request<'a>(
     exporter: &Exporter,
     spans: impl IntoIterator<Item = &'a Span>,
 ) -> ExportTraceServiceRequest {
-    let mut attributes = vec![key_value("service.name", &exporter.service_name)];
-    attributes.extend(exporter.attributes.iter().map(|(k, v)| key_value(k, v)));
+    export_request_owned(exporter, spans.into_iter().cloned())
+}
+
+/// [`export_request`] of spans given away: their names, tags and values move into the
+/// message instead of being copied (the exporter's spans are sent once).
+pub fn export_request_owned(
+    exporter: &Exporter,
+    spans: impl IntoIterator<Item = Span>,
+) -> ExportTraceServiceRequest {
+    let mut attributes = vec![key_value(
+        "service.name".into(),
+        exporter.service_name.clone(),
+    )];
+    attributes.extend(
+        exporter
+            .attributes
+            .iter()
+            .map(|(k, v)| key_value(k.clone(), v.clone())),
+    );
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
@@ -44,20 +61,24 @@ pub fn export_request<'a>(
     }
 }
 
-fn otlp_span(s: &Span) -> opentelemetry_proto::tonic::trace::v1::Span {
+fn otlp_span(s: Span) -> opentelemetry_proto::tonic::trace::v1::Span {
     opentelemetry_proto::tonic::trace::v1::Span {
         trace_id: s.trace_id.0.to_vec(),
         span_id: s.span_id.0.to_vec(),
-        trace_state: s.trace_state.clone().unwrap_or_default(),
+        trace_state: s.trace_state.unwrap_or_default(),
         parent_span_id: s.parent_span_id.map(|p| p.0.to_vec()).unwrap_or_default(),
-        name: s.name.clone(),
+        name: s.name,
         kind: match s.kind {
             SpanKind::Server => span::SpanKind::Server,
             SpanKind::Client => span::SpanKind::Client,
         } as i32,
         start_time_unix_nano: unix_nanos(s.start),
         end_time_unix_nano: unix_nanos(s.end),
-        attributes: s.attributes.iter().map(|(k, v)| key_value(k, v)).collect(),
+        attributes: s
+            .attributes
+            .into_iter()
+            .map(|(k, v)| key_value(k.into_owned(), v))
+            .collect(),
         status: Some(Status {
             code: if s.error {
                 status::StatusCode::Error
@@ -70,11 +91,11 @@ fn otlp_span(s: &Span) -> opentelemetry_proto::tonic::trace::v1::Span {
     }
 }
 
-fn key_value(key: &str, value: &str) -> KeyValue {
+fn key_value(key: String, value: String) -> KeyValue {
     KeyValue {
-        key: key.to_owned(),
+        key,
         value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_owned())),
+            value: Some(any_value::Value::StringValue(value)),
         }),
         ..Default::default()
     }

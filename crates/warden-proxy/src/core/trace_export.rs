@@ -3,26 +3,40 @@
 //! in batches to each span's OTLP collector over gRPC (`TraceService/Export`). A batch the
 //! collector does not take (down, slow, refusing) is dropped and counted: spans are never
 //! retried at the cost of memory.
+//!
+//! The request path does not wake the exporter for a span: it takes what is queued every
+//! [`DRAIN_EVERY`] (a waiting receiver was woken by every send: a futex call and two context
+//! switches per sampled request on the worker's core), and only a full batch's worth of
+//! spans wakes it sooner. Between exports its runtime keeps running, so the collectors'
+//! connections are served as their events come (a closed connection is seen when it closes,
+//! not by the next export sent on it). It runs at a lower priority than the workers
+//! ([`crate::core::thread_priority`]): a batch's encoding yields to the requests on the same
+//! core instead of holding them up.
 
 use crate::core::traces::Report;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::HashMap;
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, SyncSender, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::Notify;
 use warden_trace::otlp::{self, TraceServiceClient};
 use warden_trace::Span;
 
 /// Spans waiting for the exporter; more are dropped (and counted).
 const QUEUE: usize = 8 * 1024;
-/// Spans per export call at most.
+/// Spans per export call at most; this many queued wake the exporter.
 const BATCH: usize = 512;
-/// How long a span waits for its batch to fill (Envoy flushes every 5 s; sooner here so a
+/// How often the exporter takes what is queued (Envoy flushes every 5 s; sooner here so a
 /// trace shows up while it is looked for).
-const FLUSH: Duration = Duration::from_secs(1);
+const DRAIN_EVERY: Duration = Duration::from_secs(1);
 /// One export call's limit, connecting included.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The exporter thread's nice value: below the workers' (0), so its batches take the core's
+/// idle time and a small share under load, never a worker's whole slice.
+const EXPORTER_NICE: i32 = 10;
 
 /// The exporter's counters (`warden_tracing_*`, also in `/stats`).
 #[derive(Debug, Clone, Default)]
@@ -61,8 +75,13 @@ struct Finished {
 
 /// The queue's sending end, shared by every worker.
 pub struct Tracer {
-    tx: SyncSender<Finished>,
+    /// Taken on drop, so the exporter sees the queue closed when it is woken.
+    tx: Option<SyncSender<Finished>>,
     metrics: TracingMetrics,
+    /// Spans queued since the exporter last drained (approximately: it is reset as a drain
+    /// starts); reaching [`BATCH`] wakes it.
+    queued: Arc<AtomicUsize>,
+    wake: Arc<Notify>,
 }
 
 impl Tracer {
@@ -70,60 +89,95 @@ impl Tracer {
     /// queued).
     pub fn start(metrics: TracingMetrics) -> std::io::Result<Tracer> {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let thread_metrics = metrics.clone();
+        let exporter = Exporter {
+            rx,
+            metrics: metrics.clone(),
+            queued: Arc::new(AtomicUsize::new(0)),
+            wake: Arc::new(Notify::new()),
+        };
+        let (queued, wake) = (exporter.queued.clone(), exporter.wake.clone());
         std::thread::Builder::new()
             .name("warden-traces".into())
-            .spawn(move || export_loop(rx, thread_metrics))?;
-        Ok(Tracer { tx, metrics })
+            .spawn(move || exporter.run())?;
+        Ok(Tracer {
+            tx: Some(tx),
+            metrics,
+            queued,
+            wake,
+        })
     }
 
     /// Queue a finished span; a full queue drops it.
     pub fn push(&self, span: Span, report: Arc<Report>) {
-        if self.tx.try_send(Finished { span, report }).is_err() {
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(Finished { span, report }).is_ok());
+        if !sent {
             self.metrics.dropped("queue_full", 1);
+        } else if self.queued.fetch_add(1, Ordering::Relaxed) + 1 == BATCH {
+            self.wake.notify_one();
         }
     }
 }
 
-fn export_loop(rx: mpsc::Receiver<Finished>, metrics: TracingMetrics) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    let mut clients: HashMap<String, TraceServiceClient<tonic::transport::Channel>> =
-        HashMap::new();
-    let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
-    loop {
-        let open = match rx.recv() {
-            Ok(first) => {
-                batch.push(first);
-                fill(&rx, &mut batch)
-            }
-            Err(_) => false,
-        };
-        if !batch.is_empty() {
-            runtime.block_on(export(&mut clients, &mut batch, &metrics));
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.tx = None;
+        self.wake.notify_one();
+    }
+}
+
+/// The exporter thread's end of the queue.
+struct Exporter {
+    rx: mpsc::Receiver<Finished>,
+    metrics: TracingMetrics,
+    queued: Arc<AtomicUsize>,
+    wake: Arc<Notify>,
+}
+
+impl Exporter {
+    fn run(self) {
+        if let Err(e) = crate::core::thread_priority::lower_current_thread(EXPORTER_NICE) {
+            tracing::debug!(error = %e, "span exporter keeps the workers' priority");
         }
-        if !open {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
             return;
-        }
+        };
+        runtime.block_on(self.export_loop());
     }
-}
 
-/// Fill the batch until it is full or [`FLUSH`] has passed; `false` once the queue is closed.
-fn fill(rx: &mpsc::Receiver<Finished>, batch: &mut Vec<Finished>) -> bool {
-    let deadline = Instant::now() + FLUSH;
-    while batch.len() < BATCH {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(f) => batch.push(f),
-            Err(RecvTimeoutError::Timeout) => return true,
-            Err(RecvTimeoutError::Disconnected) => return false,
+    async fn export_loop(self) {
+        let mut clients: HashMap<String, TraceServiceClient<tonic::transport::Channel>> =
+            HashMap::new();
+        let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
+        loop {
+            // Woken early by a full batch or the tracer's drop; else on the interval.
+            let _ = tokio::time::timeout(DRAIN_EVERY, self.wake.notified()).await;
+            self.queued.store(0, Ordering::Relaxed);
+            let open = loop {
+                match self.rx.try_recv() {
+                    Ok(f) => {
+                        batch.push(f);
+                        if batch.len() == BATCH {
+                            export(&mut clients, &mut batch, &self.metrics).await;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break true,
+                    Err(TryRecvError::Disconnected) => break false,
+                }
+            };
+            if !batch.is_empty() {
+                export(&mut clients, &mut batch, &self.metrics).await;
+            }
+            if !open {
+                return;
+            }
         }
     }
-    true
 }
 
 /// Send the batch, one call per collector.
@@ -155,7 +209,7 @@ async fn export(
                 }
             },
         };
-        let request = otlp::export_request(&report.exporter, &spans);
+        let request = otlp::export_request_owned(&report.exporter, spans);
         let mut client = client;
         match tokio::time::timeout(EXPORT_TIMEOUT, client.export(request)).await {
             Ok(Ok(_)) => {

@@ -48,10 +48,6 @@ impl<'a> Headers<'a> {
             None => self.map.get(name).map(HeaderValue::as_bytes),
         }
     }
-
-    fn has(&self, name: &HeaderName) -> bool {
-        self.get(name).is_some()
-    }
 }
 
 /// Envoy's `max_path_tag_length` default: the longest `http.url` tag.
@@ -162,16 +158,16 @@ pub fn start(
     headers: Headers<'_>,
     facts: &RequestFacts<'_>,
 ) -> RequestTrace {
-    let caller = extract(plan.propagation, headers);
-    let (parent, parent_sampled) = match caller {
+    let found = headers.trace_headers(plan.propagation);
+    let (parent, parent_sampled) = match found.caller() {
         Some(B3::Context(p)) => (Some(p), p.sampled),
         Some(B3::SamplingOnly(s)) => (None, Some(s)),
         None => (None, None),
     };
     let input = SamplingInput {
         parent: parent_sampled,
-        client_trace_id: headers.has(&X_CLIENT_TRACE_ID),
-        forced_internal: headers.has(&X_ENVOY_FORCE_TRACE) && is_internal(facts.client_ip),
+        client_trace_id: found.client_trace_id.is_some(),
+        forced_internal: found.force_trace && is_internal(facts.client_ip),
     };
     let mut rng = fastrand::Rng::new();
     let decision = sampling::decide(input, plan.per_ten_thousand, rng.u32(..));
@@ -205,28 +201,93 @@ fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
-/// The caller's context: W3C first when the provider speaks it, then B3 (single, then multi).
-fn extract(propagation: Propagation, headers: Headers<'_>) -> Option<B3> {
-    if propagation.w3c {
-        if let Some(p) = headers
-            .get(&TRACEPARENT)
-            .and_then(context::parse_traceparent)
-        {
+/// The headers a trace starts from, each the first of its name: those of the provider's
+/// format and the two that force sampling.
+#[derive(Debug, Default, Clone, Copy)]
+struct TraceHeaders<'a> {
+    traceparent: Option<&'a [u8]>,
+    b3: Option<&'a [u8]>,
+    b3_trace_id: Option<&'a [u8]>,
+    b3_span_id: Option<&'a [u8]>,
+    b3_sampled: Option<&'a [u8]>,
+    b3_flags: Option<&'a [u8]>,
+    client_trace_id: Option<&'a [u8]>,
+    force_trace: bool,
+}
+
+impl<'a> Headers<'a> {
+    /// The trace headers: lines kept as read in one pass (every traced request reads them, and
+    /// a lookup per name walked the lines once per name), a map by lookups.
+    fn trace_headers(&self, propagation: Propagation) -> TraceHeaders<'a> {
+        let mut found = TraceHeaders::default();
+        match self.lines {
+            Some(lines) => {
+                for (name, value) in lines.iter() {
+                    found.note(propagation, name, value);
+                }
+            }
+            None => {
+                let get = |n: &HeaderName| self.map.get(n).map(HeaderValue::as_bytes);
+                if propagation.w3c {
+                    found.traceparent = get(&TRACEPARENT);
+                }
+                if propagation.b3 {
+                    found.b3 = get(&B3_SINGLE);
+                    found.b3_trace_id = get(&X_B3_TRACEID);
+                    found.b3_span_id = get(&X_B3_SPANID);
+                    found.b3_sampled = get(&X_B3_SAMPLED);
+                    found.b3_flags = get(&X_B3_FLAGS);
+                }
+                found.client_trace_id = get(&X_CLIENT_TRACE_ID);
+                found.force_trace = self.map.contains_key(&X_ENVOY_FORCE_TRACE);
+            }
+        }
+        found
+    }
+}
+
+impl<'a> TraceHeaders<'a> {
+    /// One line (lowercase `name`): kept when it is the first of a name read. Names are told
+    /// apart by length first, so most lines cost one comparison.
+    fn note(&mut self, propagation: Propagation, name: &[u8], value: &'a [u8]) {
+        let slot = match name.len() {
+            11 if propagation.w3c && name == b"traceparent" => &mut self.traceparent,
+            17 if name == b"x-client-trace-id" => &mut self.client_trace_id,
+            19 if name == b"x-envoy-force-trace" => {
+                self.force_trace = true;
+                return;
+            }
+            2 | 10..=12 if propagation.b3 => match name {
+                b"b3" => &mut self.b3,
+                b"x-b3-traceid" => &mut self.b3_trace_id,
+                b"x-b3-spanid" => &mut self.b3_span_id,
+                b"x-b3-sampled" => &mut self.b3_sampled,
+                b"x-b3-flags" => &mut self.b3_flags,
+                _ => return,
+            },
+            _ => return,
+        };
+        if slot.is_none() {
+            *slot = Some(value);
+        }
+    }
+
+    /// The caller's context: W3C first when the provider speaks it, then B3 (single, then
+    /// multi); the headers of a format the provider does not speak were not read.
+    fn caller(&self) -> Option<B3> {
+        if let Some(p) = self.traceparent.and_then(context::parse_traceparent) {
             return Some(B3::Context(p));
         }
-    }
-    if propagation.b3 {
-        if let Some(b3) = headers.get(&B3_SINGLE).and_then(context::parse_b3_single) {
+        if let Some(b3) = self.b3.and_then(context::parse_b3_single) {
             return Some(b3);
         }
-        return context::parse_b3_multi(
-            headers.get(&X_B3_TRACEID),
-            headers.get(&X_B3_SPANID),
-            headers.get(&X_B3_SAMPLED),
-            headers.get(&X_B3_FLAGS),
-        );
+        context::parse_b3_multi(
+            self.b3_trace_id,
+            self.b3_span_id,
+            self.b3_sampled,
+            self.b3_flags,
+        )
     }
-    None
 }
 
 fn started(
@@ -350,13 +411,17 @@ impl RequestTrace {
     /// nothing allocated).
     pub fn encode(&self, propagation: Propagation, out: &mut Vec<u8>) {
         if propagation.w3c {
-            out.extend_from_slice(b"traceparent: ");
-            out.extend_from_slice(&context::traceparent(
+            // The line made whole, then one copy into the head.
+            const NAME: &[u8] = b"traceparent: ";
+            let mut line = [0u8; NAME.len() + 55 + 2];
+            line[..NAME.len()].copy_from_slice(NAME);
+            line[NAME.len()..NAME.len() + 55].copy_from_slice(&context::traceparent(
                 self.trace_id,
                 self.span_id,
                 self.sampled,
             ));
-            out.extend_from_slice(b"\r\n");
+            line[NAME.len() + 55..].copy_from_slice(b"\r\n");
+            out.extend_from_slice(&line);
         }
         if propagation.b3 {
             let mut hex = [0u8; 32];
