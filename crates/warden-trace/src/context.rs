@@ -118,6 +118,13 @@ pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
 /// The `traceparent` a hop sends: version 00, this hop's span as the parent, the sampled flag.
 pub fn traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool) -> [u8; 55] {
     let mut out = [0u8; 55];
+    write_traceparent(trace_id, span_id, sampled, &mut out);
+    out
+}
+
+/// [`traceparent`] written where it goes (a request head's line: no array copied out).
+#[inline]
+pub fn write_traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool, out: &mut [u8; 55]) {
     out[0] = b'0';
     out[1] = b'0';
     out[2] = b'-';
@@ -127,7 +134,6 @@ pub fn traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool) -> [u8; 55
     out[52] = b'-';
     out[53] = b'0';
     out[54] = if sampled { b'1' } else { b'0' };
-    out
 }
 
 /// The multi-header B3 set (`x-b3-traceid`, `x-b3-spanid`, `x-b3-sampled`, `x-b3-flags`): a

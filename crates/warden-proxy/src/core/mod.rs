@@ -24,9 +24,6 @@ pub mod metrics_exposition;
 pub mod request_attrs;
 pub mod share;
 pub mod timeouts;
-// setpriority: no safe wrapper in std.
-#[allow(unsafe_code)]
-pub mod thread_priority;
 pub mod tls_info;
 pub mod trace_export;
 pub mod traces;

@@ -9,9 +9,7 @@
 //! switches per sampled request on the worker's core), and only a full batch's worth of
 //! spans wakes it sooner. Between exports its runtime keeps running, so the collectors'
 //! connections are served as their events come (a closed connection is seen when it closes,
-//! not by the next export sent on it). It runs at a lower priority than the workers
-//! ([`crate::core::thread_priority`]): a batch's encoding yields to the requests on the same
-//! core instead of holding them up.
+//! not by the next export sent on it).
 
 use crate::core::traces::Report;
 use prometheus_client::metrics::counter::Counter;
@@ -34,9 +32,6 @@ const BATCH: usize = 512;
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
 /// One export call's limit, connecting included.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The exporter thread's nice value: below the workers' (0), so its batches take the core's
-/// idle time and a small share under load, never a worker's whole slice.
-const EXPORTER_NICE: i32 = 10;
 
 /// The exporter's counters (`warden_tracing_*`, also in `/stats`).
 #[derive(Debug, Clone, Default)]
@@ -138,9 +133,6 @@ struct Exporter {
 
 impl Exporter {
     fn run(self) {
-        if let Err(e) = crate::core::thread_priority::lower_current_thread(EXPORTER_NICE) {
-            tracing::debug!(error = %e, "span exporter keeps the workers' priority");
-        }
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -281,6 +281,14 @@ impl<'a> TraceHeaders<'a> {
         if let Some(b3) = self.b3.and_then(context::parse_b3_single) {
             return Some(b3);
         }
+        // No B3 header (every request of a W3C provider): nothing to parse.
+        if self.b3_trace_id.is_none()
+            && self.b3_span_id.is_none()
+            && self.b3_sampled.is_none()
+            && self.b3_flags.is_none()
+        {
+            return None;
+        }
         context::parse_b3_multi(
             self.b3_trace_id,
             self.b3_span_id,
@@ -412,15 +420,15 @@ impl RequestTrace {
     pub fn encode(&self, propagation: Propagation, out: &mut Vec<u8>) {
         if propagation.w3c {
             // The line made whole, then one copy into the head.
-            const NAME: &[u8] = b"traceparent: ";
-            let mut line = [0u8; NAME.len() + 55 + 2];
-            line[..NAME.len()].copy_from_slice(NAME);
-            line[NAME.len()..NAME.len() + 55].copy_from_slice(&context::traceparent(
-                self.trace_id,
-                self.span_id,
-                self.sampled,
-            ));
-            line[NAME.len() + 55..].copy_from_slice(b"\r\n");
+            const NAME: &[u8; 13] = b"traceparent: ";
+            let mut line = [0u8; 13 + 55 + 2];
+            let (name, rest) = line.split_at_mut(13);
+            let (value, end) = rest.split_at_mut(55);
+            name.copy_from_slice(NAME);
+            if let Ok(value) = <&mut [u8; 55]>::try_from(value) {
+                context::write_traceparent(self.trace_id, self.span_id, self.sampled, value);
+            }
+            end.copy_from_slice(b"\r\n");
             out.extend_from_slice(&line);
         }
         if propagation.b3 {
