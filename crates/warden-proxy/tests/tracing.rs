@@ -267,6 +267,27 @@ impl Receiver {
         ([127, 0, 0, 1], self.port).into()
     }
 
+    /// Stop the receiver and start it again on the same port and log (its connections close).
+    fn restart(&mut self) {
+        self.stop();
+        let refused = wait_until(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(self.addr()).is_err()
+        });
+        assert!(refused, "the receiver is gone");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracing/otlp_receiver.py");
+        let mut command = std::process::Command::new("python3");
+        command
+            .arg(script)
+            .arg(self.port.to_string())
+            .arg(&self.log);
+        self.process = Some(KillOnDrop::spawn(command).expect("python3 runs"));
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(self.addr()).is_ok()
+        });
+        assert!(up, "the OTLP receiver listens again on {}", self.port);
+    }
+
     fn spans(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(&self.log)
             .unwrap()
@@ -462,6 +483,28 @@ async fn a_stopped_collector_leaves_requests_alone_and_drops_are_counted() {
         stats.contains("warden_tracing_spans_dropped_total{reason=\"export_failed\"}: 100"),
         "{stats}"
     );
+    proxy.shutdown(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_collector_gets_the_next_batch() {
+    let mut receiver = Receiver::start();
+    let (upstream, _recording) = recording_upstream().await;
+    let proxy = start(upstream, receiver.addr(), &mesh("otel-tracing", 100.0));
+    for _ in 0..5 {
+        assert_eq!(get(&proxy, &[]).await, 200);
+    }
+    assert_eq!(receiver.wait_for(5).len(), 5);
+    // Between two exports the collector closes its connection: the next batch goes on a new
+    // one (sent on the closed one, it was dropped as export_failed).
+    receiver.restart();
+    for _ in 0..5 {
+        assert_eq!(get(&proxy, &[]).await, 200);
+    }
+    assert_eq!(receiver.wait_for(10).len(), 10);
+    let exported = wait_until(Duration::from_secs(10), || counter(&proxy, EXPORTED) == 10);
+    assert!(exported, "exported: {}", counter(&proxy, EXPORTED));
+    assert_eq!(counter(&proxy, FAILED), 0);
     proxy.shutdown(Duration::from_secs(1));
 }
 
