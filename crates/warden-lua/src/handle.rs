@@ -10,6 +10,7 @@ use crate::headers::HeaderList;
 use crate::live::{Kind, Shared, Streams};
 use crate::stream::{HttpCall, LocalResponse};
 use mlua::{Function, LightUserData, Lua, MultiValue, Table, Value};
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -326,7 +327,52 @@ return function(entry)
 end
 "#;
 
+/// Header values scripts read lately, as the Lua strings they got: the same value read again
+/// (a method, a common path, an authority) is answered without making a string, which from
+/// Rust costs a protected call under a memory limit (about 600 instructions, callgrind).
+/// A Lua string is immutable and compared by value, so a script cannot tell.
+#[derive(Default)]
+struct RecentValues {
+    entries: RefCell<Vec<(Box<[u8]>, mlua::LuaString)>>,
+    /// The entry the next new value replaces once all are taken.
+    next: Cell<usize>,
+}
+
+/// How many values are kept, and how long one may be (longer ones are made each time).
+const RECENT_VALUES: usize = 16;
+const RECENT_VALUE_BYTES: usize = 128;
+
+impl RecentValues {
+    fn string(&self, lua: &Lua, bytes: &[u8]) -> mlua::Result<mlua::LuaString> {
+        if bytes.len() > RECENT_VALUE_BYTES {
+            return lua.create_string(bytes);
+        }
+        let known = self.entries.try_borrow().ok().and_then(|e| {
+            e.iter()
+                .find(|(b, _)| **b == *bytes)
+                .map(|(_, s)| s.clone())
+        });
+        if let Some(s) = known {
+            return Ok(s);
+        }
+        // Made with no borrow held: the allocation may run a finalizer that reads a header.
+        let s = lua.create_string(bytes)?;
+        if let Ok(mut entries) = self.entries.try_borrow_mut() {
+            let entry = (Box::from(bytes), s.clone());
+            if entries.len() < RECENT_VALUES {
+                entries.push(entry);
+            } else {
+                let i = self.next.get() % RECENT_VALUES;
+                entries[i] = entry;
+                self.next.set(i + 1);
+            }
+        }
+        Ok(s)
+    }
+}
+
 fn header_methods(m: &Methods<'_>) -> mlua::Result<()> {
+    let recent = Rc::new(RecentValues::default());
     // `get` is also the metadata objects' (one table holds every kind's methods).
     m.add(
         "get",
@@ -336,7 +382,7 @@ fn header_methods(m: &Methods<'_>) -> mlua::Result<()> {
             Kind::RouteMetadata,
             Kind::DynamicMetadata,
         ],
-        |lua, live, kind, name: String| {
+        move |lua, live, kind, name: String| {
             let live = live.try_borrow().map_err(|_| busy())?;
             match kind {
                 Kind::RouteMetadata => match live.stream.route_metadata.get(&name) {
@@ -350,7 +396,7 @@ fn header_methods(m: &Methods<'_>) -> mlua::Result<()> {
                 // The string is made while the stream is borrowed: an allocation may run a
                 // finalizer, whose calls into the API then find the stream busy (an error).
                 _ => match list(&live, kind).joined(&name) {
-                    Some(v) => Ok(Value::String(lua.create_string(v)?)),
+                    Some(v) => Ok(Value::String(recent.string(lua, &v)?)),
                     None => Ok(Value::Nil),
                 },
             }

@@ -152,3 +152,47 @@ end"#,
         }
     }
 }
+
+/// Header values read again are the same strings whatever else was read between (the state
+/// keeps the strings of values read lately): many distinct values, long ones, repeated.
+#[test]
+fn header_values_read_back_right_however_many_were_read() {
+    let p = program(
+        r#"function envoy_on_request(h)
+  local hs = h:headers()
+  local out = {}
+  for round = 1, 3 do
+    for i = 1, 40 do out[#out + 1] = hs:get("x-" .. i) end
+    out[#out + 1] = hs:get("x-long")
+  end
+  hs:add("x-all", table.concat(out, ","))
+end"#,
+    );
+    let long = "y".repeat(300);
+    for request in 0..3 {
+        let mut s = request_with(&[]);
+        for i in 1..=40 {
+            s.headers
+                .add(&format!("x-{i}"), format!("v{request}-{}", i % 7));
+        }
+        s.headers.add("x-long", &long);
+        let out = continued(p.run(0, Phase::Request, s));
+        let one: Vec<String> = (1..=40)
+            .map(|i| format!("v{request}-{}", i % 7))
+            .chain([long.clone()])
+            .collect();
+        assert_eq!(
+            header(&out, "x-all"),
+            Some([one.join(","), one.join(","), one.join(",")].join(",")),
+            "{request}"
+        );
+    }
+}
+
+fn request_with(extra: &[(&str, &str)]) -> Stream {
+    let mut s = request("/", "none");
+    for (n, v) in extra {
+        s.headers.add(n, v);
+    }
+    s
+}
