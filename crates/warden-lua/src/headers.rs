@@ -87,10 +87,14 @@ impl HeaderList {
 
     /// The entries named `name` (any case), as (index, entry).
     fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (usize, &'a Entry)> + 'a {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(move |(_, e)| self.name(e).eq_ignore_ascii_case(name))
+        let names = self.names.as_bytes();
+        let name = name.as_bytes();
+        self.entries.iter().enumerate().filter(move |(_, e)| {
+            e.name.len() == name.len()
+                && names
+                    .get(e.name.clone())
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        })
     }
 
     /// Remember the entries so far as the message's own: [`HeaderList::appended`] then tells
