@@ -221,14 +221,12 @@ pub(crate) fn headers_to_table(lua: &Lua, h: &HeaderList, duplicates: bool) -> m
     Ok(t)
 }
 
-/// Installs the handle's methods on light userdata; runs once per Lua state. Answers the
-/// function that makes an entry point into what a phase's coroutine runs (see `PRELUDE`):
-/// it is called with the phase's handle and headers objects.
+/// Installs the handle's methods on light userdata; runs once per Lua state.
 pub(crate) fn install(
     lua: &Lua,
     streams: &Rc<Streams>,
     clock: fn() -> SystemTime,
-) -> mlua::Result<Function> {
+) -> mlua::Result<()> {
     let m = Methods {
         lua,
         streams,
@@ -257,35 +255,25 @@ pub(crate) fn install(
         pairs_of(lua, &streams_for_pairs, o, &live, kind)
     })?;
     let globals = lua.globals();
-    let coroutine = globals.get::<Table>("coroutine")?;
-    let yield_fn: Function = coroutine.get("yield")?;
-    let running: Function = coroutine.get("running")?;
-    let phase = lua
-        .load(PRELUDE)
+    let yield_fn: Function = globals.get::<Table>("coroutine")?.get("yield")?;
+    lua.load(PRELUDE)
         .set_name("=warden.lua.prelude")
-        .call::<Function>((m.table.clone(), internal.table, yield_fn, running))?;
+        .call::<()>((m.table.clone(), internal.table, yield_fn))?;
     let meta = lua.create_table()?;
     meta.raw_set("__index", m.table)?;
     meta.raw_set("__pairs", pairs)?;
     meta.raw_set("__metatable", false)?;
     lua.set_type_metatable::<LightUserData>(Some(meta));
-    Ok(phase)
+    Ok(())
 }
 
 /// Adds the yielding methods (`body`, `bodyChunks`, `httpCall`, `respond`) to the method table
-/// over the internals they call, and `headers`, which answers the running phase's headers
-/// object itself (the handle and coroutine match) and asks Rust for any other handle's (a
-/// dead one's is an error). Returns what makes an entry point a phase's function: it notes
-/// the phase's objects and tail-calls the entry point (no frame of its own: `error(m, 2)` in
-/// the entry point has no position, as in Envoy).
+/// over the internals they call. Every other method is a Rust function: with the count hook
+/// on, each Lua instruction costs tens of machine instructions, and a Lua `headers()` that
+/// answered the running phase's object without calling Rust cost more than the call it
+/// saved (callgrind).
 const PRELUDE: &str = r#"
-local M, internal, yield, running = ...
-local raw_headers = internal.rawHeaders
-local handle_of, headers_of, thread_of
-M.headers = function(self)
-  if self == handle_of and running() == thread_of then return headers_of end
-  return raw_headers(self)
-end
+local M, internal, yield = ...
 local need_body, body = internal.needBody, internal.body
 local stream_chunks, next_chunk, chunk = internal.streamChunks, internal.nextChunk, internal.chunk
 local buffered = internal.buffered
@@ -318,12 +306,6 @@ M.respond = function(self, ...)
   respond(self, ...)
   yield()
   error("respond() ended the stream", 0)
-end
-return function(entry)
-  return function(handle, headers)
-    handle_of, headers_of, thread_of = handle, headers, running()
-    return entry(handle)
-  end
 end
 "#;
 
@@ -524,6 +506,7 @@ fn handle_methods(m: &Methods<'_>, clock: fn() -> SystemTime) -> mlua::Result<()
     }
     // The handle's objects are its generation with another kind: the same object each time.
     for (name, kind) in [
+        ("headers", Kind::Headers),
         ("metadata", Kind::RouteMetadata),
         ("streamInfo", Kind::StreamInfo),
         ("connection", Kind::Connection),
@@ -739,20 +722,9 @@ fn info_methods(m: &Methods<'_>) -> mlua::Result<()> {
     Ok(())
 }
 
-/// What the prelude's methods call: `body`, `bodyChunks`, `httpCall` and `respond` before and
-/// after they yield, `headers` for a handle not the running phase's.
+/// What `body`, `bodyChunks`, `httpCall` and `respond` call before and after they yield.
 fn yielding_internals(m: &Methods<'_>) -> mlua::Result<()> {
     use crate::live::object;
-    // `headers()` of a handle other than the running phase's (see `PRELUDE`).
-    let streams = m.streams.clone();
-    let headers = m.lua.create_function(move |_, o: LightUserData| {
-        streams.find(o, "headers", HANDLE)?;
-        Ok(object(
-            crate::live::decode(o).map_or(0, |(g, _)| g),
-            Kind::Headers,
-        ))
-    })?;
-    m.table.raw_set("rawHeaders", headers)?;
     let buffer =
         |o: LightUserData| object(crate::live::decode(o).map_or(0, |(g, _)| g), Kind::Buffer);
     let streams = m.streams.clone();

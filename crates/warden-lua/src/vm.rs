@@ -322,10 +322,7 @@ impl Program {
             Err(e) => return self.failed(&state, generation, &live, e),
         };
         state.budget.set(self.0.budget_steps());
-        let result = thread.resume::<()>((
-            live::object(generation, Kind::Handle),
-            live::object(generation, Kind::Headers),
-        ));
+        let result = thread.resume::<()>(live::object(generation, Kind::Handle));
         self.finish(&state, thread, generation, &live, result)
     }
 
@@ -540,7 +537,7 @@ impl State {
         }
     }
 
-    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Rc<Streams>, Function)> {
+    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Rc<Streams>)> {
         // Envoy opens LuaJIT's standard libraries; `debug` (which could remove the hook) and
         // the C module loader stay out.
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
@@ -556,23 +553,23 @@ impl State {
         resolution.set("MICROSECOND", "MICROSECOND")?;
         globals.set("EnvoyTimestampResolution", resolution)?;
         let streams = Rc::new(Streams::default());
-        let phase = handle::install(&lua, &streams, program.clock)?;
-        Ok((lua, budget, streams, phase))
+        handle::install(&lua, &streams, program.clock)?;
+        Ok((lua, budget, streams))
     }
 
     fn load(script: &Script, program: &Arc<Inner>) -> mlua::Result<State> {
-        let (lua, budget, streams, phase) = Self::new_lua(program)?;
+        let (lua, budget, streams) = Self::new_lua(program)?;
         lua.load(&*script.source)
             .set_name(format!("={}", script.name))
             .exec()?;
         let globals = lua.globals();
         let entry = |name: &str| match globals.get::<Value>(name) {
-            Ok(Value::Function(f)) => phase.call::<Function>(f).map(Some),
-            _ => Ok(None),
+            Ok(Value::Function(f)) => Some(f),
+            _ => None,
         };
         Ok(State {
-            on_request: entry("envoy_on_request")?,
-            on_response: entry("envoy_on_response")?,
+            on_request: entry("envoy_on_request"),
+            on_response: entry("envoy_on_response"),
             lua: lua.clone(),
             budget,
             streams,
@@ -583,7 +580,7 @@ impl State {
 
     /// A state whose chunk failed to run: no entry points (the filter passes streams).
     fn broken(program: &Arc<Inner>) -> Option<State> {
-        let (lua, budget, streams, _) = Self::new_lua(program).ok()?;
+        let (lua, budget, streams) = Self::new_lua(program).ok()?;
         Some(State {
             lua,
             on_request: None,
