@@ -131,7 +131,12 @@ impl HeaderList {
     }
 
     /// Append an entry (the name is lower-cased, as HTTP/2 and Envoy's maps keep it).
-    pub fn add(&mut self, name: &str, value: impl AsRef<[u8]>) {
+    pub fn add(&mut self, name: &str, value: impl Into<Vec<u8>>) {
+        self.add_bytes(name, &value.into());
+    }
+
+    /// [`HeaderList::add`] from borrowed bytes (no copy of them but the list's own).
+    pub fn add_bytes(&mut self, name: &str, value: &[u8]) {
         let start = self.names.len();
         if name.bytes().any(|b| b.is_ascii_uppercase()) {
             self.names
@@ -140,7 +145,7 @@ impl HeaderList {
             self.names.push_str(name);
         }
         let name = start..self.names.len();
-        let value = self.push_value(value.as_ref());
+        let value = self.push_value(value);
         self.entries.push(Entry { name, value });
     }
 
@@ -197,11 +202,11 @@ impl HeaderList {
 
     /// Envoy's `replace`: every value of `name` goes, one `value` takes the first one's place
     /// (or is appended when there was none).
-    pub fn replace(&mut self, name: &str, value: impl AsRef<[u8]>) {
-        let value = value.as_ref();
+    pub fn replace(&mut self, name: &str, value: impl Into<Vec<u8>>) {
+        let value: &[u8] = &value.into();
         self.touched |= self.touches_original(name);
         let Some(first) = self.named(name).next().map(|(i, _)| i) else {
-            self.add(name, value);
+            self.add_bytes(name, value);
             return;
         };
         let old = self.entries[first].value.clone();

@@ -175,7 +175,7 @@ end"#,
             s.headers
                 .add(&format!("x-{i}"), format!("v{request}-{}", i % 7));
         }
-        s.headers.add("x-long", &long);
+        s.headers.add("x-long", long.as_str());
         let out = continued(p.run(0, Phase::Request, s));
         let one: Vec<String> = (1..=40)
             .map(|i| format!("v{request}-{}", i % 7))
@@ -192,7 +192,7 @@ end"#,
 fn request_with(extra: &[(&str, &str)]) -> Stream {
     let mut s = request("/", "none");
     for (n, v) in extra {
-        s.headers.add(n, v);
+        s.headers.add(n, *v);
     }
     s
 }

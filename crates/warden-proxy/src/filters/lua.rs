@@ -179,9 +179,9 @@ impl Calls {
                     .ok()?
                     .to_bytes();
             let mut headers = HeaderList::with_capacity(parts.headers.len() + 1);
-            headers.add(":status", parts.status.as_str().as_bytes());
+            headers.add_bytes(":status", parts.status.as_str().as_bytes());
             for (n, v) in &parts.headers {
-                headers.add(n.as_str(), v.as_bytes());
+                headers.add_bytes(n.as_str(), v.as_bytes());
             }
             Some(warden_lua::HttpReply {
                 headers,
@@ -1319,7 +1319,7 @@ fn body_with_trailers(bytes: bytes::Bytes, trailers: HeaderMap) -> ProxyBody {
 fn header_list(map: &HeaderMap) -> HeaderList {
     let mut list = HeaderList::with_capacity(map.len());
     for (n, v) in map {
-        list.add(n.as_str(), v.as_bytes());
+        list.add_bytes(n.as_str(), v.as_bytes());
     }
     list
 }
@@ -1363,13 +1363,13 @@ fn reply(r: warden_lua::LocalResponse) -> Verdict {
 /// value is `:authority`).
 fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) -> Stream {
     let mut headers = HeaderList::with_capacity(req.headers.len() + 4);
-    headers.add(":authority", req.authority.as_bytes());
+    headers.add_bytes(":authority", req.authority.as_bytes());
     match req.query {
         Some(q) => headers.add_parts(":path", &[req.path.as_bytes(), b"?", q.as_bytes()]),
-        None => headers.add(":path", req.path.as_bytes()),
+        None => headers.add_bytes(":path", req.path.as_bytes()),
     }
-    headers.add(":method", req.method.as_str().as_bytes());
-    headers.add(
+    headers.add_bytes(":method", req.method.as_str().as_bytes());
+    headers.add_bytes(
         ":scheme",
         if req.tls.is_some() {
             &b"https"[..]
@@ -1379,7 +1379,7 @@ fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) ->
     );
     for (n, v) in req.headers {
         if n != http::header::HOST {
-            headers.add(n.as_str(), v.as_bytes());
+            headers.add_bytes(n.as_str(), v.as_bytes());
         }
     }
     headers.mark_original();
@@ -1521,9 +1521,9 @@ fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
 /// A response's headers as Envoy's map has them (`:status` first).
 fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Stream {
     let mut headers = HeaderList::with_capacity(response.headers().len() + 1);
-    headers.add(":status", response.status().as_str().as_bytes());
+    headers.add_bytes(":status", response.status().as_str().as_bytes());
     for (n, v) in response.headers() {
-        headers.add(n.as_str(), v.as_bytes());
+        headers.add_bytes(n.as_str(), v.as_bytes());
     }
     Stream {
         headers,
