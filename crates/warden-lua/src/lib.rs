@@ -17,6 +17,7 @@
 pub mod base64;
 mod handle;
 pub mod headers;
+mod live;
 pub mod script;
 pub mod stream;
 mod vm;

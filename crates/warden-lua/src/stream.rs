@@ -120,7 +120,7 @@ impl HttpReply {
     /// What the script sees when the call failed (no host, reset, timeout).
     pub fn failed() -> Self {
         let mut headers = HeaderList::new();
-        headers.add(":status", b"503".to_vec());
+        headers.add_bytes(":status", b"503");
         HttpReply {
             headers,
             body: None,

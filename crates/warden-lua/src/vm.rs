@@ -2,10 +2,12 @@
 //! worker), made on the worker's first request after a config load, each with an
 //! instruction budget per call (a count hook) and a memory limit. Every phase runs as a
 //! coroutine, so `httpCall` can suspend it; a suspended coroutine stays on its worker, in a
-//! thread-local table, and [`Pending`] names it.
+//! thread-local table, and [`Pending`] names it. A coroutine whose phase ended is reset and
+//! kept for the state's next phase, so a request makes none.
 
-use crate::handle::{self, Live, Shared};
+use crate::handle;
 use crate::headers::HeaderList;
+use crate::live::{self, Kind, Live, Shared, Streams};
 use crate::script::Script;
 use crate::stream::{HttpCall, HttpReply, LocalResponse, Stream};
 use mlua::thread::ThreadStatus;
@@ -116,22 +118,27 @@ impl Suspension {
                 },
             );
         };
-        s.budget.set(self.program.0.budget_steps());
-        let result = match prepare(&s.lua, &s.live) {
+        s.state.budget.set(self.program.0.budget_steps());
+        let result = match prepare(&s.state.lua, &s.live) {
             Ok(args) => s.thread.resume::<()>(args),
             Err(e) => Err(e),
         };
         self.program
-            .finish(&s.lua, &s.budget, &s.thread, &s.live, result)
+            .finish(&s.state, s.thread, s.generation, &s.live, result)
     }
 }
 
 impl Drop for Suspension {
     fn drop(&mut self) {
-        // A request that went away while its phase waited: its coroutine goes too.
+        // A request that went away while its phase waited: its coroutine goes too, and the
+        // objects its script kept are dead.
         let _ = WORKER.try_with(|w| {
-            if let Ok(mut w) = w.try_borrow_mut() {
-                w.suspended.remove(&self.token);
+            let gone = w
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut w| w.suspended.remove(&self.token));
+            if let Some(s) = gone {
+                s.state.streams.close(s.generation);
             }
         });
     }
@@ -304,113 +311,111 @@ impl Program {
         let Some(state) = self.state(index) else {
             return Run::Continue(stream);
         };
-        let Some(entry) = state.entry(phase).cloned() else {
+        let Some(entry) = state.entry(phase) else {
             return Run::Continue(stream);
         };
         let script = self.0.scripts[index].name.clone();
-        let live: Shared = Rc::new(RefCell::new(Live {
-            stream,
-            dead: false,
-            respond: None,
-            call: None,
-            wants_body: false,
-            wants_chunk: false,
-            streaming: false,
-            chunks_ended: false,
-            phase,
-            script,
-        }));
-        let started = (|| {
-            let handle = handle::handle(&state.lua, &state.make_handle, &live)?;
-            let thread = state.lua.create_thread(entry)?;
-            Ok::<_, mlua::Error>((thread, handle))
-        })();
-        let (thread, handle) = match started {
+        let live: Shared = Rc::new(RefCell::new(Live::new(stream, phase, script)));
+        let generation = state.streams.open(live.clone());
+        let thread = match state.thread(entry) {
             Ok(t) => t,
-            Err(e) => return self.failed(&state.lua, &live, e),
+            Err(e) => return self.failed(&state, generation, &live, e),
         };
         state.budget.set(self.0.budget_steps());
-        let result = thread.resume::<()>(handle);
-        self.finish(&state.lua, &state.budget, &thread, &live, result)
+        let result = thread.resume::<()>(live::object(generation, Kind::Handle));
+        self.finish(&state, thread, generation, &live, result)
     }
 
     /// What a resumption's result means.
     fn finish(
         &self,
-        lua: &Lua,
-        budget: &Rc<Cell<u64>>,
-        thread: &Thread,
+        state: &Rc<State>,
+        thread: Thread,
+        generation: usize,
         live: &Shared,
         result: mlua::Result<()>,
     ) -> Run {
         if let Err(e) = result {
-            return self.failed(lua, live, e);
+            return self.failed(state, generation, live, e);
         }
-        if thread.status() == ThreadStatus::Resumable {
-            let (respond, call) = {
-                let mut l = live.borrow_mut();
-                (l.respond.take(), l.call.take())
-            };
-            if let Some(r) = respond {
-                return Run::Respond(take(live), r);
-            }
-            let (wants_body, wants_chunk) = {
-                let mut l = live.borrow_mut();
-                (
-                    std::mem::take(&mut l.wants_body),
-                    std::mem::take(&mut l.wants_chunk),
-                )
-            };
-            if call.is_some() || wants_body || wants_chunk {
-                let token = WORKER.with(|w| {
-                    let mut w = w.borrow_mut();
-                    w.next_token += 1;
-                    let token = w.next_token;
-                    w.suspended.insert(
-                        token,
-                        Suspended {
-                            lua: lua.clone(),
-                            thread: thread.clone(),
-                            live: live.clone(),
-                            budget: budget.clone(),
-                        },
-                    );
-                    token
-                });
-                let suspension = Suspension {
-                    token,
-                    program: self.clone(),
-                };
-                return match call {
-                    Some(call) => Run::Call(Pending { suspension, call }),
-                    None if wants_chunk => Run::Chunk(ChunkWait { suspension }),
-                    None => Run::Body(BodyWait { suspension }),
-                };
-            }
+        if thread.status() != ThreadStatus::Resumable {
+            state.streams.close(generation);
+            state.keep(thread);
+            return Run::Continue(take(live));
+        }
+        let (respond, call) = {
+            let mut l = live.borrow_mut();
+            (l.respond.take(), l.call.take())
+        };
+        if let Some(r) = respond {
+            state.streams.close(generation);
+            state.keep(thread);
+            return Run::Respond(take(live), r);
+        }
+        let (wants_body, wants_chunk) = {
+            let mut l = live.borrow_mut();
+            (
+                std::mem::take(&mut l.wants_body),
+                std::mem::take(&mut l.wants_chunk),
+            )
+        };
+        if call.is_none() && !wants_body && !wants_chunk {
             return self.failed(
-                lua,
+                state,
+                generation,
                 live,
                 mlua::Error::runtime("script yielded outside an Envoy API call"),
             );
         }
-        Run::Continue(take(live))
+        let token = WORKER.with(|w| {
+            let mut w = w.borrow_mut();
+            w.next_token += 1;
+            let token = w.next_token;
+            w.suspended.insert(
+                token,
+                Suspended {
+                    state: state.clone(),
+                    thread,
+                    generation,
+                    live: live.clone(),
+                },
+            );
+            token
+        });
+        let suspension = Suspension {
+            token,
+            program: self.clone(),
+        };
+        match call {
+            Some(call) => Run::Call(Pending { suspension, call }),
+            None if wants_chunk => Run::Chunk(ChunkWait { suspension }),
+            None => Run::Body(BodyWait { suspension }),
+        }
     }
 
-    fn failed(&self, lua: &Lua, live: &Shared, e: mlua::Error) -> Run {
+    fn failed(&self, state: &State, generation: usize, live: &Shared, e: mlua::Error) -> Run {
+        state.streams.close(generation);
         self.0.errors.fetch_add(1, Ordering::Relaxed);
         let script = live.borrow().script.clone();
         let error = classify(script, &e);
         tracing::error!(script = %error.script, "script log: {}", error.message);
         // What the failed call allocated goes now, not at the next request's expense.
-        let _ = lua.gc_collect();
+        let _ = state.lua.gc_collect();
         Run::Failed(take(live), error)
     }
 
     /// This worker's state for script `index`, made (and its chunk run) on first use.
     fn state(&self, index: usize) -> Option<Rc<State>> {
         let key = (self.0.id, index);
-        if let Some(s) = WORKER.with(|w| w.borrow().states.get(&key).cloned()) {
-            return Some(s);
+        let found = WORKER.with(|w| {
+            let w = w.borrow();
+            w.states
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, s)| s.clone())
+        });
+        if found.is_some() {
+            return found;
         }
         let script = self.0.scripts.get(index)?;
         let state = match State::load(script, &self.0) {
@@ -424,17 +429,15 @@ impl Program {
         WORKER.with(|w| {
             let mut w = w.borrow_mut();
             // States of configs that were replaced go with the first new state made here.
-            w.states.retain(|_, s| s.program.strong_count() > 0);
-            w.states.insert(key, state.clone());
+            w.states.retain(|(_, s)| s.program.strong_count() > 0);
+            w.states.push((key, state.clone()));
         });
         Some(state)
     }
 }
 
 fn take(live: &Shared) -> Stream {
-    let mut l = live.borrow_mut();
-    l.dead = true;
-    std::mem::take(&mut l.stream)
+    std::mem::take(&mut live.borrow_mut().stream)
 }
 
 /// Marks the hook's error so it can be told from a script's own.
@@ -488,13 +491,19 @@ fn spend(left: Rc<Cell<u64>>) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Res
     }
 }
 
+/// The coroutines a state keeps for its next phases (more are made when phases wait).
+const KEPT_THREADS: usize = 4;
+
 /// One script's Lua state on one worker.
 struct State {
     lua: Lua,
     on_request: Option<Function>,
     on_response: Option<Function>,
-    make_handle: Function,
     budget: Rc<Cell<u64>>,
+    /// The phases running or waiting, by generation (what the objects scripts hold name).
+    streams: Rc<Streams>,
+    /// Coroutines whose phase ended, for the next ones.
+    idle: RefCell<Vec<Thread>>,
     program: Weak<Inner>,
 }
 
@@ -506,13 +515,35 @@ impl State {
         }
     }
 
-    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Function)> {
+    /// A coroutine that calls `entry`: one a phase left, reset, or a new one (it inherits the
+    /// instruction hook).
+    fn thread(&self, entry: &Function) -> mlua::Result<Thread> {
+        let kept = self.idle.borrow_mut().pop();
+        if let Some(thread) = kept {
+            // A coroutine left suspended by `respond()` is closed here (its to-be-closed
+            // variables run); an error doing so goes with it.
+            if thread.reset(entry.clone()).is_ok() {
+                return Ok(thread);
+            }
+        }
+        self.lua.create_thread(entry.clone())
+    }
+
+    /// Keep `thread`, whose phase ended, for a next phase.
+    fn keep(&self, thread: Thread) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < KEPT_THREADS {
+            idle.push(thread);
+        }
+    }
+
+    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Rc<Streams>)> {
         // Envoy opens LuaJIT's standard libraries; `debug` (which could remove the hook) and
         // the C module loader stay out.
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
         lua.set_memory_limit(program.limits.memory_bytes)?;
         let budget = Rc::new(Cell::new(program.budget_steps()));
-        // The main thread (a script's top level) and every coroutine mlua makes for a phase.
+        // The main thread (a script's top level) and every coroutine made for a phase.
         let every = HookTriggers::new().every_nth_instruction(HOOK_STEP);
         lua.set_hook(every, spend(budget.clone()))?;
         lua.set_global_hook(every, spend(budget.clone()))?;
@@ -521,12 +552,13 @@ impl State {
         resolution.set("MILLISECOND", "MILLISECOND")?;
         resolution.set("MICROSECOND", "MICROSECOND")?;
         globals.set("EnvoyTimestampResolution", resolution)?;
-        let make_handle = handle::install(&lua, program.clock)?;
-        Ok((lua, budget, make_handle))
+        let streams = Rc::new(Streams::default());
+        handle::install(&lua, &streams, program.clock)?;
+        Ok((lua, budget, streams))
     }
 
     fn load(script: &Script, program: &Arc<Inner>) -> mlua::Result<State> {
-        let (lua, budget, make_handle) = Self::new_lua(program)?;
+        let (lua, budget, streams) = Self::new_lua(program)?;
         lua.load(&*script.source)
             .set_name(format!("={}", script.name))
             .exec()?;
@@ -539,36 +571,40 @@ impl State {
             on_request: entry("envoy_on_request"),
             on_response: entry("envoy_on_response"),
             lua: lua.clone(),
-            make_handle,
             budget,
+            streams,
+            idle: RefCell::new(Vec::new()),
             program: Arc::downgrade(program),
         })
     }
 
     /// A state whose chunk failed to run: no entry points (the filter passes streams).
     fn broken(program: &Arc<Inner>) -> Option<State> {
-        let (lua, budget, make_handle) = Self::new_lua(program).ok()?;
+        let (lua, budget, streams) = Self::new_lua(program).ok()?;
         Some(State {
             lua,
             on_request: None,
             on_response: None,
-            make_handle,
             budget,
+            streams,
+            idle: RefCell::new(Vec::new()),
             program: Arc::downgrade(program),
         })
     }
 }
 
+/// A phase waiting on this worker: its state, coroutine and stream.
 struct Suspended {
-    lua: Lua,
+    state: Rc<State>,
     thread: Thread,
+    generation: usize,
     live: Shared,
-    budget: Rc<Cell<u64>>,
 }
 
 #[derive(Default)]
 struct Worker {
-    states: HashMap<(u64, usize), Rc<State>>,
+    /// Each loaded script's state, by (program, script index): a few, searched in order.
+    states: Vec<((u64, usize), Rc<State>)>,
     suspended: HashMap<u64, Suspended>,
     next_token: u64,
 }

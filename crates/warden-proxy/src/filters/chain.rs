@@ -154,6 +154,9 @@ pub struct FilterState {
     /// What the Lua filter's response phase tells a script of the stream (`streamInfo()`),
     /// kept from the request phase, which has the request.
     pub lua_stream_info: Option<Box<warden_lua::StreamInfo>>,
+    /// A Lua request phase that ran without waiting and goes on in the filter's waiting
+    /// phase (it made a call, or answered).
+    pub lua_request: Option<crate::filters::lua::LuaRequest>,
 }
 
 /// A request as a filter changed it (Envoy filters edit the header map, pseudo-headers

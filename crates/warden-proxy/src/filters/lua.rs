@@ -45,6 +45,16 @@ struct Choice {
     metadata: serde_json::Map<String, Value>,
 }
 
+/// A request phase a Lua filter ran in `on_request` that goes on in its waiting phase.
+#[derive(Debug)]
+pub struct LuaRequest {
+    /// The filter's key ([`LuaFilter::key`]).
+    filter: usize,
+    /// Where it stopped (a call to make, a local reply); None: it ended, and the waiting
+    /// phase only lets the request go on (the response phase may wait).
+    run: Option<Box<Run>>,
+}
+
 /// One Lua filter of a chain.
 #[derive(Debug)]
 pub struct LuaFilter {
@@ -60,6 +70,10 @@ pub struct LuaFilter {
     calls: Arc<Calls>,
     /// Some script reads the request body (`body()`, `bodyChunks()`): it is buffered first.
     reads_body: bool,
+    /// Some script's response phase may wait (it mentions `body` or `httpCall`): responses
+    /// of routes that run one take the pipeline's waiting path; otherwise the response phase
+    /// runs where the response is made.
+    response_may_wait: bool,
     /// `EnvoyFilter/name spec.configPatches[i]: name (N scripts)`, for `warden check`.
     described: String,
 }
@@ -165,9 +179,9 @@ impl Calls {
                     .ok()?
                     .to_bytes();
             let mut headers = HeaderList::with_capacity(parts.headers.len() + 1);
-            headers.add(":status", parts.status.as_str().as_bytes());
+            headers.add_bytes(":status", parts.status.as_str().as_bytes());
             for (n, v) in &parts.headers {
-                headers.add(n.as_str(), v.as_bytes());
+                headers.add_bytes(n.as_str(), v.as_bytes());
             }
             Some(warden_lua::HttpReply {
                 headers,
@@ -642,6 +656,9 @@ pub fn build(
         let reads_body = scripts
             .iter()
             .any(|s| s.source.contains(":body(") || s.source.contains("bodyChunks"));
+        let response_may_wait = scripts
+            .iter()
+            .any(|s| s.source.contains("body") || s.source.contains("httpCall"));
         out.push(PlacedLua {
             position,
             filter: Arc::new(LuaFilter {
@@ -651,6 +668,7 @@ pub fn build(
                 per_route,
                 calls,
                 reads_body,
+                response_may_wait,
                 described: described.clone(),
             }),
             described,
@@ -854,6 +872,44 @@ impl LuaFilter {
         self.program.errors()
     }
 
+    /// Run the request phase of `choice` over the request (`body_pending`: the body is
+    /// there to read when the script asks).
+    fn request_run(
+        &self,
+        choice: &Choice,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+        body_pending: bool,
+    ) -> Run {
+        state.settle_metadata();
+        let mut stream = request_stream(req, route, state);
+        stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
+        stream.body_pending = body_pending;
+        self.program.run(choice.script, Phase::Request, stream)
+    }
+
+    /// The request phase run where the chain decides (no body to read): None when it ended,
+    /// its edit left in `state`; else how it stopped (a call to wait for, a local reply),
+    /// for [`LuaFilter::request_phase_from`].
+    fn request_now(
+        &self,
+        choice: &Choice,
+        req: &RequestAttrs<'_>,
+        route: &Route,
+        state: &mut FilterState,
+    ) -> Option<Run> {
+        match self.request_run(choice, req, route, state, false) {
+            Run::Continue(s) | Run::Failed(s, _) => {
+                self.send_async(&s);
+                apply_request(s, req, state);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
     async fn request_phase(
         &self,
         choice: &Choice,
@@ -861,18 +917,24 @@ impl LuaFilter {
         route: &Route,
         state: &mut FilterState,
     ) -> Verdict {
-        state.settle_metadata();
-        let mut stream = request_stream(req, route, state);
-        stream.filter_context.clone_from(&choice.context);
-        stream.route_metadata.clone_from(&choice.metadata);
         // The body is read only if the script asks for it (`body()`, `bodyChunks()`), as
         // Envoy suspends the script for it: the request otherwise streams on untouched.
-        stream.body_pending = state
+        let body_pending = state
             .request_body
             .as_deref()
             .is_some_and(|b| !matches!(b, ProxyBody::Empty));
+        let run = self.request_run(choice, req, route, state, body_pending);
+        self.request_phase_from(run, req, state).await
+    }
+
+    /// The request phase from `run` on: its waits, then what it left.
+    async fn request_phase_from(
+        &self,
+        mut run: Run,
+        req: &RequestAttrs<'_>,
+        state: &mut FilterState,
+    ) -> Verdict {
         let mut read = false;
-        let mut run = self.program.run(choice.script, Phase::Request, stream);
         loop {
             match run {
                 Run::Continue(mut s) | Run::Failed(mut s, _) => {
@@ -966,16 +1028,8 @@ impl LuaFilter {
         state: &mut FilterState,
         response: &mut Response<ProxyBody>,
     ) {
-        state.settle_metadata();
-        // The upstream's header lines kept as read go into the map: the script sees (and
-        // edits) every header.
-        crate::upstream::h1_exchange::response_headers_mut(response);
-        let mut stream = response_stream(response, state);
-        stream.filter_context.clone_from(&choice.context);
-        stream.route_metadata.clone_from(&choice.metadata);
-        stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
         let mut read = false;
-        let mut run = self.program.run(choice.script, Phase::Response, stream);
+        let mut run = self.response_run(choice, state, response);
         loop {
             match run {
                 Run::Continue(s) | Run::Failed(s, _) => {
@@ -1038,6 +1092,50 @@ impl LuaFilter {
                     }
                 }
             }
+        }
+    }
+
+    /// Run the response phase of `choice` over `response`.
+    fn response_run(
+        &self,
+        choice: &Choice,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) -> Run {
+        state.settle_metadata();
+        // The upstream's header lines kept as read go into the map: the script sees (and
+        // edits) every header.
+        crate::upstream::h1_exchange::response_headers_mut(response);
+        let mut stream = response_stream(response, state);
+        stream.filter_context.clone_from(&choice.context);
+        stream.route_metadata.clone_from(&choice.metadata);
+        stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
+        self.program.run(choice.script, Phase::Response, stream)
+    }
+
+    /// The response phase of scripts that never mention `body` or `httpCall`, where the
+    /// response is made: it cannot wait, and one that tries to (through a method name it
+    /// made) is stopped and logged, the response left as it was.
+    fn response_now(
+        &self,
+        choice: &Choice,
+        state: &mut FilterState,
+        response: &mut Response<ProxyBody>,
+    ) {
+        match self.response_run(choice, state, response) {
+            Run::Continue(s) | Run::Failed(s, _) => {
+                self.send_async(&s);
+                apply_response(s, false, state, response);
+            }
+            Run::Respond(s, _) => {
+                tracing::error!("script log: respond() is not allowed in the response flow");
+                self.send_async(&s);
+                apply_response(s, false, state, response);
+            }
+            Run::Call(_) | Run::Body(_) | Run::Chunk(_) => tracing::error!(
+                "script log: a response script that names neither body nor httpCall tried \
+                 to wait; stopped"
+            ),
         }
     }
 
@@ -1221,7 +1319,7 @@ fn body_with_trailers(bytes: bytes::Bytes, trailers: HeaderMap) -> ProxyBody {
 fn header_list(map: &HeaderMap) -> HeaderList {
     let mut list = HeaderList::with_capacity(map.len());
     for (n, v) in map {
-        list.add(n.as_str(), v.as_bytes());
+        list.add_bytes(n.as_str(), v.as_bytes());
     }
     list
 }
@@ -1265,14 +1363,13 @@ fn reply(r: warden_lua::LocalResponse) -> Verdict {
 /// value is `:authority`).
 fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) -> Stream {
     let mut headers = HeaderList::with_capacity(req.headers.len() + 4);
-    let path = match req.query {
-        Some(q) => format!("{}?{q}", req.path),
-        None => req.path.to_string(),
-    };
-    headers.add(":authority", req.authority.as_bytes());
-    headers.add(":path", path.into_bytes());
-    headers.add(":method", req.method.as_str().as_bytes());
-    headers.add(
+    headers.add_bytes(":authority", req.authority.as_bytes());
+    match req.query {
+        Some(q) => headers.add_parts(":path", &[req.path.as_bytes(), b"?", q.as_bytes()]),
+        None => headers.add_bytes(":path", req.path.as_bytes()),
+    }
+    headers.add_bytes(":method", req.method.as_str().as_bytes());
+    headers.add_bytes(
         ":scheme",
         if req.tls.is_some() {
             &b"https"[..]
@@ -1282,7 +1379,7 @@ fn request_stream(req: &RequestAttrs<'_>, route: &Route, state: &FilterState) ->
     );
     for (n, v) in req.headers {
         if n != http::header::HOST {
-            headers.add(n.as_str(), v.as_bytes());
+            headers.add_bytes(n.as_str(), v.as_bytes());
         }
     }
     headers.mark_original();
@@ -1424,9 +1521,9 @@ fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
 /// A response's headers as Envoy's map has them (`:status` first).
 fn response_stream(response: &Response<ProxyBody>, state: &FilterState) -> Stream {
     let mut headers = HeaderList::with_capacity(response.headers().len() + 1);
-    headers.add(":status", response.status().as_str().as_bytes());
+    headers.add_bytes(":status", response.status().as_str().as_bytes());
     for (n, v) in response.headers() {
-        headers.add(n.as_str(), v.as_bytes());
+        headers.add_bytes(n.as_str(), v.as_bytes());
     }
     Stream {
         headers,
@@ -1512,24 +1609,51 @@ impl HttpFilter for LuaFilter {
         };
         let script = c.script;
         let responds = self.program.has(script, Phase::Response);
+        // A response script that may read the body or make a call may wait: the request
+        // takes the pipeline's waiting path (also for a direct response), whose response
+        // phases can.
+        let response_waits = responds && self.response_may_wait;
         if responds {
             state
                 .response_choices
                 .get_or_insert_with(Box::default)
                 .push((self.key(), choice));
-            // The response script may read the body or make a call: its phase may wait, so
-            // the request takes the pipeline's waiting path (also for a direct response).
-            state.response_waits = true;
+            state.response_waits |= response_waits;
             if state.lua_stream_info.is_none() {
                 state.lua_stream_info = Some(Box::new(stream_info(req, route)));
             }
         }
-        // The script runs in the waiting phase, where the pipeline applies its changes to the
-        // request before the next filter reads it.
-        if responds || self.program.has(script, Phase::Request) {
-            Flow::Wait
-        } else {
-            Flow::Continue
+        if !self.program.has(script, Phase::Request) {
+            return if response_waits {
+                Flow::Wait
+            } else {
+                Flow::Continue
+            };
+        }
+        // A script that may read the body runs in the waiting phase, which has it.
+        if self.reads_body {
+            return Flow::Wait;
+        }
+        // Otherwise it runs now; one that makes a call or answers goes on in the waiting
+        // phase from where it stopped. Its edit is applied by the pipeline before the next
+        // filter runs, either way.
+        match self.request_now(c, req, route, state) {
+            Some(run) => {
+                state.lua_request = Some(LuaRequest {
+                    filter: self.key(),
+                    run: Some(Box::new(run)),
+                });
+                Flow::Wait
+            }
+            None if response_waits => {
+                state.lua_request = Some(LuaRequest {
+                    filter: self.key(),
+                    run: None,
+                });
+                Flow::Wait
+            }
+            None if state.request_edit.is_some() => Flow::Edited,
+            None => Flow::Continue,
         }
     }
 
@@ -1540,6 +1664,16 @@ impl HttpFilter for LuaFilter {
         state: &'a mut FilterState,
         _metrics: &'a Metrics,
     ) -> VerdictFuture<'a> {
+        // The request phase that ran in `on_request`: what is left of it.
+        match state.lua_request.take() {
+            Some(LuaRequest { filter, run }) if filter == self.key() => {
+                return match run {
+                    Some(run) => Box::pin(self.request_phase_from(*run, req, state)),
+                    None => Box::pin(std::future::ready(Verdict::Continue)),
+                };
+            }
+            other => state.lua_request = other,
+        }
         match self.script_for(req, route) {
             Some((_, c)) if self.program.has(c.script, Phase::Request) => {
                 Box::pin(self.request_phase(c, req, route, state))
@@ -1552,16 +1686,20 @@ impl HttpFilter for LuaFilter {
         self.reads_body
     }
 
-    /// Not reached for a request whose script has a response phase (that sets
-    /// [`FilterState::response_waits`]); kept for the trait's sake.
+    /// A response phase that cannot wait (see [`LuaFilter::response_now`]); one that may
+    /// set [`FilterState::response_waits`] and runs in `on_response_waiting`.
     fn on_response(
         &self,
         _route: &Route,
         state: &mut FilterState,
-        _response: &mut Response<ProxyBody>,
+        response: &mut Response<ProxyBody>,
     ) {
-        if self.response_script(state).is_some() {
-            tracing::error!("script log: a Lua response phase ran without waiting; skipped");
+        if let Some(choice) = self.response_script(state) {
+            if self.response_may_wait {
+                tracing::error!("script log: a Lua response phase ran without waiting; skipped");
+                return;
+            }
+            self.response_now(choice, state, response);
         }
     }
 
