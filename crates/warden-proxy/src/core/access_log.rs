@@ -5,15 +5,17 @@
 //! nothing of this runs.
 
 pub mod format;
+pub mod record;
 pub mod sent;
+pub mod write_text;
 
 use crate::core::error::ProxyError;
-use crate::core::local_reply::ResponseFlags;
 use format::{Format, HeaderOp, HeaderRef, Op, Value, Values};
-use http::{HeaderMap, HeaderValue, Method};
+pub use record::{Field, Record};
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -57,71 +59,18 @@ pub enum LineFormat {
 /// Which answers are logged: Telemetry's `filter.expression` on `response.code`.
 pub use warden_config::telemetry_access_logging::CodeExpression as CodeFilter;
 
-/// What the log line of one request is made of, copied on the worker (the rendering happens
-/// on the writer thread).
-#[derive(Debug, Default)]
-pub struct Record {
-    pub start: Option<SystemTime>,
-    pub duration: Duration,
-    pub method: Option<Method>,
-    /// `:path` as the request came (with its query).
-    pub path: String,
-    pub authority: String,
-    pub scheme: &'static str,
-    pub protocol: &'static str,
-    /// The request's `x-request-id`, or the one the proxy made for it.
-    pub request_id: String,
-    /// The format's named request headers, in its order.
-    pub request_headers: Vec<Option<HeaderValue>>,
-    pub response_headers: Vec<Option<HeaderValue>>,
-    pub status: u16,
-    pub flags: ResponseFlags,
-    pub details: String,
-    /// The RBAC policy or rate limit rule that decided (`FILTER_STATE(warden.rule)`).
-    pub policy: Option<Arc<str>>,
-    pub shadow_policy: Option<Arc<str>>,
-    pub bytes_received: u64,
-    pub bytes_sent: u64,
-    pub upstream_host: Option<http::uri::Authority>,
-    /// The upstream connection's own address.
-    pub upstream_local: Option<SocketAddr>,
-    /// Why the upstream connection's transport failed (TLS origination).
-    pub transport_failure: Option<Box<str>>,
-    pub upstream_cluster: Option<String>,
-    pub route_name: Option<Arc<str>>,
-    /// The TCP peer.
-    pub peer: Option<SocketAddr>,
-    /// The trusted client address (XFF rules).
-    pub client_ip: Option<IpAddr>,
-    pub local: Option<SocketAddr>,
-    pub sni: Option<String>,
-    pub dynamic_metadata: Option<crate::core::dynamic_metadata::DynamicMetadata>,
-}
-
 impl Record {
-    /// The format's response headers of `headers`.
-    pub fn take_response_headers(&mut self, names: &[http::HeaderName], headers: &HeaderMap) {
-        self.response_headers = names.iter().map(|n| headers.get(n).cloned()).collect();
-    }
-
     fn header<'a>(&'a self, op: &HeaderOp, response: bool) -> Value<'a> {
         let one = |r: &HeaderRef| -> Value<'a> {
-            let named = |list: &'a [Option<HeaderValue>], i: usize| match list.get(i) {
-                Some(Some(v)) => Value::Str(String::from_utf8_lossy(v.as_bytes())),
-                _ => Value::Absent,
-            };
             match r {
-                HeaderRef::Method => self
-                    .method
-                    .as_ref()
-                    .map_or(Value::Absent, |m| Value::Str(Cow::Borrowed(m.as_str()))),
-                HeaderRef::Path => text(&self.path),
-                HeaderRef::Authority => text(&self.authority),
+                HeaderRef::Method => present(self.text(Field::Method)),
+                HeaderRef::Path => non_empty(self.text(Field::Path)),
+                HeaderRef::Authority => non_empty(self.text(Field::Authority)),
                 HeaderRef::Scheme => text(self.scheme),
-                HeaderRef::RequestId => text(&self.request_id),
+                HeaderRef::RequestId => non_empty(self.text(Field::RequestId)),
                 HeaderRef::Status => Value::Num(u64::from(self.status)),
-                HeaderRef::Named(i) if response => named(&self.response_headers, *i),
-                HeaderRef::Named(i) => named(&self.request_headers, *i),
+                HeaderRef::Named(i) if response => present(self.response_header(*i)),
+                HeaderRef::Named(i) => present(self.request_header(*i)),
             }
         };
         match (one(&op.main), &op.alt) {
@@ -139,11 +88,27 @@ fn text(s: &str) -> Value<'_> {
     }
 }
 
-fn addr(a: Option<SocketAddr>, port: bool) -> Value<'static> {
+/// A text that is there (empty or not), or `-`.
+fn present(s: Option<&str>) -> Value<'_> {
+    s.map_or(Value::Absent, |s| Value::Str(Cow::Borrowed(s)))
+}
+
+/// A text that is there and not empty, or `-`.
+fn non_empty(s: Option<&str>) -> Value<'_> {
+    s.map_or(Value::Absent, text)
+}
+
+fn addr(a: Option<SocketAddr>, port: bool, scratch: &mut String) -> Value<'_> {
     match a {
         None => Value::Absent,
-        Some(a) if port => Value::Str(Cow::Owned(a.to_string())),
-        Some(a) => Value::Str(Cow::Owned(a.ip().to_string())),
+        Some(a) => {
+            if port {
+                write_text::push_socket_addr(scratch, a);
+            } else {
+                write_text::push_ip(scratch, a.ip());
+            }
+            Value::Str(Cow::Borrowed(scratch))
+        }
     }
 }
 
@@ -151,62 +116,161 @@ fn addr(a: Option<SocketAddr>, port: bool) -> Value<'static> {
 struct View<'a> {
     record: &'a Record,
     hostname: &'a str,
+    /// START_TIME's text of the current second (the writer's).
+    time: &'a RefCell<write_text::TimeCache>,
+}
+
+impl View<'_> {
+    /// The record's start in `parts`; `false` without one.
+    fn write_time(&self, parts: &[format::TimePart], out: &mut String) -> bool {
+        let Some(since) = self
+            .record
+            .start
+            .and_then(|s| s.duration_since(SystemTime::UNIX_EPOCH).ok())
+        else {
+            return false;
+        };
+        self.time
+            .borrow_mut()
+            .write(parts, since.as_secs(), since.subsec_nanos(), out);
+        true
+    }
+}
+
+/// `s` appended when there (empty or not).
+fn push_present(out: &mut String, s: Option<&str>) -> bool {
+    match s {
+        Some(s) => {
+            out.push_str(s);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `s` appended when there and not empty.
+fn push_non_empty(out: &mut String, s: Option<&str>) -> bool {
+    push_present(out, s.filter(|s| !s.is_empty()))
+}
+
+fn push_addr(out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
+    match a {
+        None => false,
+        Some(a) => {
+            if port {
+                write_text::push_socket_addr(out, a);
+            } else {
+                write_text::push_ip(out, a.ip());
+            }
+            true
+        }
+    }
 }
 
 impl Values for View<'_> {
+    /// What `value_in` gives, written straight into the line: the operators of Istio's
+    /// formats, each as its `Value` would be written (`write_text_is_value_as_text` holds
+    /// them to it); the rest through `value_in`.
+    fn write_text(&self, op: &Op, out: &mut String, scratch: &mut String) -> bool {
+        let r = self.record;
+        let num = |out: &mut String, n: u64| {
+            write_text::push_u64(out, n);
+            true
+        };
+        match op {
+            Op::StartTime(parts) => self.write_time(parts, out),
+            Op::Req(h) => format::push_value(r.header(h, false), out),
+            Op::Resp(h) => format::push_value(r.header(h, true), out),
+            Op::Protocol => push_non_empty(out, Some(r.protocol)),
+            Op::ResponseCode => num(out, u64::from(r.status)),
+            Op::ResponseFlags => {
+                r.flags.write_to(out);
+                true
+            }
+            Op::ResponseCodeDetails => push_non_empty(out, r.text(Field::Details)),
+            Op::ConnectionTerminationDetails => false,
+            Op::UpstreamLocalAddress => push_addr(out, r.upstream_local, true),
+            Op::BytesReceived => num(out, r.bytes_received),
+            Op::BytesSent => num(out, r.bytes_sent),
+            Op::Duration => num(out, r.duration.as_millis() as u64),
+            Op::UpstreamHost => push_present(out, r.text(Field::UpstreamHost)),
+            Op::UpstreamCluster => push_non_empty(out, r.text(Field::UpstreamCluster)),
+            Op::DownstreamRemoteAddress { port } => match (r.client_ip, r.peer) {
+                (Some(ip), Some(peer)) if ip != peer.ip() => {
+                    push_addr(out, Some(SocketAddr::new(ip, 0)), *port)
+                }
+                (_, peer) => push_addr(out, peer, *port),
+            },
+            Op::DownstreamDirectRemoteAddress { port } => push_addr(out, r.peer, *port),
+            Op::DownstreamLocalAddress { port } => push_addr(out, r.local, *port),
+            Op::RequestedServerName => push_non_empty(out, r.text(Field::Sni)),
+            Op::RouteName => push_non_empty(out, r.text(Field::RouteName)),
+            Op::Hostname => push_non_empty(out, Some(self.hostname)),
+            Op::UpstreamTransportFailureReason
+            | Op::DynamicMetadata { .. }
+            | Op::FilterState(_) => {
+                scratch.clear();
+                format::push_value(self.value_in(op, scratch), out)
+            }
+        }
+    }
+
     fn value(&self, op: &Op) -> Value<'_> {
+        // What computed values are written into, then owned (the renderer uses `value_in`).
+        let mut scratch = String::new();
+        match self.value_in(op, &mut scratch) {
+            Value::Str(s) => Value::Str(Cow::Owned(s.into_owned())),
+            Value::Json(j) => Value::Json(Cow::Owned(j.into_owned())),
+            Value::Num(n) => Value::Num(n),
+            Value::Absent => Value::Absent,
+        }
+    }
+
+    fn value_in<'s>(&'s self, op: &Op, scratch: &'s mut String) -> Value<'s> {
         let r = self.record;
         match op {
             Op::StartTime(parts) => {
-                let Some(since) = r
-                    .start
-                    .and_then(|s| s.duration_since(SystemTime::UNIX_EPOCH).ok())
-                else {
+                if !self.write_time(parts, scratch) {
                     return Value::Absent;
-                };
-                let mut out = String::new();
-                format::write_time(parts, since.as_secs(), since.subsec_nanos(), &mut out);
-                Value::Str(Cow::Owned(out))
+                }
+                Value::Str(Cow::Borrowed(scratch))
             }
             Op::Req(h) => r.header(h, false),
             Op::Resp(h) => r.header(h, true),
             Op::Protocol => text(r.protocol),
             Op::ResponseCode => Value::Num(u64::from(r.status)),
             Op::ResponseFlags => {
-                let mut out = String::new();
-                r.flags.write_to(&mut out);
-                Value::Str(Cow::Owned(out))
+                r.flags.write_to(scratch);
+                Value::Str(Cow::Borrowed(scratch))
             }
-            Op::ResponseCodeDetails => text(&r.details),
+            Op::ResponseCodeDetails => non_empty(r.text(Field::Details)),
             // Envoy sets termination details on connections (an L4 RBAC denial), never on an
             // HTTP stream: a request's line has `-`, as Envoy's has.
             Op::ConnectionTerminationDetails => Value::Absent,
-            Op::UpstreamLocalAddress => addr(r.upstream_local, true),
+            Op::UpstreamLocalAddress => addr(r.upstream_local, true, scratch),
             // Envoy writes the reason with its spaces as `_`.
             Op::UpstreamTransportFailureReason => {
-                r.transport_failure.as_deref().map_or(Value::Absent, |t| {
-                    Value::Str(Cow::Owned(t.replace(' ', "_")))
+                r.text(Field::TransportFailure).map_or(Value::Absent, |t| {
+                    scratch.extend(t.chars().map(|c| if c == ' ' { '_' } else { c }));
+                    Value::Str(Cow::Borrowed(scratch))
                 })
             }
             Op::BytesReceived => Value::Num(r.bytes_received),
             Op::BytesSent => Value::Num(r.bytes_sent),
             Op::Duration => Value::Num(r.duration.as_millis() as u64),
-            Op::UpstreamHost => r
-                .upstream_host
-                .as_ref()
-                .map_or(Value::Absent, |h| Value::Str(Cow::Borrowed(h.as_str()))),
-            Op::UpstreamCluster => r.upstream_cluster.as_deref().map_or(Value::Absent, text),
+            Op::UpstreamHost => present(r.text(Field::UpstreamHost)),
+            Op::UpstreamCluster => non_empty(r.text(Field::UpstreamCluster)),
             Op::DownstreamRemoteAddress { port } => match (r.client_ip, r.peer) {
                 // Envoy's remote address from `x-forwarded-for` has no port: `:0`.
                 (Some(ip), Some(peer)) if ip != peer.ip() => {
-                    addr(Some(SocketAddr::new(ip, 0)), *port)
+                    addr(Some(SocketAddr::new(ip, 0)), *port, scratch)
                 }
-                (_, peer) => addr(peer, *port),
+                (_, peer) => addr(peer, *port, scratch),
             },
-            Op::DownstreamDirectRemoteAddress { port } => addr(r.peer, *port),
-            Op::DownstreamLocalAddress { port } => addr(r.local, *port),
-            Op::RequestedServerName => r.sni.as_deref().map_or(Value::Absent, text),
-            Op::RouteName => r.route_name.as_deref().map_or(Value::Absent, text),
+            Op::DownstreamDirectRemoteAddress { port } => addr(r.peer, *port, scratch),
+            Op::DownstreamLocalAddress { port } => addr(r.local, *port, scratch),
+            Op::RequestedServerName => non_empty(r.text(Field::Sni)),
+            Op::RouteName => non_empty(r.text(Field::RouteName)),
             Op::Hostname => text(self.hostname),
             Op::DynamicMetadata { namespace, path } => {
                 let Some(ns) = r.dynamic_metadata.as_ref().and_then(|m| m.get(namespace)) else {
@@ -267,22 +331,27 @@ fn warden_line(r: &Record, out: &mut String) {
         .start
         .map(|t| humantime::format_rfc3339_millis(t).to_string())
         .unwrap_or_default();
-    let upstream = r.upstream_host.as_ref().map(|a| a.as_str());
+    let request_id = r.text(Field::RequestId).unwrap_or("");
     let entry = Entry {
         time,
         client_ip: r.client_ip.map(|i| i.to_string()).unwrap_or_default(),
         peer: r.peer.map(|p| p.ip().to_string()).unwrap_or_default(),
         protocol: r.protocol,
-        method: r.method.as_ref().map_or("", Method::as_str),
-        authority: &r.authority,
-        path: r.path.split('?').next().unwrap_or(""),
+        method: r.text(Field::Method).unwrap_or(""),
+        authority: r.text(Field::Authority).unwrap_or(""),
+        path: r
+            .text(Field::Path)
+            .unwrap_or("")
+            .split('?')
+            .next()
+            .unwrap_or(""),
         status: r.status,
         duration_ms: r.duration.as_secs_f64() * 1000.0,
-        upstream,
-        route: r.route_name.as_deref(),
+        upstream: r.text(Field::UpstreamHost),
+        route: r.text(Field::RouteName),
         response_flags: flags,
-        request_id: (!r.request_id.is_empty()).then_some(r.request_id.as_str()),
-        response_code_details: &r.details,
+        request_id: (!request_id.is_empty()).then_some(request_id),
+        response_code_details: r.text(Field::Details).unwrap_or(""),
         policy: r.policy.as_deref(),
         shadow_policy: r.shadow_policy.as_deref(),
         dynamic_metadata: r.dynamic_metadata.as_ref(),
@@ -355,14 +424,19 @@ impl AccessLog {
             .stack_size(256 * 1024)
             .spawn(move || {
                 let mut buf = String::with_capacity(64 * 1024);
-                let render = |r: &Record, buf: &mut String| match &format {
+                // Kept from line to line: computed values' text and START_TIME's second.
+                let mut scratch = String::new();
+                let time = RefCell::new(write_text::TimeCache::default());
+                let mut render = |r: &Record, buf: &mut String| match &format {
                     LineFormat::Warden => warden_line(r, buf),
-                    LineFormat::Envoy(f) => f.render(
+                    LineFormat::Envoy(f) => f.render_with(
                         &View {
                             record: r,
                             hostname: &hostname,
+                            time: &time,
                         },
                         buf,
+                        &mut scratch,
                     ),
                 };
                 let mut write = |buf: &mut String| {
@@ -413,6 +487,11 @@ impl AccessLog {
         })
     }
 
+    /// A request's record, and the `x-request-id` made for it when it came without one.
+    pub fn capture(&self, request: &record::Request<'_>) -> (Box<Record>, Option<[u8; 16]>) {
+        record::capture(request, &self.request_headers)
+    }
+
     /// Queue a record; a full queue drops it (counted), never waits.
     pub fn log(&self, record: Box<Record>) {
         self.sink.log(record);
@@ -421,6 +500,12 @@ impl AccessLog {
     /// `body` wrapped to queue `record` at its end, with the bytes it sent (see [`sent`]).
     pub fn log_at_end<B>(&self, record: Box<Record>, body: B) -> sent::LogAtEnd<B> {
         sent::LogAtEnd::new(body, record, self.sink.clone())
+    }
+
+    /// `record` queued when the body that holds this ends, with the bytes it sent (a body
+    /// type that counts for itself; see [`sent`]).
+    pub fn count_sent(&self, record: Box<Record>) -> sent::SentCount {
+        sent::SentCount::new(record, self.sink.clone())
     }
 
     /// Records dropped because the writer fell behind.
@@ -499,18 +584,188 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
 
+    /// A view seen through `Values::value` alone (the default `value_in`).
+    struct Plain<'a>(&'a View<'a>);
+
+    impl Values for Plain<'_> {
+        fn value(&self, op: &Op) -> Value<'_> {
+            self.0.value(op)
+        }
+    }
+
+    /// Every operator warden writes.
+    const EVERY_OPERATOR: &str = "%START_TIME% %START_TIME(%s.%6f %Y)% %REQ(:METHOD)% \
+%REQ(:PATH)% %REQ(:AUTHORITY)% %REQ(:SCHEME)% %REQ(X-REQUEST-ID)% %REQ(USER-AGENT)% \
+%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %RESP(SERVER?:STATUS)% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% \
+%PROTOCOL% %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% \
+%CONNECTION_TERMINATION_DETAILS% %UPSTREAM_TRANSPORT_FAILURE_REASON% %BYTES_RECEIVED% \
+%BYTES_SENT% %DURATION% %UPSTREAM_HOST% %UPSTREAM_CLUSTER% %UPSTREAM_LOCAL_ADDRESS% \
+%DOWNSTREAM_REMOTE_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% \
+%DOWNSTREAM_DIRECT_REMOTE_ADDRESS% %DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT% \
+%DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT% %REQUESTED_SERVER_NAME% \
+%ROUTE_NAME% %HOSTNAME% %DYNAMIC_METADATA(lua:a)% %DYNAMIC_METADATA(lua)% \
+%FILTER_STATE(warden.rule)% %FILTER_STATE(warden.shadow_rule)% %FILTER_STATE(other)%";
+
+    /// Records with every field there, none, or there but empty, over IPv4 and IPv6.
+    fn records(format: &Format) -> Vec<Record> {
+        let mut flags = crate::core::local_reply::ResponseFlags::default();
+        flags.set(crate::core::local_reply::ResponseFlag::UpstreamReset);
+        flags.set(crate::core::local_reply::ResponseFlag::RateLimited);
+        let mut full = Record {
+            start: Some(SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789)),
+            duration: Duration::from_micros(12_345),
+            scheme: "https",
+            protocol: "HTTP/1.1",
+            status: 503,
+            flags,
+            policy: Some(Arc::from("ns.rule")),
+            shadow_policy: Some(Arc::from("dry")),
+            bytes_received: 12,
+            bytes_sent: 65_536,
+            upstream_local: Some("10.0.0.1:40000".parse().expect("addr")),
+            peer: Some("127.0.0.1:4000".parse().expect("addr")),
+            client_ip: Some("10.1.2.3".parse().expect("ip")),
+            local: Some("127.0.0.1:8080".parse().expect("addr")),
+            dynamic_metadata: Some(
+                [(
+                    "lua".to_string(),
+                    serde_json::json!({"a": "x y", "n": 1})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                )]
+                .into(),
+            ),
+            ..Record::default()
+        };
+        for (field, text) in [
+            (Field::Method, "POST"),
+            (Field::Path, "/p?q=1"),
+            (Field::Authority, "example.com"),
+            (Field::RequestId, "id-1"),
+            (
+                Field::Details,
+                "upstream_reset_before_response_started{connection_termination}",
+            ),
+            (Field::UpstreamHost, "10.0.0.2:80"),
+            (
+                Field::UpstreamCluster,
+                "outbound|80||b.ns.svc.cluster.local",
+            ),
+            (Field::RouteName, "r1"),
+            (Field::Sni, "example.com"),
+            (Field::TransportFailure, "TLS error: bad cert"),
+        ] {
+            full.set_text(field, text);
+        }
+        full.set_request_headers(&format.request_headers, |n| Some(n.as_str().as_bytes()));
+        full.take_response_headers(&format.response_headers, |_| Some(&b"7"[..]));
+        let mut empty = Record {
+            start: Some(SystemTime::UNIX_EPOCH),
+            peer: Some("[2001:db8::1]:5000".parse().expect("addr")),
+            client_ip: Some("2001:db8::1".parse().expect("ip")),
+            local: Some("[::1]:80".parse().expect("addr")),
+            upstream_local: Some("[fe80::1%2]:9".parse().expect("addr")),
+            ..Record::default()
+        };
+        for field in [
+            Field::Method,
+            Field::Path,
+            Field::Authority,
+            Field::RequestId,
+            Field::Details,
+            Field::UpstreamHost,
+            Field::UpstreamCluster,
+            Field::RouteName,
+            Field::Sni,
+            Field::TransportFailure,
+        ] {
+            empty.set_text(field, "");
+        }
+        empty.set_request_headers(&format.request_headers, |_| Some(&b""[..]));
+        empty.take_response_headers(&format.response_headers, |_| None);
+        let mut v6_client = Record {
+            peer: Some("127.0.0.1:4000".parse().expect("addr")),
+            client_ip: Some("2001:db8::7".parse().expect("ip")),
+            ..Record::default()
+        };
+        v6_client.set_request_headers(&format.request_headers, |_| None);
+        vec![full, empty, v6_client, Record::default()]
+    }
+
+    /// A text line's direct writing gives what each operator's `Value` gives as text.
+    #[test]
+    fn write_text_is_value_as_text() {
+        let format = Format::text(EVERY_OPERATOR).expect("format");
+        let format::Body::Text(pieces) = &format.body else {
+            panic!("text");
+        };
+        let time = RefCell::default();
+        for (i, record) in records(&format).iter().enumerate() {
+            for hostname in ["h", ""] {
+                let view = View {
+                    record,
+                    hostname,
+                    time: &time,
+                };
+                for piece in pieces {
+                    let format::Piece::Op(op, _) = piece else {
+                        continue;
+                    };
+                    let (mut direct, mut scratch) = (String::new(), String::new());
+                    if !view.write_text(op, &mut direct, &mut scratch) {
+                        direct.push('-');
+                    }
+                    let mut want = String::new();
+                    if !format::push_value(view.value(op), &mut want) {
+                        want.push('-');
+                    }
+                    assert_eq!(direct, want, "record {i}: {op:?}");
+                }
+            }
+        }
+    }
+
+    /// Lines as the writer renders them, byte for byte (Istio's default among the formats).
+    #[test]
+    fn istios_text_line_for_each_record() {
+        let format = Format::text(format::ISTIO_TEXT).expect("istio");
+        let records = records(&format);
+        let time = RefCell::default();
+        let want = [
+            "[2023-11-14T22:13:20.123Z] \"POST x-envoy-original-path HTTP/1.1\" 503 UC,RL \
+upstream_reset_before_response_started{connection_termination} - \"TLS_error:_bad_cert\" 12 \
+65536 12 7 \"x-forwarded-for\" \"user-agent\" \"id-1\" \"example.com\" \"10.0.0.2:80\" \
+outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 example.com r1\n",
+            // Texts there but empty: `-` only where Envoy's operator treats empty as absent.
+            "[1970-01-01T00:00:00.000Z] \"  -\" 0 - - - \"\" 0 0 0 - \"\" \"\" \"-\" \"-\" \
+\"\" - [fe80::1%2]:9 [::1]:80 [2001:db8::1]:5000 - -\n",
+            "[-] \"- - -\" 0 - - - \"-\" 0 0 0 - \"-\" \"-\" \"-\" \"-\" \"-\" - - - [2001:db8::7]:0 - -\n",
+            "[-] \"- - -\" 0 - - - \"-\" 0 0 0 - \"-\" \"-\" \"-\" \"-\" \"-\" - - - - - -\n",
+        ];
+        for (record, want) in records.iter().zip(want) {
+            let view = View {
+                record,
+                hostname: "h",
+                time: &time,
+            };
+            let mut out = String::new();
+            format.render_with(&view, &mut out, &mut String::new());
+            assert_eq!(out, want);
+            let mut plain = String::new();
+            format.render(&Plain(&view), &mut plain);
+            assert_eq!(plain, want);
+        }
+    }
+
     #[test]
     fn an_envoy_format_renders_a_record() {
         let format =
             Format::text("%REQ(:METHOD)% %REQ(X-REQUEST-ID)% %REQ(USER-AGENT)% %RESP(SERVER?:STATUS)% %DOWNSTREAM_REMOTE_ADDRESS% %DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT% %UPSTREAM_CLUSTER% %RESPONSE_FLAGS% %FILTER_STATE(warden.rule)%")
                 .expect("format");
-        let mut flags = ResponseFlags::default();
+        let mut flags = crate::core::local_reply::ResponseFlags::default();
         flags.set(crate::core::local_reply::ResponseFlag::RateLimited);
-        let record = Record {
-            method: Some(Method::GET),
-            request_id: "abc".into(),
-            request_headers: vec![Some(HeaderValue::from_static("curl/8"))],
-            response_headers: vec![None],
+        let mut record = Record {
             status: 429,
             flags,
             policy: Some(Arc::from("per-ip")),
@@ -518,14 +773,22 @@ mod tests {
             client_ip: Some("10.1.2.3".parse().expect("ip")),
             ..Record::default()
         };
+        record.set_text(Field::Method, "GET");
+        record.set_text(Field::RequestId, "abc");
+        record.set_request_headers(&format.request_headers, |_| Some(&b"curl/8"[..]));
+        record.take_response_headers(&format.response_headers, |_| None);
+        let time = RefCell::default();
+        let view = View {
+            record: &record,
+            hostname: "h",
+            time: &time,
+        };
+        // The writer's way (a scratch kept between lines) and the plain one write the same.
         let mut out = String::new();
-        format.render(
-            &View {
-                record: &record,
-                hostname: "h",
-            },
-            &mut out,
-        );
+        format.render_with(&view, &mut out, &mut String::new());
+        let mut plain = String::new();
+        format.render(&Plain(&view), &mut plain);
+        assert_eq!(out, plain);
         assert_eq!(out, "GET abc curl/8 429 10.1.2.3:0 127.0.0.1 - RL per-ip\n");
     }
 }

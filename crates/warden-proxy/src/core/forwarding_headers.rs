@@ -444,8 +444,15 @@ pub fn xff_with_peer(headers: &HeaderMap, peer: &HeaderValue) -> Option<HeaderVa
 
 /// The `x-request-id` [`Forwarding::with_request_id`] writes for `random`.
 pub fn request_id_string(random: [u8; 16]) -> String {
+    let mut out = String::with_capacity(uuid::fmt::Hyphenated::LENGTH);
+    push_request_id(random, &mut out);
+    out
+}
+
+/// [`request_id_string`] appended to `out`.
+pub fn push_request_id(random: [u8; 16], out: &mut String) {
     let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    request_id_text(random, &mut buf).to_string()
+    out.push_str(request_id_text(random, &mut buf));
 }
 
 /// A random UUID v4 as Envoy generates it, from 128 random bits.

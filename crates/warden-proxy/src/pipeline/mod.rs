@@ -24,14 +24,12 @@ mod unanswered;
 
 pub use shared::{Shared, WorkerCtx};
 
-use crate::core::access_log::{AccessLog, Record};
+use crate::core::access_log::{AccessLog, Field, Record};
 use crate::core::client_addr::{client_addr_by_cidrs, trusted_client_addr};
 use crate::core::client_cert;
 use crate::core::conn::ConnCtx;
 use crate::core::dynamic_metadata::DynamicMetadata;
-use crate::core::forwarding_headers::{
-    self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR, X_REQUEST_ID,
-};
+use crate::core::forwarding_headers::{self, strip_hop_by_hop, Forwarding, X_FORWARDED_FOR};
 use crate::core::local_reply::{LocalReply, ResponseFlag};
 use crate::core::request_attrs::{authority_of, RequestAttrs};
 use crate::filters::chain::{FilterState, Notes, Verdict};
@@ -39,7 +37,7 @@ use crate::filters::ChainFlow;
 use crate::routing::{authority, host_of, Route, RouteAction, RouteInput, WeightedCluster};
 use crate::snapshot::Snapshot;
 use crate::upstream::body::ProxyBody;
-use crate::upstream::h1_exchange::response_headers_mut;
+use crate::upstream::h1_exchange::{response_header, response_headers_mut};
 use crate::upstream::{forward_boxed, Outgoing};
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use std::future::Future;
@@ -164,15 +162,6 @@ fn finish(
     }
     if notes.flag == Some(ResponseFlag::RateLimited) {
         note_limited(shared, outcome, notes, auth);
-    }
-    // `RESP(...)` reads the map: an upstream's header lines kept as read move into it.
-    if log.is_some()
-        && shared
-            .access_log
-            .as_ref()
-            .is_some_and(|l| !l.response_headers.is_empty())
-    {
-        response_headers_mut(&mut response);
     }
     // One clock read for Istio's metrics and the rest.
     let elapsed = start.elapsed();
@@ -348,12 +337,16 @@ fn finish_record(
     r.duration = elapsed;
     r.status = response.status().as_u16();
     r.flags = notes.flags();
-    notes.write_details(outcome.answered_upstream, &mut r.details);
+    r.write_text(Field::Details, |out| {
+        notes.write_details(outcome.answered_upstream, out)
+    });
     r.policy = notes.policy.clone();
     r.shadow_policy = notes.shadow_policy.clone();
     upstream_fields(&mut r, outcome);
     if !access_log.response_headers.is_empty() {
-        r.take_response_headers(&access_log.response_headers, response.headers());
+        r.take_response_headers(&access_log.response_headers, |name| {
+            response_header(response, name)
+        });
     }
     // A body in memory is sent whole; a streamed one is counted as it goes (`log_when_sent`).
     r.bytes_sent = match response.body() {
@@ -368,11 +361,19 @@ fn finish_record(
 
 /// What the log line says of the route and the upstream (answered or not: `unanswered`).
 fn upstream_fields(r: &mut Record, outcome: &Outcome) {
-    r.upstream_host = outcome.upstream.clone();
+    if let Some(host) = &outcome.upstream {
+        r.set_text(Field::UpstreamHost, host.as_str());
+    }
     r.upstream_local = outcome.upstream_local;
-    r.transport_failure = outcome.transport_failure.clone();
-    r.upstream_cluster = outcome.cluster.as_ref().map(|c| c.name.clone());
-    r.route_name = outcome.route.as_ref().map(|r| r.name.clone());
+    if let Some(failure) = &outcome.transport_failure {
+        r.set_text(Field::TransportFailure, failure);
+    }
+    if let Some(cluster) = &outcome.cluster {
+        r.set_text(Field::UpstreamCluster, &cluster.name);
+    }
+    if let Some(route) = &outcome.route {
+        r.set_text(Field::RouteName, &route.name);
+    }
 }
 
 /// A gRPC request's body, counting its messages as it goes upstream (Istio's
@@ -387,8 +388,9 @@ fn count_grpc_requests(body: ProxyBody, outcome: &mut Outcome) -> ProxyBody {
 }
 
 /// Queue the record now when the answer's body is in memory (or empty), else when its streamed
-/// body ends ([`crate::core::access_log::sent`]). The wrapper hides an upstream's header lines
-/// kept as read from the writer, so they move into the map first.
+/// body ends ([`crate::core::access_log::sent`]). A wrapper would hide an upstream's header
+/// lines kept as read from the writer, so they move into the map first; an upstream body
+/// read by the proxy needs none.
 fn log_when_sent(access_log: &AccessLog, record: Box<Record>, response: &mut Response<ProxyBody>) {
     let streamed = match response.body() {
         ProxyBody::Full(_) | ProxyBody::Empty => false,
@@ -396,6 +398,12 @@ fn log_when_sent(access_log: &AccessLog, record: Box<Record>, response: &mut Res
     };
     if !streamed {
         access_log.log(record);
+        return;
+    }
+    // An upstream's body read by the proxy counts what it sends itself: its header lines
+    // stay as read, for the response's writer.
+    if let ProxyBody::H1(body) = response.body_mut() {
+        body.log_at_end(access_log.count_sent(record));
         return;
     }
     response_headers_mut(response);
@@ -464,61 +472,39 @@ struct LogFields {
     filter: Option<crate::core::access_log::CodeFilter>,
 }
 
-/// What the access log needs of the request.
+/// What the access log needs of the request (read from its lines as read when it has them:
+/// no header map is built for the log).
 fn log_fields(
     access_log: &AccessLog,
     conn: &ConnCtx,
     parts: &http::request::Parts,
+    lines: Option<&RequestLines>,
     authority: &str,
     client_ip: IpAddr,
 ) -> LogFields {
-    let sent_id = parts
-        .headers
-        .get(&X_REQUEST_ID)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let made_id = sent_id.is_none().then(|| fastrand::u128(..).to_le_bytes());
-    let record = Record {
-        start: Some(std::time::SystemTime::now()),
-        method: Some(parts.method.clone()),
-        path: parts.uri.path_and_query().map_or_else(
-            || parts.uri.path().to_string(),
-            |pq| pq.as_str().to_string(),
-        ),
-        authority: authority.to_string(),
+    let request = crate::core::access_log::record::Request {
+        method: parts.method.as_str(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
+        authority,
+        headers: &parts.headers,
+        lines,
         scheme: if conn.tls.is_some() { "https" } else { "http" },
         protocol: crate::core::request_attrs::protocol_text(parts.version),
-        request_id: match (sent_id, made_id) {
-            (Some(id), _) => id,
-            (None, Some(random)) => forwarding_headers::request_id_string(random),
-            (None, None) => String::new(),
-        },
-        request_headers: access_log
-            .request_headers
-            .iter()
-            .map(|n| parts.headers.get(n).cloned())
-            .collect(),
-        bytes_received: content_length(&parts.headers).unwrap_or(0),
-        peer: Some(conn.peer),
-        client_ip: Some(client_ip),
-        local: Some(conn.local),
-        sni: conn.tls.as_ref().and_then(|t| t.sni.clone()),
-        ..Record::default()
+        sni: conn.tls.as_ref().and_then(|t| t.sni.as_deref()),
+        peer: conn.peer,
+        local: conn.local,
+        client_ip,
+        // A gateway and a sidecar's inbound side append the peer to `x-forwarded-for`.
+        xff_peer: (conn.side != crate::core::destination::Side::Outbound)
+            .then_some(&conn.peer_value),
     };
-    let mut record = Box::new(record);
-    // `REQ(X-FORWARDED-FOR)` is what the upstream gets, as in Envoy's log: with the peer
-    // appended by a gateway and a sidecar's inbound side.
-    if conn.side != crate::core::destination::Side::Outbound {
-        let at = access_log
-            .request_headers
-            .iter()
-            .position(|n| *n == X_FORWARDED_FOR);
-        if let Some(slot) = at.and_then(|i| record.request_headers.get_mut(i)) {
-            *slot = forwarding_headers::xff_with_peer(&parts.headers, &conn.peer_value);
-        }
-    }
+    let (record, request_id) = access_log.capture(&request);
     LogFields {
         record,
-        request_id: made_id,
+        request_id,
         filter: None,
     }
 }
@@ -587,9 +573,9 @@ fn decide(
 ) -> Decided {
     let (mut parts, body) = req.into_parts();
     outcome.istio = istio_record::request_side(&parts, &body);
-    // Readers of arbitrary headers get the map: the configured filters, the access log
-    // (`x-request-id`) and the trusted client address (`x-forwarded-for`).
-    if snapshot.reads_request_headers() || shared.access_log.is_some() || shared.reads_xff() {
+    // Readers of arbitrary headers get the map: the configured filters and the trusted client
+    // address (`x-forwarded-for`); the access log reads the lines.
+    if snapshot.reads_request_headers() || shared.reads_xff() {
         if let Some(lines) = lines.take() {
             lines.read_into(&mut parts.headers, forwarding_headers::ADDED);
         }
@@ -617,7 +603,14 @@ fn decide(
         .as_ref()
         .filter(|_| !snapshot.access_logging.disabled)
     {
-        let mut fields = log_fields(access_log, conn, &parts, authority, attrs.client_ip);
+        let mut fields = log_fields(
+            access_log,
+            conn,
+            &parts,
+            lines.as_ref(),
+            authority,
+            attrs.client_ip,
+        );
         fields.filter = snapshot.access_logging.filter;
         *log = Some(fields);
     }

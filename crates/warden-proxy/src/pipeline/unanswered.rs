@@ -67,7 +67,7 @@ impl<'a> Unanswered<'a> {
         let mut flags = ResponseFlags::default();
         flags.set(flag);
         r.flags = flags;
-        r.details.push_str(flag.details());
+        r.set_text(crate::core::access_log::Field::Details, flag.details());
         super::upstream_fields(&mut r, &self.outcome);
         access_log.log(r);
     }

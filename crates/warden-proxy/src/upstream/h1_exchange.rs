@@ -9,6 +9,7 @@
 //! `response_read`), and the body streamed by [`H1Body`], which puts the connection back into
 //! its pool once the body has been read to its end. Requests with bodies keep hyper's client.
 
+use crate::core::access_log::sent::SentCount;
 use crate::core::forwarding_headers::{
     is_hop_by_hop, strip_hop_by_hop, Forwarding, SeenForwarding, X_FORWARDED_CLIENT_CERT,
     X_FORWARDED_FOR,
@@ -269,6 +270,33 @@ pub fn response_headers_mut(response: &mut Response<ProxyBody>) -> &mut HeaderMa
     response.headers_mut()
 }
 
+/// The first value of `name` in the response's header map as [`response_headers_mut`] would
+/// make it, without making it: the map's own (which replace the lines of their names), else
+/// the first end-to-end line kept as read.
+pub fn response_header<'a>(
+    response: &'a Response<ProxyBody>,
+    name: &HeaderName,
+) -> Option<&'a [u8]> {
+    let headers = response.headers();
+    // A few headers (a direct response's, those put over an upstream's lines) are searched by
+    // name: hashing a long custom name cost more than comparing it with each.
+    let own = if headers.keys_len() <= 8 {
+        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    } else {
+        headers.get(name)
+    };
+    if let Some(v) = own {
+        return Some(v.as_bytes());
+    }
+    match response.body() {
+        ProxyBody::H1(body) => body
+            .unread_header_lines(headers)
+            .find(|(n, _)| *n == name.as_str().as_bytes())
+            .map(|(_, v)| v),
+        _ => None,
+    }
+}
+
 /// Status line of the parsed head as hyper's client would have returned it; the reason
 /// phrase is kept when it is not the canonical one.
 fn response_parts(
@@ -343,6 +371,9 @@ pub struct H1Body {
     conn: Option<Pooled<LeanConn>>,
     reusable: bool,
     home: Home,
+    /// The access log's record of the request, queued when this body ends: counted here, not
+    /// by a wrapper that would hide `raw` from the response's writer.
+    log: Option<SentCount>,
 }
 
 impl H1Body {
@@ -353,6 +384,7 @@ impl H1Body {
             conn: Some(conn),
             reusable: head.reusable,
             home,
+            log: None,
         };
         if body.reader.is_done() {
             body.finish();
@@ -395,6 +427,34 @@ impl Body for H1Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        let polled = ready!(this.poll_body(cx));
+        if let Some(log) = &mut this.log {
+            let reader = &this.reader;
+            log.saw(&polled, || reader.is_done());
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reader.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.reader.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+impl H1Body {
+    /// Queue `log`'s record when this body ends (or is dropped before), with what it sent.
+    pub fn log_at_end(&mut self, log: SentCount) {
+        self.log = Some(log);
+    }
+
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self;
         loop {
             let Some(pooled) = this.conn.as_mut() else {
                 return Poll::Ready(None);
@@ -431,17 +491,6 @@ impl Body for H1Body {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return this.fail(e),
             }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.reader.is_done()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.reader.remaining() {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
         }
     }
 }

@@ -3,6 +3,9 @@
 //! of text and command operators; rendered per line against [`Values`]. An operator warden
 //! does not know is an error naming it, as in Envoy.
 
+#[cfg(test)]
+use super::write_text::civil_from_days;
+pub use super::write_text::write_time;
 use http::HeaderName;
 use std::borrow::Cow;
 
@@ -163,6 +166,32 @@ pub enum Value<'a> {
 /// What one request gives the operators (the access log's record of it).
 pub trait Values {
     fn value(&self, op: &Op) -> Value<'_>;
+
+    /// [`Values::value`], for a renderer that lends `scratch` (empty) to write a computed
+    /// value's text into (times, addresses, flags), so that no value allocates.
+    fn value_in<'a>(&'a self, op: &Op, scratch: &'a mut String) -> Value<'a> {
+        let _ = scratch;
+        self.value(op)
+    }
+
+    /// The operator's text (what [`Value`] gives as text, with no length limit) appended to
+    /// `out`; `false`, and nothing appended, when it has no value (`-`). A text line's values
+    /// are written so, straight into it: no [`Value`] in between.
+    fn write_text(&self, op: &Op, out: &mut String, scratch: &mut String) -> bool {
+        scratch.clear();
+        push_value(self.value_in(op, scratch), out)
+    }
+}
+
+/// `value` as text appended to `out` (no length limit); `false` when absent.
+pub fn push_value(value: Value<'_>, out: &mut String) -> bool {
+    match value {
+        Value::Absent => false,
+        value => {
+            push_text(value, None, out);
+            true
+        }
+    }
 }
 
 /// A parsed format and the headers its operators read.
@@ -220,10 +249,15 @@ impl Format {
 
     /// One line (with its newline) for `values`.
     pub fn render(&self, values: &dyn Values, out: &mut String) {
+        self.render_with(values, out, &mut String::new());
+    }
+
+    /// [`Format::render`] with a buffer kept between lines for the values it computes.
+    pub fn render_with(&self, values: &dyn Values, out: &mut String, scratch: &mut String) {
         match &self.body {
-            Body::Text(pieces) => render_text(pieces, values, out),
+            Body::Text(pieces) => render_text(pieces, values, out, scratch),
             Body::Json(fields) => {
-                let line = serde_json::Value::Object(render_object(fields, values));
+                let line = serde_json::Value::Object(render_object(fields, values, scratch));
                 out.push_str(&line.to_string());
                 out.push('\n');
             }
@@ -514,54 +548,19 @@ fn time_format(f: &str) -> Result<Vec<TimePart>, String> {
     Ok(parts)
 }
 
-/// A UTC time (seconds and nanoseconds since the epoch) in `parts`.
-pub fn write_time(parts: &[TimePart], secs: u64, nanos: u32, out: &mut String) {
-    use std::fmt::Write;
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    for p in parts {
-        let _ = match p {
-            TimePart::Text(t) => {
-                out.push_str(t);
-                Ok(())
-            }
-            TimePart::Year => write!(out, "{y:04}"),
-            TimePart::Month => write!(out, "{mo:02}"),
-            TimePart::Day => write!(out, "{d:02}"),
-            TimePart::Hour => write!(out, "{:02}", s / 3600),
-            TimePart::Minute => write!(out, "{:02}", s / 60 % 60),
-            TimePart::Second => write!(out, "{:02}", s % 60),
-            TimePart::Epoch => write!(out, "{secs}"),
-            TimePart::Offset => write!(out, "+0000"),
-            TimePart::Fraction(n) => {
-                let digits = format!("{nanos:09}");
-                out.push_str(&digits[..usize::from(*n).min(9)]);
-                Ok(())
-            }
-        };
-    }
-}
-
-/// Days since 1970-01-01 as a proleptic Gregorian (year, month, day): Howard Hinnant's
-/// `civil_from_days`.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn render_text(pieces: &[Piece], values: &dyn Values, out: &mut String) {
+fn render_text(pieces: &[Piece], values: &dyn Values, out: &mut String, scratch: &mut String) {
     for p in pieces {
         match p {
             Piece::Text(t) => out.push_str(t),
-            Piece::Op(op, max) => push_text(values.value(op), *max, out),
+            Piece::Op(op, None) => {
+                if !values.write_text(op, out, scratch) {
+                    out.push('-');
+                }
+            }
+            Piece::Op(op, max) => {
+                scratch.clear();
+                push_text(values.value_in(op, scratch), *max, out);
+            }
         }
     }
 }
@@ -571,7 +570,15 @@ fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
     let text: Cow<'_, str> = match value {
         Value::Absent => Cow::Borrowed("-"),
         Value::Str(s) => s,
-        Value::Num(n) => Cow::Owned(n.to_string()),
+        Value::Num(n) => {
+            let mut digits = itoa::Buffer::new();
+            let digits = digits.format(n);
+            match max {
+                Some(max) => out.push_str(digits.get(..max).unwrap_or(digits)),
+                None => out.push_str(digits),
+            }
+            return;
+        }
         Value::Json(v) => match v.as_ref() {
             serde_json::Value::String(s) => Cow::Owned(s.clone()),
             other => Cow::Owned(other.to_string()),
@@ -586,6 +593,7 @@ fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
 fn render_object(
     fields: &[(String, JsonTemplate)],
     values: &dyn Values,
+    scratch: &mut String,
 ) -> serde_json::Map<String, serde_json::Value> {
     fields
         .iter()
@@ -593,23 +601,26 @@ fn render_object(
             let v = match t {
                 JsonTemplate::Literal(v) => v.clone(),
                 JsonTemplate::Object(inner) => {
-                    serde_json::Value::Object(render_object(inner, values))
+                    serde_json::Value::Object(render_object(inner, values, scratch))
                 }
                 // One operator alone keeps its type (numbers, null), as Envoy writes it.
                 JsonTemplate::Pieces(pieces) => match pieces.as_slice() {
-                    [Piece::Op(op, max)] => match values.value(op) {
-                        Value::Absent => serde_json::Value::Null,
-                        Value::Num(n) => serde_json::Value::from(n),
-                        Value::Json(j) if max.is_none() => j.into_owned(),
-                        other => {
-                            let mut s = String::new();
-                            push_text(other, *max, &mut s);
-                            serde_json::Value::String(s)
+                    [Piece::Op(op, max)] => {
+                        scratch.clear();
+                        match values.value_in(op, scratch) {
+                            Value::Absent => serde_json::Value::Null,
+                            Value::Num(n) => serde_json::Value::from(n),
+                            Value::Json(j) if max.is_none() => j.into_owned(),
+                            other => {
+                                let mut s = String::new();
+                                push_text(other, *max, &mut s);
+                                serde_json::Value::String(s)
+                            }
                         }
-                    },
+                    }
                     _ => {
                         let mut s = String::new();
-                        render_text(pieces, values, &mut s);
+                        render_text(pieces, values, &mut s, scratch);
                         serde_json::Value::String(s)
                     }
                 },

@@ -4,7 +4,8 @@
 //! `downstream_remote_disconnect`, as Envoy) or the upstream's body failed (`UC`,
 //! `upstream_reset_after_response_started{connection_termination}`), with what was sent.
 //! Bodies already in memory (local replies, direct responses) are logged at once with their
-//! length: they are not wrapped.
+//! length: they are not wrapped. An upstream's body read by the proxy counts for itself
+//! ([`SentCount`]).
 
 use super::{Record, Sink};
 use crate::core::local_reply::ResponseFlag;
@@ -16,6 +17,23 @@ use std::task::{ready, Context, Poll};
 /// A streamed response body whose log record is queued when it ends.
 pub struct LogAtEnd<B> {
     body: B,
+    count: SentCount,
+}
+
+impl<B> LogAtEnd<B> {
+    pub(super) fn new(body: B, record: Box<Record>, sink: Sink) -> Self {
+        LogAtEnd {
+            body,
+            count: SentCount::new(record, sink),
+        }
+    }
+}
+
+/// A record waiting for its body's end, and the body bytes sent so far: what a body type that
+/// counts for itself holds (an upstream's body read by the proxy, whose header lines a
+/// [`LogAtEnd`] around it would hide from the response's writer), and what [`LogAtEnd`] holds.
+/// Dropped before the end, it queues the record as cut.
+pub struct SentCount {
     record: Option<Box<Record>>,
     sink: Sink,
     sent: u64,
@@ -23,14 +41,33 @@ pub struct LogAtEnd<B> {
     failed: bool,
 }
 
-impl<B> LogAtEnd<B> {
-    pub(super) fn new(body: B, record: Box<Record>, sink: Sink) -> Self {
-        LogAtEnd {
-            body,
+impl SentCount {
+    pub(super) fn new(record: Box<Record>, sink: Sink) -> Self {
+        SentCount {
             record: Some(record),
             sink,
             sent: 0,
             failed: false,
+        }
+    }
+
+    /// What the body's `poll_frame` gave; `ended`: whether the body is at its end after it.
+    pub fn saw<E>(
+        &mut self,
+        polled: &Option<Result<Frame<Bytes>, E>>,
+        ended: impl FnOnce() -> bool,
+    ) {
+        match polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    self.sent += data.len() as u64;
+                }
+                if ended() {
+                    self.finish(None);
+                }
+            }
+            Some(Err(_)) => self.failed = true,
+            None => self.finish(None),
         }
     }
 
@@ -41,10 +78,18 @@ impl<B> LogAtEnd<B> {
         record.bytes_sent = self.sent;
         if let Some(flag) = cut {
             record.flags.set(flag);
-            record.details.clear();
-            record.details.push_str(cut_details(flag));
+            record.set_text(super::Field::Details, cut_details(flag));
         }
         self.sink.log(record);
+    }
+}
+
+impl Drop for SentCount {
+    fn drop(&mut self) {
+        if self.record.is_some() {
+            let flag = cut_flag(self.failed);
+            self.finish(Some(flag));
+        }
     }
 }
 
@@ -77,25 +122,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
-        match ready!(Pin::new(&mut this.body).poll_frame(cx)) {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    this.sent += data.len() as u64;
-                }
-                if this.body.is_end_stream() {
-                    this.finish(None);
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Some(Err(e)) => {
-                this.failed = true;
-                Poll::Ready(Some(Err(e)))
-            }
-            None => {
-                this.finish(None);
-                Poll::Ready(None)
-            }
-        }
+        let polled = ready!(Pin::new(&mut this.body).poll_frame(cx));
+        let body = &this.body;
+        this.count.saw(&polled, || body.is_end_stream());
+        Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -104,15 +134,6 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-impl<B> Drop for LogAtEnd<B> {
-    fn drop(&mut self) {
-        if self.record.is_some() {
-            let flag = cut_flag(self.failed);
-            self.finish(Some(flag));
-        }
     }
 }
 
