@@ -4,7 +4,6 @@
 //! does not know is an error naming it, as in Envoy.
 
 #[cfg(test)]
-use super::write_text::civil_from_days;
 pub use super::write_text::write_time;
 use http::HeaderName;
 use std::borrow::Cow;
@@ -741,16 +740,5 @@ mod tests {
         assert!(Format::json(r#"{"a":"%NOPE%"}"#)
             .unwrap_err()
             .contains("a: "));
-    }
-
-    #[test]
-    fn civil_dates() {
-        for (days, want) in [
-            (0, (1970, 1, 1)),
-            (19_675, (2023, 11, 14)),
-            (11_016, (2000, 2, 29)),
-        ] {
-            assert_eq!(civil_from_days(days), want);
-        }
     }
 }
