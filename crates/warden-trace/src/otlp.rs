@@ -17,17 +17,9 @@ pub struct Exporter {
     pub attributes: Vec<(String, String)>,
 }
 
-/// The export request for `spans`, all from `exporter`.
-pub fn export_request<'a>(
-    exporter: &Exporter,
-    spans: impl IntoIterator<Item = &'a Span>,
-) -> ExportTraceServiceRequest {
-    export_request_owned(exporter, spans.into_iter().cloned())
-}
-
-/// [`export_request`] of spans given away: their names, tags and values move into the
-/// message instead of being copied (the exporter's spans are sent once).
-pub fn export_request_owned(
+/// The export request for `spans`, all from `exporter`: their names, tags and values move into
+/// the message instead of being copied (the exporter's spans are sent once).
+pub fn export_request(
     exporter: &Exporter,
     spans: impl IntoIterator<Item = Span>,
 ) -> ExportTraceServiceRequest {
@@ -131,7 +123,7 @@ mod tests {
             service_name: "httpbin.default".into(),
             attributes: vec![("k8s.namespace.name".into(), "default".into())],
         };
-        let req = export_request(&exporter, [&s]);
+        let req = export_request(&exporter, [s.clone()]);
         let rs = &req.resource_spans[0];
         let keys: Vec<_> = rs
             .resource
@@ -157,8 +149,8 @@ mod tests {
             error: false,
             ..s
         };
-        let o =
-            export_request(&exporter, [&root]).resource_spans[0].scope_spans[0].spans[0].clone();
+        let o = export_request(&exporter, [root.clone()]).resource_spans[0].scope_spans[0].spans[0]
+            .clone();
         assert!(o.parent_span_id.is_empty());
         assert_eq!(o.status.unwrap().code, status::StatusCode::Unset as i32);
     }

@@ -201,7 +201,7 @@ async fn export(
                 }
             },
         };
-        let request = otlp::export_request_owned(&report.exporter, spans);
+        let request = otlp::export_request(&report.exporter, spans);
         let mut client = client;
         match tokio::time::timeout(EXPORT_TIMEOUT, client.export(request)).await {
             Ok(Ok(_)) => {
