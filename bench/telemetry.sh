@@ -7,6 +7,9 @@
 #              1% (`defaultConfig.tracing.sampling`), no access log
 #   (metrics)  this warden with Istio's metrics only (no tracing provider)
 #   (log)      the defaults plus `accessLogFile` (Istio's default TEXT format, to a file)
+#   (off)      this warden with Istio's metrics off (`defaultProviders.metrics: []`) and no
+#              tracing: (defaults) / (off) is what the telemetry itself costs on one build, apart
+#              from what the proxy path gained or lost since BEFORE (no goal of its own)
 # Goals (paired ratios over (before), back-to-back pairs, bench/lib/common.sh): (defaults)
 # >= 0.97, (log) >= 0.92; each case's proxy CPU per request too. Env: BEFORE (required), WARDEN
 # (else a release build), PAIRS (12), PAIRED_SECS (2), DURATION (5), ROUNDS (3), CONNS (64), PIN (1),
@@ -53,20 +56,22 @@ spec:
   endpoints: [{address: 127.0.0.1, ports: {grpc-otlp: $COLLECTOR}}]
 YAML
 }
-# mesh_yaml TRACING LOG — Istio's defaults for tracing (sampling 1%) and, with LOG, a file.
+# mesh_yaml TRACING LOG [METRICS] — Istio's defaults for tracing (sampling 1%) and, with LOG, a
+# file; METRICS=off: no Istio metrics provider.
 mesh_yaml() {
   echo "defaultConfig: {tracing: {sampling: 1}}"
+  if [ "${3:-on}" = off ]; then echo "defaultProviders: {metrics: []}"; fi
   if [ "$1" = yes ]; then
     printf 'defaultProviders: {tracing: [otel-tracing]}\nextensionProviders:\n- name: otel-tracing\n  opentelemetry: {port: 4317, service: otel-collector.observability.svc.cluster.local}\n'
   fi
   if [ "$2" = yes ]; then echo "accessLogFile: $WORK/access.log"; fi
 }
 
-# start_gateway NAME BINARY [TRACING LOG] — sets PORT_<NAME>.
+# start_gateway NAME BINARY [TRACING LOG [METRICS]] — sets PORT_<NAME>.
 start_gateway() {
   local port admin mesh=(); port=$(free_port); admin=$(free_port)
   { gateway_to_backend_yaml "$port" "$BACKEND"; collector_yaml; } >"$WORK/$1.yaml"
-  if [ $# -gt 2 ]; then mesh_yaml "$3" "$4" >"$WORK/$1-mesh.yaml"; mesh=(--mesh-config "$WORK/$1-mesh.yaml"); fi
+  if [ $# -gt 2 ]; then mesh_yaml "$3" "$4" "${5:-on}" >"$WORK/$1-mesh.yaml"; mesh=(--mesh-config "$WORK/$1-mesh.yaml"); fi
   bg_server "$2" proxy -c "$WORK/$1.yaml" "${mesh[@]}" --concurrency 1 --listen-host 127.0.0.1 \
     --admin "127.0.0.1:$admin" --no-watch --label istio=ingressgateway --namespace istio-system
   printf -v "PORT_$1" '%s' "$port"
@@ -78,6 +83,7 @@ start_gateway before "$BEFORE"
 start_gateway defaults "$WARDEN" yes no
 start_gateway metrics "$WARDEN" no no
 start_gateway log "$WARDEN" yes yes
+start_gateway off "$WARDEN" no no off
 
 # Sanity: the defaults gateway exports sampled spans; the log gateway writes lines.
 for _ in $(seq 400); do curl -s -o /dev/null "http://127.0.0.1:$PORT_defaults/"; done
@@ -97,7 +103,8 @@ run_rounds \
   "CPU_PID=$PID_before wrk_run '(before)' $(url before)" \
   "CPU_PID=$PID_metrics wrk_run '(metrics)' $(url metrics)" \
   "CPU_PID=$PID_defaults wrk_run '(defaults) metrics + traces, 1 in 100' $(url defaults)" \
-  "CPU_PID=$PID_log wrk_run '(log) defaults + access log' $(url log)"
+  "CPU_PID=$PID_log wrk_run '(log) defaults + access log' $(url log)" \
+  "CPU_PID=$PID_off wrk_run '(off) no Istio metrics, no tracing' $(url off)"
 summarize_rounds
 echo
 echo "proxy CPU per request (us, median of rounds):"
@@ -108,6 +115,8 @@ noise_floor "noise floor: before / itself" "$(url before)" "$PAIRS" "$PAIRED_SEC
 paired_ratio "Istio metrics only / before" "$(url before)" "$(url metrics)" "$PAIRS" "$PAIRED_SECS" | paired_verdict 0.97
 paired_ratio "metrics + traces at 1% (Istio defaults) / before" "$(url before)" "$(url defaults)" "$PAIRS" "$PAIRED_SECS" | paired_verdict 0.97
 paired_ratio "defaults + access log / before" "$(url before)" "$(url log)" "$PAIRS" "$PAIRED_SECS" | paired_verdict 0.92
+paired_ratio "(off) / before: the proxy path since BEFORE" "$(url before)" "$(url off)" "$PAIRS" "$PAIRED_SECS" | paired_verdict -
+paired_ratio "Istio defaults / (off): the telemetry on one build" "$(url off)" "$(url defaults)" "$PAIRS" "$PAIRED_SECS" | paired_verdict -
 echo "spans received: $(spans_received); access log lines: $(wc -l <"$WORK/access.log")"
 for g in defaults log; do
   a="ADMIN_$g"
