@@ -419,6 +419,7 @@ impl Connection {
     /// Append (or stream) the body after its head, as `encoding` says.
     // A plain fn returning an `async move` block that uses `body` in place: an `async fn`
     // (or a binding moved out of it) would keep the body twice in the state.
+    #[allow(clippy::manual_async_fn)]
     fn write_body(
         &mut self,
         mut body: ProxyBody,

@@ -519,6 +519,8 @@ fn absolute_uri(
 ///
 /// A plain fn returning an `async move` block, as [`forward`], and the send awaited where it
 /// is built, in each arm, for the same reason.
+// Written out, not `async fn`: see above.
+#[allow(clippy::manual_async_fn)]
 fn attempt<'a>(
     clients: &'a UpstreamClients,
     metrics: &'a Metrics,
@@ -643,7 +645,7 @@ fn send<'a>(
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         if let Some(tls) = &cluster.tls {
             let mut parts = head.into_owned();
-            parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
+            parts.uri = absolute_uri(Scheme::HTTPS, endpoint, path)?;
             parts.version = if tls.http2 {
                 keep_grpc_te(&mut parts.headers);
                 Version::HTTP_2
@@ -661,7 +663,7 @@ fn send<'a>(
         match cluster.protocol.for_request(head.get().version) {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
-                    &endpoint,
+                    endpoint,
                     &cluster.reuse,
                     BodylessRequest {
                         parts: head.get(),
@@ -679,13 +681,13 @@ fn send<'a>(
                 // Boxed, as the h2 branch below: hyper's client futures are over a kilobyte,
                 // and inline they sized every request's `forward` future (3464 bytes, 2344
                 // without them), which is copied into its box on every request.
-                Box::pin(h1.send_from(&endpoint, &cluster.reuse, Request::from_parts(parts, body)))
+                Box::pin(h1.send_from(endpoint, &cluster.reuse, Request::from_parts(parts, body)))
                     .await
                     .map_err(|e| send_error(e.is_connect(), e))
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
-                parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
+                parts.uri = absolute_uri(Scheme::HTTP, endpoint, path)?;
                 parts.version = Version::HTTP_2;
                 keep_grpc_te(&mut parts.headers);
                 Box::pin(h2.request(Request::from_parts(parts, body)))
