@@ -136,7 +136,12 @@ pub async fn serve(stream: TcpStream, serving: Serving) {
         // Boxed, like `with_hyper`: what answering needs lives on the heap only while bytes are
         // being answered, so an idle connection's task stays a few cache lines.
         let read = fast.bufs.input.len();
-        let next = Box::pin(fast.answer_buffered(&serving)).await;
+        // The box first, the future made in it: `Box::pin` would copy the whole future.
+        let next = Box::into_pin(Box::write(
+            Box::new_uninit(),
+            fast.answer_buffered(&serving),
+        ))
+        .await;
         if fast.flush().await.is_err() {
             return;
         }
@@ -384,14 +389,23 @@ impl Connection {
                     }
                 },
             };
-            let (head, body) = answer.response.into_parts();
-            let written = encode_head(
-                &mut self.bufs.out,
-                &head,
-                &body,
-                answer.limit_headers.as_ref(),
-                &framing,
-            );
+            // The head is written and dropped in this block: kept to the end of the loop's
+            // body, it (and the answer) would take room in this future across the writes.
+            let (body, written) = {
+                let Answer {
+                    response,
+                    limit_headers,
+                } = answer;
+                let (head, body) = response.into_parts();
+                let written = encode_head(
+                    &mut self.bufs.out,
+                    &head,
+                    &body,
+                    limit_headers.as_ref(),
+                    &framing,
+                );
+                (body, written)
+            };
             self.write_body(body, written.body).await?;
             if !written.keep_alive {
                 return Ok(Next::Close);
@@ -403,43 +417,52 @@ impl Connection {
     }
 
     /// Append (or stream) the body after its head, as `encoding` says.
-    async fn write_body(&mut self, body: ProxyBody, encoding: BodyEncoding) -> io::Result<()> {
-        if encoding == BodyEncoding::Length(0) {
-            return Ok(());
-        }
-        match body {
-            ProxyBody::Full(Some(bytes)) => self.append(&bytes, encoding).await?,
-            ProxyBody::Full(None) | ProxyBody::Empty => {}
-            mut streamed @ (ProxyBody::Streamed(_)
-            | ProxyBody::Downstream(..)
-            | ProxyBody::H1(_)
-            | ProxyBody::Boxed(_)) => {
-                loop {
-                    let frame = match futures_util::poll!(streamed.frame()) {
-                        Poll::Ready(frame) => frame,
-                        // Nothing more yet: let the client have what there is (a slow or
-                        // streaming upstream must not hold the head back).
-                        Poll::Pending => {
-                            self.flush().await?;
-                            streamed.frame().await
-                        }
-                    };
-                    match frame {
-                        None => break,
-                        Some(Ok(frame)) => {
-                            if let Ok(data) = frame.into_data() {
-                                self.append(&data, encoding).await?;
+    // A plain fn returning an `async move` block that uses `body` in place: an `async fn`
+    // (or a binding moved out of it) would keep the body twice in the state.
+    #[allow(clippy::manual_async_fn)]
+    fn write_body(
+        &mut self,
+        mut body: ProxyBody,
+        encoding: BodyEncoding,
+    ) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+        async move {
+            if encoding == BodyEncoding::Length(0) {
+                return Ok(());
+            }
+            match &body {
+                ProxyBody::Full(Some(bytes)) => self.append(bytes, encoding).await?,
+                ProxyBody::Full(None) | ProxyBody::Empty => {}
+                ProxyBody::Streamed(_)
+                | ProxyBody::Downstream(..)
+                | ProxyBody::H1(_)
+                | ProxyBody::Boxed(_) => {
+                    loop {
+                        let frame = match futures_util::poll!(body.frame()) {
+                            Poll::Ready(frame) => frame,
+                            // Nothing more yet: let the client have what there is (a slow or
+                            // streaming upstream must not hold the head back).
+                            Poll::Pending => {
+                                self.flush().await?;
+                                body.frame().await
                             }
+                        };
+                        match frame {
+                            None => break,
+                            Some(Ok(frame)) => {
+                                if let Ok(data) = frame.into_data() {
+                                    self.append(&data, encoding).await?;
+                                }
+                            }
+                            Some(Err(e)) => return Err(io::Error::other(e)),
                         }
-                        Some(Err(e)) => return Err(io::Error::other(e)),
                     }
                 }
             }
+            if encoding == BodyEncoding::Chunked {
+                self.bufs.out.extend_from_slice(response_head::LAST_CHUNK);
+            }
+            Ok(())
         }
-        if encoding == BodyEncoding::Chunked {
-            self.bufs.out.extend_from_slice(response_head::LAST_CHUNK);
-        }
-        Ok(())
     }
 
     /// Body bytes into the output (as one chunk when chunked); large ones are written straight

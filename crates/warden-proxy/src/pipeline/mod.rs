@@ -117,9 +117,15 @@ pub fn handle<'a>(
         }),
         // One future holding the request once: no async block around `act` keeping its own
         // copy (the box stays below the upstream future's size class).
-        Decided::Later(waiting) => Handling::Waiting(Box::pin(act(
-            waiting, conn, worker, snapshot, outcome, state, log, start,
-        ))),
+        // Its box is allocated first and the future made in it: `Box::pin(act(..))` made
+        // the future on the stack and copied all of it (its every state) into the box.
+        Decided::Later(waiting) => {
+            let boxed = Box::write(
+                Box::new_uninit(),
+                act(waiting, conn, worker, snapshot, outcome, state, log, start),
+            );
+            Handling::Waiting(Box::into_pin(boxed))
+        }
     }
 }
 
@@ -723,21 +729,24 @@ fn local_action(route: &Route, attrs: &RequestAttrs<'_>) -> Option<Response<Prox
 /// and logged. The steps are a labeled block rather than a nested `async fn`, and the
 /// request's parts are used in place: each copy of the request would be room in this future,
 /// which is boxed per request.
+// A plain fn returning an `async move` block, not an `async fn`: an async fn keeps each
+// argument twice in its state, as received and as the local it is moved into at the first
+// poll (rust-lang/rust#62958), and this state is copied into its box on every request. Here
+// the request's pieces are captured once and used in place.
 #[allow(clippy::too_many_arguments)]
-async fn act(
+fn act<'a>(
     waiting: Waiting,
-    conn: &ConnCtx,
-    worker: &WorkerCtx,
+    conn: &'a ConnCtx,
+    worker: &'a WorkerCtx,
     snapshot: Arc<Snapshot>,
     outcome: Outcome,
     mut state: FilterState,
     log: Option<LogFields>,
     start: Instant,
-) -> Answer {
+) -> impl Future<Output = Answer> + Send + 'a {
     let shared = &*worker.shared;
     // Counts and logs the request if its client goes away before the answer (`DC`).
     let mut pending = unanswered::Unanswered::new(shared, conn, start, outcome, log);
-    let filters = snapshot.filters_for(conn.side);
     let Waiting {
         mut parts,
         mut lines,
@@ -747,259 +756,266 @@ async fn act(
         mut vhost,
         resume,
     } = waiting;
-    let mut reached = filters.len();
-    let mut limit_headers = None;
-    let mut response = 'stages: {
-        // 3. the rest of the chain, from the filter that waits
-        let answered = if resume < filters.len() {
-            let mut authority = authority_of(&parts, lines.as_ref());
-            let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
-            attrs.vhost = vhost;
-            // A waiting filter's own replies carry the local limiter's headers too.
-            if let Some(h) = state.local_limit_headers.take() {
-                h.apply(state.add_response_headers());
-            }
-            if filters.reads_request_body() {
-                let taken = std::mem::replace(&mut body, ProxyBody::Empty);
-                state.request_body = Some(Box::new(taken));
-            }
-            let mut at = resume;
-            loop {
-                let verdict = filters
-                    .on_request_waiting(at, &attrs, &route, &mut state, &shared.metrics)
-                    .await;
-                match verdict {
-                    Verdict::Continue => {}
-                    Verdict::ContinueWithHeaders(h) => state.add_response_headers().extend(h),
-                    Verdict::ContinueWithRequestHeaders { request, response } => {
-                        state.add_request_headers().extend(request);
-                        state.add_response_headers().extend(response);
-                    }
-                    Verdict::Reply(r) => {
-                        reached = at;
-                        break 'stages local(r, &mut state);
-                    }
-                    Verdict::ReplyWithHeaders(r, mut h) => {
-                        reached = at;
-                        h.extend(
-                            state
-                                .response_headers
-                                .take()
-                                .map(|b| *b)
-                                .unwrap_or_default(),
-                        );
-                        let mut response = local(r, &mut state);
-                        response.headers_mut().extend(h);
-                        break 'stages response;
-                    }
+    async move {
+        let filters = snapshot.filters_for(conn.side);
+        let mut reached = filters.len();
+        let mut limit_headers = None;
+        let mut response = 'stages: {
+            // 3. the rest of the chain, from the filter that waits
+            let answered = if resume < filters.len() {
+                let mut authority = authority_of(&parts, lines.as_ref());
+                let mut attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                attrs.vhost = vhost;
+                // A waiting filter's own replies carry the local limiter's headers too.
+                if let Some(h) = state.local_limit_headers.take() {
+                    h.apply(state.add_response_headers());
                 }
-                // A filter changed the request (its waiting phase, or one after it that does
-                // not wait): the next one sees the change.
-                let mut next = at + 1;
-                let flow = loop {
-                    if let Some(edit) = state.request_edit.take() {
-                        let routed = apply_filter_edit(
-                            *edit,
-                            (&mut parts, &mut lines),
-                            (conn, &snapshot, client_ip),
-                            (&mut vhost, &mut route),
-                            &mut pending.outcome,
-                        );
-                        if routed.is_err() {
+                if filters.reads_request_body() {
+                    let taken = std::mem::replace(&mut body, ProxyBody::Empty);
+                    state.request_body = Some(Box::new(taken));
+                }
+                let mut at = resume;
+                loop {
+                    let verdict = filters
+                        .on_request_waiting(at, &attrs, &route, &mut state, &shared.metrics)
+                        .await;
+                    match verdict {
+                        Verdict::Continue => {}
+                        Verdict::ContinueWithHeaders(h) => state.add_response_headers().extend(h),
+                        Verdict::ContinueWithRequestHeaders { request, response } => {
+                            state.add_request_headers().extend(request);
+                            state.add_response_headers().extend(response);
+                        }
+                        Verdict::Reply(r) => {
+                            reached = at;
+                            break 'stages local(r, &mut state);
+                        }
+                        Verdict::ReplyWithHeaders(r, mut h) => {
+                            reached = at;
+                            h.extend(
+                                state
+                                    .response_headers
+                                    .take()
+                                    .map(|b| *b)
+                                    .unwrap_or_default(),
+                            );
+                            let mut response = local(r, &mut state);
+                            response.headers_mut().extend(h);
+                            break 'stages response;
+                        }
+                    }
+                    // A filter changed the request (its waiting phase, or one after it that does
+                    // not wait): the next one sees the change.
+                    let mut next = at + 1;
+                    let flow = loop {
+                        if let Some(edit) = state.request_edit.take() {
+                            let routed = apply_filter_edit(
+                                *edit,
+                                (&mut parts, &mut lines),
+                                (conn, &snapshot, client_ip),
+                                (&mut vhost, &mut route),
+                                &mut pending.outcome,
+                            );
+                            if routed.is_err() {
+                                reached = next;
+                                break 'stages local(LocalReply::no_route(), &mut state);
+                            }
+                            authority = authority_of(&parts, lines.as_ref());
+                            attrs =
+                                request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
+                            attrs.vhost = vhost;
+                        }
+                        match filters.on_request(next, &attrs, &route, &mut state, &shared.metrics)
+                        {
+                            ChainFlow::Edited(edited) => next = edited + 1,
+                            flow => break flow,
+                        }
+                    };
+                    match flow {
+                        ChainFlow::Passed => {
+                            if let Some(b) = state.request_body.take() {
+                                body = *b;
+                            }
+                            break;
+                        }
+                        ChainFlow::Wait(next) => at = next,
+                        ChainFlow::Reply(response, next) => {
                             reached = next;
-                            break 'stages local(LocalReply::no_route(), &mut state);
+                            break 'stages response;
                         }
-                        authority = authority_of(&parts, lines.as_ref());
-                        attrs = request_attrs(conn, &parts, lines.as_ref(), authority, client_ip);
-                        attrs.vhost = vhost;
+                        ChainFlow::Edited(_) => unreachable!("edits are applied in the loop above"),
                     }
-                    match filters.on_request(next, &attrs, &route, &mut state, &shared.metrics) {
-                        ChainFlow::Edited(edited) => next = edited + 1,
-                        flow => break flow,
-                    }
-                };
-                match flow {
-                    ChainFlow::Passed => {
-                        if let Some(b) = state.request_body.take() {
-                            body = *b;
-                        }
-                        break;
-                    }
-                    ChainFlow::Wait(next) => at = next,
-                    ChainFlow::Reply(response, next) => {
-                        reached = next;
-                        break 'stages response;
-                    }
-                    ChainFlow::Edited(_) => unreachable!("edits are applied in the loop above"),
                 }
-            }
-            local_action(&route, &attrs)
-        } else {
-            None
-        };
+                local_action(&route, &attrs)
+            } else {
+                None
+            };
 
-        // 4. action
-        let mut response = match (answered, &route.action) {
-            (Some(response), _) => response,
-            (
-                None,
-                RouteAction::Forward {
-                    timeout,
-                    retries,
-                    mirrors,
-                    ..
-                },
-            ) => {
-                if let Some(rw) = &route.rewrite {
-                    rewrite_request(&mut parts, &mut lines, &route, rw);
-                }
-                let Some(target) = route.pick_cluster() else {
-                    break 'stages local(LocalReply::no_healthy_upstream(), &mut state);
-                };
-                pending.outcome.istio.picked = istio_record::picked(&route, target);
-                if parts.version == http::Version::HTTP_2
-                    && !parts.headers.contains_key(header::HOST)
-                {
-                    if let Ok(v) = HeaderValue::from_str(authority_of(&parts, None)) {
-                        parts.headers.insert(header::HOST, v);
-                    }
-                }
-                if shared.access_log.is_some()
-                    || pending
-                        .outcome
-                        .trace
-                        .as_ref()
-                        .is_some_and(|t| t.started.is_some())
-                {
-                    pending.outcome.cluster = Some(target.cluster.clone());
-                }
-                let mut forwarding = Forwarding::new(
-                    conn.peer.ip(),
-                    &conn.peer_value,
-                    client_ip,
-                    shared.trusted_hops_from(conn.peer.ip()),
-                )
-                .on_side(conn.side)
-                .over_tls(conn.tls.is_some())
-                .client_cert(
-                    shared.client_cert.for_side(conn.side),
-                    conn.client_presented_cert(),
-                    conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
-                );
-                // The id the log line names is the one the upstream gets.
-                if let Some(id) = pending.log.as_ref().and_then(|l| l.request_id).or_else(|| {
-                    pending
-                        .outcome
-                        .trace
-                        .as_ref()
-                        .and_then(|t| t.made_request_id())
-                }) {
-                    forwarding = forwarding.with_request_id(id);
-                }
-                if pending.outcome.istio.grpc {
-                    body = count_grpc_requests(body, &mut pending.outcome);
-                }
-                if let (Some(trace), Some(plan)) = (&pending.outcome.trace, &snapshot.tracing) {
-                    forwarding = forwarding.with_trace(trace, plan.propagation);
-                }
-                // Boxed (see `forward_boxed`): the request's future is moved into place per
-                // request, and direct responses should not pay for the upstream future's size.
-                let mut request = outgoing(
-                    parts,
-                    lines,
-                    body,
-                    forwarding,
-                    state.request_headers.take(),
-                    &route,
-                    target,
-                );
-                request.original_dst = conn.original_dst.as_ref().map(|(_, a)| a);
-                if !mirrors.is_empty() {
-                    crate::upstream::mirror::shadow(
-                        &worker.upstream.mirror,
-                        &shared.metrics,
+            // 4. action
+            let mut response = match (answered, &route.action) {
+                (Some(response), _) => response,
+                (
+                    None,
+                    RouteAction::Forward {
+                        timeout,
+                        retries,
                         mirrors,
-                        &mut request,
-                        *timeout,
+                        ..
+                    },
+                ) => {
+                    if let Some(rw) = &route.rewrite {
+                        rewrite_request(&mut parts, &mut lines, &route, rw);
+                    }
+                    let Some(target) = route.pick_cluster() else {
+                        break 'stages local(LocalReply::no_healthy_upstream(), &mut state);
+                    };
+                    pending.outcome.istio.picked = istio_record::picked(&route, target);
+                    if parts.version == http::Version::HTTP_2
+                        && !parts.headers.contains_key(header::HOST)
+                    {
+                        if let Ok(v) = HeaderValue::from_str(authority_of(&parts, None)) {
+                            parts.headers.insert(header::HOST, v);
+                        }
+                    }
+                    if shared.access_log.is_some()
+                        || pending
+                            .outcome
+                            .trace
+                            .as_ref()
+                            .is_some_and(|t| t.started.is_some())
+                    {
+                        pending.outcome.cluster = Some(target.cluster.clone());
+                    }
+                    let mut forwarding = Forwarding::new(
+                        conn.peer.ip(),
+                        &conn.peer_value,
+                        client_ip,
+                        shared.trusted_hops_from(conn.peer.ip()),
+                    )
+                    .on_side(conn.side)
+                    .over_tls(conn.tls.is_some())
+                    .client_cert(
+                        shared.client_cert.for_side(conn.side),
+                        conn.client_presented_cert(),
+                        conn.tls.as_ref().and_then(|t| t.xfcc.as_ref()),
                     );
-                }
-                let upstream = forward_boxed(
-                    &worker.upstream,
-                    &shared.metrics,
-                    &target.cluster,
-                    request,
-                    *timeout,
-                    retries,
-                );
-                match upstream.await {
-                    Ok(up) => {
-                        pending.outcome.upstream = Some(up.endpoint);
-                        pending.outcome.upstream_local = up.local;
-                        pending.outcome.answered_upstream = true;
-                        if up.retries_exhausted {
-                            state
-                                .notes
-                                .more_flags
-                                .set(ResponseFlag::UpstreamRetryLimitExceeded);
-                        }
-                        let mut response = up.response;
-                        // hyper's clients' responses; lines kept as read skip them when written.
-                        strip_hop_by_hop(response.headers_mut());
-                        if !target.response_headers.is_empty() {
-                            target
-                                .response_headers
-                                .apply(response_headers_mut(&mut response));
-                        }
-                        response
+                    // The id the log line names is the one the upstream gets.
+                    if let Some(id) =
+                        pending.log.as_ref().and_then(|l| l.request_id).or_else(|| {
+                            pending
+                                .outcome
+                                .trace
+                                .as_ref()
+                                .and_then(|t| t.made_request_id())
+                        })
+                    {
+                        forwarding = forwarding.with_request_id(id);
                     }
-                    Err(failure) => {
-                        pending.outcome.upstream = failure.endpoint;
-                        pending.outcome.transport_failure = failure.transport_failure;
-                        if failure.retries_exhausted {
-                            state
-                                .notes
-                                .more_flags
-                                .set(ResponseFlag::UpstreamRetryLimitExceeded);
+                    if pending.outcome.istio.grpc {
+                        body = count_grpc_requests(body, &mut pending.outcome);
+                    }
+                    if let (Some(trace), Some(plan)) = (&pending.outcome.trace, &snapshot.tracing) {
+                        forwarding = forwarding.with_trace(trace, plan.propagation);
+                    }
+                    // Boxed (see `forward_boxed`): the request's future is moved into place per
+                    // request, and direct responses should not pay for the upstream future's size.
+                    let mut request = outgoing(
+                        parts,
+                        lines,
+                        body,
+                        forwarding,
+                        state.request_headers.take(),
+                        &route,
+                        target,
+                    );
+                    request.original_dst = conn.original_dst.as_ref().map(|(_, a)| a);
+                    if !mirrors.is_empty() {
+                        crate::upstream::mirror::shadow(
+                            &worker.upstream.mirror,
+                            &shared.metrics,
+                            mirrors,
+                            &mut request,
+                            *timeout,
+                        );
+                    }
+                    let upstream = forward_boxed(
+                        &worker.upstream,
+                        &shared.metrics,
+                        &target.cluster,
+                        request,
+                        *timeout,
+                        retries,
+                    );
+                    match upstream.await {
+                        Ok(up) => {
+                            pending.outcome.upstream = Some(up.endpoint);
+                            pending.outcome.upstream_local = up.local;
+                            pending.outcome.answered_upstream = true;
+                            if up.retries_exhausted {
+                                state
+                                    .notes
+                                    .more_flags
+                                    .set(ResponseFlag::UpstreamRetryLimitExceeded);
+                            }
+                            let mut response = up.response;
+                            // hyper's clients' responses; lines kept as read skip them when written.
+                            strip_hop_by_hop(response.headers_mut());
+                            if !target.response_headers.is_empty() {
+                                target
+                                    .response_headers
+                                    .apply(response_headers_mut(&mut response));
+                            }
+                            response
                         }
-                        if failure.per_try_timeout {
-                            state.notes.details = Some("upstream_per_try_timeout");
+                        Err(failure) => {
+                            pending.outcome.upstream = failure.endpoint;
+                            pending.outcome.transport_failure = failure.transport_failure;
+                            if failure.retries_exhausted {
+                                state
+                                    .notes
+                                    .more_flags
+                                    .set(ResponseFlag::UpstreamRetryLimitExceeded);
+                            }
+                            if failure.per_try_timeout {
+                                state.notes.details = Some("upstream_per_try_timeout");
+                            }
+                            break 'stages local(failure.reply, &mut state);
                         }
-                        break 'stages local(failure.reply, &mut state);
                     }
                 }
-            }
-            // A direct response or redirect is answered when the chain ends above.
-            (None, _) => local(LocalReply::no_route(), &mut state),
-        };
+                // A direct response or redirect is answered when the chain ends above.
+                (None, _) => local(LocalReply::no_route(), &mut state),
+            };
 
-        // 5. respond
-        respond(
-            &mut response,
-            &route,
-            state.response_headers.take().map(|b| *b),
-        );
-        limit_headers = state.local_limit_headers.take();
-        response
-    };
-    if state.response_waits {
-        filters
-            .on_response_waiting(reached, &route, &mut state, &mut response)
-            .await;
-    } else {
-        filters.on_response(reached, &route, &mut state, &mut response);
+            // 5. respond
+            respond(
+                &mut response,
+                &route,
+                state.response_headers.take().map(|b| *b),
+            );
+            limit_headers = state.local_limit_headers.take();
+            response
+        };
+        if state.response_waits {
+            filters
+                .on_response_waiting(reached, &route, &mut state, &mut response)
+                .await;
+        } else {
+            filters.on_response(reached, &route, &mut state, &mut response);
+        }
+        settle_for_log(shared, &mut state);
+        let (outcome, log) = pending.answered();
+        finish(
+            shared,
+            conn,
+            start,
+            response,
+            limit_headers,
+            &outcome,
+            &state,
+            log,
+        )
     }
-    settle_for_log(shared, &mut state);
-    let (outcome, log) = pending.answered();
-    finish(
-        shared,
-        conn,
-        start,
-        response,
-        limit_headers,
-        &outcome,
-        &state,
-        log,
-    )
 }
 
 /// Apply the edit a filter left ([`crate::filters::chain::FilterState::request_edit`]); after

@@ -231,24 +231,33 @@ pub fn into_response(
     home: Home,
 ) -> Result<Response<ProxyBody>, ExchangeError> {
     let mut parts = response_parts(&head, &bytes)?;
-    let mut body = H1Body::new(&head, conn, home);
+    if BodyReader::new(head.framing).is_done() {
+        // No body: the connection goes home now, and nothing goes on the heap.
+        H1Body::new(&head, conn, home).finish();
+        let raw = RawHead {
+            bytes,
+            lines: head.headers,
+        };
+        raw.read_into(&mut parts.headers)
+            .map_err(|()| ExchangeError::Header)?;
+        strip_hop_by_hop(&mut parts.headers);
+        return Ok(Response::from_parts(parts, ProxyBody::Empty));
+    }
+    // Built in its box, not moved into it (the body holds the connection: a few hundred bytes
+    // that were copied twice per response).
+    let mut body = H1Body::boxed(&head, conn, home);
     let raw = RawHead {
         bytes,
         lines: head.headers,
     };
-    if body.is_end_stream() || head.connection_names {
+    if head.connection_names {
         raw.read_into(&mut parts.headers)
             .map_err(|()| ExchangeError::Header)?;
         strip_hop_by_hop(&mut parts.headers);
-        let body = if body.is_end_stream() {
-            ProxyBody::Empty
-        } else {
-            ProxyBody::H1(Box::new(body))
-        };
-        return Ok(Response::from_parts(parts, body));
+    } else {
+        body.raw = Some(raw);
     }
-    body.raw = Some(raw);
-    Ok(Response::from_parts(parts, ProxyBody::H1(Box::new(body))))
+    Ok(Response::from_parts(parts, ProxyBody::H1(body)))
 }
 
 /// The response's header map, for reading or editing: an upstream's header lines still kept
@@ -378,18 +387,20 @@ pub struct H1Body {
 
 impl H1Body {
     fn new(head: &ResponseHead, conn: Pooled<LeanConn>, home: Home) -> Self {
-        let mut body = H1Body {
+        H1Body {
             raw: None,
             reader: BodyReader::new(head.framing),
             conn: Some(conn),
             reusable: head.reusable,
             home,
             log: None,
-        };
-        if body.reader.is_done() {
-            body.finish();
         }
-        body
+    }
+
+    /// A body with bytes to read, on the heap: the allocation comes first and the body is
+    /// written into it.
+    fn boxed(head: &ResponseHead, conn: Pooled<LeanConn>, home: Home) -> Box<Self> {
+        Box::write(Box::new_uninit(), H1Body::new(head, conn, home))
     }
 
     /// The response's end-to-end header lines when they were not read into its map

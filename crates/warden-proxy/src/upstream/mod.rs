@@ -163,9 +163,12 @@ pub fn forward_boxed<'a>(
     timeout: Option<Duration>,
     retries: &'a RetryPolicy,
 ) -> Pin<Box<dyn Future<Output = Result<Upstreamed, ForwardFailure>> + Send + 'a>> {
-    Box::pin(forward(
-        clients, metrics, target, outgoing, timeout, retries,
-    ))
+    // The box first, the future made in it (see `pipeline::handle`).
+    let boxed = Box::write(
+        Box::new_uninit(),
+        forward(clients, metrics, target, outgoing, timeout, retries),
+    );
+    Box::into_pin(boxed)
 }
 
 /// A request on its way to a cluster.
@@ -182,19 +185,20 @@ pub struct Outgoing<'a> {
 
 /// Forward one request. Retries (connect failure, reset, 503) only happen when the request has
 /// no body: bodies are streamed and cannot be replayed.
-async fn forward(
-    clients: &UpstreamClients,
-    metrics: &Metrics,
-    target: &Cluster,
-    outgoing: Outgoing<'_>,
+///
+/// A plain fn returning an `async move` block, not an `async fn`: an async fn keeps each
+/// argument twice in its state, as received and as the local it is moved into
+/// (rust-lang/rust#62958), and this state is copied into its box on every request. For the
+/// same reason each branch awaits the future it builds rather than one kept in a local: a
+/// future in a local and then awaited (or wrapped in a timeout) takes room twice.
+fn forward<'a>(
+    clients: &'a UpstreamClients,
+    metrics: &'a Metrics,
+    target: &'a Cluster,
+    outgoing: Outgoing<'a>,
     timeout: Option<Duration>,
-    retries: &RetryPolicy,
-) -> Result<Upstreamed, ForwardFailure> {
-    if target.missing {
-        // As Envoy's router: no cluster, no try and no retry.
-        metrics.upstream_error("no_cluster");
-        return Err(fail(LocalReply::no_cluster(), None));
-    }
+    retries: &'a RetryPolicy,
+) -> impl Future<Output = Result<Upstreamed, ForwardFailure>> + Send + 'a {
     let Outgoing {
         parts,
         lines,
@@ -202,79 +206,152 @@ async fn forward(
         body,
         original_dst,
     } = outgoing;
-    let attempts = async {
+    async move {
+        if target.missing {
+            // As Envoy's router: no cluster, no try and no retry.
+            metrics.upstream_error("no_cluster");
+            return Err(fail(LocalReply::no_cluster(), None));
+        }
         let replayable = retries.attempts > 0 && http_body::Body::is_end_stream(&body);
-        if !replayable {
-            return attempt(
-                clients,
-                metrics,
-                target,
-                Head {
-                    parts: HeadParts::Owned(parts),
-                    lines: lines.as_ref(),
-                    forwarding: forwarding.as_ref(),
-                },
-                body,
-                Pick {
-                    exclude: None,
-                    original_dst,
-                },
-                retries.per_try_timeout,
-            )
-            .await;
-        }
-        let mut exclude = None;
-        let mut last = None;
-        for n in 0..=retries.attempts {
-            match attempt(
-                clients,
-                metrics,
-                target,
-                Head {
-                    parts: HeadParts::Borrowed(&parts),
-                    lines: lines.as_ref(),
-                    forwarding: forwarding.as_ref(),
-                },
-                ProxyBody::Empty,
-                Pick {
-                    exclude,
-                    original_dst,
-                },
-                retries.per_try_timeout,
-            )
-            .await
-            {
-                Ok(mut up) if retries.on.retries_response(&up.response) => {
-                    if n == retries.attempts {
-                        up.retries_exhausted = true;
-                        return Ok(up);
-                    }
-                    last = Some(Ok(up));
-                }
-                Ok(up) => return Ok(up),
-                Err(mut f) if retries.on.retries_failure(f.reply.flag) => {
-                    if n == retries.attempts {
-                        f.retries_exhausted = true;
-                        return Err(f);
-                    }
-                    exclude = endpoint_index(target, f.endpoint.as_ref());
-                    last = Some(Err(f));
-                }
-                Err(f) => return Err(f),
+        let once = Pick {
+            exclude: None,
+            original_dst,
+        };
+        match (replayable, timeout) {
+            (false, None) => {
+                attempt(
+                    clients,
+                    metrics,
+                    target,
+                    Head {
+                        parts: HeadParts::Owned(parts),
+                        lines: lines.as_ref(),
+                        forwarding: forwarding.as_ref(),
+                    },
+                    body,
+                    once,
+                    retries.per_try_timeout,
+                )
+                .await
             }
-        }
-        last.unwrap_or_else(|| Err(fail(LocalReply::no_healthy_upstream(), None)))
-    };
-    match timeout {
-        None => attempts.await,
-        Some(t) => match tokio::time::timeout(t, attempts).await {
-            Ok(r) => r,
-            Err(_) => {
-                metrics.upstream_error("timeout");
-                Err(fail(LocalReply::timeout(), None))
+            (false, Some(t)) => timed_out(
+                metrics,
+                tokio::time::timeout(
+                    t,
+                    attempt(
+                        clients,
+                        metrics,
+                        target,
+                        Head {
+                            parts: HeadParts::Owned(parts),
+                            lines: lines.as_ref(),
+                            forwarding: forwarding.as_ref(),
+                        },
+                        body,
+                        once,
+                        retries.per_try_timeout,
+                    ),
+                )
+                .await,
+            ),
+            (true, None) => {
+                replays(
+                    clients,
+                    metrics,
+                    target,
+                    &parts,
+                    lines.as_ref(),
+                    forwarding.as_ref(),
+                    original_dst,
+                    retries,
+                )
+                .await
             }
-        },
+            (true, Some(t)) => timed_out(
+                metrics,
+                tokio::time::timeout(
+                    t,
+                    replays(
+                        clients,
+                        metrics,
+                        target,
+                        &parts,
+                        lines.as_ref(),
+                        forwarding.as_ref(),
+                        original_dst,
+                        retries,
+                    ),
+                )
+                .await,
+            ),
+        }
     }
+}
+
+/// The route's timeout over all tries, expired or not.
+fn timed_out(
+    metrics: &Metrics,
+    result: Result<Result<Upstreamed, ForwardFailure>, tokio::time::error::Elapsed>,
+) -> Result<Upstreamed, ForwardFailure> {
+    result.unwrap_or_else(|_| {
+        metrics.upstream_error("timeout");
+        Err(fail(LocalReply::timeout(), None))
+    })
+}
+
+/// The tries of a body-less request, each from the borrowed head, until one is not retried.
+#[allow(clippy::too_many_arguments)]
+async fn replays(
+    clients: &UpstreamClients,
+    metrics: &Metrics,
+    target: &Cluster,
+    parts: &request::Parts,
+    lines: Option<&RequestLines>,
+    forwarding: Option<&Forwarding<'_>>,
+    original_dst: Option<&http::uri::Authority>,
+    retries: &RetryPolicy,
+) -> Result<Upstreamed, ForwardFailure> {
+    let mut exclude = None;
+    let mut last = None;
+    for n in 0..=retries.attempts {
+        match attempt(
+            clients,
+            metrics,
+            target,
+            Head {
+                parts: HeadParts::Borrowed(parts),
+                lines,
+                forwarding,
+            },
+            ProxyBody::Empty,
+            Pick {
+                exclude,
+                original_dst,
+            },
+            retries.per_try_timeout,
+        )
+        .await
+        {
+            Ok(mut up) if retries.on.retries_response(&up.response) => {
+                if n == retries.attempts {
+                    up.retries_exhausted = true;
+                    return Ok(up);
+                }
+                last = Some(Ok(up));
+            }
+            Ok(up) => return Ok(up),
+            Err(mut f) if retries.on.retries_failure(f.reply.flag) => {
+                if n == retries.attempts {
+                    f.retries_exhausted = true;
+                    return Err(f);
+                }
+                exclude = endpoint_index(target, f.endpoint.as_ref());
+                last = Some(Err(f));
+            }
+            Err(f) => return Err(f),
+        }
+    }
+    last.unwrap_or_else(|| Err(fail(LocalReply::no_healthy_upstream(), None)))
 }
 
 fn endpoint_index(target: &Cluster, ep: Option<&http::uri::Authority>) -> Option<usize> {
@@ -439,47 +516,127 @@ fn absolute_uri(
 /// One try. A body-less HTTP/1.1 request is written straight from a borrowed head, so retries
 /// need no copy, with the forwarding headers written into it; hyper's clients get them in
 /// their copy.
-async fn attempt(
-    clients: &UpstreamClients,
-    metrics: &Metrics,
-    target: &Cluster,
-    head: Head<'_>,
+///
+/// A plain fn returning an `async move` block, as [`forward`], and the send awaited where it
+/// is built, in each arm, for the same reason.
+// Written out, not `async fn`: see above.
+#[allow(clippy::manual_async_fn)]
+fn attempt<'a>(
+    clients: &'a UpstreamClients,
+    metrics: &'a Metrics,
+    target: &'a Cluster,
+    head: Head<'a>,
     body: ProxyBody,
-    pick: Pick<'_>,
+    pick: Pick<'a>,
     per_try_timeout: Option<Duration>,
-) -> Result<Upstreamed, ForwardFailure> {
-    let Pick {
-        exclude,
-        original_dst,
-    } = pick;
-    let cluster = target;
+) -> impl Future<Output = Result<Upstreamed, ForwardFailure>> + Send + 'a {
+    async move {
+        let Pick {
+            exclude,
+            original_dst,
+        } = pick;
+        let cluster = target;
+        let (endpoint, lease, index) = match (cluster.original_dst, original_dst) {
+            (true, Some(dst)) => (dst.clone(), None, None),
+            (true, None) => {
+                metrics.upstream_error("no_healthy");
+                return Err(fail(LocalReply::no_healthy_upstream(), None));
+            }
+            (false, _) => {
+                let (index, lease) = cluster.pick(exclude).map_err(|e| match e {
+                    PickError::NoHealthyUpstream => {
+                        metrics.upstream_error("no_healthy");
+                        fail(LocalReply::no_healthy_upstream(), None)
+                    }
+                    PickError::Overflow => {
+                        metrics.upstream_error("overflow");
+                        fail(LocalReply::overflow(), None)
+                    }
+                })?;
+                (lease.endpoint().authority.clone(), Some(lease), Some(index))
+            }
+        };
+        let record = |outcome| {
+            if let Some(i) = index {
+                cluster.record(i, outcome);
+            }
+        };
+        let result = match per_try_timeout {
+            None => send(clients, cluster, &endpoint, head, body).await,
+            Some(t) => {
+                match tokio::time::timeout(t, send(clients, cluster, &endpoint, head, body)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        metrics.upstream_error("timeout");
+                        record(outlier::Outcome::LocalFailure);
+                        let mut failure = fail(LocalReply::timeout(), Some(endpoint));
+                        failure.per_try_timeout = true;
+                        return Err(failure);
+                    }
+                }
+            }
+        };
+        drop(lease);
+        match &result {
+            Ok((response, _)) => record(outlier::Outcome::Status(response.status().as_u16())),
+            Err(SendError::Connect(_) | SendError::Protocol(_) | SendError::Other(_)) => {
+                record(outlier::Outcome::LocalFailure)
+            }
+            // The client's body failed or stalled, not the endpoint.
+            Err(SendError::DownstreamBody | SendError::StreamIdle) => {}
+        }
+        match result {
+            Ok((response, local)) => Ok(Upstreamed {
+                response,
+                endpoint,
+                local,
+                retries_exhausted: false,
+            }),
+            Err(SendError::Connect(reason)) => {
+                metrics.upstream_error("connect");
+                let mut failure = fail(LocalReply::connect_failure(), Some(endpoint));
+                failure.transport_failure = reason;
+                Err(failure)
+            }
+            Err(SendError::DownstreamBody) => {
+                // hyper's client aborted the upstream request without ending its body, so the
+                // upstream never sees it complete; the client gets the 400 its framing earned.
+                metrics.downstream_rejected("body_framing");
+                Err(fail(LocalReply::bad_request(), Some(endpoint)))
+            }
+            Err(SendError::StreamIdle) => {
+                // As Envoy: 408 `stream timeout` when nothing was answered yet; the upstream
+                // request was aborted without its end.
+                metrics.downstream_timeout(crate::core::timeouts::Expired::StreamIdle);
+                Err(fail(LocalReply::stream_idle_timeout(), Some(endpoint)))
+            }
+            Err(SendError::Protocol(e)) => {
+                tracing::debug!(error = %e, upstream = %endpoint, "upstream response malformed");
+                metrics.upstream_error("reset");
+                Err(fail(LocalReply::upstream_protocol_error(), Some(endpoint)))
+            }
+            Err(SendError::Other(e)) => {
+                tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");
+                metrics.upstream_error("reset");
+                Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
+            }
+        }
+    }
+}
+
+/// One try's exchange with the endpoint picked, by the client the cluster's protocol and the
+/// request call for.
+fn send<'a>(
+    clients: &'a UpstreamClients,
+    cluster: &'a Cluster,
+    endpoint: &'a http::uri::Authority,
+    head: Head<'a>,
+    body: ProxyBody,
+) -> impl Future<Output = Result<(Response<ProxyBody>, Option<std::net::SocketAddr>), SendError>>
+       + Send
+       + 'a {
     let (h1, h2) = clients.for_cluster(cluster);
-    let (endpoint, lease, index) = match (cluster.original_dst, original_dst) {
-        (true, Some(dst)) => (dst.clone(), None, None),
-        (true, None) => {
-            metrics.upstream_error("no_healthy");
-            return Err(fail(LocalReply::no_healthy_upstream(), None));
-        }
-        (false, _) => {
-            let (index, lease) = cluster.pick(exclude).map_err(|e| match e {
-                PickError::NoHealthyUpstream => {
-                    metrics.upstream_error("no_healthy");
-                    fail(LocalReply::no_healthy_upstream(), None)
-                }
-                PickError::Overflow => {
-                    metrics.upstream_error("overflow");
-                    fail(LocalReply::overflow(), None)
-                }
-            })?;
-            (lease.endpoint().authority.clone(), Some(lease), Some(index))
-        }
-    };
-    let record = |outcome| {
-        if let Some(i) = index {
-            cluster.record(i, outcome);
-        }
-    };
-    let sent = async {
+    async move {
         let path = head
             .get()
             .uri
@@ -488,7 +645,7 @@ async fn attempt(
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         if let Some(tls) = &cluster.tls {
             let mut parts = head.into_owned();
-            parts.uri = absolute_uri(Scheme::HTTPS, &endpoint, path)?;
+            parts.uri = absolute_uri(Scheme::HTTPS, endpoint, path)?;
             parts.version = if tls.http2 {
                 keep_grpc_te(&mut parts.headers);
                 Version::HTTP_2
@@ -506,7 +663,7 @@ async fn attempt(
         match cluster.protocol.for_request(head.get().version) {
             UpstreamProtocol::Http1 if bodyless(head.get(), &body) => h1
                 .send_bodyless(
-                    &endpoint,
+                    endpoint,
                     &cluster.reuse,
                     BodylessRequest {
                         parts: head.get(),
@@ -524,13 +681,13 @@ async fn attempt(
                 // Boxed, as the h2 branch below: hyper's client futures are over a kilobyte,
                 // and inline they sized every request's `forward` future (3464 bytes, 2344
                 // without them), which is copied into its box on every request.
-                Box::pin(h1.send_from(&endpoint, &cluster.reuse, Request::from_parts(parts, body)))
+                Box::pin(h1.send_from(endpoint, &cluster.reuse, Request::from_parts(parts, body)))
                     .await
                     .map_err(|e| send_error(e.is_connect(), e))
             }
             UpstreamProtocol::Http2 => {
                 let mut parts = head.into_owned();
-                parts.uri = absolute_uri(Scheme::HTTP, &endpoint, path)?;
+                parts.uri = absolute_uri(Scheme::HTTP, endpoint, path)?;
                 parts.version = Version::HTTP_2;
                 keep_grpc_te(&mut parts.headers);
                 Box::pin(h2.request(Request::from_parts(parts, body)))
@@ -538,64 +695,6 @@ async fn attempt(
                     .map(hyper_response)
                     .map_err(|e| send_error(e.is_connect(), e))
             }
-        }
-    };
-    let result = match per_try_timeout {
-        None => sent.await,
-        Some(t) => match tokio::time::timeout(t, sent).await {
-            Ok(r) => r,
-            Err(_) => {
-                metrics.upstream_error("timeout");
-                record(outlier::Outcome::LocalFailure);
-                let mut failure = fail(LocalReply::timeout(), Some(endpoint));
-                failure.per_try_timeout = true;
-                return Err(failure);
-            }
-        },
-    };
-    drop(lease);
-    match &result {
-        Ok((response, _)) => record(outlier::Outcome::Status(response.status().as_u16())),
-        Err(SendError::Connect(_) | SendError::Protocol(_) | SendError::Other(_)) => {
-            record(outlier::Outcome::LocalFailure)
-        }
-        // The client's body failed or stalled, not the endpoint.
-        Err(SendError::DownstreamBody | SendError::StreamIdle) => {}
-    }
-    match result {
-        Ok((response, local)) => Ok(Upstreamed {
-            response,
-            endpoint,
-            local,
-            retries_exhausted: false,
-        }),
-        Err(SendError::Connect(reason)) => {
-            metrics.upstream_error("connect");
-            let mut failure = fail(LocalReply::connect_failure(), Some(endpoint));
-            failure.transport_failure = reason;
-            Err(failure)
-        }
-        Err(SendError::DownstreamBody) => {
-            // hyper's client aborted the upstream request without ending its body, so the
-            // upstream never sees it complete; the client gets the 400 its framing earned.
-            metrics.downstream_rejected("body_framing");
-            Err(fail(LocalReply::bad_request(), Some(endpoint)))
-        }
-        Err(SendError::StreamIdle) => {
-            // As Envoy: 408 `stream timeout` when nothing was answered yet; the upstream
-            // request was aborted without its end.
-            metrics.downstream_timeout(crate::core::timeouts::Expired::StreamIdle);
-            Err(fail(LocalReply::stream_idle_timeout(), Some(endpoint)))
-        }
-        Err(SendError::Protocol(e)) => {
-            tracing::debug!(error = %e, upstream = %endpoint, "upstream response malformed");
-            metrics.upstream_error("reset");
-            Err(fail(LocalReply::upstream_protocol_error(), Some(endpoint)))
-        }
-        Err(SendError::Other(e)) => {
-            tracing::debug!(error = %e, upstream = %endpoint, "upstream request failed");
-            metrics.upstream_error("reset");
-            Err(fail(LocalReply::upstream_reset(), Some(endpoint)))
         }
     }
 }
