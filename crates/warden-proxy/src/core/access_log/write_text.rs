@@ -38,6 +38,13 @@ pub fn push_fraction(out: &mut String, nanos: u32, n: u8) {
     // A `SystemTime`'s nanoseconds are below 10^9; nine 9s is what a larger value's first
     // digits would never be, but it keeps the width.
     let nanos = nanos.min(999_999_999);
+    if n == 3 {
+        // Milliseconds, START_TIME's default: a digit and two from the table.
+        let ms = nanos / 1_000_000;
+        out.push(char::from(b'0' + (ms / 100) as u8));
+        push_padded(out, u64::from(ms % 100), 2);
+        return;
+    }
     let value = nanos / 10u32.pow(9 - n);
     push_padded(out, u64::from(value), n as usize);
 }
@@ -149,6 +156,65 @@ impl CachedTime {
             head: String::new(),
             tail: String::new(),
         }
+    }
+}
+
+/// What a worker keeps from line to line: START_TIME's text of the current second, and the
+/// addresses' texts of the last line (a connection's lines share their peer's and local
+/// address, an upstream connection's lines its local one).
+#[derive(Debug, Default)]
+pub struct LineCaches {
+    pub time: TimeCache,
+    addrs: [Option<CachedAddr>; ADDR_SLOTS],
+}
+
+impl LineCaches {
+    pub const fn new() -> Self {
+        LineCaches {
+            time: TimeCache {
+                entries: Vec::new(),
+            },
+            addrs: [None, None, None, None],
+        }
+    }
+}
+
+/// Which address a cached text is for: each operator has its own slot.
+pub const ADDR_SLOTS: usize = 4;
+
+#[derive(Debug)]
+struct CachedAddr {
+    addr: SocketAddr,
+    port: bool,
+    text: String,
+}
+
+impl LineCaches {
+    /// `addr` (with its port or not) as [`push_socket_addr`] or [`push_ip`] writes it, from
+    /// `slot`'s text when it is the same address as last time.
+    pub fn push_addr(&mut self, slot: usize, addr: SocketAddr, port: bool, out: &mut String) {
+        let Some(entry) = self.addrs.get_mut(slot) else {
+            return push_addr_text(out, addr, port);
+        };
+        if let Some(cached) = entry {
+            if cached.addr == addr && cached.port == port {
+                out.push_str(&cached.text);
+                return;
+            }
+        }
+        let mut text = entry.take().map(|c| c.text).unwrap_or_default();
+        text.clear();
+        push_addr_text(&mut text, addr, port);
+        out.push_str(&text);
+        *entry = Some(CachedAddr { addr, port, text });
+    }
+}
+
+fn push_addr_text(out: &mut String, addr: SocketAddr, port: bool) {
+    if port {
+        push_socket_addr(out, addr);
+    } else {
+        push_ip(out, addr.ip());
     }
 }
 
@@ -371,6 +437,31 @@ mod tests {
             let mut out = String::new();
             push_ip(&mut out, a.ip());
             assert_eq!(out, a.ip().to_string());
+        }
+    }
+
+    #[test]
+    fn cached_addresses_are_written_as_display_writes_them() {
+        let addrs: [SocketAddr; 4] = [
+            "127.0.0.1:4000".parse().expect("v4"),
+            "127.0.0.1:4001".parse().expect("v4"),
+            "[::1]:80".parse().expect("v6"),
+            "10.0.0.1:4000".parse().expect("v4"),
+        ];
+        let mut caches = LineCaches::default();
+        for slot in [0, 1, 0, ADDR_SLOTS] {
+            for a in addrs.iter().chain(addrs.iter().rev()) {
+                for port in [true, false, false, true] {
+                    let mut out = String::new();
+                    caches.push_addr(slot, *a, port, &mut out);
+                    let want = if port {
+                        a.to_string()
+                    } else {
+                        a.ip().to_string()
+                    };
+                    assert_eq!(out, want, "{slot} {a} {port}");
+                }
+            }
         }
     }
 
