@@ -83,7 +83,10 @@ impl Record {
     /// What [`Record::header`] gives, appended to `out`; `false` when absent.
     fn push_header(&self, op: &HeaderOp, response: bool, out: &mut String) -> bool {
         let found = match self.header_text(&op.main, response) {
-            None => op.alt.as_ref().and_then(|alt| self.header_text(alt, response)),
+            None => op
+                .alt
+                .as_ref()
+                .and_then(|alt| self.header_text(alt, response)),
             found => found,
         };
         match found {
@@ -95,7 +98,9 @@ impl Record {
     }
 
     fn header_text(&self, r: &HeaderRef, response: bool) -> Option<HeaderText<'_>> {
-        let non_empty = |s: Option<&str>| s.filter(|s| !s.is_empty());
+        fn non_empty(s: Option<&str>) -> Option<&str> {
+            s.filter(|s| !s.is_empty())
+        }
         let s = match r {
             HeaderRef::Method => self.text(Field::Method),
             HeaderRef::Path => non_empty(self.text(Field::Path)),
@@ -168,6 +173,18 @@ impl View<'_> {
         true
     }
 
+    /// The peer `a` in `out`: its connection's text when the record has it, else as
+    /// [`View::push_addr`] writes it.
+    fn push_peer(&self, slot: usize, out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
+        match self.record.text(Field::Peer) {
+            Some(text) if port && a.is_some() => {
+                out.push_str(text);
+                true
+            }
+            _ => self.push_addr(slot, out, a, port),
+        }
+    }
+
     /// `a` in `out` from the worker's cache of `slot`'s address; `false` without one.
     fn push_addr(&self, slot: usize, out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
         match a {
@@ -200,6 +217,7 @@ impl Values for View<'_> {
     /// What `value_in` gives, written straight into the line: the operators of Istio's
     /// formats, each as its `Value` would be written (`write_text_is_value_as_text` holds
     /// them to it); the rest through `value_in`.
+    #[inline(always)]
     fn write_text(&self, op: &Op, out: &mut String, scratch: &mut String) -> bool {
         let r = self.record;
         let num = |out: &mut String, n: u64| {
@@ -228,9 +246,9 @@ impl Values for View<'_> {
                 (Some(ip), Some(peer)) if ip != peer.ip() => {
                     self.push_addr(1, out, Some(SocketAddr::new(ip, 0)), *port)
                 }
-                (_, peer) => self.push_addr(1, out, peer, *port),
+                (_, peer) => self.push_peer(1, out, peer, *port),
             },
-            Op::DownstreamDirectRemoteAddress { port } => self.push_addr(2, out, r.peer, *port),
+            Op::DownstreamDirectRemoteAddress { port } => self.push_peer(2, out, r.peer, *port),
             Op::DownstreamLocalAddress { port } => self.push_addr(3, out, r.local, *port),
             Op::RequestedServerName => push_non_empty(out, r.text(Field::Sni)),
             Op::RouteName => push_non_empty(out, r.text(Field::RouteName)),
@@ -471,11 +489,10 @@ impl AccessLog {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        let shared =
-            batch::open(format, hostname, out).map_err(|source| ProxyError::Thread {
-                what: "access log writer",
-                source,
-            })?;
+        let shared = batch::open(format, hostname, out).map_err(|source| ProxyError::Thread {
+            what: "access log writer",
+            source,
+        })?;
         Ok(AccessLog {
             sink: Sink { shared },
             request_headers,
@@ -653,6 +670,8 @@ mod tests {
             (Field::RouteName, "r1"),
             (Field::Sni, "example.com"),
             (Field::TransportFailure, "TLS error: bad cert"),
+            // The peer's text, as its connection renders it.
+            (Field::Peer, "127.0.0.1:4000"),
         ] {
             full.set_text(field, text);
         }
@@ -680,6 +699,7 @@ mod tests {
         ] {
             empty.set_text(field, "");
         }
+        empty.set_text(Field::Peer, "[2001:db8::1]:5000");
         empty.set_request_headers(&format.request_headers, |_| Some(&b""[..]));
         empty.take_response_headers(&format.response_headers, |_| None);
         let mut v6_client = Record {
@@ -687,6 +707,7 @@ mod tests {
             client_ip: Some("2001:db8::7".parse().expect("ip")),
             ..Record::default()
         };
+        v6_client.set_text(Field::Peer, "127.0.0.1:4000");
         v6_client.set_request_headers(&format.request_headers, |_| None);
         vec![full, empty, v6_client, Record::default()]
     }

@@ -254,7 +254,12 @@ impl Format {
     /// [`Format::render`] with a buffer kept between lines for the values it computes.
     /// Generic so that the access log's own values are written without a call through a
     /// vtable per operator.
-    pub fn render_with<V: Values + ?Sized>(&self, values: &V, out: &mut String, scratch: &mut String) {
+    pub fn render_with<V: Values + ?Sized>(
+        &self,
+        values: &V,
+        out: &mut String,
+        scratch: &mut String,
+    ) {
         match &self.body {
             Body::Text(pieces) => render_text(pieces, values, out, scratch),
             Body::Json(fields) => {
@@ -557,6 +562,13 @@ fn render_text<V: Values + ?Sized>(
 ) {
     for p in pieces {
         match p {
+            // Most of a line's texts are one character (a space, a quote): pushed without a
+            // library copy.
+            Piece::Text(t) if t.len() == 1 => {
+                if let Some(&b) = t.as_bytes().first() {
+                    out.push(char::from(b));
+                }
+            }
             Piece::Text(t) => out.push_str(t),
             Piece::Op(op, None) => {
                 if !values.write_text(op, out, scratch) {

@@ -33,10 +33,12 @@ pub enum Field {
     Sni,
     /// Why the upstream connection's transport failed (TLS origination).
     TransportFailure,
+    /// The TCP peer as text (`ip:port`), when its connection has it rendered.
+    Peer,
 }
 
 /// Texts before the format's headers.
-const FIELDS: usize = 10;
+const FIELDS: usize = 11;
 /// Spans kept in the record itself: the fields and six headers (Istio's default formats read
 /// four); more go to a vector.
 const INLINE: usize = FIELDS + 6;
@@ -242,6 +244,8 @@ pub struct Request<'a> {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub client_ip: IpAddr,
+    /// `peer` as text, rendered once per connection.
+    pub peer_text: Option<&'a str>,
     /// The peer as `x-forwarded-for` names it, appended to the request's for
     /// `REQ(X-FORWARDED-FOR)` on the sides that send it so (a gateway, a sidecar's inbound).
     pub xff_peer: Option<&'a HeaderValue>,
@@ -296,8 +300,14 @@ fn take(capacity: usize) -> Box<Record> {
     }
 }
 
+/// A record whose texts grew past this (a very long path) is freed, not kept.
+const POOLED_TEXT: usize = 16 * 1024;
+
 /// `record`'s memory kept for this thread's next one.
 pub fn recycle(mut record: Box<Record>) {
+    if record.texts.buf.capacity() > POOLED_TEXT {
+        return;
+    }
     let mut texts = std::mem::take(&mut record.texts);
     texts.buf.clear();
     texts.spans = [ABSENT; INLINE];
@@ -398,6 +408,9 @@ pub fn capture(
     if let Some(sni) = req.sni {
         r.set_text(Field::Sni, sni);
     }
+    if let Some(peer) = req.peer_text {
+        r.set_text(Field::Peer, peer);
+    }
     match &scanned {
         Some(s) => {
             let mut i = 0;
@@ -418,9 +431,9 @@ pub fn capture(
         if let Some(i) = request_headers.iter().position(|n| *n == X_FORWARDED_FOR) {
             match &scanned {
                 // No `x-forwarded-for` line: the peer alone.
-                Some(s) if s.xff_lines == 0 => {
-                    r.texts.write(FIELDS + i, |buf| push_lossy(buf, peer.as_bytes()))
-                }
+                Some(s) if s.xff_lines == 0 => r
+                    .texts
+                    .write(FIELDS + i, |buf| push_lossy(buf, peer.as_bytes())),
                 _ => r
                     .texts
                     .write(FIELDS + i, |buf| xff_with_peer(buf, req, peer.as_bytes())),
@@ -482,6 +495,7 @@ mod tests {
             peer: "10.0.0.9:5000".parse().expect("addr"),
             local: "10.0.0.1:80".parse().expect("addr"),
             client_ip: "10.0.0.9".parse().expect("ip"),
+            peer_text: Some("10.0.0.9:5000"),
             xff_peer: Some(peer),
         }
     }
