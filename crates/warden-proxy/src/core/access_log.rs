@@ -1,9 +1,10 @@
-//! The access log. A worker copies what the format reads of a request into a [`Record`] and
-//! hands it to a bounded queue; one writer thread renders the lines (Envoy's format strings
-//! and JSON dictionaries, or warden's own JSON shape) and writes them in batches. A full queue
-//! drops the record and counts it: a slow disk never blocks a request. With no access log,
-//! nothing of this runs.
+//! The access log. A worker copies what the format reads of a request into a [`Record`]; when
+//! the request ends it renders the line (Envoy's format strings and JSON dictionaries, or
+//! warden's own JSON shape) into a bounded batch that one writer thread takes and writes
+//! every 20 ms ([`batch`]). A full batch drops the line and counts it: a slow disk never
+//! blocks a request. With no access log, nothing of this runs.
 
+mod batch;
 pub mod format;
 pub mod record;
 pub mod sent;
@@ -17,17 +18,9 @@ use std::cell::RefCell;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-/// Records waiting for the writer; more are dropped (and counted).
-const QUEUE: usize = 16 * 1024;
-/// How often the writer takes what is queued: [`QUEUE`] holds this long at ~800k requests/s.
-const DRAIN_EVERY: Duration = Duration::from_millis(20);
-/// Rendered lines are written in pieces of about this many bytes.
-const WRITE_AT: usize = 64 * 1024;
+use std::time::SystemTime;
 
 /// Where access log lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +73,48 @@ impl Record {
     }
 }
 
+/// A header operator's text, for a line written without [`Value`]s.
+enum HeaderText<'a> {
+    Str(&'a str),
+    Num(u16),
+}
+
+impl Record {
+    /// What [`Record::header`] gives, appended to `out`; `false` when absent.
+    fn push_header(&self, op: &HeaderOp, response: bool, out: &mut String) -> bool {
+        let found = match self.header_text(&op.main, response) {
+            None => op
+                .alt
+                .as_ref()
+                .and_then(|alt| self.header_text(alt, response)),
+            found => found,
+        };
+        match found {
+            Some(HeaderText::Str(s)) => out.push_str(s),
+            Some(HeaderText::Num(n)) => write_text::push_u64(out, u64::from(n)),
+            None => return false,
+        }
+        true
+    }
+
+    fn header_text(&self, r: &HeaderRef, response: bool) -> Option<HeaderText<'_>> {
+        fn non_empty(s: Option<&str>) -> Option<&str> {
+            s.filter(|s| !s.is_empty())
+        }
+        let s = match r {
+            HeaderRef::Method => self.text(Field::Method),
+            HeaderRef::Path => non_empty(self.text(Field::Path)),
+            HeaderRef::Authority => non_empty(self.text(Field::Authority)),
+            HeaderRef::Scheme => non_empty(Some(self.scheme)),
+            HeaderRef::RequestId => non_empty(self.text(Field::RequestId)),
+            HeaderRef::Status => return Some(HeaderText::Num(self.status)),
+            HeaderRef::Named(i) if response => self.response_header(*i),
+            HeaderRef::Named(i) => self.request_header(*i),
+        };
+        s.map(HeaderText::Str)
+    }
+}
+
 fn text(s: &str) -> Value<'_> {
     if s.is_empty() {
         Value::Absent
@@ -116,8 +151,9 @@ fn addr(a: Option<SocketAddr>, port: bool, scratch: &mut String) -> Value<'_> {
 struct View<'a> {
     record: &'a Record,
     hostname: &'a str,
-    /// START_TIME's text of the current second (the writer's).
-    time: &'a RefCell<write_text::TimeCache>,
+    /// START_TIME's text of the current second and the last line's addresses (the
+    /// worker's).
+    caches: &'a RefCell<write_text::LineCaches>,
 }
 
 impl View<'_> {
@@ -130,10 +166,34 @@ impl View<'_> {
         else {
             return false;
         };
-        self.time
+        self.caches
             .borrow_mut()
+            .time
             .write(parts, since.as_secs(), since.subsec_nanos(), out);
         true
+    }
+
+    /// The peer `a` in `out`: its connection's text when the record has it, else as
+    /// [`View::push_addr`] writes it.
+    fn push_peer(&self, slot: usize, out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
+        match self.record.text(Field::Peer) {
+            Some(text) if port && a.is_some() => {
+                out.push_str(text);
+                true
+            }
+            _ => self.push_addr(slot, out, a, port),
+        }
+    }
+
+    /// `a` in `out` from the worker's cache of `slot`'s address; `false` without one.
+    fn push_addr(&self, slot: usize, out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
+        match a {
+            None => false,
+            Some(a) => {
+                self.caches.borrow_mut().push_addr(slot, a, port, out);
+                true
+            }
+        }
     }
 }
 
@@ -153,24 +213,11 @@ fn push_non_empty(out: &mut String, s: Option<&str>) -> bool {
     push_present(out, s.filter(|s| !s.is_empty()))
 }
 
-fn push_addr(out: &mut String, a: Option<SocketAddr>, port: bool) -> bool {
-    match a {
-        None => false,
-        Some(a) => {
-            if port {
-                write_text::push_socket_addr(out, a);
-            } else {
-                write_text::push_ip(out, a.ip());
-            }
-            true
-        }
-    }
-}
-
 impl Values for View<'_> {
     /// What `value_in` gives, written straight into the line: the operators of Istio's
     /// formats, each as its `Value` would be written (`write_text_is_value_as_text` holds
     /// them to it); the rest through `value_in`.
+    #[inline(always)]
     fn write_text(&self, op: &Op, out: &mut String, scratch: &mut String) -> bool {
         let r = self.record;
         let num = |out: &mut String, n: u64| {
@@ -179,8 +226,8 @@ impl Values for View<'_> {
         };
         match op {
             Op::StartTime(parts) => self.write_time(parts, out),
-            Op::Req(h) => format::push_value(r.header(h, false), out),
-            Op::Resp(h) => format::push_value(r.header(h, true), out),
+            Op::Req(h) => r.push_header(h, false, out),
+            Op::Resp(h) => r.push_header(h, true, out),
             Op::Protocol => push_non_empty(out, Some(r.protocol)),
             Op::ResponseCode => num(out, u64::from(r.status)),
             Op::ResponseFlags => {
@@ -189,7 +236,7 @@ impl Values for View<'_> {
             }
             Op::ResponseCodeDetails => push_non_empty(out, r.text(Field::Details)),
             Op::ConnectionTerminationDetails => false,
-            Op::UpstreamLocalAddress => push_addr(out, r.upstream_local, true),
+            Op::UpstreamLocalAddress => self.push_addr(0, out, r.upstream_local, true),
             Op::BytesReceived => num(out, r.bytes_received),
             Op::BytesSent => num(out, r.bytes_sent),
             Op::Duration => num(out, r.duration.as_millis() as u64),
@@ -197,12 +244,12 @@ impl Values for View<'_> {
             Op::UpstreamCluster => push_non_empty(out, r.text(Field::UpstreamCluster)),
             Op::DownstreamRemoteAddress { port } => match (r.client_ip, r.peer) {
                 (Some(ip), Some(peer)) if ip != peer.ip() => {
-                    push_addr(out, Some(SocketAddr::new(ip, 0)), *port)
+                    self.push_addr(1, out, Some(SocketAddr::new(ip, 0)), *port)
                 }
-                (_, peer) => push_addr(out, peer, *port),
+                (_, peer) => self.push_peer(1, out, peer, *port),
             },
-            Op::DownstreamDirectRemoteAddress { port } => push_addr(out, r.peer, *port),
-            Op::DownstreamLocalAddress { port } => push_addr(out, r.local, *port),
+            Op::DownstreamDirectRemoteAddress { port } => self.push_peer(2, out, r.peer, *port),
+            Op::DownstreamLocalAddress { port } => self.push_addr(3, out, r.local, *port),
             Op::RequestedServerName => push_non_empty(out, r.text(Field::Sni)),
             Op::RouteName => push_non_empty(out, r.text(Field::RouteName)),
             Op::Hostname => push_non_empty(out, Some(self.hostname)),
@@ -362,23 +409,47 @@ fn warden_line(r: &Record, out: &mut String) {
     }
 }
 
-/// Where records go: the writer's queue, and the count of those a full queue dropped.
+/// Where records go: rendered on the worker into the writer's batch ([`batch`]), with the
+/// count of those a full batch dropped.
 #[derive(Clone)]
 pub struct Sink {
-    tx: mpsc::SyncSender<Box<Record>>,
-    dropped: Arc<AtomicU64>,
+    shared: Arc<batch::Shared>,
 }
 
 impl Sink {
-    /// Queue a record; a full queue drops it (counted), never waits.
+    /// Render the record's line into the batch (a full batch drops it, counted), never
+    /// waits; the record's memory goes back to this worker's pool.
     fn log(&self, record: Box<Record>) {
-        if self.tx.try_send(record).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.shared.log(&record);
+        record::recycle(record);
     }
 }
 
-/// The open access log: its queue, what the workers copy for it, and the drop count.
+/// One line of `record` appended to `out`: `format`'s, with `hostname` for `%HOSTNAME%`,
+/// `caches` what the worker keeps from line to line and `scratch` computed values' text.
+fn render(
+    format: &LineFormat,
+    hostname: &str,
+    caches: &RefCell<write_text::LineCaches>,
+    record: &Record,
+    out: &mut String,
+    scratch: &mut String,
+) {
+    match format {
+        LineFormat::Warden => warden_line(record, out),
+        LineFormat::Envoy(f) => f.render_with(
+            &View {
+                record,
+                hostname,
+                caches,
+            },
+            out,
+            scratch,
+        ),
+    }
+}
+
+/// The open access log: its batch, what the workers copy for it, and the drop count.
 pub struct AccessLog {
     sink: Sink,
     /// The request and response headers the format reads (copied per request).
@@ -394,7 +465,7 @@ impl AccessLog {
     }
 
     pub fn open_with(target: &AccessLogTarget, format: LineFormat) -> Result<Self, ProxyError> {
-        let mut out: Box<dyn Write + Send> = match target {
+        let out: Box<dyn Write + Send> = match target {
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
             AccessLogTarget::File(path) => Box::new(
                 std::fs::OpenOptions::new()
@@ -418,69 +489,12 @@ impl AccessLog {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        let (tx, rx) = mpsc::sync_channel::<Box<Record>>(QUEUE);
-        std::thread::Builder::new()
-            .name("warden-access-log".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let mut buf = String::with_capacity(64 * 1024);
-                // Kept from line to line: computed values' text and START_TIME's second.
-                let mut scratch = String::new();
-                let time = RefCell::new(write_text::TimeCache::default());
-                let mut render = |r: &Record, buf: &mut String| match &format {
-                    LineFormat::Warden => warden_line(r, buf),
-                    LineFormat::Envoy(f) => f.render_with(
-                        &View {
-                            record: r,
-                            hostname: &hostname,
-                            time: &time,
-                        },
-                        buf,
-                        &mut scratch,
-                    ),
-                };
-                let mut write = |buf: &mut String| {
-                    if !buf.is_empty()
-                        && out
-                            .write_all(buf.as_bytes())
-                            .and_then(|_| out.flush())
-                            .is_err()
-                    {
-                        tracing::warn!("access log write failed");
-                    }
-                    buf.clear();
-                };
-                // The writer drains the queue every `DRAIN_EVERY` instead of waiting on it: a
-                // receiver that waits is woken by each send, a futex call and a context switch
-                // per request on the worker's side (bench/telemetry.sh: 0.56 of the throughput
-                // without a log). Envoy's own access log flushes on an interval too.
-                loop {
-                    let open = loop {
-                        match rx.try_recv() {
-                            Ok(record) => render(&record, &mut buf),
-                            Err(mpsc::TryRecvError::Empty) => break true,
-                            Err(mpsc::TryRecvError::Disconnected) => break false,
-                        }
-                        if buf.len() >= WRITE_AT {
-                            write(&mut buf);
-                        }
-                    };
-                    write(&mut buf);
-                    if !open {
-                        return;
-                    }
-                    std::thread::sleep(DRAIN_EVERY);
-                }
-            })
-            .map_err(|source| ProxyError::Thread {
-                what: "access log writer",
-                source,
-            })?;
+        let shared = batch::open(format, hostname, out).map_err(|source| ProxyError::Thread {
+            what: "access log writer",
+            source,
+        })?;
         Ok(AccessLog {
-            sink: Sink {
-                tx,
-                dropped: Arc::new(AtomicU64::new(0)),
-            },
+            sink: Sink { shared },
             request_headers,
             response_headers,
             reads_metadata,
@@ -510,7 +524,7 @@ impl AccessLog {
 
     /// Records dropped because the writer fell behind.
     pub fn dropped(&self) -> u64 {
-        self.sink.dropped.load(Ordering::Relaxed)
+        self.sink.shared.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -583,6 +597,7 @@ pub fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A view seen through `Values::value` alone (the default `value_in`).
     struct Plain<'a>(&'a View<'a>);
@@ -655,6 +670,8 @@ mod tests {
             (Field::RouteName, "r1"),
             (Field::Sni, "example.com"),
             (Field::TransportFailure, "TLS error: bad cert"),
+            // The peer's text, as its connection renders it.
+            (Field::Peer, "127.0.0.1:4000"),
         ] {
             full.set_text(field, text);
         }
@@ -682,6 +699,7 @@ mod tests {
         ] {
             empty.set_text(field, "");
         }
+        empty.set_text(Field::Peer, "[2001:db8::1]:5000");
         empty.set_request_headers(&format.request_headers, |_| Some(&b""[..]));
         empty.take_response_headers(&format.response_headers, |_| None);
         let mut v6_client = Record {
@@ -689,6 +707,7 @@ mod tests {
             client_ip: Some("2001:db8::7".parse().expect("ip")),
             ..Record::default()
         };
+        v6_client.set_text(Field::Peer, "127.0.0.1:4000");
         v6_client.set_request_headers(&format.request_headers, |_| None);
         vec![full, empty, v6_client, Record::default()]
     }
@@ -706,7 +725,7 @@ mod tests {
                 let view = View {
                     record,
                     hostname,
-                    time: &time,
+                    caches: &time,
                 };
                 for piece in pieces {
                     let format::Piece::Op(op, _) = piece else {
@@ -747,7 +766,7 @@ outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 exa
             let view = View {
                 record,
                 hostname: "h",
-                time: &time,
+                caches: &time,
             };
             let mut out = String::new();
             format.render_with(&view, &mut out, &mut String::new());
@@ -781,7 +800,7 @@ outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 exa
         let view = View {
             record: &record,
             hostname: "h",
-            time: &time,
+            caches: &time,
         };
         // The writer's way (a scratch kept between lines) and the plain one write the same.
         let mut out = String::new();

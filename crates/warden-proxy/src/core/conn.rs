@@ -24,6 +24,8 @@ pub struct ConnCtx {
     /// A sidecar inbound connection's Istio metrics edge (its peer), resolved at its first
     /// request.
     pub istio: std::sync::OnceLock<Arc<crate::core::istio_metrics::Edge>>,
+    /// `peer` as the access log writes it (`ip:port`), rendered at the first logged request.
+    peer_text: std::sync::OnceLock<Box<str>>,
     framing_violation: Arc<AtomicBool>,
 }
 
@@ -43,8 +45,18 @@ impl ConnCtx {
             original_dst: None,
             tls: None,
             istio: std::sync::OnceLock::new(),
+            peer_text: std::sync::OnceLock::new(),
             framing_violation,
         }
+    }
+
+    /// `peer` as `Display` writes it, rendered once per connection (for the access log).
+    pub fn peer_text(&self) -> &str {
+        self.peer_text.get_or_init(|| {
+            let mut text = String::new();
+            crate::core::access_log::write_text::push_socket_addr(&mut text, self.peer);
+            text.into_boxed_str()
+        })
     }
 
     /// The connection was TLS terminated here.

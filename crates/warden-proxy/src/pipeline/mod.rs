@@ -503,6 +503,7 @@ fn log_fields(
         peer: conn.peer,
         local: conn.local,
         client_ip,
+        peer_text: Some(conn.peer_text()),
         // A gateway and a sidecar's inbound side append the peer to `x-forwarded-for`.
         xff_peer: (conn.side != crate::core::destination::Side::Outbound)
             .then_some(&conn.peer_value),

@@ -252,7 +252,14 @@ impl Format {
     }
 
     /// [`Format::render`] with a buffer kept between lines for the values it computes.
-    pub fn render_with(&self, values: &dyn Values, out: &mut String, scratch: &mut String) {
+    /// Generic so that the access log's own values are written without a call through a
+    /// vtable per operator.
+    pub fn render_with<V: Values + ?Sized>(
+        &self,
+        values: &V,
+        out: &mut String,
+        scratch: &mut String,
+    ) {
         match &self.body {
             Body::Text(pieces) => render_text(pieces, values, out, scratch),
             Body::Json(fields) => {
@@ -547,9 +554,21 @@ fn time_format(f: &str) -> Result<Vec<TimePart>, String> {
     Ok(parts)
 }
 
-fn render_text(pieces: &[Piece], values: &dyn Values, out: &mut String, scratch: &mut String) {
+fn render_text<V: Values + ?Sized>(
+    pieces: &[Piece],
+    values: &V,
+    out: &mut String,
+    scratch: &mut String,
+) {
     for p in pieces {
         match p {
+            // Most of a line's texts are one character (a space, a quote): pushed without a
+            // library copy.
+            Piece::Text(t) if t.len() == 1 => {
+                if let Some(&b) = t.as_bytes().first() {
+                    out.push(char::from(b));
+                }
+            }
             Piece::Text(t) => out.push_str(t),
             Piece::Op(op, None) => {
                 if !values.write_text(op, out, scratch) {
@@ -589,9 +608,9 @@ fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
     }
 }
 
-fn render_object(
+fn render_object<V: Values + ?Sized>(
     fields: &[(String, JsonTemplate)],
-    values: &dyn Values,
+    values: &V,
     scratch: &mut String,
 ) -> serde_json::Map<String, serde_json::Value> {
     fields

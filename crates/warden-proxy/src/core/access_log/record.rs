@@ -1,14 +1,16 @@
 //! What one request's log line is made of ([`Record`]), copied on the worker: numbers and
 //! addresses as they are, and every text (the request's method, path, authority and id, the
-//! format's headers, the answer's details, the upstream's names) into one buffer. A record is
-//! two allocations, its box and that buffer, both freed by the writer; the worker builds no
-//! header map for it: the format's headers are read from the request's lines as read.
+//! format's headers, the answer's details, the upstream's names) into one buffer. A record's
+//! box and buffer are reused by the worker that rendered it (a pool per thread); the worker
+//! builds no header map for it: the format's headers are found in one pass over the request's
+//! lines as read.
 
 use super::write_text::push_lossy;
 use crate::core::dynamic_metadata::DynamicMetadata;
 use crate::core::forwarding_headers::{push_request_id, X_FORWARDED_FOR, X_REQUEST_ID};
 use crate::core::local_reply::ResponseFlags;
 use http::{header, HeaderMap, HeaderName, HeaderValue};
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -31,10 +33,12 @@ pub enum Field {
     Sni,
     /// Why the upstream connection's transport failed (TLS origination).
     TransportFailure,
+    /// The TCP peer as text (`ip:port`), when its connection has it rendered.
+    Peer,
 }
 
 /// Texts before the format's headers.
-const FIELDS: usize = 10;
+const FIELDS: usize = 11;
 /// Spans kept in the record itself: the fields and six headers (Istio's default formats read
 /// four); more go to a vector.
 const INLINE: usize = FIELDS + 6;
@@ -240,6 +244,8 @@ pub struct Request<'a> {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub client_ip: IpAddr,
+    /// `peer` as text, rendered once per connection.
+    pub peer_text: Option<&'a str>,
     /// The peer as `x-forwarded-for` names it, appended to the request's for
     /// `REQ(X-FORWARDED-FOR)` on the sides that send it so (a gateway, a sidecar's inbound).
     pub xff_peer: Option<&'a HeaderValue>,
@@ -271,29 +277,127 @@ impl<'a> Request<'a> {
 /// the id, a user agent, the details and the upstream's names.
 const TEXT_ROOM: usize = 320;
 
+/// Records a worker keeps for reuse (their boxes and text buffers), at most this many: a
+/// record is rendered on the worker that made it, so it comes back to the same thread.
+const POOLED: usize = 64;
+
+thread_local! {
+    // Boxes, not records: a record travels as a `Box<Record>` (a body holds it till its end),
+    // and the box is what is reused.
+    #[allow(clippy::vec_box)]
+    static POOL: RefCell<Vec<Box<Record>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A record with nothing set and room for `capacity` bytes of text, from this thread's pool.
+fn take(capacity: usize) -> Box<Record> {
+    let pooled = POOL
+        .try_with(|pool| pool.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten();
+    match pooled {
+        Some(mut r) => {
+            r.texts.buf.reserve(capacity);
+            r
+        }
+        None => Box::new(Record::with_capacity(capacity)),
+    }
+}
+
+/// A record whose texts grew past this (a very long path) is freed, not kept.
+const POOLED_TEXT: usize = 16 * 1024;
+
+/// `record`'s memory kept for this thread's next one.
+pub fn recycle(mut record: Box<Record>) {
+    if record.texts.buf.capacity() > POOLED_TEXT {
+        return;
+    }
+    let mut texts = std::mem::take(&mut record.texts);
+    texts.buf.clear();
+    texts.spans = [ABSENT; INLINE];
+    texts.more.clear();
+    texts.request_headers = 0;
+    *record = Record {
+        texts,
+        ..Record::default()
+    };
+    // A thread that is ending frees it instead.
+    let _ = POOL.try_with(|pool| {
+        if let Ok(mut pool) = pool.try_borrow_mut() {
+            if pool.len() < POOLED {
+                pool.push(record);
+            }
+        }
+    });
+}
+
+/// The format's first [`SCANNED`] request headers are found in the one pass over a request's
+/// lines that finds the record's own; more are looked up one by one.
+const SCANNED: usize = 8;
+
+/// What one pass over a request's lines finds for its record.
+#[derive(Default)]
+struct Scanned<'a> {
+    content_length: Option<&'a [u8]>,
+    request_id: Option<&'a [u8]>,
+    named: [Option<&'a [u8]>; SCANNED],
+    /// How many `x-forwarded-for` lines there are.
+    xff_lines: usize,
+}
+
+fn scan<'a>(lines: &'a RequestLines, names: &[HeaderName]) -> Scanned<'a> {
+    let mut wanted: [&[u8]; SCANNED] = [b""; SCANNED];
+    for (w, name) in wanted.iter_mut().zip(names) {
+        *w = name.as_str().as_bytes();
+    }
+    let wanted = wanted.get(..names.len().min(SCANNED)).unwrap_or_default();
+    let mut found = Scanned::default();
+    for (name, value) in lines.iter() {
+        match name {
+            b"content-length" => {
+                found.content_length.get_or_insert(value);
+            }
+            b"x-request-id" => {
+                found.request_id.get_or_insert(value);
+            }
+            b"x-forwarded-for" => found.xff_lines += 1,
+            _ => {}
+        }
+        for (slot, want) in found.named.iter_mut().zip(wanted) {
+            if slot.is_none() && name == *want {
+                *slot = Some(value);
+            }
+        }
+    }
+    found
+}
+
 /// The record of `req`, with the request id made for it when it came without one (the
 /// upstream gets that one too).
 pub fn capture(
     req: &Request<'_>,
     request_headers: &[HeaderName],
 ) -> (Box<Record>, Option<[u8; 16]>) {
-    let mut r = Box::new(Record::with_capacity(
-        req.path_and_query.len() + req.authority.len() + TEXT_ROOM,
-    ));
+    let mut r = take(req.path_and_query.len() + req.authority.len() + TEXT_ROOM);
     r.start = Some(SystemTime::now());
     r.scheme = req.scheme;
     r.protocol = req.protocol;
     r.peer = Some(req.peer);
     r.client_ip = Some(req.client_ip);
     r.local = Some(req.local);
-    r.bytes_received = req
-        .get(&header::CONTENT_LENGTH)
+    // The lines as read are walked once for every header the record copies; a map is asked
+    // per header.
+    let scanned = req.lines.map(|lines| scan(lines, request_headers));
+    let (content_length, request_id) = match &scanned {
+        Some(s) => (s.content_length, s.request_id),
+        None => (req.get(&header::CONTENT_LENGTH), req.get(&X_REQUEST_ID)),
+    };
+    r.bytes_received = content_length
         .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
         .unwrap_or(0);
     r.set_text(Field::Method, req.method);
     r.set_text(Field::Path, req.path_and_query);
     r.set_text(Field::Authority, req.authority);
-    let made_id = match req.get(&X_REQUEST_ID) {
+    let made_id = match request_id {
         Some(id) => {
             r.write_text(Field::RequestId, |buf| push_lossy(buf, id));
             None
@@ -307,13 +411,36 @@ pub fn capture(
     if let Some(sni) = req.sni {
         r.set_text(Field::Sni, sni);
     }
-    r.set_request_headers(request_headers, |name| req.get(name));
+    if let Some(peer) = req.peer_text {
+        r.set_text(Field::Peer, peer);
+    }
+    match &scanned {
+        Some(s) => {
+            let mut i = 0;
+            r.set_request_headers(request_headers, |name| {
+                let found = match s.named.get(i) {
+                    Some(found) => *found,
+                    None => req.get(name),
+                };
+                i += 1;
+                found
+            })
+        }
+        None => r.set_request_headers(request_headers, |name| req.get(name)),
+    }
     // `REQ(X-FORWARDED-FOR)` is what the upstream gets, as in Envoy's log: with the peer
     // appended by a gateway and a sidecar's inbound side.
     if let Some(peer) = req.xff_peer {
         if let Some(i) = request_headers.iter().position(|n| *n == X_FORWARDED_FOR) {
-            r.texts
-                .write(FIELDS + i, |buf| xff_with_peer(buf, req, peer.as_bytes()));
+            match &scanned {
+                // No `x-forwarded-for` line: the peer alone.
+                Some(s) if s.xff_lines == 0 => r
+                    .texts
+                    .write(FIELDS + i, |buf| push_lossy(buf, peer.as_bytes())),
+                _ => r
+                    .texts
+                    .write(FIELDS + i, |buf| xff_with_peer(buf, req, peer.as_bytes())),
+            }
         }
     }
     (r, made_id)
@@ -371,6 +498,7 @@ mod tests {
             peer: "10.0.0.9:5000".parse().expect("addr"),
             local: "10.0.0.1:80".parse().expect("addr"),
             client_ip: "10.0.0.9".parse().expect("ip"),
+            peer_text: Some("10.0.0.9:5000"),
             xff_peer: Some(peer),
         }
     }

@@ -7,6 +7,18 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// `n` in decimal.
 pub fn push_u64(out: &mut String, n: u64) {
+    // Most of a line's numbers (a duration, a status, small sizes) have at most three digits:
+    // pushed one by one, without a library copy.
+    if n < 1000 {
+        if n >= 100 {
+            out.push(char::from(b'0' + (n / 100) as u8));
+        }
+        if n >= 10 {
+            out.push(char::from(b'0' + (n / 10 % 10) as u8));
+        }
+        out.push(char::from(b'0' + (n % 10) as u8));
+        return;
+    }
     out.push_str(itoa::Buffer::new().format(n));
 }
 
@@ -38,6 +50,13 @@ pub fn push_fraction(out: &mut String, nanos: u32, n: u8) {
     // A `SystemTime`'s nanoseconds are below 10^9; nine 9s is what a larger value's first
     // digits would never be, but it keeps the width.
     let nanos = nanos.min(999_999_999);
+    if n == 3 {
+        // Milliseconds, START_TIME's default: a digit and two from the table.
+        let ms = nanos / 1_000_000;
+        out.push(char::from(b'0' + (ms / 100) as u8));
+        push_padded(out, u64::from(ms % 100), 2);
+        return;
+    }
     let value = nanos / 10u32.pow(9 - n);
     push_padded(out, u64::from(value), n as usize);
 }
@@ -152,6 +171,74 @@ impl CachedTime {
     }
 }
 
+/// What a worker keeps from line to line: START_TIME's text of the current second, and
+/// addresses' texts (a connection's lines share their peer's and local address, an upstream
+/// connection's lines its local one).
+#[derive(Debug, Default)]
+pub struct LineCaches {
+    pub time: TimeCache,
+    /// Per operator slot, texts by the address's port (direct-mapped: a worker's connections
+    /// differ in their ports); made at first use.
+    addrs: Vec<Option<CachedAddr>>,
+}
+
+impl LineCaches {
+    pub const fn new() -> Self {
+        LineCaches {
+            time: TimeCache {
+                entries: Vec::new(),
+            },
+            addrs: Vec::new(),
+        }
+    }
+}
+
+/// Which address a cached text is for: each operator has its own slot.
+pub const ADDR_SLOTS: usize = 4;
+/// Texts kept per slot.
+const ADDRS_PER_SLOT: usize = 64;
+
+#[derive(Debug)]
+struct CachedAddr {
+    addr: SocketAddr,
+    port: bool,
+    text: String,
+}
+
+impl LineCaches {
+    /// `addr` (with its port or not) as [`push_socket_addr`] or [`push_ip`] writes it, from
+    /// `slot`'s text when it is the same address as last time.
+    pub fn push_addr(&mut self, slot: usize, addr: SocketAddr, port: bool, out: &mut String) {
+        if self.addrs.is_empty() {
+            self.addrs.resize_with(ADDR_SLOTS * ADDRS_PER_SLOT, || None);
+        }
+        let at = slot * ADDRS_PER_SLOT + usize::from(addr.port()) % ADDRS_PER_SLOT;
+        let entry = match self.addrs.get_mut(at) {
+            Some(entry) if slot < ADDR_SLOTS => entry,
+            _ => return push_addr_text(out, addr, port),
+        };
+        if let Some(cached) = entry {
+            if cached.addr == addr && cached.port == port {
+                out.push_str(&cached.text);
+                return;
+            }
+        }
+        let mut text = entry.take().map(|c| c.text).unwrap_or_default();
+        text.clear();
+        push_addr_text(&mut text, addr, port);
+        out.push_str(&text);
+        *entry = Some(CachedAddr { addr, port, text });
+    }
+}
+
+fn push_addr_text(out: &mut String, addr: SocketAddr, port: bool) {
+    if port {
+        push_socket_addr(out, addr);
+    } else {
+        push_ip(out, addr.ip());
+    }
+}
+
 /// `ip` as `Display` writes it.
 pub fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
@@ -181,13 +268,25 @@ pub fn push_socket_addr(out: &mut String, addr: SocketAddr) {
 
 fn push_ipv4(out: &mut String, ip: Ipv4Addr) {
     let [a, b, c, d] = ip.octets();
-    push_u64(out, u64::from(a));
+    // Digits pushed one by one: a library copy per octet cost more than the digits.
+    out.reserve(15);
+    push_octet(out, a);
     out.push('.');
-    push_u64(out, u64::from(b));
+    push_octet(out, b);
     out.push('.');
-    push_u64(out, u64::from(c));
+    push_octet(out, c);
     out.push('.');
-    push_u64(out, u64::from(d));
+    push_octet(out, d);
+}
+
+fn push_octet(out: &mut String, n: u8) {
+    if n >= 100 {
+        out.push(char::from(b'0' + n / 100));
+    }
+    if n >= 10 {
+        out.push(char::from(b'0' + n / 10 % 10));
+    }
+    out.push(char::from(b'0' + n % 10));
 }
 
 /// `bytes` as text, invalid UTF-8 replaced as `String::from_utf8_lossy` replaces it (header
@@ -371,6 +470,40 @@ mod tests {
             let mut out = String::new();
             push_ip(&mut out, a.ip());
             assert_eq!(out, a.ip().to_string());
+        }
+    }
+
+    #[test]
+    fn cached_addresses_are_written_as_display_writes_them() {
+        let addrs: [SocketAddr; 4] = [
+            "127.0.0.1:4000".parse().expect("v4"),
+            "127.0.0.1:4001".parse().expect("v4"),
+            "[::1]:80".parse().expect("v6"),
+            "10.0.0.1:4000".parse().expect("v4"),
+        ];
+        let mut caches = LineCaches::default();
+        // Ports that share a place in a slot (4000 and 4064) and ones that do not.
+        let addrs: [SocketAddr; 6] = [
+            addrs[0],
+            addrs[1],
+            addrs[2],
+            addrs[3],
+            "127.0.0.1:4064".parse().expect("v4"),
+            "10.0.0.2:4000".parse().expect("v4"),
+        ];
+        for slot in [0, 1, 0, ADDR_SLOTS] {
+            for a in addrs.iter().chain(addrs.iter().rev()) {
+                for port in [true, false, false, true] {
+                    let mut out = String::new();
+                    caches.push_addr(slot, *a, port, &mut out);
+                    let want = if port {
+                        a.to_string()
+                    } else {
+                        a.ip().to_string()
+                    };
+                    assert_eq!(out, want, "{slot} {a} {port}");
+                }
+            }
         }
     }
 
