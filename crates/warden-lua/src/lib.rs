@@ -12,10 +12,11 @@
 //! The proxy turns its request into a [`Stream`], calls [`Program::run`], and applies what
 //! comes back ([`Run`]); nothing here does I/O (an `httpCall` comes back as [`Run::Call`]).
 
-// `raw_methods` calls Lua's C API (the one module that allows it).
+// `raw_methods` and `budget_watch` call Lua's C API (and libc's timers): only they allow it.
 #![deny(unsafe_code)]
 
 pub mod base64;
+mod budget_watch;
 mod handle;
 pub mod headers;
 mod live;
