@@ -157,7 +157,13 @@ unsafe fn bytes<'a>(state: *mut ffi::lua_State, i: c_int) -> Option<&'a [u8]> {
 /// As [`bytes`].
 unsafe fn name<'a>(state: *mut ffi::lua_State, i: c_int) -> Option<&'a str> {
     // SAFETY: as `bytes`.
-    std::str::from_utf8(unsafe { bytes(state, i) }?).ok()
+    let b = unsafe { bytes(state, i) }?;
+    if b.is_ascii() {
+        // SAFETY: ASCII is UTF-8 (checked so, the common case costs less than `from_utf8`).
+        Some(unsafe { std::str::from_utf8_unchecked(b) })
+    } else {
+        std::str::from_utf8(b).ok()
+    }
 }
 
 /// `handle:headers()`: the phase's headers object.

@@ -1,9 +1,10 @@
 //! Where scripts run: one Lua state per script per worker thread (as Envoy keeps one per
 //! worker), made on the worker's first request after a config load, each with an
-//! instruction budget per call (a count hook) and a memory limit. Every phase runs as a
-//! coroutine, so `httpCall` can suspend it; a suspended coroutine stays on its worker, in a
-//! thread-local table, and [`Pending`] names it. A coroutine whose phase ended is reset and
-//! kept for the state's next phase, so a request makes none.
+//! instruction budget per call (a count hook once a phase runs long: `budget_watch`) and a
+//! memory limit. Every phase runs as a coroutine, so `httpCall` can suspend it; a suspended
+//! coroutine stays on its worker, in a thread-local table, and [`Pending`] names it. A
+//! coroutine whose phase ended is reset and kept for the state's next phase, so a request
+//! makes none.
 
 use crate::budget_watch::{self, HOOK_STEP, INSTRUCTION_LIMIT};
 use crate::handle;
@@ -24,7 +25,8 @@ use std::time::SystemTime;
 /// What one call of a script may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Lua VM instructions per phase (and per resumption after an `httpCall`).
+    /// Lua VM instructions per phase (and per resumption after an `httpCall`), counted from
+    /// when the phase has run a tick of CPU time (`budget_watch`).
     pub instructions: u64,
     /// Bytes the script's Lua state may hold (its globals, the request's objects).
     pub memory_bytes: usize,
@@ -125,7 +127,7 @@ impl Suspension {
             Err(e) => Err(e),
         };
         self.program
-            .finish(&s.state, s.thread, s.generation, &s.live, result)
+            .finish(&s.state, s.thread, s.generation, s.live, result)
     }
 }
 
@@ -320,12 +322,12 @@ impl Program {
         let generation = state.streams.open(live.clone());
         let thread = match state.thread(entry) {
             Ok(t) => t,
-            Err(e) => return self.failed(&state, generation, &live, e),
+            Err(e) => return self.failed(&state, generation, live, e),
         };
         let result = budget_watch::watch(thread.state(), self.0.budget_steps(), || {
             thread.resume::<()>(live::object(generation, Kind::Handle))
         });
-        self.finish(&state, thread, generation, &live, result)
+        self.finish(&state, thread, generation, live, result)
     }
 
     /// What a resumption's result means.
@@ -334,7 +336,7 @@ impl Program {
         state: &Rc<State>,
         thread: Thread,
         generation: usize,
-        live: &Shared,
+        live: Shared,
         result: mlua::Result<()>,
     ) -> Run {
         if let Err(e) = result {
@@ -379,7 +381,7 @@ impl Program {
                     state: state.clone(),
                     thread,
                     generation,
-                    live: live.clone(),
+                    live,
                 },
             );
             token
@@ -395,7 +397,7 @@ impl Program {
         }
     }
 
-    fn failed(&self, state: &State, generation: usize, live: &Shared, e: mlua::Error) -> Run {
+    fn failed(&self, state: &State, generation: usize, live: Shared, e: mlua::Error) -> Run {
         state.streams.close(generation);
         self.0.errors.fetch_add(1, Ordering::Relaxed);
         let script = live.borrow().script.clone();
@@ -438,8 +440,13 @@ impl Program {
     }
 }
 
-fn take(live: &Shared) -> Stream {
-    std::mem::take(&mut live.borrow_mut().stream)
+/// The stream of a phase that ended (its generation closed): moved out of the last reference,
+/// without making and dropping a default one in its place.
+fn take(live: Shared) -> Stream {
+    match Rc::try_unwrap(live) {
+        Ok(live) => live.into_inner().stream,
+        Err(live) => std::mem::take(&mut live.borrow_mut().stream),
+    }
 }
 
 fn classify(script: Arc<str>, e: &mlua::Error) -> ScriptError {
