@@ -23,7 +23,7 @@ const SSL: &[Kind] = &[Kind::Ssl];
 static EMPTY: HeaderList = HeaderList::empty();
 
 /// The header list a headers object reads.
-fn list(live: &crate::live::Live, kind: Kind) -> &HeaderList {
+pub(crate) fn list(live: &crate::live::Live, kind: Kind) -> &HeaderList {
     match kind {
         Kind::Trailers => live.stream.trailers.as_ref().unwrap_or(&EMPTY),
         _ => &live.stream.headers,
@@ -33,18 +33,27 @@ fn list(live: &crate::live::Live, kind: Kind) -> &HeaderList {
 /// Change the header list of a headers object.
 fn edit(live: &Shared, kind: Kind, f: impl FnOnce(&mut HeaderList)) -> mlua::Result<()> {
     let mut live = live.try_borrow_mut().map_err(|_| busy())?;
-    match kind {
+    match editable(&mut live, kind) {
+        Some(h) => {
+            f(h);
+            Ok(())
+        }
         // Streaming through `bodyChunks()` sent the headers on (Envoy's error).
-        Kind::Headers if live.streaming => {
-            return Err(mlua::Error::runtime("header map can no longer be modified"))
-        }
-        Kind::Headers => {
-            f(&mut live.stream.headers);
-            live.stream.headers_changed = true;
-        }
-        _ => f(live.stream.trailers.get_or_insert_with(HeaderList::new)),
+        None => Err(mlua::Error::runtime("header map can no longer be modified")),
     }
-    Ok(())
+}
+
+/// The header list a headers object edits, marked changed (None: the headers went on
+/// already, streaming through `bodyChunks()`).
+pub(crate) fn editable(live: &mut crate::live::Live, kind: Kind) -> Option<&mut HeaderList> {
+    match kind {
+        Kind::Headers if live.streaming => None,
+        Kind::Headers => {
+            live.stream.headers_changed = true;
+            Some(&mut live.stream.headers)
+        }
+        _ => Some(live.stream.trailers.get_or_insert_with(HeaderList::new)),
+    }
 }
 
 /// A stream in use by a call further up (a finalizer that calls back into the API).
@@ -236,6 +245,7 @@ pub(crate) fn install(
     handle_methods(&m, clock)?;
     body_methods(&m)?;
     info_methods(&m)?;
+    crate::raw_methods::install(lua, streams, &m.table)?;
     // The internals the prelude's yielding methods call (not methods of any object).
     let internal = Methods {
         lua,

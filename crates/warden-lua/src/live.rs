@@ -115,6 +115,15 @@ impl Streams {
         }
     }
 
+    /// `f` over the stream of `generation`, without taking a reference to it (the raw
+    /// methods' way: nothing of theirs may need dropping when Lua raises).
+    pub fn with<R>(&self, generation: usize, f: impl FnOnce(&Shared) -> R) -> Option<R> {
+        let open = self.open.try_borrow().ok()?;
+        open.iter()
+            .find(|(g, _)| *g == generation)
+            .map(|(_, l)| f(l))
+    }
+
     pub fn get(&self, generation: usize) -> Option<Shared> {
         let open = self.open.try_borrow().ok()?;
         open.iter()

@@ -1,18 +1,20 @@
 //! Where scripts run: one Lua state per script per worker thread (as Envoy keeps one per
 //! worker), made on the worker's first request after a config load, each with an
-//! instruction budget per call (a count hook) and a memory limit. Every phase runs as a
-//! coroutine, so `httpCall` can suspend it; a suspended coroutine stays on its worker, in a
-//! thread-local table, and [`Pending`] names it. A coroutine whose phase ended is reset and
-//! kept for the state's next phase, so a request makes none.
+//! instruction budget per call (a count hook once a phase runs long: `budget_watch`) and a
+//! memory limit. Every phase runs as a coroutine, so `httpCall` can suspend it; a suspended
+//! coroutine stays on its worker, in a thread-local table, and [`Pending`] names it. A
+//! coroutine whose phase ended is reset and kept for the state's next phase, so a request
+//! makes none.
 
+use crate::budget_watch::{self, HOOK_STEP, INSTRUCTION_LIMIT};
 use crate::handle;
 use crate::headers::HeaderList;
 use crate::live::{self, Kind, Live, Shared, Streams};
 use crate::script::Script;
 use crate::stream::{HttpCall, HttpReply, LocalResponse, Stream};
 use mlua::thread::ThreadStatus;
-use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Thread, Value, VmState};
-use std::cell::{Cell, RefCell};
+use mlua::{Function, Lua, LuaOptions, StdLib, Thread, Value};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
@@ -23,7 +25,8 @@ use std::time::SystemTime;
 /// What one call of a script may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Lua VM instructions per phase (and per resumption after an `httpCall`).
+    /// Lua VM instructions per phase (and per resumption after an `httpCall`), counted from
+    /// when the phase has run a tick of CPU time (`budget_watch`).
     pub instructions: u64,
     /// Bytes the script's Lua state may hold (its globals, the request's objects).
     pub memory_bytes: usize,
@@ -39,9 +42,6 @@ impl Default for Limits {
         }
     }
 }
-
-/// The count hook fires every this many instructions; the budget is counted in these steps.
-const HOOK_STEP: u32 = 1000;
 
 /// Which entry point a phase calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,13 +118,16 @@ impl Suspension {
                 },
             );
         };
-        s.state.budget.set(self.program.0.budget_steps());
         let result = match prepare(&s.state.lua, &s.live) {
-            Ok(args) => s.thread.resume::<()>(args),
+            Ok(args) => {
+                budget_watch::watch(s.thread.state(), self.program.0.budget_steps(), || {
+                    s.thread.resume::<()>(args)
+                })
+            }
             Err(e) => Err(e),
         };
         self.program
-            .finish(&s.state, s.thread, s.generation, &s.live, result)
+            .finish(&s.state, s.thread, s.generation, s.live, result)
     }
 }
 
@@ -319,11 +322,12 @@ impl Program {
         let generation = state.streams.open(live.clone());
         let thread = match state.thread(entry) {
             Ok(t) => t,
-            Err(e) => return self.failed(&state, generation, &live, e),
+            Err(e) => return self.failed(&state, generation, live, e),
         };
-        state.budget.set(self.0.budget_steps());
-        let result = thread.resume::<()>(live::object(generation, Kind::Handle));
-        self.finish(&state, thread, generation, &live, result)
+        let result = budget_watch::watch(thread.state(), self.0.budget_steps(), || {
+            thread.resume::<()>(live::object(generation, Kind::Handle))
+        });
+        self.finish(&state, thread, generation, live, result)
     }
 
     /// What a resumption's result means.
@@ -332,7 +336,7 @@ impl Program {
         state: &Rc<State>,
         thread: Thread,
         generation: usize,
-        live: &Shared,
+        live: Shared,
         result: mlua::Result<()>,
     ) -> Run {
         if let Err(e) = result {
@@ -377,7 +381,7 @@ impl Program {
                     state: state.clone(),
                     thread,
                     generation,
-                    live: live.clone(),
+                    live,
                 },
             );
             token
@@ -393,7 +397,7 @@ impl Program {
         }
     }
 
-    fn failed(&self, state: &State, generation: usize, live: &Shared, e: mlua::Error) -> Run {
+    fn failed(&self, state: &State, generation: usize, live: Shared, e: mlua::Error) -> Run {
         state.streams.close(generation);
         self.0.errors.fetch_add(1, Ordering::Relaxed);
         let script = live.borrow().script.clone();
@@ -436,12 +440,14 @@ impl Program {
     }
 }
 
-fn take(live: &Shared) -> Stream {
-    std::mem::take(&mut live.borrow_mut().stream)
+/// The stream of a phase that ended (its generation closed): moved out of the last reference,
+/// without making and dropping a default one in its place.
+fn take(live: Shared) -> Stream {
+    match Rc::try_unwrap(live) {
+        Ok(live) => live.into_inner().stream,
+        Err(live) => std::mem::take(&mut live.borrow_mut().stream),
+    }
 }
-
-/// Marks the hook's error so it can be told from a script's own.
-const INSTRUCTION_LIMIT: &str = "instruction limit reached";
 
 fn classify(script: Arc<str>, e: &mlua::Error) -> ScriptError {
     let (kind, message) = match root(e) {
@@ -478,19 +484,6 @@ fn root(e: &mlua::Error) -> &mlua::Error {
     }
 }
 
-/// The count hook: one step of the budget per [`HOOK_STEP`] instructions, an error when none
-/// is left.
-fn spend(left: Rc<Cell<u64>>) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Result<VmState> {
-    move |_, _| {
-        let n = left.get();
-        if n == 0 {
-            return Err(mlua::Error::runtime(INSTRUCTION_LIMIT));
-        }
-        left.set(n - 1);
-        Ok(VmState::Continue)
-    }
-}
-
 /// The coroutines a state keeps for its next phases (more are made when phases wait).
 const KEPT_THREADS: usize = 4;
 
@@ -499,7 +492,6 @@ struct State {
     lua: Lua,
     on_request: Option<Function>,
     on_response: Option<Function>,
-    budget: Rc<Cell<u64>>,
     /// The phases running or waiting, by generation (what the objects scripts hold name).
     streams: Rc<Streams>,
     /// Coroutines whose phase ended, for the next ones.
@@ -537,16 +529,12 @@ impl State {
         }
     }
 
-    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Cell<u64>>, Rc<Streams>)> {
+    fn new_lua(program: &Inner) -> mlua::Result<(Lua, Rc<Streams>)> {
         // Envoy opens LuaJIT's standard libraries; `debug` (which could remove the hook) and
         // the C module loader stay out.
         let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
         lua.set_memory_limit(program.limits.memory_bytes)?;
-        let budget = Rc::new(Cell::new(program.budget_steps()));
-        // The main thread (a script's top level) and every coroutine made for a phase.
-        let every = HookTriggers::new().every_nth_instruction(HOOK_STEP);
-        lua.set_hook(every, spend(budget.clone()))?;
-        lua.set_global_hook(every, spend(budget.clone()))?;
+        budget_watch::install(&lua)?;
         let globals = lua.globals();
         let resolution = lua.create_table()?;
         resolution.set("MILLISECOND", "MILLISECOND")?;
@@ -554,14 +542,17 @@ impl State {
         globals.set("EnvoyTimestampResolution", resolution)?;
         let streams = Rc::new(Streams::default());
         handle::install(&lua, &streams, program.clock)?;
-        Ok((lua, budget, streams))
+        Ok((lua, streams))
     }
 
     fn load(script: &Script, program: &Arc<Inner>) -> mlua::Result<State> {
-        let (lua, budget, streams) = Self::new_lua(program)?;
-        lua.load(&*script.source)
-            .set_name(format!("={}", script.name))
-            .exec()?;
+        let (lua, streams) = Self::new_lua(program)?;
+        let main = budget_watch::main_thread(&lua)?;
+        budget_watch::watch(main, program.budget_steps(), || {
+            lua.load(&*script.source)
+                .set_name(format!("={}", script.name))
+                .exec()
+        })?;
         let globals = lua.globals();
         let entry = |name: &str| match globals.get::<Value>(name) {
             Ok(Value::Function(f)) => Some(f),
@@ -571,7 +562,6 @@ impl State {
             on_request: entry("envoy_on_request"),
             on_response: entry("envoy_on_response"),
             lua: lua.clone(),
-            budget,
             streams,
             idle: RefCell::new(Vec::new()),
             program: Arc::downgrade(program),
@@ -580,12 +570,11 @@ impl State {
 
     /// A state whose chunk failed to run: no entry points (the filter passes streams).
     fn broken(program: &Arc<Inner>) -> Option<State> {
-        let (lua, budget, streams) = Self::new_lua(program).ok()?;
+        let (lua, streams) = Self::new_lua(program).ok()?;
         Some(State {
             lua,
             on_request: None,
             on_response: None,
-            budget,
             streams,
             idle: RefCell::new(Vec::new()),
             program: Arc::downgrade(program),

@@ -444,6 +444,63 @@ end"#,
     assert_eq!(p.errors(), 3);
 }
 
+/// A runaway loop in a coroutine the script made, at its top level or in a phase, is
+/// stopped too, and a coroutine's bad argument is Lua's error naming the function.
+#[test]
+fn runaway_coroutines_are_stopped() {
+    let limits = Limits {
+        instructions: 200_000,
+        memory_bytes: 4 << 20,
+    };
+    let top_level = Program::new(
+        vec![Script::compile(
+            "top.lua",
+            "coroutine.wrap(function() while true do end end)()\n\
+             function envoy_on_request(h) h:headers():add('x-ok', '1') end",
+        )
+        .unwrap()],
+        limits,
+    );
+    // The chunk failed: the state has no entry points, the request goes on untouched.
+    let s = continued(top_level.run(0, Phase::Request, request("GET", "/", &[])));
+    assert_eq!(s.headers.get("x-ok"), None);
+    assert_eq!(top_level.errors(), 1);
+    let p = Program::new(
+        vec![Script::compile(
+            "co.lua",
+            r#"function envoy_on_request(h)
+  local mode = h:headers():get("x-mode")
+  if mode == "wrap" then
+    coroutine.wrap(function() while true do end end)()
+  elseif mode == "create" then
+    local co = coroutine.create(function() while true do end end)
+    local ok, err = coroutine.resume(co)
+    error(err, 0)
+  elseif mode == "bad" then
+    coroutine.create(42)
+  end
+  h:headers():add("x-ok", "1")
+end"#,
+        )
+        .unwrap()],
+        limits,
+    );
+    for (mode, want) in [
+        ("wrap", "instruction limit reached"),
+        ("none", ""),
+        ("create", "instruction limit reached"),
+        ("bad", "bad argument #1 to 'create' (function expected"),
+    ] {
+        match p.run(0, Phase::Request, request("GET", "/", &[("x-mode", mode)])) {
+            Run::Failed(_, e) => assert!(e.message.contains(want), "{mode}: {e}"),
+            Run::Continue(s) if want.is_empty() => {
+                assert_eq!(text(s.headers.get("x-ok")).unwrap(), "1")
+            }
+            other => panic!("{mode}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn globals_are_per_script_state() {
     let counter = "n = 0\nfunction envoy_on_request(h) n = n + 1 h:headers():add('n', n) end";

@@ -884,8 +884,13 @@ impl LuaFilter {
     ) -> Run {
         state.settle_metadata();
         let mut stream = request_stream(req, route, state);
-        stream.filter_context.clone_from(&choice.context);
-        stream.route_metadata.clone_from(&choice.metadata);
+        // Into the new stream's empty maps; an empty one is left alone (clearing costs).
+        if !choice.context.is_empty() {
+            stream.filter_context.clone_from(&choice.context);
+        }
+        if !choice.metadata.is_empty() {
+            stream.route_metadata.clone_from(&choice.metadata);
+        }
         stream.body_pending = body_pending;
         self.program.run(choice.script, Phase::Request, stream)
     }
@@ -1107,8 +1112,13 @@ impl LuaFilter {
         // edits) every header.
         crate::upstream::h1_exchange::response_headers_mut(response);
         let mut stream = response_stream(response, state);
-        stream.filter_context.clone_from(&choice.context);
-        stream.route_metadata.clone_from(&choice.metadata);
+        // Into the new stream's empty maps; an empty one is left alone (clearing costs).
+        if !choice.context.is_empty() {
+            stream.filter_context.clone_from(&choice.context);
+        }
+        if !choice.metadata.is_empty() {
+            stream.route_metadata.clone_from(&choice.metadata);
+        }
         stream.body_pending = !matches!(response.body(), ProxyBody::Empty);
         self.program.run(choice.script, Phase::Response, stream)
     }
@@ -1324,6 +1334,34 @@ fn header_list(map: &HeaderMap) -> HeaderList {
     list
 }
 
+/// How many header names [`header_name`] keeps.
+const KNOWN_NAMES: usize = 16;
+
+thread_local! {
+    /// Header names scripts' edits had lately, parsed.
+    static KNOWN: std::cell::RefCell<Vec<HeaderName>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A header name of a script's edit: one it had lately is not parsed again (parsing a header
+/// the article's script adds, with its copy, cost a request about 600 instructions, callgrind).
+fn header_name(n: &str) -> Result<HeaderName, http::header::InvalidHeaderName> {
+    KNOWN.with(|known| {
+        let Ok(mut known) = known.try_borrow_mut() else {
+            return HeaderName::from_bytes(n.as_bytes());
+        };
+        if let Some(h) = known.iter().find(|h| h.as_str() == n) {
+            return Ok(h.clone());
+        }
+        let h = HeaderName::from_bytes(n.as_bytes())?;
+        if known.len() == KNOWN_NAMES {
+            known.remove(0);
+        }
+        known.push(h.clone());
+        Ok(h)
+    })
+}
+
 fn header_map(list: &HeaderList) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(list.len());
     for (n, v) in list.iter() {
@@ -1455,13 +1493,10 @@ fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
     };
     // The common edit (the article's script) only adds headers: append those, no rewrite.
     if let Some(added) = s.headers.appended() {
-        let mut append = Vec::new();
+        let mut append = Vec::with_capacity(1);
         let mut plain = true;
         for (n, v) in added {
-            match (
-                HeaderName::from_bytes(n.as_bytes()),
-                HeaderValue::from_bytes(v),
-            ) {
+            match (header_name(n), HeaderValue::from_bytes(v)) {
                 (Ok(n), Ok(v)) if !n.as_str().starts_with(':') => append.push((n, v)),
                 _ => plain = false,
             }
@@ -1502,10 +1537,7 @@ fn apply_request(s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
             }
             n if n.starts_with(':') => {}
             n => {
-                if let (Ok(n), Ok(v)) = (
-                    HeaderName::from_bytes(n.as_bytes()),
-                    HeaderValue::from_bytes(v),
-                ) {
+                if let (Ok(n), Ok(v)) = (header_name(n), HeaderValue::from_bytes(v)) {
                     headers.append(n, v);
                 }
             }
@@ -1582,10 +1614,7 @@ fn apply_response(
                     *response.status_mut() = status;
                 }
             }
-        } else if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(n.as_bytes()),
-            HeaderValue::from_bytes(v),
-        ) {
+        } else if let (Ok(n), Ok(v)) = (header_name(n), HeaderValue::from_bytes(v)) {
             headers.append(n, v);
         }
     }
