@@ -268,25 +268,15 @@ pub fn push_socket_addr(out: &mut String, addr: SocketAddr) {
 
 fn push_ipv4(out: &mut String, ip: Ipv4Addr) {
     let [a, b, c, d] = ip.octets();
-    // Digits pushed one by one: a library copy per octet cost more than the digits.
+    // Octets take push_u64's digit-by-digit branch (below 1000).
     out.reserve(15);
-    push_octet(out, a);
+    push_u64(out, u64::from(a));
     out.push('.');
-    push_octet(out, b);
+    push_u64(out, u64::from(b));
     out.push('.');
-    push_octet(out, c);
+    push_u64(out, u64::from(c));
     out.push('.');
-    push_octet(out, d);
-}
-
-fn push_octet(out: &mut String, n: u8) {
-    if n >= 100 {
-        out.push(char::from(b'0' + n / 100));
-    }
-    if n >= 10 {
-        out.push(char::from(b'0' + n / 10 % 10));
-    }
-    out.push(char::from(b'0' + n % 10));
+    push_u64(out, u64::from(d));
 }
 
 /// `bytes` as text, invalid UTF-8 replaced as `String::from_utf8_lossy` replaces it (header
