@@ -707,7 +707,7 @@ fn info_methods(m: &Methods<'_>) -> mlua::Result<()> {
         l.stream
             .info
             .ssl
-            .as_ref()
+            .as_deref()
             .map(f)
             .ok_or_else(|| mlua::Error::runtime("not a TLS connection"))
     }

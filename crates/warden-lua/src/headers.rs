@@ -81,6 +81,22 @@ impl HeaderList {
         }
     }
 
+    /// No entries, the buffers kept (a list reused for another message).
+    pub fn clear(&mut self) {
+        self.names.clear();
+        self.values.clear();
+        self.entries.clear();
+        self.original = 0;
+        self.touched = false;
+    }
+
+    /// Bytes the list's buffers hold room for.
+    pub fn capacity_bytes(&self) -> usize {
+        self.names.capacity()
+            + self.values.capacity()
+            + self.entries.capacity() * size_of::<Entry>()
+    }
+
     fn name(&self, e: &Entry) -> &str {
         &self.names[e.name.clone()]
     }

@@ -12,7 +12,7 @@
 //! The proxy turns its request into a [`Stream`], calls [`Program::run`], and applies what
 //! comes back ([`Run`]); nothing here does I/O (an `httpCall` comes back as [`Run::Call`]).
 
-// `raw_methods` and `budget_watch` call Lua's C API (and libc's timers): only they allow it.
+// `raw_methods`, `resume` and `budget_watch` call Lua's C API (and libc's timers): only they allow it.
 #![deny(unsafe_code)]
 
 pub mod base64;
@@ -21,6 +21,7 @@ mod handle;
 pub mod headers;
 mod live;
 mod raw_methods;
+mod resume;
 pub mod script;
 pub mod stream;
 mod vm;

@@ -35,7 +35,8 @@ pub struct StreamInfo {
     /// SNI of a TLS connection, else empty.
     pub requested_server_name: String,
     pub route_name: String,
-    pub ssl: Option<SslInfo>,
+    /// Boxed: a stream moves several times per phase, and a plain connection has none.
+    pub ssl: Option<Box<SslInfo>>,
 }
 
 impl Default for StreamInfo {

@@ -10,10 +10,11 @@ use crate::budget_watch::{self, HOOK_STEP, INSTRUCTION_LIMIT};
 use crate::handle;
 use crate::headers::HeaderList;
 use crate::live::{self, Kind, Live, Shared, Streams};
+use crate::resume;
 use crate::script::Script;
 use crate::stream::{HttpCall, HttpReply, LocalResponse, Stream};
 use mlua::thread::ThreadStatus;
-use mlua::{Function, Lua, LuaOptions, StdLib, Thread, Value};
+use mlua::{Function, Lua, LuaOptions, RegistryKey, StdLib, Thread, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
@@ -125,7 +126,8 @@ impl Suspension {
                 })
             }
             Err(e) => Err(e),
-        };
+        }
+        .map(|()| s.thread.status() != ThreadStatus::Resumable);
         self.program
             .finish(&s.state, s.thread, s.generation, s.live, result)
     }
@@ -309,6 +311,14 @@ impl Program {
         self.state(index).is_some_and(|s| s.entry(phase).is_some())
     }
 
+    /// Which entry points script `index` defines, as (request, response): [`Program::has`] of
+    /// both phases with one look-up of the worker's state.
+    pub fn entry_points(&self, index: usize) -> (bool, bool) {
+        self.state(index).map_or((false, false), |s| {
+            (s.on_request.is_some(), s.on_response.is_some())
+        })
+    }
+
     /// Run `phase` of script `index` over `stream`.
     pub fn run(&self, index: usize, phase: Phase, stream: Stream) -> Run {
         let Some(state) = self.state(index) else {
@@ -324,25 +334,32 @@ impl Program {
             Ok(t) => t,
             Err(e) => return self.failed(&state, generation, live, e),
         };
-        let result = budget_watch::watch(thread.state(), self.0.budget_steps(), || {
-            thread.resume::<()>(live::object(generation, Kind::Handle))
+        let co = thread.state();
+        let result = budget_watch::watch(co, self.0.budget_steps(), || {
+            resume::start(
+                &state.lua,
+                state.main,
+                co,
+                live::object(generation, Kind::Handle),
+            )
         });
         self.finish(&state, thread, generation, live, result)
     }
 
-    /// What a resumption's result means.
+    /// What a resumption's result (whether the phase ended) means.
     fn finish(
         &self,
         state: &Rc<State>,
         thread: Thread,
         generation: usize,
         live: Shared,
-        result: mlua::Result<()>,
+        result: mlua::Result<bool>,
     ) -> Run {
-        if let Err(e) = result {
-            return self.failed(state, generation, live, e);
-        }
-        if thread.status() != ThreadStatus::Resumable {
+        let ended = match result {
+            Ok(ended) => ended,
+            Err(e) => return self.failed(state, generation, live, e),
+        };
+        if ended {
             state.streams.close(generation);
             state.keep(thread);
             return Run::Continue(take(live));
@@ -487,11 +504,19 @@ fn root(e: &mlua::Error) -> &mlua::Error {
 /// The coroutines a state keeps for its next phases (more are made when phases wait).
 const KEPT_THREADS: usize = 4;
 
+/// An entry point: the function, and its registry key (a phase pushes it from there).
+struct Entry {
+    function: Function,
+    key: RegistryKey,
+}
+
 /// One script's Lua state on one worker.
 struct State {
     lua: Lua,
-    on_request: Option<Function>,
-    on_response: Option<Function>,
+    /// The state's main thread, which phases are resumed from.
+    main: *mut mlua::ffi::lua_State,
+    on_request: Option<Entry>,
+    on_response: Option<Entry>,
     /// The phases running or waiting, by generation (what the objects scripts hold name).
     streams: Rc<Streams>,
     /// Coroutines whose phase ended, for the next ones.
@@ -500,25 +525,28 @@ struct State {
 }
 
 impl State {
-    fn entry(&self, phase: Phase) -> Option<&Function> {
+    fn entry(&self, phase: Phase) -> Option<&Entry> {
         match phase {
             Phase::Request => self.on_request.as_ref(),
             Phase::Response => self.on_response.as_ref(),
         }
     }
 
-    /// A coroutine that calls `entry`: one a phase left, reset, or a new one (it inherits the
-    /// instruction hook).
-    fn thread(&self, entry: &Function) -> mlua::Result<Thread> {
+    /// A coroutine that calls `entry`: one a phase left (with `entry` pushed, or reset), or a
+    /// new one (it inherits the instruction hook).
+    fn thread(&self, entry: &Entry) -> mlua::Result<Thread> {
         let kept = self.idle.borrow_mut().pop();
         if let Some(thread) = kept {
+            if resume::push_entry(thread.state(), entry.key.id()) {
+                return Ok(thread);
+            }
             // A coroutine left suspended by `respond()` is closed here (its to-be-closed
             // variables run); an error doing so goes with it.
-            if thread.reset(entry.clone()).is_ok() {
+            if thread.reset(entry.function.clone()).is_ok() {
                 return Ok(thread);
             }
         }
-        self.lua.create_thread(entry.clone())
+        self.lua.create_thread(entry.function.clone())
     }
 
     /// Keep `thread`, whose phase ended, for a next phase.
@@ -554,13 +582,19 @@ impl State {
                 .exec()
         })?;
         let globals = lua.globals();
-        let entry = |name: &str| match globals.get::<Value>(name) {
-            Ok(Value::Function(f)) => Some(f),
-            _ => None,
+        let entry = |name: &str| -> mlua::Result<Option<Entry>> {
+            match globals.get::<Value>(name) {
+                Ok(Value::Function(function)) => Ok(Some(Entry {
+                    key: lua.create_registry_value(function.clone())?,
+                    function,
+                })),
+                _ => Ok(None),
+            }
         };
         Ok(State {
-            on_request: entry("envoy_on_request"),
-            on_response: entry("envoy_on_response"),
+            on_request: entry("envoy_on_request")?,
+            on_response: entry("envoy_on_response")?,
+            main,
             lua: lua.clone(),
             streams,
             idle: RefCell::new(Vec::new()),
@@ -571,8 +605,10 @@ impl State {
     /// A state whose chunk failed to run: no entry points (the filter passes streams).
     fn broken(program: &Arc<Inner>) -> Option<State> {
         let (lua, streams) = Self::new_lua(program).ok()?;
+        let main = budget_watch::main_thread(&lua).ok()?;
         Some(State {
             lua,
+            main,
             on_request: None,
             on_response: None,
             streams,

@@ -384,6 +384,37 @@ fn a_runtime_error_is_reported_with_its_line_and_keeps_earlier_edits() {
 }
 
 #[test]
+fn error_values_are_logged_as_their_text_first_line() {
+    // (what the script raises, the message) as mlua's resume made them: the value's text
+    // (`tostring`'s, `__tostring` included), first line, with Lua's position when a string.
+    let cases: &[(&str, &str)] = &[
+        ("error('two\\nlines')", "test.lua:1: two"),
+        ("error('plain', 0)", "plain"),
+        ("error(nil)", "nil"),
+        (
+            "error(setmetatable({}, {__tostring = function() return 'mine' end}))",
+            "mine",
+        ),
+        ("error(42)", "42"),
+        ("h:headers():get()", "bad argument"),
+    ];
+    for (raise, want) in cases {
+        let p = program(&format!("function envoy_on_request(h) {raise} end"));
+        // Twice: the second phase starts on the coroutine the first one left.
+        for _ in 0..2 {
+            match p.run(0, Phase::Request, request("GET", "/", &[])) {
+                Run::Failed(_, e) => {
+                    assert_eq!(e.kind, ErrorKind::Runtime, "{raise}");
+                    assert!(e.message.contains(want), "{raise}: {}", e.message);
+                    assert!(!e.message.contains('\n'), "{raise}: {}", e.message);
+                }
+                other => panic!("{raise}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
 fn a_kept_handle_is_dead_after_its_phase() {
     let p = program(
         r#"function envoy_on_request(h)
