@@ -6,8 +6,10 @@
 
 mod batch;
 pub mod format;
+pub mod json_line;
 pub mod record;
 pub mod sent;
+mod text_plan;
 pub mod write_text;
 
 use crate::core::error::ProxyError;
@@ -427,25 +429,38 @@ impl Sink {
 
 /// One line of `record` appended to `out`: `format`'s, with `hostname` for `%HOSTNAME%`,
 /// `caches` what the worker keeps from line to line and `scratch` computed values' text.
+/// A TEXT format's line is written by its compiled `plan`.
 fn render(
     format: &LineFormat,
+    plan: Option<&text_plan::TextPlan>,
     hostname: &str,
     caches: &RefCell<write_text::LineCaches>,
     record: &Record,
     out: &mut String,
     scratch: &mut String,
 ) {
-    match format {
-        LineFormat::Warden => warden_line(record, out),
-        LineFormat::Envoy(f) => f.render_with(
-            &View {
-                record,
-                hostname,
-                caches,
+    let view = View {
+        record,
+        hostname,
+        caches,
+    };
+    match (format, plan) {
+        (LineFormat::Warden, _) => warden_line(record, out),
+        (LineFormat::Envoy(_), Some(plan)) => plan.render(&view, out, scratch),
+        (LineFormat::Envoy(f), None) => f.render_with(&view, out, scratch),
+    }
+}
+
+impl LineFormat {
+    /// A TEXT format compiled for records.
+    fn plan(&self) -> Option<text_plan::TextPlan> {
+        match self {
+            LineFormat::Envoy(f) => match &f.body {
+                format::Body::Text(pieces) => Some(text_plan::TextPlan::new(pieces)),
+                format::Body::Json(_) => None,
             },
-            out,
-            scratch,
-        ),
+            LineFormat::Warden => None,
+        }
     }
 }
 
@@ -545,7 +560,7 @@ impl Format {
         }
         match &self.body {
             Body::Text(p) => pieces(p),
-            Body::Json(f) => fields(f),
+            Body::Json(line) => fields(&line.fields),
         }
     }
 }
@@ -774,6 +789,88 @@ outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 exa
             let mut plain = String::new();
             format.render(&Plain(&view), &mut plain);
             assert_eq!(plain, want);
+            let mut planned = String::new();
+            let plan = LineFormat::Envoy(Arc::new(format.clone())).plan();
+            plan.expect("text")
+                .render(&view, &mut planned, &mut String::new());
+            assert_eq!(planned, want);
+        }
+    }
+
+    /// A TEXT format's plan writes what the format writes, for every operator (with length
+    /// limits, alternatives, literals around and between them).
+    #[test]
+    fn plan_lines_are_the_formats() {
+        let formats = [
+            EVERY_OPERATOR.to_string(),
+            EVERY_OPERATOR.replace("% %", "%%"),
+            format!("é{EVERY_OPERATOR}é"),
+            "%REQ(:METHOD):2%-%REQ(:PATH?X-REQUEST-ID):0%%CONNECTION_TERMINATION_DETAILS:0%\
+%CONNECTION_TERMINATION_DETAILS:3%|%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME?:STATUS)% \
+%REQ(USER-AGENT?:AUTHORITY)% %RESPONSE_CODE:1% %START_TIME:4% lit"
+                .to_string(),
+            String::new(),
+        ];
+        let time = RefCell::default();
+        for text in &formats {
+            let format = Format::text(text).expect("format");
+            let plan = LineFormat::Envoy(Arc::new(format.clone()))
+                .plan()
+                .expect("text");
+            for (i, record) in records(&format).iter().enumerate() {
+                for hostname in ["h", ""] {
+                    let view = View {
+                        record,
+                        hostname,
+                        caches: &time,
+                    };
+                    let (mut want, mut planned) = (String::new(), String::new());
+                    format.render_with(&view, &mut want, &mut String::new());
+                    plan.render(&view, &mut planned, &mut String::new());
+                    assert_eq!(planned, want, "{text} record {i}");
+                }
+            }
+        }
+    }
+
+    /// A JSON line is, byte for byte, what the `serde_json` map of its values gave (keys
+    /// sorted, types kept), for Istio's default and a dictionary with every kind of value.
+    #[test]
+    fn json_lines_are_what_a_serde_json_map_gives() {
+        let custom = format!(
+            r#"{{"all":"{EVERY_OPERATOR}","code":"%RESPONSE_CODE%","st":"%RESP(SERVER?:STATUS)%","md":"%DYNAMIC_METADATA(lua)%","mdc":"%DYNAMIC_METADATA(lua):3%","ua":"%REQ(USER-AGENT):2%","p":"%REQ(:PATH)%","z":{{"b":"%REQ(:METHOD)%","a":[1,"x"],"n":null,"t":true,"f":1.5,"e":{{}}}},"lit":"no \"ops\"","empty":"","A":"%BYTES_SENT%","rule":"%FILTER_STATE(warden.rule)%"}}"#
+        );
+        for format in [Format::istio_json(), Format::json(&custom).expect("custom")] {
+            let format::Body::Json(line) = &format.body else {
+                panic!("json");
+            };
+            let mut records = records(&format);
+            // Texts JSON escapes.
+            let mut odd = Record::default();
+            odd.set_text(Field::Path, "/a\"b\\c\n\u{1}\u{7f}é");
+            odd.set_text(Field::Method, "\t");
+            odd.set_request_headers(&format.request_headers, |_| Some(&b"ua\"\x1f"[..]));
+            odd.take_response_headers(&format.response_headers, |_| Some(&b"s\\"[..]));
+            records.push(odd);
+            let time = RefCell::default();
+            for (i, record) in records.iter().enumerate() {
+                let view = View {
+                    record,
+                    hostname: "h\"",
+                    caches: &time,
+                };
+                let mut scratch = String::new();
+                let mut want = serde_json::Value::Object(format::render_object(
+                    &line.fields,
+                    &view,
+                    &mut scratch,
+                ))
+                .to_string();
+                want.push('\n');
+                let mut out = String::new();
+                format.render_with(&view, &mut out, &mut scratch);
+                assert_eq!(out, want, "record {i}");
+            }
         }
     }
 

@@ -297,11 +297,11 @@ pub fn response_header<'a>(
     if let Some(v) = own {
         return Some(v.as_bytes());
     }
+    // The map has no header of this name, so none of its lines is replaced: only a
+    // hop-by-hop name is not passed on. Lines are compared by name alone (no filter per line).
+    let name = name.as_str().as_bytes();
     match response.body() {
-        ProxyBody::H1(body) => body
-            .unread_header_lines(headers)
-            .find(|(n, _)| *n == name.as_str().as_bytes())
-            .map(|(_, v)| v),
+        ProxyBody::H1(body) if !is_hop_by_hop(name) => body.unread_header_line(name),
         _ => None,
     }
 }
@@ -411,6 +411,16 @@ impl H1Body {
         headers: &'a HeaderMap,
     ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
         self.raw.iter().flat_map(move |raw| raw.end_to_end(headers))
+    }
+
+    /// The value of the first of the lines [`H1Body::unread_header_lines`] would give named
+    /// `name`, for a name neither hop-by-hop nor in the response's map.
+    fn unread_header_line(&self, name: &[u8]) -> Option<&[u8]> {
+        let raw = self.raw.as_ref()?;
+        raw.lines
+            .iter()
+            .find(|(n, _)| raw.bytes.get(n.clone()) == Some(name))
+            .and_then(|(_, v)| raw.bytes.get(v.clone()))
     }
 
     /// The body is complete: the connection goes back to its pool if it may carry another

@@ -5,6 +5,7 @@
 //! keeps it. A record is never sent to another thread: its memory is reused by the worker
 //! that made it (`record::recycle`).
 
+use super::text_plan::TextPlan;
 use super::write_text::LineCaches;
 use super::{render, LineFormat, Record};
 use std::cell::RefCell;
@@ -26,6 +27,8 @@ static NEXT_LOG: AtomicU64 = AtomicU64::new(1);
 pub struct Shared {
     id: u64,
     format: LineFormat,
+    /// A TEXT format compiled.
+    plan: Option<TextPlan>,
     hostname: String,
     batch: Arc<Mutex<String>>,
     pub dropped: AtomicU64,
@@ -86,7 +89,15 @@ impl Shared {
             *caches = RefCell::new(LineCaches::new());
         }
         line.clear();
-        render(&self.format, &self.hostname, caches, record, line, scratch);
+        render(
+            &self.format,
+            self.plan.as_ref(),
+            &self.hostname,
+            caches,
+            record,
+            line,
+            scratch,
+        );
         let mut batch = self.batch.lock().unwrap_or_else(PoisonError::into_inner);
         if batch.len() + line.len() > BATCH_LIMIT {
             return false;
@@ -105,6 +116,7 @@ pub fn open(
     let batch = Arc::new(Mutex::new(String::with_capacity(64 * 1024)));
     let shared = Arc::new(Shared {
         id: NEXT_LOG.fetch_add(1, Ordering::Relaxed),
+        plan: format.plan(),
         format,
         hostname,
         batch: batch.clone(),

@@ -3,6 +3,7 @@
 //! of text and command operators; rendered per line against [`Values`]. An operator warden
 //! does not know is an error naming it, as in Envoy.
 
+pub use super::json_line::JsonLine;
 #[cfg(test)]
 pub use super::write_text::write_time;
 use http::HeaderName;
@@ -206,7 +207,7 @@ pub struct Format {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {
     Text(Vec<Piece>),
-    Json(Vec<(String, JsonTemplate)>),
+    Json(JsonLine),
 }
 
 impl Format {
@@ -230,7 +231,7 @@ impl Format {
         };
         let mut headers = Headers::default();
         let fields = object(&map, &mut headers)?;
-        Ok(headers.into_format(Body::Json(fields)))
+        Ok(headers.into_format(Body::Json(JsonLine::new(fields))))
     }
 
     /// Istio's JSON default.
@@ -243,7 +244,7 @@ impl Format {
                 Some((k.to_string(), JsonTemplate::Pieces(pieces)))
             })
             .collect();
-        headers.into_format(Body::Json(fields))
+        headers.into_format(Body::Json(JsonLine::new(fields)))
     }
 
     /// One line (with its newline) for `values`.
@@ -262,11 +263,7 @@ impl Format {
     ) {
         match &self.body {
             Body::Text(pieces) => render_text(pieces, values, out, scratch),
-            Body::Json(fields) => {
-                let line = serde_json::Value::Object(render_object(fields, values, scratch));
-                out.push_str(&line.to_string());
-                out.push('\n');
-            }
+            Body::Json(line) => line.render(values, out, scratch),
         }
     }
 }
@@ -554,7 +551,7 @@ fn time_format(f: &str) -> Result<Vec<TimePart>, String> {
     Ok(parts)
 }
 
-fn render_text<V: Values + ?Sized>(
+pub(super) fn render_text<V: Values + ?Sized>(
     pieces: &[Piece],
     values: &V,
     out: &mut String,
@@ -584,7 +581,7 @@ fn render_text<V: Values + ?Sized>(
 }
 
 /// A value as text: `-` when absent, `max` characters at most.
-fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
+pub(super) fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
     let text: Cow<'_, str> = match value {
         Value::Absent => Cow::Borrowed("-"),
         Value::Str(s) => s,
@@ -608,7 +605,10 @@ fn push_text(value: Value<'_>, max: Option<usize>, out: &mut String) {
     }
 }
 
-fn render_object<V: Values + ?Sized>(
+/// A JSON format's line as a `serde_json` map (what lines were before [`JsonLine`]; the
+/// tests' reference).
+#[cfg(test)]
+pub(super) fn render_object<V: Values + ?Sized>(
     fields: &[(String, JsonTemplate)],
     values: &V,
     scratch: &mut String,
@@ -738,10 +738,10 @@ mod tests {
         let text = Format::text(ISTIO_TEXT).expect("istio text");
         assert_eq!(text.request_headers.len(), 3, "{:?}", text.request_headers);
         let json = Format::istio_json();
-        let Body::Json(fields) = &json.body else {
+        let Body::Json(line) = &json.body else {
             panic!("json");
         };
-        assert_eq!(fields.len(), ISTIO_JSON.len());
+        assert_eq!(line.fields.len(), ISTIO_JSON.len());
     }
 
     #[test]
