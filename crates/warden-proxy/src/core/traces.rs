@@ -136,7 +136,8 @@ pub struct Started {
     header_tags: Vec<(Cow<'static, str>, String)>,
 }
 
-/// What [`start`] reads of a request besides its headers.
+/// What a reported span names of its request besides its headers ([`start`] asks for it only
+/// for a sampled request of a plan that reports).
 pub struct RequestFacts<'a> {
     pub method: &'a http::Method,
     pub scheme: &'static str,
@@ -144,7 +145,6 @@ pub struct RequestFacts<'a> {
     pub path_and_query: &'a str,
     pub version: http::Version,
     pub peer: SocketAddr,
-    pub client_ip: IpAddr,
     /// The listener's port (of the span name when no cluster gives one).
     pub port: u16,
     /// An `x-request-id` already made for this request (the access log's).
@@ -152,36 +152,38 @@ pub struct RequestFacts<'a> {
 }
 
 /// The request's trace: the caller's context (by the plan's propagation), the decision, a new
-/// span id for this hop.
-pub fn start(
+/// span id for this hop; `client_ip` is the trusted client address (an internal one may force
+/// sampling). `facts` are made only when the request's span is reported: most requests are
+/// not sampled, and they pay for nothing else.
+pub fn start<'f>(
     plan: &Arc<TracePlan>,
     headers: Headers<'_>,
-    facts: &RequestFacts<'_>,
+    client_ip: IpAddr,
+    facts: impl FnOnce() -> RequestFacts<'f>,
 ) -> RequestTrace {
     let found = headers.trace_headers(plan.propagation);
-    let (parent, parent_sampled) = match found.caller() {
-        Some(B3::Context(p)) => (Some(p), p.sampled),
-        Some(B3::SamplingOnly(s)) => (None, Some(s)),
-        None => (None, None),
-    };
-    let input = SamplingInput {
-        parent: parent_sampled,
-        client_trace_id: found.client_trace_id.is_some(),
-        forced_internal: found.force_trace && is_internal(facts.client_ip),
+    // Most requests bring no trace header: no context to parse, nothing forces the decision.
+    let (parent, input) = if found.any {
+        let (parent, parent_sampled) = match found.caller() {
+            Some(B3::Context(p)) => (Some(p), p.sampled),
+            Some(B3::SamplingOnly(s)) => (None, Some(s)),
+            None => (None, None),
+        };
+        let input = SamplingInput {
+            parent: parent_sampled,
+            client_trace_id: found.client_trace_id.is_some(),
+            forced_internal: found.force_trace && is_internal(client_ip),
+        };
+        (parent, input)
+    } else {
+        (None, SamplingInput::default())
     };
     let mut rng = fastrand::Rng::new();
     let decision = sampling::decide(input, plan.per_ten_thousand, rng.u32(..));
     let trace_id = parent.map_or_else(|| TraceId::random(&mut rng), |p| p.trace_id);
     let span_id = SpanId::random(&mut rng);
     let started = match (&plan.report, decision.sampled) {
-        (Some(report), true) => Some(Box::new(started(
-            plan,
-            report,
-            headers,
-            facts,
-            plan.max_path_tag_length,
-            &mut rng,
-        ))),
+        (Some(report), true) => Some(started(plan, report, headers, &facts(), &mut rng)),
         _ => None,
     };
     RequestTrace {
@@ -213,6 +215,8 @@ struct TraceHeaders<'a> {
     b3_flags: Option<&'a [u8]>,
     client_trace_id: Option<&'a [u8]>,
     force_trace: bool,
+    /// Any of the above was found.
+    any: bool,
 }
 
 impl<'a> Headers<'a> {
@@ -240,6 +244,18 @@ impl<'a> Headers<'a> {
                 }
                 found.client_trace_id = get(&X_CLIENT_TRACE_ID);
                 found.force_trace = self.map.contains_key(&X_ENVOY_FORCE_TRACE);
+                found.any = found.force_trace
+                    || [
+                        found.traceparent,
+                        found.b3,
+                        found.b3_trace_id,
+                        found.b3_span_id,
+                        found.b3_sampled,
+                        found.b3_flags,
+                        found.client_trace_id,
+                    ]
+                    .iter()
+                    .any(Option::is_some);
             }
         }
         found
@@ -255,6 +271,7 @@ impl<'a> TraceHeaders<'a> {
             17 if name == b"x-client-trace-id" => &mut self.client_trace_id,
             19 if name == b"x-envoy-force-trace" => {
                 self.force_trace = true;
+                self.any = true;
                 return;
             }
             2 | 10..=12 if propagation.b3 => match name {
@@ -270,6 +287,7 @@ impl<'a> TraceHeaders<'a> {
         if slot.is_none() {
             *slot = Some(value);
         }
+        self.any = true;
     }
 
     /// The caller's context: W3C first when the provider speaks it, then B3 (single, then
@@ -298,14 +316,14 @@ impl<'a> TraceHeaders<'a> {
     }
 }
 
+#[cold]
 fn started(
     plan: &Arc<TracePlan>,
     report: &Arc<Report>,
     headers: Headers<'_>,
     facts: &RequestFacts<'_>,
-    max_path: usize,
     rng: &mut fastrand::Rng,
-) -> Started {
+) -> Box<Started> {
     let text = |n: &HeaderName| {
         headers
             .get(n)
@@ -326,8 +344,8 @@ fn started(
         "{}://{}{}",
         facts.scheme, facts.authority, facts.path_and_query
     );
-    truncate_at_char(&mut url, max_path);
-    Started {
+    truncate_at_char(&mut url, plan.max_path_tag_length);
+    Box::new(Started {
         start: SystemTime::now(),
         plan: plan.clone(),
         report: report.clone(),
@@ -353,7 +371,7 @@ fn started(
                 (tag.clone(), text(header).unwrap_or_else(|| default.clone()))
             })
             .collect(),
-    }
+    })
 }
 
 fn truncate_at_char(text: &mut String, max: usize) {
@@ -587,6 +605,8 @@ mod tests {
         })
     }
 
+    const EXTERNAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9));
+
     fn facts() -> RequestFacts<'static> {
         static GET: http::Method = http::Method::GET;
         RequestFacts {
@@ -596,7 +616,6 @@ mod tests {
             path_and_query: "/a/very/long/path?q=1",
             version: http::Version::HTTP_11,
             peer: "10.0.0.1:5555".parse().unwrap(),
-            client_ip: "203.0.113.9".parse().unwrap(),
             port: 8080,
             made_request_id: None,
         }
@@ -624,7 +643,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
         h.insert(&TRACESTATE, HeaderValue::from_static("v=1"));
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(t.sampled, "the caller's flag wins over 0%");
         assert_eq!(t.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
@@ -639,7 +658,7 @@ mod tests {
         // A W3C provider leaves B3 headers alone, and reads none.
         let mut h = HeaderMap::new();
         h.insert(&X_B3_SAMPLED, HeaderValue::from_static("1"));
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(!t.sampled && t.parent.is_none());
     }
 
@@ -650,7 +669,7 @@ mod tests {
             &B3_SINGLE,
             HeaderValue::from_static("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0"),
         );
-        let t = start(&plan(B3M, 10_000), map(&h), &facts());
+        let t = start(&plan(B3M, 10_000), map(&h), EXTERNAL, facts);
         assert!(!t.sampled, "the caller's 0 wins over 100%");
         t.inject(B3M, &mut h);
         assert!(h.get(&B3_SINGLE).is_none() && h.get(&TRACEPARENT).is_none());
@@ -669,23 +688,20 @@ mod tests {
     #[test]
     fn a_new_trace_is_sampled_by_the_percentage_or_the_client() {
         let h = HeaderMap::new();
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(!t.sampled && t.parent.is_none() && t.started.is_none());
-        let t = start(&plan(W3C, 10_000), map(&h), &facts());
+        let t = start(&plan(W3C, 10_000), map(&h), EXTERNAL, facts);
         assert!(t.sampled && t.started.is_some());
         assert!(t.made_request_id().is_some());
         let mut h = HeaderMap::new();
         h.insert(&X_CLIENT_TRACE_ID, HeaderValue::from_static("abc"));
-        assert!(start(&plan(W3C, 0), map(&h), &facts()).sampled);
+        assert!(start(&plan(W3C, 0), map(&h), EXTERNAL, facts).sampled);
         // Forced only from an internal address.
         let mut h = HeaderMap::new();
         h.insert(&X_ENVOY_FORCE_TRACE, HeaderValue::from_static("true"));
-        assert!(!start(&plan(W3C, 0), map(&h), &facts()).sampled);
-        let internal = RequestFacts {
-            client_ip: "10.1.2.3".parse().unwrap(),
-            ..facts()
-        };
-        assert!(start(&plan(W3C, 0), map(&h), &internal).sampled);
+        assert!(!start(&plan(W3C, 0), map(&h), EXTERNAL, facts).sampled);
+        let internal = "10.1.2.3".parse().unwrap();
+        assert!(start(&plan(W3C, 0), map(&h), internal, facts).sampled);
     }
 
     #[test]
@@ -696,7 +712,7 @@ mod tests {
             &crate::core::forwarding_headers::X_REQUEST_ID,
             HeaderValue::from_static("rid"),
         );
-        let t = start(&p, map(&h), &facts());
+        let t = start(&p, map(&h), EXTERNAL, facts);
         assert_eq!(t.made_request_id(), None);
         let (span, _) = t
             .finish(&Answered {
@@ -748,7 +764,8 @@ mod tests {
                 map: &empty,
                 lines: Some(&lines),
             },
-            &facts(),
+            EXTERNAL,
+            facts,
         );
         assert!(t.sampled);
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
@@ -762,7 +779,7 @@ mod tests {
             w3c: true,
             b3: true,
         };
-        let t = start(&plan(both, 0), map(&h), &facts());
+        let t = start(&plan(both, 0), map(&h), EXTERNAL, facts);
         let mut map_headers = HeaderMap::new();
         t.inject(both, &mut map_headers);
         let mut written = Vec::new();

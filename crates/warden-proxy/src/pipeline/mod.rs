@@ -622,27 +622,25 @@ fn decide(
         *log = Some(fields);
     }
     if let Some(plan) = &snapshot.tracing {
-        outcome.trace = Some(crate::core::traces::start(
-            plan,
-            crate::core::traces::Headers {
-                map: &parts.headers,
-                lines: lines.as_ref(),
-            },
-            &crate::core::traces::RequestFacts {
-                method: &parts.method,
-                scheme: if conn.tls.is_some() { "https" } else { "http" },
-                authority,
-                path_and_query: parts
-                    .uri
-                    .path_and_query()
-                    .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
-                version: parts.version,
-                peer: conn.peer,
-                client_ip,
-                port: conn.port,
-                made_request_id: log.as_ref().and_then(|l| l.request_id),
-            },
-        ));
+        let headers = crate::core::traces::Headers {
+            map: &parts.headers,
+            lines: lines.as_ref(),
+        };
+        // What a reported span names, copied only for a sampled request.
+        let facts = || crate::core::traces::RequestFacts {
+            method: &parts.method,
+            scheme: if conn.tls.is_some() { "https" } else { "http" },
+            authority,
+            path_and_query: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
+            version: parts.version,
+            peer: conn.peer,
+            port: conn.port,
+            made_request_id: log.as_ref().and_then(|l| l.request_id),
+        };
+        outcome.trace = Some(crate::core::traces::start(plan, headers, client_ip, facts));
     }
 
     // 1. decode
