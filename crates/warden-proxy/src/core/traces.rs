@@ -4,10 +4,11 @@
 //! parent, and, for a sampled request, the span with Envoy's and Istio's tags once it is
 //! answered. The queue and the exporter are in `trace_export`.
 //!
-//! Cost: without a [`TracePlan`] nothing here runs. With one, every request has its header map
-//! read (no fast-path header lines), one random draw, an id pair and the propagation headers
-//! (one or four small values); a sampled and reported request also copies the few request
-//! fields its span names into one box, and its span is built and queued when it is answered.
+//! Cost: without a [`TracePlan`] nothing here runs. With one, every request has its header
+//! lines looked over once for a trace header's name (a map: a lookup per name), one random
+//! draw, an id pair and the propagation headers (one or four small values); a sampled and
+//! reported request also copies the few request fields its span names into one box, and its
+//! span is made from that on the exporter's thread once it is answered.
 
 use crate::core::local_reply::ResponseFlags;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -161,8 +162,17 @@ pub fn start<'f>(
     client_ip: IpAddr,
     facts: impl FnOnce() -> RequestFacts<'f>,
 ) -> RequestTrace {
-    let found = headers.trace_headers(plan.propagation);
-    // Most requests bring no trace header: no context to parse, nothing forces the decision.
+    // Most requests bring no trace header: no context to parse, nothing forces the decision
+    // (lines kept as read are looked over once for a name first, without collecting).
+    let propagation = plan.propagation;
+    let quick_none = headers
+        .lines
+        .is_some_and(|lines| !lines.iter().any(|(n, _)| is_trace_name(propagation, n)));
+    let found = if quick_none {
+        TraceHeaders::default()
+    } else {
+        headers.trace_headers(propagation)
+    };
     let (parent, input) = if found.any {
         let (parent, parent_sampled) = match found.caller() {
             Some(B3::Context(p)) => (Some(p), p.sampled),
@@ -259,6 +269,25 @@ impl<'a> Headers<'a> {
             }
         }
         found
+    }
+}
+
+/// Whether a line (lowercase `name`) is one [`TraceHeaders`] reads. Names are told apart by
+/// length first, so most lines cost one comparison.
+#[inline]
+fn is_trace_name(propagation: Propagation, name: &[u8]) -> bool {
+    match name.len() {
+        11 if propagation.w3c && name == b"traceparent" => true,
+        17 => name == b"x-client-trace-id",
+        19 => name == b"x-envoy-force-trace",
+        2 | 10..=12 => {
+            propagation.b3
+                && matches!(
+                    name,
+                    b"b3" | b"x-b3-traceid" | b"x-b3-spanid" | b"x-b3-sampled" | b"x-b3-flags"
+                )
+        }
+        _ => false,
     }
 }
 
@@ -470,61 +499,103 @@ impl RequestTrace {
         }
     }
 
-    /// The finished span of a reported request, with Envoy's tags of the answer.
-    pub fn finish(&self, answer: &Answered<'_>) -> Option<(Span, Arc<Report>)> {
-        let s = self.started.as_deref()?;
+    /// What a reported request leaves for its span once answered ([`Finished::into_span`]).
+    pub fn finish(self, answer: &Answered<'_>) -> Option<Finished> {
+        let started = self.started?;
+        Some(Finished {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent: self.parent,
+            started,
+            status: answer.status,
+            response_size: answer.response_size,
+            flags: answer.flags,
+            upstream_cluster: answer.upstream_cluster.map(str::to_owned),
+            upstream_address: answer.upstream_address.map(str::to_owned),
+            kind: answer.kind,
+            elapsed: answer.elapsed,
+        })
+    }
+}
+
+/// A reported request as it was answered: what it copied as it started and what the answer
+/// said. The exporter's thread makes it a [`Span`] ([`Finished::into_span`]): a span's tags are
+/// a score of small allocations, and each one made on a worker and freed on the exporter's
+/// thread cost the allocator a slow path on both.
+#[derive(Debug)]
+pub struct Finished {
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent: Option<SpanId>,
+    started: Box<Started>,
+    status: u16,
+    response_size: u64,
+    flags: ResponseFlags,
+    upstream_cluster: Option<String>,
+    upstream_address: Option<String>,
+    kind: SpanKind,
+    elapsed: std::time::Duration,
+}
+
+impl Finished {
+    /// Where the span goes.
+    pub fn report(&self) -> &Arc<Report> {
+        &self.started.report
+    }
+
+    /// The span, with Envoy's tags of the answer.
+    pub fn into_span(self) -> Span {
+        let s = *self.started;
         let plan = &s.plan;
         let mut tags: Vec<(Cow<'static, str>, String)> = Vec::with_capacity(plan.tags.len() + 18);
         tags.extend(plan.tags.iter().cloned());
-        tags.extend(s.header_tags.iter().cloned());
+        tags.extend(s.header_tags);
         let mut flags = String::new();
-        answer.flags.write_to(&mut flags);
-        let cluster = answer.upstream_cluster.unwrap_or("-");
+        self.flags.write_to(&mut flags);
+        let cluster = self.upstream_cluster.as_deref().unwrap_or("-");
         for (k, v) in [
-            ("guid:x-request-id", s.request_id.clone()),
-            ("http.url", s.url.clone()),
-            ("http.method", s.method.clone()),
-            ("downstream_cluster", s.downstream_cluster.clone()),
-            ("user_agent", s.user_agent.clone()),
+            ("guid:x-request-id", s.request_id),
+            ("http.url", s.url),
+            ("http.method", s.method),
+            ("downstream_cluster", s.downstream_cluster),
+            ("user_agent", s.user_agent),
             ("http.protocol", s.protocol.to_owned()),
             ("peer.address", s.peer.ip().to_string()),
             ("request_size", s.request_size.to_string()),
-            ("response_size", answer.response_size.to_string()),
-            ("http.status_code", answer.status.to_string()),
+            ("response_size", self.response_size.to_string()),
+            ("http.status_code", self.status.to_string()),
             ("response_flags", flags),
             ("upstream_cluster", cluster.to_owned()),
             ("upstream_cluster.name", cluster.to_owned()),
         ] {
             tags.push((Cow::Borrowed(k), v));
         }
-        if let Some(a) = answer.upstream_address {
-            tags.push(("upstream_address".into(), a.to_owned()));
+        if let Some(a) = self.upstream_address {
+            tags.push(("upstream_address".into(), a));
         }
-        if let Some(id) = &s.client_trace_id {
-            tags.push(("guid:x-client-trace-id".into(), id.clone()));
+        if let Some(id) = s.client_trace_id {
+            tags.push(("guid:x-client-trace-id".into(), id));
         }
-        let error = answer.status >= 500;
+        let error = self.status >= 500;
         if error {
             tags.push(("error".into(), "true".into()));
         }
-        Some((
-            Span {
-                trace_id: self.trace_id,
-                span_id: self.span_id,
-                parent_span_id: self.parent,
-                name: answer
-                    .upstream_cluster
-                    .and_then(operation_name)
-                    .unwrap_or_else(|| s.fallback_operation.clone()),
-                kind: answer.kind,
-                start: s.start,
-                end: s.start + answer.elapsed,
-                attributes: tags,
-                error,
-                trace_state: s.trace_state.clone(),
-            },
-            s.report.clone(),
-        ))
+        Span {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent_span_id: self.parent,
+            name: self
+                .upstream_cluster
+                .as_deref()
+                .and_then(operation_name)
+                .unwrap_or(s.fallback_operation),
+            kind: self.kind,
+            start: s.start,
+            end: s.start + self.elapsed,
+            attributes: tags,
+            error,
+            trace_state: s.trace_state,
+        }
     }
 }
 
@@ -714,7 +785,7 @@ mod tests {
         );
         let t = start(&p, map(&h), EXTERNAL, facts);
         assert_eq!(t.made_request_id(), None);
-        let (span, _) = t
+        let span = t
             .finish(&Answered {
                 status: 503,
                 response_size: 19,
@@ -726,7 +797,8 @@ mod tests {
                 kind: SpanKind::Client,
                 elapsed: std::time::Duration::from_millis(3),
             })
-            .unwrap();
+            .unwrap()
+            .into_span();
         assert_eq!(span.name, "a.b:80/*");
         for (k, v) in [
             ("component", "proxy"),
@@ -803,6 +875,35 @@ mod tests {
         assert!(!replaces_line(W3C, b"x-b3-sampled"));
         assert!(!replaces_line(B3M, b"traceparent"));
         assert!(!replaces_line(both, b"tracestate"));
+    }
+
+    #[test]
+    fn the_quick_look_names_the_lines_a_scan_keeps() {
+        for propagation in [W3C, B3M] {
+            for name in [
+                "traceparent",
+                "tracestate",
+                "x-client-trace-id",
+                "x-envoy-force-trace",
+                "b3",
+                "x-b3-traceid",
+                "x-b3-spanid",
+                "x-b3-parentspanid",
+                "x-b3-sampled",
+                "x-b3-flags",
+                "host",
+                "user-agent",
+                "x-b3-other",
+            ] {
+                let mut found = TraceHeaders::default();
+                found.note(propagation, name.as_bytes(), b"v");
+                assert_eq!(
+                    is_trace_name(propagation, name.as_bytes()),
+                    found.any,
+                    "{name} {propagation:?}"
+                );
+            }
+        }
     }
 
     #[test]

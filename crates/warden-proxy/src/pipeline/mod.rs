@@ -110,7 +110,7 @@ pub fn handle<'a>(
                 start,
                 response,
                 limit_headers,
-                &outcome,
+                &mut outcome,
                 &state,
                 log,
             )
@@ -154,7 +154,7 @@ fn finish(
     start: Instant,
     mut response: Response<ProxyBody>,
     limit_headers: Option<RateLimitHeaders>,
-    outcome: &Outcome,
+    outcome: &mut Outcome,
     state: &FilterState,
     log: Option<LogFields>,
 ) -> Answer {
@@ -190,7 +190,7 @@ fn finish(
         metadata,
         log,
     );
-    if let Some(trace) = outcome.trace.as_ref().filter(|t| t.started.is_some()) {
+    if let Some(trace) = outcome.trace.take_if(|t| t.started.is_some()) {
         report_span(shared, conn, elapsed, &response, outcome, notes, trace);
     }
     Answer {
@@ -208,7 +208,7 @@ fn report_span(
     response: &Response<ProxyBody>,
     outcome: &Outcome,
     notes: &Notes,
-    trace: &crate::core::traces::RequestTrace,
+    trace: crate::core::traces::RequestTrace,
 ) {
     let Some(tracer) = &shared.tracer else {
         return;
@@ -229,8 +229,8 @@ fn report_span(
         },
         elapsed,
     };
-    if let Some((span, report)) = trace.finish(&answered) {
-        tracer.push(span, report);
+    if let Some(finished) = trace.finish(&answered) {
+        tracer.push(finished);
     }
 }
 
@@ -1010,7 +1010,7 @@ fn act<'a>(
             start,
             response,
             limit_headers,
-            &outcome,
+            outcome,
             &state,
             log,
         )
