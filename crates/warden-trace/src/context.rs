@@ -128,9 +128,9 @@ pub fn write_traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool, out:
     out[0] = b'0';
     out[1] = b'0';
     out[2] = b'-';
-    write_hex(&trace_id.0, &mut out[3..35]);
+    out[3..35].copy_from_slice(&crate::hex::digits16(trace_id.0));
     out[35] = b'-';
-    write_hex(&span_id.0, &mut out[36..52]);
+    out[36..52].copy_from_slice(&crate::hex::digits8(span_id.0));
     out[52] = b'-';
     out[53] = b'0';
     out[54] = if sampled { b'1' } else { b'0' };
@@ -237,26 +237,10 @@ fn hex_array<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// Every byte's two lowercase hex digits: one load per byte (a `traceparent` is written for
-/// every traced request, traced or not; two digit lookups and their bounds checks per byte cost
-/// it about twice as much).
-const HEX_PAIRS: [[u8; 2]; 256] = {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut table = [[0u8; 2]; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = [DIGITS[b >> 4], DIGITS[b & 0xf]];
-        b += 1;
-    }
-    table
-};
-
 /// `bytes` as lowercase hex into `out` (twice as long; a shorter `out` takes the first bytes).
 #[inline]
 pub fn write_hex(bytes: &[u8], out: &mut [u8]) {
-    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair.copy_from_slice(&HEX_PAIRS[usize::from(*b)]);
-    }
+    crate::hex::write(bytes, out);
 }
 
 fn hex(bytes: &[u8]) -> String {

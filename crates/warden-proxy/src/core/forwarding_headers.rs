@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderValue};
 use std::io::Write;
 use std::net::IpAddr;
 use warden_config::proxy_config::ForwardClientCertDetails;
+use warden_trace::hex::uuid_v4;
 
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -269,8 +270,7 @@ impl<'a> Forwarding<'a> {
         }
         self.apply_xfcc(headers);
         headers.entry(X_REQUEST_ID.clone()).or_insert_with(|| {
-            let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-            HeaderValue::from_str(request_id_text(self.request_id, &mut buf))
+            HeaderValue::from_bytes(&uuid_v4(self.request_id))
                 .unwrap_or_else(|_| HeaderValue::from_static("0"))
         });
         if !self.edge {
@@ -399,10 +399,13 @@ impl<'a> Forwarding<'a> {
             trace.encode(propagation, out);
         }
         if !seen.request_id {
-            let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-            out.extend_from_slice(b"x-request-id: ");
-            out.extend_from_slice(request_id_text(self.request_id, &mut buf).as_bytes());
-            out.extend_from_slice(b"\r\n");
+            // The line made whole, then one copy into the head.
+            const NAME: &[u8; 14] = b"x-request-id: ";
+            let mut line = [0u8; 14 + 36 + 2];
+            line[..14].copy_from_slice(NAME);
+            line[14..50].copy_from_slice(&uuid_v4(self.request_id));
+            line[50..].copy_from_slice(b"\r\n");
+            out.extend_from_slice(&line);
         }
         if !self.edge {
             return;
@@ -444,23 +447,17 @@ pub fn xff_with_peer(headers: &HeaderMap, peer: &HeaderValue) -> Option<HeaderVa
 
 /// The `x-request-id` [`Forwarding::with_request_id`] writes for `random`.
 pub fn request_id_string(random: [u8; 16]) -> String {
-    let mut out = String::with_capacity(uuid::fmt::Hyphenated::LENGTH);
+    let mut out = String::with_capacity(36);
     push_request_id(random, &mut out);
     out
 }
 
 /// [`request_id_string`] appended to `out`.
 pub fn push_request_id(random: [u8; 16], out: &mut String) {
-    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    out.push_str(request_id_text(random, &mut buf));
-}
-
-/// A random UUID v4 as Envoy generates it, from 128 random bits.
-fn request_id_text(random: [u8; 16], buf: &mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &str {
-    uuid::Builder::from_random_bytes(random)
-        .into_uuid()
-        .hyphenated()
-        .encode_lower(buf)
+    // Digits and hyphens: always UTF-8.
+    if let Ok(text) = std::str::from_utf8(&uuid_v4(random)) {
+        out.push_str(text);
+    }
 }
 
 #[cfg(test)]
@@ -623,6 +620,26 @@ mod tests {
         assert_ne!(id(&one), id(&other));
         assert_eq!(id(&one), id(&one));
         assert_eq!(id(&one), encoded(&one, &HeaderMap::new())[&X_REQUEST_ID]);
+    }
+
+    #[test]
+    fn request_ids_are_the_uuid_crates_v4_text() {
+        let mut rng = fastrand::Rng::with_seed(41);
+        for _ in 0..1000 {
+            let random = rng.u128(..).to_le_bytes();
+            let want = uuid::Builder::from_random_bytes(random)
+                .into_uuid()
+                .hyphenated()
+                .to_string();
+            assert_eq!(request_id_string(random), want);
+            let mut h = HeaderMap::new();
+            let peer: IpAddr = "10.0.0.9".parse().unwrap();
+            let peer_value = ip_header_value(peer);
+            let f = Forwarding::new(peer, &peer_value, peer, 0).with_request_id(random);
+            f.apply(&mut h);
+            assert_eq!(h[&X_REQUEST_ID], want.as_str());
+            assert_eq!(encoded(&f, &HeaderMap::new())[&X_REQUEST_ID], want.as_str());
+        }
     }
 
     /// The lines `keeps_line` and `encode` write for `headers`, read back into a map.

@@ -242,6 +242,9 @@ struct HistogramInner {
     unit_bounds: Box<[f64]>,
     /// The same in `1/scale` units, rounded down (an integer is `<= 0.5` iff `<= 0`).
     bounds: Box<[u64]>,
+    /// Where a value's bucket search starts, by the value's bit length: the first bucket
+    /// whose bound is at least the smallest value of that length ([`start_by_bits`]).
+    start_by_bits: [u8; 65],
     /// Per bucket, not cumulative; the last one is `+Inf`.
     counts: Box<[AtomicU64]>,
     sum: AtomicU64,
@@ -251,12 +254,14 @@ impl AtomicHistogram {
     /// Buckets `unit_bounds` (ascending, in the unit), values observed in `1/scale` units.
     pub fn new(unit_bounds: impl IntoIterator<Item = f64>, scale: u64) -> Self {
         let unit_bounds: Box<[f64]> = unit_bounds.into_iter().collect();
+        let bounds: Box<[u64]> = unit_bounds
+            .iter()
+            .map(|b| (b * scale as f64) as u64)
+            .collect();
         AtomicHistogram(Arc::new(HistogramInner {
             scale,
-            bounds: unit_bounds
-                .iter()
-                .map(|b| (b * scale as f64) as u64)
-                .collect(),
+            start_by_bits: start_by_bits(&bounds),
+            bounds,
             counts: (0..=unit_bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             unit_bounds,
             sum: AtomicU64::new(0),
@@ -273,14 +278,7 @@ impl AtomicHistogram {
     }
 
     pub fn observe(&self, value: u64) {
-        // From the smallest bucket up: most values (sizes of body-less requests, fast answers)
-        // are in the first few, where this beats a binary search.
-        let i = self
-            .0
-            .bounds
-            .iter()
-            .position(|&b| value <= b)
-            .unwrap_or(self.0.bounds.len());
+        let i = bucket(&self.0.bounds, &self.0.start_by_bits, value);
         if let Some(c) = self.0.counts.get(i) {
             c.fetch_add(1, Ordering::Relaxed);
         }
@@ -303,6 +301,28 @@ impl AtomicHistogram {
         let sum = self.0.sum.load(Ordering::Relaxed) as f64 / self.0.scale as f64;
         (sum, count, buckets)
     }
+}
+
+/// For each bit length `0..=64`, the first bucket whose bound is at least the smallest value
+/// of that length: every bucket before it is below any such value, and Envoy's buckets are
+/// far enough apart that one or two comparisons from there find the value's.
+fn start_by_bits(bounds: &[u64]) -> [u8; 65] {
+    std::array::from_fn(|bits| {
+        let smallest = if bits == 0 { 0 } else { 1u64 << (bits - 1) };
+        let first = bounds.partition_point(|&b| b < smallest);
+        u8::try_from(first).unwrap_or(u8::MAX)
+    })
+}
+
+/// The bucket of `value`: the first whose bound it does not exceed (`bounds.len()`: `+Inf`).
+#[inline]
+fn bucket(bounds: &[u64], start_by_bits: &[u8; 65], value: u64) -> usize {
+    let bits = (u64::BITS - value.leading_zeros()) as usize;
+    let mut i = usize::from(start_by_bits[bits]);
+    while bounds.get(i).is_some_and(|&b| value > b) {
+        i += 1;
+    }
+    i
 }
 
 impl TypedMetric for AtomicHistogram {
@@ -421,6 +441,8 @@ pub struct Edge {
     pub labels: Arc<EdgeLabels>,
     /// The metrics a Telemetry turned off for this edge ([`Metric`] bits).
     pub off: u16,
+    /// No request tag is removed: a request's series is found by its own code and flag.
+    keeps_request_tags: bool,
     by_code: Box<[OnceLock<Box<ByFlag>>]>,
     tcp: OnceLock<TcpSeries>,
 }
@@ -459,11 +481,27 @@ const CODES: usize = 600;
 impl Edge {
     pub fn new(labels: EdgeLabels, off: u16) -> Edge {
         Edge {
+            keeps_request_tags: labels.removed & REQUEST_TAGS == 0,
             labels: Arc::new(labels),
             off,
             by_code: (0..CODES).map(|_| OnceLock::new()).collect(),
             tcp: OnceLock::new(),
         }
+    }
+
+    /// The series of an HTTP answer with `code` and `flag` when this edge has made it and
+    /// keeps the request tags (nothing to normalize): the common case, a few loads.
+    #[inline]
+    fn made_series(
+        &self,
+        code: u16,
+        flag: Option<crate::core::local_reply::ResponseFlag>,
+    ) -> Option<&HttpSeries> {
+        if !self.keeps_request_tags {
+            return None;
+        }
+        let slot = flag.map_or(0, |f| f as usize + 1);
+        self.by_code.get(usize::from(code))?.get()?.get(slot)?.get()
     }
 }
 
@@ -643,6 +681,38 @@ impl IstioMetrics {
         request_bytes: u64,
         response_bytes: u64,
     ) {
+        if let Some(series) = edge
+            .made_series(code, flag)
+            .filter(|_| grpc_status.is_none())
+        {
+            series.record(edge.off, duration_us, request_bytes, response_bytes);
+            return;
+        }
+        self.record_http_first(
+            edge,
+            code,
+            flag,
+            grpc_status,
+            duration_us,
+            request_bytes,
+            response_bytes,
+        );
+    }
+
+    /// [`Self::record_http`] for a series not made yet, a gRPC request, or an edge whose
+    /// Telemetry removes request tags.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn record_http_first(
+        &self,
+        edge: &Edge,
+        code: u16,
+        flag: Option<crate::core::local_reply::ResponseFlag>,
+        grpc_status: Option<&'static str>,
+        duration_us: u64,
+        request_bytes: u64,
+        response_bytes: u64,
+    ) {
         if edge.off & Metric::HTTP == Metric::HTTP {
             return;
         }
@@ -795,6 +865,32 @@ mod tests {
             (0.5, 1),
             "0 bytes <= 0.5, 1 byte is not"
         );
+    }
+
+    #[test]
+    fn buckets_are_found_as_a_linear_search_finds_them() {
+        for scale in [1, 1000] {
+            let h = AtomicHistogram::new(BUCKETS, scale);
+            let bounds = &h.0.bounds;
+            let linear = |v: u64| bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
+            let mut values: Vec<u64> = vec![0, 1, 2, u64::MAX, u64::MAX - 1];
+            for &b in bounds.iter() {
+                values.extend([b.saturating_sub(1), b, b + 1]);
+            }
+            for bits in 0..64 {
+                let p = 1u64 << bits;
+                values.extend([p - 1, p, p + 1]);
+            }
+            let mut rng = fastrand::Rng::with_seed(3);
+            values.extend((0..10_000).map(|_| rng.u64(..) >> rng.u32(0..64)));
+            for v in values {
+                assert_eq!(
+                    bucket(bounds, &h.0.start_by_bits, v),
+                    linear(v),
+                    "{v} at scale {scale}"
+                );
+            }
+        }
     }
 
     use crate::core::local_reply::ResponseFlag;

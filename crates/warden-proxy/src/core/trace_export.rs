@@ -11,7 +11,7 @@
 //! connections are served as their events come (a closed connection is seen when it closes,
 //! not by the next export sent on it).
 
-use crate::core::traces::Report;
+use crate::core::traces::{Finished, Report};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::HashMap;
@@ -63,11 +63,6 @@ impl TracingMetrics {
     }
 }
 
-struct Finished {
-    span: Span,
-    report: Arc<Report>,
-}
-
 /// The queue's sending end, shared by every worker.
 pub struct Tracer {
     /// Taken on drop, so the exporter sees the queue closed when it is woken.
@@ -103,11 +98,11 @@ impl Tracer {
     }
 
     /// Queue a finished span; a full queue drops it.
-    pub fn push(&self, span: Span, report: Arc<Report>) {
+    pub fn push(&self, finished: Finished) {
         let sent = self
             .tx
             .as_ref()
-            .is_some_and(|tx| tx.try_send(Finished { span, report }).is_ok());
+            .is_some_and(|tx| tx.try_send(finished).is_ok());
         if !sent {
             self.metrics.dropped("queue_full", 1);
         } else if self.queued.fetch_add(1, Ordering::Relaxed) + 1 == BATCH {
@@ -180,9 +175,9 @@ async fn export(
 ) {
     let mut groups: Vec<(Arc<Report>, Vec<Span>)> = Vec::new();
     for f in batch.drain(..) {
-        match groups.iter_mut().find(|(r, _)| Arc::ptr_eq(r, &f.report)) {
-            Some((_, spans)) => spans.push(f.span),
-            None => groups.push((f.report, vec![f.span])),
+        match groups.iter_mut().find(|(r, _)| Arc::ptr_eq(r, f.report())) {
+            Some((_, spans)) => spans.push(f.into_span()),
+            None => groups.push((f.report().clone(), vec![f.into_span()])),
         }
     }
     for (report, spans) in groups {

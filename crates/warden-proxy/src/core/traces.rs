@@ -4,10 +4,11 @@
 //! parent, and, for a sampled request, the span with Envoy's and Istio's tags once it is
 //! answered. The queue and the exporter are in `trace_export`.
 //!
-//! Cost: without a [`TracePlan`] nothing here runs. With one, every request has its header map
-//! read (no fast-path header lines), one random draw, an id pair and the propagation headers
-//! (one or four small values); a sampled and reported request also copies the few request
-//! fields its span names into one box, and its span is built and queued when it is answered.
+//! Cost: without a [`TracePlan`] nothing here runs. With one, every request has its header
+//! lines looked over once for a trace header's name (a map: a lookup per name), one random
+//! draw, an id pair and the propagation headers (one or four small values); a sampled and
+//! reported request also copies the few request fields its span names into one box, and its
+//! span is made from that on the exporter's thread once it is answered.
 
 use crate::core::local_reply::ResponseFlags;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -136,7 +137,8 @@ pub struct Started {
     header_tags: Vec<(Cow<'static, str>, String)>,
 }
 
-/// What [`start`] reads of a request besides its headers.
+/// What a reported span names of its request besides its headers ([`start`] asks for it only
+/// for a sampled request of a plan that reports).
 pub struct RequestFacts<'a> {
     pub method: &'a http::Method,
     pub scheme: &'static str,
@@ -144,7 +146,6 @@ pub struct RequestFacts<'a> {
     pub path_and_query: &'a str,
     pub version: http::Version,
     pub peer: SocketAddr,
-    pub client_ip: IpAddr,
     /// The listener's port (of the span name when no cluster gives one).
     pub port: u16,
     /// An `x-request-id` already made for this request (the access log's).
@@ -152,36 +153,47 @@ pub struct RequestFacts<'a> {
 }
 
 /// The request's trace: the caller's context (by the plan's propagation), the decision, a new
-/// span id for this hop.
-pub fn start(
+/// span id for this hop; `client_ip` is the trusted client address (an internal one may force
+/// sampling). `facts` are made only when the request's span is reported: most requests are
+/// not sampled, and they pay for nothing else.
+pub fn start<'f>(
     plan: &Arc<TracePlan>,
     headers: Headers<'_>,
-    facts: &RequestFacts<'_>,
+    client_ip: IpAddr,
+    facts: impl FnOnce() -> RequestFacts<'f>,
 ) -> RequestTrace {
-    let found = headers.trace_headers(plan.propagation);
-    let (parent, parent_sampled) = match found.caller() {
-        Some(B3::Context(p)) => (Some(p), p.sampled),
-        Some(B3::SamplingOnly(s)) => (None, Some(s)),
-        None => (None, None),
+    // Most requests bring no trace header: no context to parse, nothing forces the decision
+    // (lines kept as read are looked over once for a name first, without collecting).
+    let propagation = plan.propagation;
+    let quick_none = headers
+        .lines
+        .is_some_and(|lines| !lines.iter().any(|(n, _)| is_trace_name(propagation, n)));
+    let found = if quick_none {
+        TraceHeaders::default()
+    } else {
+        headers.trace_headers(propagation)
     };
-    let input = SamplingInput {
-        parent: parent_sampled,
-        client_trace_id: found.client_trace_id.is_some(),
-        forced_internal: found.force_trace && is_internal(facts.client_ip),
+    let (parent, input) = if found.any {
+        let (parent, parent_sampled) = match found.caller() {
+            Some(B3::Context(p)) => (Some(p), p.sampled),
+            Some(B3::SamplingOnly(s)) => (None, Some(s)),
+            None => (None, None),
+        };
+        let input = SamplingInput {
+            parent: parent_sampled,
+            client_trace_id: found.client_trace_id.is_some(),
+            forced_internal: found.force_trace && is_internal(client_ip),
+        };
+        (parent, input)
+    } else {
+        (None, SamplingInput::default())
     };
     let mut rng = fastrand::Rng::new();
     let decision = sampling::decide(input, plan.per_ten_thousand, rng.u32(..));
     let trace_id = parent.map_or_else(|| TraceId::random(&mut rng), |p| p.trace_id);
     let span_id = SpanId::random(&mut rng);
     let started = match (&plan.report, decision.sampled) {
-        (Some(report), true) => Some(Box::new(started(
-            plan,
-            report,
-            headers,
-            facts,
-            plan.max_path_tag_length,
-            &mut rng,
-        ))),
+        (Some(report), true) => Some(started(plan, report, headers, &facts(), &mut rng)),
         _ => None,
     };
     RequestTrace {
@@ -213,6 +225,8 @@ struct TraceHeaders<'a> {
     b3_flags: Option<&'a [u8]>,
     client_trace_id: Option<&'a [u8]>,
     force_trace: bool,
+    /// Any of the above was found.
+    any: bool,
 }
 
 impl<'a> Headers<'a> {
@@ -240,9 +254,40 @@ impl<'a> Headers<'a> {
                 }
                 found.client_trace_id = get(&X_CLIENT_TRACE_ID);
                 found.force_trace = self.map.contains_key(&X_ENVOY_FORCE_TRACE);
+                found.any = found.force_trace
+                    || [
+                        found.traceparent,
+                        found.b3,
+                        found.b3_trace_id,
+                        found.b3_span_id,
+                        found.b3_sampled,
+                        found.b3_flags,
+                        found.client_trace_id,
+                    ]
+                    .iter()
+                    .any(Option::is_some);
             }
         }
         found
+    }
+}
+
+/// Whether a line (lowercase `name`) is one [`TraceHeaders`] reads. Names are told apart by
+/// length first, so most lines cost one comparison.
+#[inline]
+fn is_trace_name(propagation: Propagation, name: &[u8]) -> bool {
+    match name.len() {
+        11 if propagation.w3c && name == b"traceparent" => true,
+        17 => name == b"x-client-trace-id",
+        19 => name == b"x-envoy-force-trace",
+        2 | 10..=12 => {
+            propagation.b3
+                && matches!(
+                    name,
+                    b"b3" | b"x-b3-traceid" | b"x-b3-spanid" | b"x-b3-sampled" | b"x-b3-flags"
+                )
+        }
+        _ => false,
     }
 }
 
@@ -255,6 +300,7 @@ impl<'a> TraceHeaders<'a> {
             17 if name == b"x-client-trace-id" => &mut self.client_trace_id,
             19 if name == b"x-envoy-force-trace" => {
                 self.force_trace = true;
+                self.any = true;
                 return;
             }
             2 | 10..=12 if propagation.b3 => match name {
@@ -270,6 +316,7 @@ impl<'a> TraceHeaders<'a> {
         if slot.is_none() {
             *slot = Some(value);
         }
+        self.any = true;
     }
 
     /// The caller's context: W3C first when the provider speaks it, then B3 (single, then
@@ -298,14 +345,14 @@ impl<'a> TraceHeaders<'a> {
     }
 }
 
+#[cold]
 fn started(
     plan: &Arc<TracePlan>,
     report: &Arc<Report>,
     headers: Headers<'_>,
     facts: &RequestFacts<'_>,
-    max_path: usize,
     rng: &mut fastrand::Rng,
-) -> Started {
+) -> Box<Started> {
     let text = |n: &HeaderName| {
         headers
             .get(n)
@@ -326,8 +373,8 @@ fn started(
         "{}://{}{}",
         facts.scheme, facts.authority, facts.path_and_query
     );
-    truncate_at_char(&mut url, max_path);
-    Started {
+    truncate_at_char(&mut url, plan.max_path_tag_length);
+    Box::new(Started {
         start: SystemTime::now(),
         plan: plan.clone(),
         report: report.clone(),
@@ -353,7 +400,7 @@ fn started(
                 (tag.clone(), text(header).unwrap_or_else(|| default.clone()))
             })
             .collect(),
-    }
+    })
 }
 
 fn truncate_at_char(text: &mut String, max: usize) {
@@ -452,61 +499,103 @@ impl RequestTrace {
         }
     }
 
-    /// The finished span of a reported request, with Envoy's tags of the answer.
-    pub fn finish(&self, answer: &Answered<'_>) -> Option<(Span, Arc<Report>)> {
-        let s = self.started.as_deref()?;
+    /// What a reported request leaves for its span once answered ([`Finished::into_span`]).
+    pub fn finish(self, answer: &Answered<'_>) -> Option<Finished> {
+        let started = self.started?;
+        Some(Finished {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent: self.parent,
+            started,
+            status: answer.status,
+            response_size: answer.response_size,
+            flags: answer.flags,
+            upstream_cluster: answer.upstream_cluster.map(str::to_owned),
+            upstream_address: answer.upstream_address.map(str::to_owned),
+            kind: answer.kind,
+            elapsed: answer.elapsed,
+        })
+    }
+}
+
+/// A reported request as it was answered: what it copied as it started and what the answer
+/// said. The exporter's thread makes it a [`Span`] ([`Finished::into_span`]): a span's tags are
+/// a score of small allocations, and each one made on a worker and freed on the exporter's
+/// thread cost the allocator a slow path on both.
+#[derive(Debug)]
+pub struct Finished {
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent: Option<SpanId>,
+    started: Box<Started>,
+    status: u16,
+    response_size: u64,
+    flags: ResponseFlags,
+    upstream_cluster: Option<String>,
+    upstream_address: Option<String>,
+    kind: SpanKind,
+    elapsed: std::time::Duration,
+}
+
+impl Finished {
+    /// Where the span goes.
+    pub fn report(&self) -> &Arc<Report> {
+        &self.started.report
+    }
+
+    /// The span, with Envoy's tags of the answer.
+    pub fn into_span(self) -> Span {
+        let s = *self.started;
         let plan = &s.plan;
         let mut tags: Vec<(Cow<'static, str>, String)> = Vec::with_capacity(plan.tags.len() + 18);
         tags.extend(plan.tags.iter().cloned());
-        tags.extend(s.header_tags.iter().cloned());
+        tags.extend(s.header_tags);
         let mut flags = String::new();
-        answer.flags.write_to(&mut flags);
-        let cluster = answer.upstream_cluster.unwrap_or("-");
+        self.flags.write_to(&mut flags);
+        let cluster = self.upstream_cluster.as_deref().unwrap_or("-");
         for (k, v) in [
-            ("guid:x-request-id", s.request_id.clone()),
-            ("http.url", s.url.clone()),
-            ("http.method", s.method.clone()),
-            ("downstream_cluster", s.downstream_cluster.clone()),
-            ("user_agent", s.user_agent.clone()),
+            ("guid:x-request-id", s.request_id),
+            ("http.url", s.url),
+            ("http.method", s.method),
+            ("downstream_cluster", s.downstream_cluster),
+            ("user_agent", s.user_agent),
             ("http.protocol", s.protocol.to_owned()),
             ("peer.address", s.peer.ip().to_string()),
             ("request_size", s.request_size.to_string()),
-            ("response_size", answer.response_size.to_string()),
-            ("http.status_code", answer.status.to_string()),
+            ("response_size", self.response_size.to_string()),
+            ("http.status_code", self.status.to_string()),
             ("response_flags", flags),
             ("upstream_cluster", cluster.to_owned()),
             ("upstream_cluster.name", cluster.to_owned()),
         ] {
             tags.push((Cow::Borrowed(k), v));
         }
-        if let Some(a) = answer.upstream_address {
-            tags.push(("upstream_address".into(), a.to_owned()));
+        if let Some(a) = self.upstream_address {
+            tags.push(("upstream_address".into(), a));
         }
-        if let Some(id) = &s.client_trace_id {
-            tags.push(("guid:x-client-trace-id".into(), id.clone()));
+        if let Some(id) = s.client_trace_id {
+            tags.push(("guid:x-client-trace-id".into(), id));
         }
-        let error = answer.status >= 500;
+        let error = self.status >= 500;
         if error {
             tags.push(("error".into(), "true".into()));
         }
-        Some((
-            Span {
-                trace_id: self.trace_id,
-                span_id: self.span_id,
-                parent_span_id: self.parent,
-                name: answer
-                    .upstream_cluster
-                    .and_then(operation_name)
-                    .unwrap_or_else(|| s.fallback_operation.clone()),
-                kind: answer.kind,
-                start: s.start,
-                end: s.start + answer.elapsed,
-                attributes: tags,
-                error,
-                trace_state: s.trace_state.clone(),
-            },
-            s.report.clone(),
-        ))
+        Span {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent_span_id: self.parent,
+            name: self
+                .upstream_cluster
+                .as_deref()
+                .and_then(operation_name)
+                .unwrap_or(s.fallback_operation),
+            kind: self.kind,
+            start: s.start,
+            end: s.start + self.elapsed,
+            attributes: tags,
+            error,
+            trace_state: s.trace_state,
+        }
     }
 }
 
@@ -587,6 +676,8 @@ mod tests {
         })
     }
 
+    const EXTERNAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9));
+
     fn facts() -> RequestFacts<'static> {
         static GET: http::Method = http::Method::GET;
         RequestFacts {
@@ -596,7 +687,6 @@ mod tests {
             path_and_query: "/a/very/long/path?q=1",
             version: http::Version::HTTP_11,
             peer: "10.0.0.1:5555".parse().unwrap(),
-            client_ip: "203.0.113.9".parse().unwrap(),
             port: 8080,
             made_request_id: None,
         }
@@ -624,7 +714,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static(TP));
         h.insert(&TRACESTATE, HeaderValue::from_static("v=1"));
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(t.sampled, "the caller's flag wins over 0%");
         assert_eq!(t.trace_id.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
@@ -639,7 +729,7 @@ mod tests {
         // A W3C provider leaves B3 headers alone, and reads none.
         let mut h = HeaderMap::new();
         h.insert(&X_B3_SAMPLED, HeaderValue::from_static("1"));
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(!t.sampled && t.parent.is_none());
     }
 
@@ -650,7 +740,7 @@ mod tests {
             &B3_SINGLE,
             HeaderValue::from_static("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0"),
         );
-        let t = start(&plan(B3M, 10_000), map(&h), &facts());
+        let t = start(&plan(B3M, 10_000), map(&h), EXTERNAL, facts);
         assert!(!t.sampled, "the caller's 0 wins over 100%");
         t.inject(B3M, &mut h);
         assert!(h.get(&B3_SINGLE).is_none() && h.get(&TRACEPARENT).is_none());
@@ -669,23 +759,20 @@ mod tests {
     #[test]
     fn a_new_trace_is_sampled_by_the_percentage_or_the_client() {
         let h = HeaderMap::new();
-        let t = start(&plan(W3C, 0), map(&h), &facts());
+        let t = start(&plan(W3C, 0), map(&h), EXTERNAL, facts);
         assert!(!t.sampled && t.parent.is_none() && t.started.is_none());
-        let t = start(&plan(W3C, 10_000), map(&h), &facts());
+        let t = start(&plan(W3C, 10_000), map(&h), EXTERNAL, facts);
         assert!(t.sampled && t.started.is_some());
         assert!(t.made_request_id().is_some());
         let mut h = HeaderMap::new();
         h.insert(&X_CLIENT_TRACE_ID, HeaderValue::from_static("abc"));
-        assert!(start(&plan(W3C, 0), map(&h), &facts()).sampled);
+        assert!(start(&plan(W3C, 0), map(&h), EXTERNAL, facts).sampled);
         // Forced only from an internal address.
         let mut h = HeaderMap::new();
         h.insert(&X_ENVOY_FORCE_TRACE, HeaderValue::from_static("true"));
-        assert!(!start(&plan(W3C, 0), map(&h), &facts()).sampled);
-        let internal = RequestFacts {
-            client_ip: "10.1.2.3".parse().unwrap(),
-            ..facts()
-        };
-        assert!(start(&plan(W3C, 0), map(&h), &internal).sampled);
+        assert!(!start(&plan(W3C, 0), map(&h), EXTERNAL, facts).sampled);
+        let internal = "10.1.2.3".parse().unwrap();
+        assert!(start(&plan(W3C, 0), map(&h), internal, facts).sampled);
     }
 
     #[test]
@@ -696,9 +783,9 @@ mod tests {
             &crate::core::forwarding_headers::X_REQUEST_ID,
             HeaderValue::from_static("rid"),
         );
-        let t = start(&p, map(&h), &facts());
+        let t = start(&p, map(&h), EXTERNAL, facts);
         assert_eq!(t.made_request_id(), None);
-        let (span, _) = t
+        let span = t
             .finish(&Answered {
                 status: 503,
                 response_size: 19,
@@ -710,7 +797,8 @@ mod tests {
                 kind: SpanKind::Client,
                 elapsed: std::time::Duration::from_millis(3),
             })
-            .unwrap();
+            .unwrap()
+            .into_span();
         assert_eq!(span.name, "a.b:80/*");
         for (k, v) in [
             ("component", "proxy"),
@@ -748,7 +836,8 @@ mod tests {
                 map: &empty,
                 lines: Some(&lines),
             },
-            &facts(),
+            EXTERNAL,
+            facts,
         );
         assert!(t.sampled);
         assert_eq!(t.parent.unwrap().hex(), "00f067aa0ba902b7");
@@ -762,7 +851,7 @@ mod tests {
             w3c: true,
             b3: true,
         };
-        let t = start(&plan(both, 0), map(&h), &facts());
+        let t = start(&plan(both, 0), map(&h), EXTERNAL, facts);
         let mut map_headers = HeaderMap::new();
         t.inject(both, &mut map_headers);
         let mut written = Vec::new();
@@ -786,6 +875,35 @@ mod tests {
         assert!(!replaces_line(W3C, b"x-b3-sampled"));
         assert!(!replaces_line(B3M, b"traceparent"));
         assert!(!replaces_line(both, b"tracestate"));
+    }
+
+    #[test]
+    fn the_quick_look_names_the_lines_a_scan_keeps() {
+        for propagation in [W3C, B3M] {
+            for name in [
+                "traceparent",
+                "tracestate",
+                "x-client-trace-id",
+                "x-envoy-force-trace",
+                "b3",
+                "x-b3-traceid",
+                "x-b3-spanid",
+                "x-b3-parentspanid",
+                "x-b3-sampled",
+                "x-b3-flags",
+                "host",
+                "user-agent",
+                "x-b3-other",
+            ] {
+                let mut found = TraceHeaders::default();
+                found.note(propagation, name.as_bytes(), b"v");
+                assert_eq!(
+                    is_trace_name(propagation, name.as_bytes()),
+                    found.any,
+                    "{name} {propagation:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub fn handle<'a>(
                 start,
                 response,
                 limit_headers,
-                &outcome,
+                &mut outcome,
                 &state,
                 log,
             )
@@ -154,7 +154,7 @@ fn finish(
     start: Instant,
     mut response: Response<ProxyBody>,
     limit_headers: Option<RateLimitHeaders>,
-    outcome: &Outcome,
+    outcome: &mut Outcome,
     state: &FilterState,
     log: Option<LogFields>,
 ) -> Answer {
@@ -190,7 +190,7 @@ fn finish(
         metadata,
         log,
     );
-    if let Some(trace) = outcome.trace.as_ref().filter(|t| t.started.is_some()) {
+    if let Some(trace) = outcome.trace.take_if(|t| t.started.is_some()) {
         report_span(shared, conn, elapsed, &response, outcome, notes, trace);
     }
     Answer {
@@ -208,7 +208,7 @@ fn report_span(
     response: &Response<ProxyBody>,
     outcome: &Outcome,
     notes: &Notes,
-    trace: &crate::core::traces::RequestTrace,
+    trace: crate::core::traces::RequestTrace,
 ) {
     let Some(tracer) = &shared.tracer else {
         return;
@@ -229,8 +229,8 @@ fn report_span(
         },
         elapsed,
     };
-    if let Some((span, report)) = trace.finish(&answered) {
-        tracer.push(span, report);
+    if let Some(finished) = trace.finish(&answered) {
+        tracer.push(finished);
     }
 }
 
@@ -622,27 +622,25 @@ fn decide(
         *log = Some(fields);
     }
     if let Some(plan) = &snapshot.tracing {
-        outcome.trace = Some(crate::core::traces::start(
-            plan,
-            crate::core::traces::Headers {
-                map: &parts.headers,
-                lines: lines.as_ref(),
-            },
-            &crate::core::traces::RequestFacts {
-                method: &parts.method,
-                scheme: if conn.tls.is_some() { "https" } else { "http" },
-                authority,
-                path_and_query: parts
-                    .uri
-                    .path_and_query()
-                    .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
-                version: parts.version,
-                peer: conn.peer,
-                client_ip,
-                port: conn.port,
-                made_request_id: log.as_ref().and_then(|l| l.request_id),
-            },
-        ));
+        let headers = crate::core::traces::Headers {
+            map: &parts.headers,
+            lines: lines.as_ref(),
+        };
+        // What a reported span names, copied only for a sampled request.
+        let facts = || crate::core::traces::RequestFacts {
+            method: &parts.method,
+            scheme: if conn.tls.is_some() { "https" } else { "http" },
+            authority,
+            path_and_query: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path(), |pq| pq.as_str()),
+            version: parts.version,
+            peer: conn.peer,
+            port: conn.port,
+            made_request_id: log.as_ref().and_then(|l| l.request_id),
+        };
+        outcome.trace = Some(crate::core::traces::start(plan, headers, client_ip, facts));
     }
 
     // 1. decode
@@ -1012,7 +1010,7 @@ fn act<'a>(
             start,
             response,
             limit_headers,
-            &outcome,
+            outcome,
             &state,
             log,
         )

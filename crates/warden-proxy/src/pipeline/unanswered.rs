@@ -37,10 +37,11 @@ impl<'a> Unanswered<'a> {
         }
     }
 
-    /// The request is answered: its outcome and log fields go on to `finish`.
-    pub fn answered(mut self) -> (Outcome, Option<LogFields>) {
+    /// The request is answered: its outcome (in place: it is large, and taking it out cost
+    /// two copies of it) and log fields go on to `finish`.
+    pub fn answered(&mut self) -> (&mut Outcome, Option<LogFields>) {
         self.answered = true;
-        (std::mem::take(&mut self.outcome), self.log.take())
+        (&mut self.outcome, self.log.take())
     }
 
     #[cold]
