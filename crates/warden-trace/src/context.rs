@@ -237,15 +237,9 @@ fn hex_array<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// `bytes` as lowercase hex into `out` (twice as long; a shorter `out` takes the first bytes).
-#[inline]
-pub fn write_hex(bytes: &[u8], out: &mut [u8]) {
-    crate::hex::write(bytes, out);
-}
-
 fn hex(bytes: &[u8]) -> String {
     let mut out = vec![0u8; bytes.len() * 2];
-    write_hex(bytes, &mut out);
+    crate::hex::write(bytes, &mut out);
     out.into_iter().map(char::from).collect()
 }
 
@@ -387,7 +381,7 @@ mod tests {
     fn every_byte_is_written_as_two_lowercase_digits() {
         for b in 0..=255u8 {
             let mut out = [0u8; 2];
-            write_hex(&[b], &mut out);
+            crate::hex::write(&[b], &mut out);
             assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{b:02x}"));
         }
     }

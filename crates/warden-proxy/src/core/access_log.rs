@@ -427,39 +427,44 @@ impl Sink {
     }
 }
 
-/// One line of `record` appended to `out`: `format`'s, with `hostname` for `%HOSTNAME%`,
-/// `caches` what the worker keeps from line to line and `scratch` computed values' text.
-/// A TEXT format's line is written by its compiled `plan`.
-fn render(
-    format: &LineFormat,
-    plan: Option<&text_plan::TextPlan>,
-    hostname: &str,
-    caches: &RefCell<write_text::LineCaches>,
-    record: &Record,
-    out: &mut String,
-    scratch: &mut String,
-) {
-    let view = View {
-        record,
-        hostname,
-        caches,
-    };
-    match (format, plan) {
-        (LineFormat::Warden, _) => warden_line(record, out),
-        (LineFormat::Envoy(_), Some(plan)) => plan.render(&view, out, scratch),
-        (LineFormat::Envoy(f), None) => f.render_with(&view, out, scratch),
-    }
+/// A [`LineFormat`] made ready to write records' lines: a TEXT format compiled into steps.
+#[derive(Debug)]
+enum LineWriter {
+    Warden,
+    Text(text_plan::TextPlan),
+    Json(Arc<Format>),
 }
 
-impl LineFormat {
-    /// A TEXT format compiled for records.
-    fn plan(&self) -> Option<text_plan::TextPlan> {
-        match self {
+impl LineWriter {
+    fn new(format: &LineFormat) -> Self {
+        match format {
+            LineFormat::Warden => LineWriter::Warden,
             LineFormat::Envoy(f) => match &f.body {
-                format::Body::Text(pieces) => Some(text_plan::TextPlan::new(pieces)),
-                format::Body::Json(_) => None,
+                format::Body::Text(pieces) => LineWriter::Text(text_plan::TextPlan::new(pieces)),
+                format::Body::Json(_) => LineWriter::Json(f.clone()),
             },
-            LineFormat::Warden => None,
+        }
+    }
+
+    /// One line of `record` appended to `out`, with `hostname` for `%HOSTNAME%`, `caches`
+    /// what the worker keeps from line to line and `scratch` computed values' text.
+    fn render(
+        &self,
+        hostname: &str,
+        caches: &RefCell<write_text::LineCaches>,
+        record: &Record,
+        out: &mut String,
+        scratch: &mut String,
+    ) {
+        let view = View {
+            record,
+            hostname,
+            caches,
+        };
+        match self {
+            LineWriter::Warden => warden_line(record, out),
+            LineWriter::Text(plan) => plan.render(&view, out, scratch),
+            LineWriter::Json(f) => f.render_with(&view, out, scratch),
         }
     }
 }
@@ -790,9 +795,12 @@ outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 exa
             format.render(&Plain(&view), &mut plain);
             assert_eq!(plain, want);
             let mut planned = String::new();
-            let plan = LineFormat::Envoy(Arc::new(format.clone())).plan();
-            plan.expect("text")
-                .render(&view, &mut planned, &mut String::new());
+            let LineWriter::Text(plan) =
+                LineWriter::new(&LineFormat::Envoy(Arc::new(format.clone())))
+            else {
+                panic!("text");
+            };
+            plan.render(&view, &mut planned, &mut String::new());
             assert_eq!(planned, want);
         }
     }
@@ -814,9 +822,11 @@ outbound|80||b.ns.svc.cluster.local 10.0.0.1:40000 127.0.0.1:8080 10.1.2.3:0 exa
         let time = RefCell::default();
         for text in &formats {
             let format = Format::text(text).expect("format");
-            let plan = LineFormat::Envoy(Arc::new(format.clone()))
-                .plan()
-                .expect("text");
+            let LineWriter::Text(plan) =
+                LineWriter::new(&LineFormat::Envoy(Arc::new(format.clone())))
+            else {
+                panic!("text");
+            };
             for (i, record) in records(&format).iter().enumerate() {
                 for hostname in ["h", ""] {
                     let view = View {

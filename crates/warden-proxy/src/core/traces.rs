@@ -17,6 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::SystemTime;
 use warden_trace::context::{self, B3};
+use warden_trace::hex;
 use warden_trace::otlp::Exporter;
 use warden_trace::sampling::{self, SamplingInput};
 use warden_trace::{Propagation, Span, SpanId, SpanKind, TraceId};
@@ -165,9 +166,11 @@ pub fn start<'f>(
     // Most requests bring no trace header: no context to parse, nothing forces the decision
     // (lines kept as read are looked over once for a name first, without collecting).
     let propagation = plan.propagation;
-    let quick_none = headers
-        .lines
-        .is_some_and(|lines| !lines.iter().any(|(n, _)| is_trace_name(propagation, n)));
+    let quick_none = headers.lines.is_some_and(|lines| {
+        !lines
+            .iter()
+            .any(|(n, _)| trace_name(propagation, n).is_some())
+    });
     let found = if quick_none {
         TraceHeaders::default()
     } else {
@@ -272,22 +275,36 @@ impl<'a> Headers<'a> {
     }
 }
 
-/// Whether a line (lowercase `name`) is one [`TraceHeaders`] reads. Names are told apart by
-/// length first, so most lines cost one comparison.
+/// The trace headers [`TraceHeaders`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TraceName {
+    TraceParent,
+    ClientTraceId,
+    ForceTrace,
+    B3,
+    B3TraceId,
+    B3SpanId,
+    B3Sampled,
+    B3Flags,
+}
+
+/// Which trace header a line (lowercase `name`) is, of those `propagation` reads. Names are
+/// told apart by length first, so most lines cost one comparison.
 #[inline]
-fn is_trace_name(propagation: Propagation, name: &[u8]) -> bool {
+fn trace_name(propagation: Propagation, name: &[u8]) -> Option<TraceName> {
     match name.len() {
-        11 if propagation.w3c && name == b"traceparent" => true,
-        17 => name == b"x-client-trace-id",
-        19 => name == b"x-envoy-force-trace",
-        2 | 10..=12 => {
-            propagation.b3
-                && matches!(
-                    name,
-                    b"b3" | b"x-b3-traceid" | b"x-b3-spanid" | b"x-b3-sampled" | b"x-b3-flags"
-                )
-        }
-        _ => false,
+        11 if propagation.w3c && name == b"traceparent" => Some(TraceName::TraceParent),
+        17 if name == b"x-client-trace-id" => Some(TraceName::ClientTraceId),
+        19 if name == b"x-envoy-force-trace" => Some(TraceName::ForceTrace),
+        2 | 10..=12 if propagation.b3 => match name {
+            b"b3" => Some(TraceName::B3),
+            b"x-b3-traceid" => Some(TraceName::B3TraceId),
+            b"x-b3-spanid" => Some(TraceName::B3SpanId),
+            b"x-b3-sampled" => Some(TraceName::B3Sampled),
+            b"x-b3-flags" => Some(TraceName::B3Flags),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -295,23 +312,20 @@ impl<'a> TraceHeaders<'a> {
     /// One line (lowercase `name`): kept when it is the first of a name read. Names are told
     /// apart by length first, so most lines cost one comparison.
     fn note(&mut self, propagation: Propagation, name: &[u8], value: &'a [u8]) {
-        let slot = match name.len() {
-            11 if propagation.w3c && name == b"traceparent" => &mut self.traceparent,
-            17 if name == b"x-client-trace-id" => &mut self.client_trace_id,
-            19 if name == b"x-envoy-force-trace" => {
+        let slot = match trace_name(propagation, name) {
+            None => return,
+            Some(TraceName::ForceTrace) => {
                 self.force_trace = true;
                 self.any = true;
                 return;
             }
-            2 | 10..=12 if propagation.b3 => match name {
-                b"b3" => &mut self.b3,
-                b"x-b3-traceid" => &mut self.b3_trace_id,
-                b"x-b3-spanid" => &mut self.b3_span_id,
-                b"x-b3-sampled" => &mut self.b3_sampled,
-                b"x-b3-flags" => &mut self.b3_flags,
-                _ => return,
-            },
-            _ => return,
+            Some(TraceName::TraceParent) => &mut self.traceparent,
+            Some(TraceName::ClientTraceId) => &mut self.client_trace_id,
+            Some(TraceName::B3) => &mut self.b3,
+            Some(TraceName::B3TraceId) => &mut self.b3_trace_id,
+            Some(TraceName::B3SpanId) => &mut self.b3_span_id,
+            Some(TraceName::B3Sampled) => &mut self.b3_sampled,
+            Some(TraceName::B3Flags) => &mut self.b3_flags,
         };
         if slot.is_none() {
             *slot = Some(value);
@@ -480,14 +494,14 @@ impl RequestTrace {
         }
         if propagation.b3 {
             let mut hex = [0u8; 32];
-            context::write_hex(&self.trace_id.0, &mut hex);
+            hex::write(&self.trace_id.0, &mut hex);
             out.extend_from_slice(b"x-b3-traceid: ");
             out.extend_from_slice(&hex);
-            context::write_hex(&self.span_id.0, &mut hex[..16]);
+            hex::write(&self.span_id.0, &mut hex[..16]);
             out.extend_from_slice(b"\r\nx-b3-spanid: ");
             out.extend_from_slice(&hex[..16]);
             if let Some(p) = self.parent {
-                context::write_hex(&p.0, &mut hex[..16]);
+                hex::write(&p.0, &mut hex[..16]);
                 out.extend_from_slice(b"\r\nx-b3-parentspanid: ");
                 out.extend_from_slice(&hex[..16]);
             }
@@ -649,7 +663,7 @@ fn without_port(authority: &str) -> &str {
 fn hex_value(bytes: &[u8]) -> HeaderValue {
     let mut out = [0u8; 32];
     let n = bytes.len() * 2;
-    context::write_hex(bytes, &mut out[..n]);
+    hex::write(bytes, &mut out[..n]);
     HeaderValue::from_bytes(&out[..n]).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
@@ -878,32 +892,43 @@ mod tests {
     }
 
     #[test]
-    fn the_quick_look_names_the_lines_a_scan_keeps() {
-        for propagation in [W3C, B3M] {
-            for name in [
-                "traceparent",
-                "tracestate",
+    fn trace_names_by_propagation() {
+        use TraceName::*;
+        // (name, under W3C, under B3 multi-header)
+        let cases = [
+            ("traceparent", Some(TraceParent), None),
+            ("tracestate", None, None),
+            (
                 "x-client-trace-id",
-                "x-envoy-force-trace",
-                "b3",
-                "x-b3-traceid",
-                "x-b3-spanid",
-                "x-b3-parentspanid",
-                "x-b3-sampled",
-                "x-b3-flags",
-                "host",
-                "user-agent",
-                "x-b3-other",
-            ] {
-                let mut found = TraceHeaders::default();
-                found.note(propagation, name.as_bytes(), b"v");
-                assert_eq!(
-                    is_trace_name(propagation, name.as_bytes()),
-                    found.any,
-                    "{name} {propagation:?}"
-                );
-            }
+                Some(ClientTraceId),
+                Some(ClientTraceId),
+            ),
+            ("x-envoy-force-trace", Some(ForceTrace), Some(ForceTrace)),
+            ("b3", None, Some(B3)),
+            ("x-b3-traceid", None, Some(B3TraceId)),
+            ("x-b3-spanid", None, Some(B3SpanId)),
+            ("x-b3-parentspanid", None, None),
+            ("x-b3-sampled", None, Some(B3Sampled)),
+            ("x-b3-flags", None, Some(B3Flags)),
+            ("host", None, None),
+            ("user-agent", None, None),
+            ("x-b3-other", None, None),
+        ];
+        for (name, w3c, b3) in cases {
+            assert_eq!(trace_name(W3C, name.as_bytes()), w3c, "{name} W3C");
+            assert_eq!(trace_name(B3M, name.as_bytes()), b3, "{name} B3");
+            // A line the classifier names is one a scan keeps.
+            let mut found = TraceHeaders::default();
+            found.note(B3M, name.as_bytes(), b"v");
+            assert_eq!(found.any, b3.is_some(), "{name}");
         }
+        // `x-b3-spanid` is as long as `traceparent`: W3C's look does not hide it from B3's.
+        let both = Propagation {
+            w3c: true,
+            b3: true,
+        };
+        assert_eq!(trace_name(both, b"x-b3-spanid"), Some(B3SpanId));
+        assert_eq!(trace_name(both, b"traceparent"), Some(TraceParent));
     }
 
     #[test]

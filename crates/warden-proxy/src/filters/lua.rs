@@ -1515,11 +1515,9 @@ fn keep_metadata(s: &Stream, state: &mut FilterState) {
 /// What the script changed, for the pipeline to apply before the next filter.
 fn apply_request(mut s: Stream, req: &RequestAttrs<'_>, state: &mut FilterState) {
     keep_metadata(&s, state);
-    if !s.headers_changed && !s.clear_route_cache {
-        spare_list(std::mem::take(&mut s.headers));
-        return;
+    if s.headers_changed || s.clear_route_cache {
+        request_edit(&s, req, state);
     }
-    request_edit(&s, req, state);
     spare_list(std::mem::take(&mut s.headers));
 }
 

@@ -5,9 +5,8 @@
 //! keeps it. A record is never sent to another thread: its memory is reused by the worker
 //! that made it (`record::recycle`).
 
-use super::text_plan::TextPlan;
 use super::write_text::LineCaches;
-use super::{render, LineFormat, Record};
+use super::{LineFormat, LineWriter, Record};
 use std::cell::RefCell;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,9 +25,7 @@ static NEXT_LOG: AtomicU64 = AtomicU64::new(1);
 /// What the workers share with one log's writer.
 pub struct Shared {
     id: u64,
-    format: LineFormat,
-    /// A TEXT format compiled.
-    plan: Option<TextPlan>,
+    writer: LineWriter,
     hostname: String,
     batch: Arc<Mutex<String>>,
     pub dropped: AtomicU64,
@@ -89,15 +86,8 @@ impl Shared {
             *caches = RefCell::new(LineCaches::new());
         }
         line.clear();
-        render(
-            &self.format,
-            self.plan.as_ref(),
-            &self.hostname,
-            caches,
-            record,
-            line,
-            scratch,
-        );
+        self.writer
+            .render(&self.hostname, caches, record, line, scratch);
         let mut batch = self.batch.lock().unwrap_or_else(PoisonError::into_inner);
         if batch.len() + line.len() > BATCH_LIMIT {
             return false;
@@ -116,8 +106,7 @@ pub fn open(
     let batch = Arc::new(Mutex::new(String::with_capacity(64 * 1024)));
     let shared = Arc::new(Shared {
         id: NEXT_LOG.fetch_add(1, Ordering::Relaxed),
-        plan: format.plan(),
-        format,
+        writer: LineWriter::new(&format),
         hostname,
         batch: batch.clone(),
         dropped: AtomicU64::new(0),
