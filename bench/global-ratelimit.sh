@@ -29,15 +29,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ -z "${WARDEN:-}" ]; then build_warden; fi
 
 BACKEND=$(free_port); REDIS=$(free_port); RLS=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
-worker_rlimit_nofile 65536;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
-NGX
-bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+backend_nginx "$BACKEND"
 bg redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no
 
 # RLS: two domains, `attack` (seed: 300/min per remote_address + PATH) and `pass` (never hit).

@@ -18,15 +18,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ -z "${WARDEN:-}" ]; then build_warden; fi
 
 BACKEND=$(free_port); RLS=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
-worker_rlimit_nofile 65536;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
-NGX
-bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+backend_nginx "$BACKEND"
 
 # The seed's RLS config with a limit no run reaches: every request is one decision.
 mkdir -p "$WORK/rls"

@@ -25,14 +25,7 @@ if [ -n "${WARDEN:-}" ]; then WARDEN=$(realpath "$WARDEN"); else build_warden; f
 BEFORE=$(realpath "$BEFORE")
 
 BACKEND=$(free_port); COLLECTOR=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
-NGX
-bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+backend_nginx "$BACKEND"
 # spans_received — how many spans the receiver has.
 if [ "${RECEIVER:-json}" = count ]; then
   bg_client_side python3 "$ROOT/bench/lib/otlp_count.py" "$COLLECTOR" "$WORK/spans.count"

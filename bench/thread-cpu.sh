@@ -11,14 +11,7 @@ if [ -z "${WARDEN:-}" ]; then build_warden; fi
 DURATION=${DURATION:-8}; ROUNDS=${ROUNDS:-3}; CONNS=${CONNS:-64}
 
 BACKEND=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello from backend\n"; } } }
-NGX
-bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+backend_nginx "$BACKEND"
 
 # start MODE — a gateway without (nolog) or with (log) the access log; sets PORT_MODE, PID_MODE.
 start() {

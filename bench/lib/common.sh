@@ -56,6 +56,20 @@ fi
 bg_server() { bg "${SERVER_CPU[@]}" "$@"; }
 bg_client_side() { bg "${CLIENT_CPU[@]}" "$@"; }
 
+# backend_nginx PORT — the benches' backend: nginx, one worker on the client side's CPU,
+# answering every request with 200 and a small body, no access log.
+backend_nginx() {
+  mkdir -p "$WORK/nginx"
+  cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes 1; daemon off; pid $WORK/nginx/pid; error_log stderr error;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$1; location / { return 200 "hello from backend\n"; } } }
+NGX
+  bg_client_side nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+}
+
 # wait_http URL [expect_status] — wait until the URL answers (any status), at most 10 s.
 wait_http() {
   for _ in $(seq 100); do
